@@ -1,0 +1,719 @@
+//! Configs (`configs/*.json`): typed, strict, and explained when wrong.
+//!
+//! Loading is three steps, each with errors that name the file and the JSON
+//! path: parse JSON; expand `${VAR}` in every string value (`expand.rs`);
+//! deserialize into these structs (unknown keys rejected) and check what
+//! serde cannot (names, references, placeholders).
+
+use crate::bail;
+use crate::error::{Error, Result};
+use crate::expand;
+use crate::template::{self, BUILD_PLACEHOLDERS, TRIAL_PLACEHOLDERS};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The embedded default: the CPU fixture, runnable on any Linux machine.
+pub const DEFAULT_CONFIG_TEXT: &str = include_str!("../configs/local.json");
+/// Where the default config lives, relative to the project root.
+pub const DEFAULT_CONFIG_PATH: &str = "configs/local.json";
+
+pub type Env = BTreeMap<String, String>;
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Names the workspace (`target/ccl-coverage/<name>`) and the report.
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub toolchain: ToolchainConfig,
+    #[serde(default)]
+    pub coverage: CoverageConfig,
+    /// The library under test: built instrumented.
+    pub library: LibraryBuild,
+    /// The test binaries: built without instrumentation, linked to the library.
+    pub tests: TestsBuild,
+    pub launchers: BTreeMap<String, LauncherConfig>,
+    /// Most ranks that may run at once on this machine (GPUs, or cores).
+    pub capacity: usize,
+    /// What a trial runs with unless its variant says otherwise.
+    pub launch: LaunchDefaults,
+    /// Environment of every trial.
+    #[serde(default)]
+    pub env: Env,
+    /// Arguments every test binary gets (before size, collective and variant args).
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub iterations: Iterations,
+    pub collectives: Vec<Collective>,
+    pub sizes: Vec<String>,
+    #[serde(default)]
+    pub variants: Vec<Variant>,
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    #[serde(default)]
+    pub report: ReportConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolchainConfig {
+    /// C compiler; `CC` overrides it.
+    pub cc: String,
+    /// C++ compiler; `CXX` overrides it.
+    pub cxx: String,
+    /// Explicit tools; `LLVM_PROFDATA` / `LLVM_COV` override them. When unset the
+    /// tools next to the compiler are used.
+    #[serde(default)]
+    pub llvm_profdata: Option<String>,
+    #[serde(default)]
+    pub llvm_cov: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoverageConfig {
+    /// Host instrumentation flags, handed to the build as `{coverage_flags}`.
+    #[serde(default = "default_host_flags")]
+    pub host_flags: Vec<String>,
+    /// `LLVM_PROFILE_FILE` name inside each trial's profile directory.
+    #[serde(default = "default_profile_pattern")]
+    pub profile_pattern: String,
+    #[serde(default)]
+    pub device: DeviceConfig,
+}
+
+impl Default for CoverageConfig {
+    fn default() -> Self {
+        CoverageConfig {
+            host_flags: default_host_flags(),
+            profile_pattern: default_profile_pattern(),
+            device: DeviceConfig::default(),
+        }
+    }
+}
+
+fn default_host_flags() -> Vec<String> {
+    vec!["-fprofile-instr-generate".into(), "-fcoverage-mapping".into()]
+}
+
+fn default_profile_pattern() -> String {
+    "%h-%p-%m.profraw".into()
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceMode {
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl DeviceMode {
+    pub fn parse(text: &str) -> Option<DeviceMode> {
+        match text.to_ascii_lowercase().as_str() {
+            "auto" => Some(DeviceMode::Auto),
+            "on" => Some(DeviceMode::On),
+            "off" => Some(DeviceMode::Off),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceMode::Auto => "auto",
+            DeviceMode::On => "on",
+            DeviceMode::Off => "off",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    /// `CCL_COV_DEVICE_COVERAGE` overrides it.
+    #[serde(default)]
+    pub mode: DeviceMode,
+    /// The GPU architecture device code is built for (`gfx942`, `sm_90`);
+    /// none means the library has no device code to instrument.
+    #[serde(default)]
+    pub target: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    pub name: String,
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub env: Env,
+    /// Working directory; the build directory when unset.
+    #[serde(default)]
+    pub cwd: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LibraryBuild {
+    /// Source tree, relative to the config file; hashed into the build key.
+    pub source_dir: String,
+    /// Top-level entries of `source_dir` left out of the build key (in-tree
+    /// build folders, for example). Hidden entries are always left out.
+    #[serde(default)]
+    pub hash_exclude: Vec<String>,
+    pub steps: Vec<Step>,
+    /// Objects the report covers. Each must carry coverage mapping.
+    pub objects: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestsBuild {
+    pub source_dir: String,
+    #[serde(default)]
+    pub hash_exclude: Vec<String>,
+    pub steps: Vec<Step>,
+    /// Where the test binaries land.
+    pub bin_dir: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LauncherKind {
+    /// The test binary itself (ranks as threads of one process).
+    Direct,
+    Mpirun,
+    Srun,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MpiFlavor {
+    /// Open MPI: `-x NAME` forwards a variable; root needs `--allow-run-as-root`.
+    #[default]
+    Openmpi,
+    /// MPICH/Hydra: `-genv NAME VALUE`.
+    Mpich,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LauncherConfig {
+    pub kind: LauncherKind,
+    /// Launcher program; `mpirun` / `srun` by default.
+    #[serde(default)]
+    pub program: Option<String>,
+    #[serde(default)]
+    pub flavor: MpiFlavor,
+    /// Launcher arguments, before the test binary.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Appended to the test binary's arguments (`-t {ranks}`, `-g 1`).
+    #[serde(default)]
+    pub program_args: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchDefaults {
+    pub launcher: String,
+    pub ranks: usize,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Iterations {
+    pub iters: u32,
+    pub warmup: u32,
+}
+
+impl Default for Iterations {
+    fn default() -> Self {
+        Iterations { iters: 5, warmup: 2 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Collective {
+    pub name: String,
+    /// Test binary, relative to `tests.bin_dir` unless absolute.
+    pub binary: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: Env,
+    /// Marks its trials ignored (run with `--ignored` / `--include-ignored`).
+    #[serde(default)]
+    pub ignore: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    pub name: String,
+    #[serde(default)]
+    pub launcher: Option<String>,
+    #[serde(default)]
+    pub ranks: Option<usize>,
+    #[serde(default)]
+    pub env: Env,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub ignore: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timeouts {
+    /// Seconds a trial may run.
+    pub default: u64,
+    /// Seconds between SIGTERM and SIGKILL.
+    pub grace: u64,
+    /// Later rules win over earlier ones.
+    #[serde(default)]
+    pub overrides: Vec<TimeoutRule>,
+    /// Applied after `overrides`, only while device coverage is on.
+    #[serde(default)]
+    pub device_coverage: Vec<TimeoutRule>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts { default: 300, grace: 10, overrides: Vec::new(), device_coverage: Vec::new() }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutRule {
+    #[serde(default)]
+    pub collective: Option<String>,
+    #[serde(default)]
+    pub size: Option<String>,
+    #[serde(default)]
+    pub variant: Option<String>,
+    pub seconds: u64,
+}
+
+impl TimeoutRule {
+    pub fn matches(&self, collective: &str, size: &str, variant: Option<&str>) -> bool {
+        self.collective.as_deref().is_none_or(|c| c == collective)
+            && self.size.as_deref().is_none_or(|s| s == size)
+            && self.variant.as_deref().is_none_or(|v| Some(v) == variant)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportConfig {
+    /// Files left out of every report (llvm-cov `-ignore-filename-regex`).
+    #[serde(default)]
+    pub ignore_filename_regex: Vec<String>,
+    /// Whether `coverage_report` snapshot-checks the summary.
+    #[serde(default = "yes")]
+    pub snapshot: bool,
+}
+
+impl Default for ReportConfig {
+    fn default() -> Self {
+        ReportConfig { ignore_filename_regex: Vec::new(), snapshot: true }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A config together with where it came from.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    pub path: PathBuf,
+    /// Relative paths in the config are relative to this directory.
+    pub dir: PathBuf,
+    pub config: Config,
+}
+
+impl LoadedConfig {
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let p = Path::new(path);
+        if p.is_absolute() { p.to_path_buf() } else { self.dir.join(p) }
+    }
+
+    pub fn library_src(&self) -> PathBuf {
+        self.resolve(&self.config.library.source_dir)
+    }
+
+    pub fn tests_src(&self) -> PathBuf {
+        self.resolve(&self.config.tests.source_dir)
+    }
+}
+
+/// Loads the config at `path`, or the embedded default's text if `path` is
+/// the default location and does not exist there.
+pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && path.ends_with(DEFAULT_CONFIG_PATH) => {
+            DEFAULT_CONFIG_TEXT.to_string()
+        }
+        Err(e) => bail!(
+            "cannot read config {}: {e} (set CCL_COV_CONFIG to an existing configs/*.json)",
+            path.display()
+        ),
+    };
+    load_str(&text, path, env)
+}
+
+/// Parses, expands and checks config text said to come from `path`.
+pub fn load_str(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
+    let at = |json_path: &str, msg: &dyn std::fmt::Display| {
+        Error::new(format!("{}: {}: {msg}", path.display(), if json_path.is_empty() { "$" } else { json_path }))
+    };
+    let mut value: Value = serde_json::from_str(text)
+        .map_err(|e| Error::new(format!("{}: not valid JSON: {e}", path.display())))?;
+    expand_strings(&mut value, &mut String::new(), env).map_err(|(p, e)| at(&p, &e))?;
+    let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
+        let json_path = e.path().to_string();
+        at(if json_path == "." { "" } else { &json_path }, e.inner())
+    })?;
+    validate(&config).map_err(|(p, e)| at(&p, &e))?;
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    Ok(LoadedConfig { path: path.to_path_buf(), dir, config })
+}
+
+fn expand_strings(
+    value: &mut Value,
+    json_path: &mut String,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), (String, expand::ExpandError)> {
+    match value {
+        Value::String(s) => {
+            *s = expand::expand(s, env).map_err(|e| (json_path.clone(), e))?;
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                let len = json_path.len();
+                json_path.push_str(&format!("[{i}]"));
+                expand_strings(item, json_path, env)?;
+                json_path.truncate(len);
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map.iter_mut() {
+                let len = json_path.len();
+                if !json_path.is_empty() {
+                    json_path.push('.');
+                }
+                json_path.push_str(key);
+                expand_strings(item, json_path, env)?;
+                json_path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+type Invalid = (String, String);
+
+fn invalid(path: impl Into<String>, msg: impl Into<String>) -> Invalid {
+    (path.into(), msg.into())
+}
+
+/// A name that appears in trial names and file names.
+fn check_name(path: &str, name: &str) -> Result<(), Invalid> {
+    let ok = !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        && !name.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(path, format!("{name:?} is not a usable name: expected ASCII letters, digits, '_', '-' or '.' (it becomes part of trial and file names)")))
+    }
+}
+
+fn check_unique<'a>(path: &str, names: impl Iterator<Item = &'a str>) -> Result<BTreeSet<&'a str>, Invalid> {
+    let mut seen = BTreeSet::new();
+    for (i, name) in names.enumerate() {
+        check_name(&format!("{path}[{i}].name"), name)?;
+        if !seen.insert(name) {
+            return Err(invalid(format!("{path}[{i}].name"), format!("duplicate name {name:?}")));
+        }
+    }
+    Ok(seen)
+}
+
+fn check_templates<'a>(
+    path: &str,
+    texts: impl Iterator<Item = (String, &'a str)>,
+    allowed: &[&str],
+) -> Result<(), Invalid> {
+    for (suffix, text) in texts {
+        template::check(text, allowed).map_err(|e| invalid(format!("{path}{suffix}"), e.to_string()))?;
+    }
+    Ok(())
+}
+
+fn indexed(items: &[String]) -> impl Iterator<Item = (String, &str)> {
+    items.iter().enumerate().map(|(i, s)| (format!("[{i}]"), s.as_str()))
+}
+
+fn keyed(env: &Env) -> impl Iterator<Item = (String, &str)> {
+    env.iter().map(|(k, v)| (format!(".{k}"), v.as_str()))
+}
+
+fn check_steps(path: &str, steps: &[Step]) -> Result<(), Invalid> {
+    if steps.is_empty() {
+        return Err(invalid(path, "expected at least one build step"));
+    }
+    for (i, step) in steps.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        if step.argv.is_empty() {
+            return Err(invalid(format!("{at}.argv"), "expected a non-empty argv (program first)"));
+        }
+        check_templates(&format!("{at}.argv"), indexed(&step.argv), BUILD_PLACEHOLDERS)?;
+        check_templates(&format!("{at}.env"), keyed(&step.env), BUILD_PLACEHOLDERS)?;
+        if let Some(cwd) = &step.cwd {
+            check_templates(&format!("{at}.cwd"), std::iter::once((String::new(), cwd.as_str())), BUILD_PLACEHOLDERS)?;
+        }
+    }
+    Ok(())
+}
+
+fn validate(c: &Config) -> Result<(), Invalid> {
+    check_name("name", &c.name)?;
+    if c.capacity == 0 {
+        return Err(invalid("capacity", "expected at least 1 rank"));
+    }
+    check_steps("library.steps", &c.library.steps)?;
+    check_steps("tests.steps", &c.tests.steps)?;
+    if c.library.objects.is_empty() {
+        return Err(invalid("library.objects", "expected at least one instrumented object"));
+    }
+    check_templates("library.objects", indexed(&c.library.objects), BUILD_PLACEHOLDERS)?;
+    check_templates("tests.bin_dir", std::iter::once((String::new(), c.tests.bin_dir.as_str())), BUILD_PLACEHOLDERS)?;
+
+    for (name, launcher) in &c.launchers {
+        let at = format!("launchers.{name}");
+        check_name(&at, name)?;
+        check_templates(&format!("{at}.args"), indexed(&launcher.args), TRIAL_PLACEHOLDERS)?;
+        check_templates(&format!("{at}.program_args"), indexed(&launcher.program_args), TRIAL_PLACEHOLDERS)?;
+        if launcher.kind == LauncherKind::Direct && (!launcher.args.is_empty() || launcher.program.is_some()) {
+            return Err(invalid(at, "a direct launcher runs the test binary itself: it takes no program or args (use program_args)"));
+        }
+    }
+    let launcher_known = |path: String, name: &str| -> Result<(), Invalid> {
+        if c.launchers.contains_key(name) {
+            Ok(())
+        } else {
+            let known: Vec<&str> = c.launchers.keys().map(String::as_str).collect();
+            Err(invalid(path, format!("unknown launcher {name:?}; defined in `launchers`: {known:?}")))
+        }
+    };
+    let ranks_fit = |path: String, ranks: usize| -> Result<(), Invalid> {
+        if ranks == 0 || ranks > c.capacity {
+            Err(invalid(path, format!("expected 1..={} ranks (the config's capacity), got {ranks}", c.capacity)))
+        } else {
+            Ok(())
+        }
+    };
+    launcher_known("launch.launcher".into(), &c.launch.launcher)?;
+    ranks_fit("launch.ranks".into(), c.launch.ranks)?;
+
+    check_templates("env", keyed(&c.env), TRIAL_PLACEHOLDERS)?;
+    check_templates("args", indexed(&c.args), TRIAL_PLACEHOLDERS)?;
+
+    if c.collectives.is_empty() {
+        return Err(invalid("collectives", "expected at least one collective"));
+    }
+    let collectives = check_unique("collectives", c.collectives.iter().map(|x| x.name.as_str()))?;
+    for (i, coll) in c.collectives.iter().enumerate() {
+        let at = format!("collectives[{i}]");
+        if coll.binary.is_empty() {
+            return Err(invalid(format!("{at}.binary"), "expected the test binary's name"));
+        }
+        check_templates(&format!("{at}.args"), indexed(&coll.args), TRIAL_PLACEHOLDERS)?;
+        check_templates(&format!("{at}.env"), keyed(&coll.env), TRIAL_PLACEHOLDERS)?;
+    }
+
+    if c.sizes.is_empty() {
+        return Err(invalid("sizes", "expected at least one size such as \"1K\""));
+    }
+    let mut sizes = BTreeSet::new();
+    for (i, size) in c.sizes.iter().enumerate() {
+        let digits = size.trim_end_matches(['K', 'M', 'G']);
+        let well_formed = !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && size.len() - digits.len() <= 1;
+        if !well_formed {
+            return Err(invalid(format!("sizes[{i}]"), format!("{size:?} is not a size: expected digits with an optional K, M or G suffix")));
+        }
+        if !sizes.insert(size.as_str()) {
+            return Err(invalid(format!("sizes[{i}]"), format!("duplicate size {size:?}")));
+        }
+    }
+
+    let variants = check_unique("variants", c.variants.iter().map(|v| v.name.as_str()))?;
+    for (i, v) in c.variants.iter().enumerate() {
+        let at = format!("variants[{i}]");
+        if let Some(l) = &v.launcher {
+            launcher_known(format!("{at}.launcher"), l)?;
+        }
+        if let Some(r) = v.ranks {
+            ranks_fit(format!("{at}.ranks"), r)?;
+        }
+        check_templates(&format!("{at}.args"), indexed(&v.args), TRIAL_PLACEHOLDERS)?;
+        check_templates(&format!("{at}.env"), keyed(&v.env), TRIAL_PLACEHOLDERS)?;
+    }
+
+    if c.timeouts.default == 0 {
+        return Err(invalid("timeouts.default", "expected a timeout of at least 1 second"));
+    }
+    for (table, rules) in [("overrides", &c.timeouts.overrides), ("device_coverage", &c.timeouts.device_coverage)] {
+        for (i, rule) in rules.iter().enumerate() {
+            let at = format!("timeouts.{table}[{i}]");
+            for (field, value, known) in [
+                ("collective", &rule.collective, &collectives),
+                ("size", &rule.size, &sizes),
+                ("variant", &rule.variant, &variants),
+            ] {
+                if let Some(v) = value
+                    && !known.contains(v.as_str())
+                {
+                    return Err(invalid(format!("{at}.{field}"), format!("{v:?} names no {field} of this config; known: {known:?}")));
+                }
+            }
+            if rule.seconds == 0 {
+                return Err(invalid(format!("{at}.seconds"), "expected at least 1 second"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads the environment the way the whole crate does, so tests can swap it.
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// The `${VAR}` lookup for a config: the process environment, plus the
+/// variables the harness defines itself.
+pub fn config_env(root: &Path) -> impl Fn(&str) -> Option<String> + '_ {
+    move |name| match name {
+        "CCL_COV_ROOT" => Some(root.display().to_string()),
+        _ => process_env(name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn default_value() -> Value {
+        serde_json::from_str(DEFAULT_CONFIG_TEXT).unwrap()
+    }
+
+    fn load_value(value: &Value) -> Result<LoadedConfig> {
+        load_str(&value.to_string(), Path::new("/cfg/test.json"), &|n| {
+            (n == "HOME").then(|| "/home/x".to_string())
+        })
+    }
+
+    #[test]
+    fn embedded_default_loads() {
+        let loaded = load_str(DEFAULT_CONFIG_TEXT, Path::new("/p/configs/local.json"), &no_env).unwrap();
+        assert_eq!(loaded.config.name, "local");
+        assert_eq!(loaded.dir, Path::new("/p/configs"));
+        assert!(loaded.library_src().starts_with("/p/configs"));
+    }
+
+    #[test]
+    fn unknown_key_names_file_path_and_expected_keys() {
+        let mut v = default_value();
+        v["library"]["stepz"] = Value::Array(vec![]);
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(err.starts_with("/cfg/test.json: library"), "{err}");
+        assert!(err.contains("unknown field `stepz`"), "{err}");
+        assert!(err.contains("`steps`"), "lists what was expected: {err}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_json_path() {
+        let mut v = default_value();
+        v["launchers"]["threads"]["program_args"] = Value::String("-t".into());
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(err.contains("launchers.threads.program_args"), "{err}");
+        assert!(err.contains("expected a sequence"), "{err}");
+    }
+
+    #[test]
+    fn unset_variable_names_variable_and_path() {
+        let mut v = default_value();
+        v["collectives"][0]["args"] = serde_json::json!(["-x", "${CCL_COV_SURELY_UNSET}"]);
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(err.contains("collectives[0].args[1]"), "{err}");
+        assert!(err.contains("CCL_COV_SURELY_UNSET is not set"), "{err}");
+    }
+
+    #[test]
+    fn variables_expand_once_with_defaults() {
+        let mut v = default_value();
+        v["env"]["PLACE"] = Value::String("${HOME}/${NOPE:-d}".into());
+        let loaded = load_value(&v).unwrap();
+        assert_eq!(loaded.config.env["PLACE"], "/home/x/d");
+    }
+
+    #[test]
+    fn bad_json_says_where() {
+        let err = load_str("{\"name\": ", Path::new("/x.json"), &no_env).unwrap_err().to_string();
+        assert!(err.starts_with("/x.json: not valid JSON"), "{err}");
+        assert!(err.contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn semantic_errors_name_their_path() {
+        let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+            ("variants[0].launcher", Box::new(|v| v["variants"][0]["launcher"] = "nope".into()), "unknown launcher"),
+            ("variants[0].ranks", Box::new(|v| v["variants"][0]["ranks"] = 999.into()), "capacity"),
+            ("sizes[0]", Box::new(|v| v["sizes"][0] = "1KB".into()), "not a size"),
+            ("collectives[1].name", Box::new(|v| v["collectives"][1]["name"] = v["collectives"][0]["name"].clone()), "duplicate"),
+            ("collectives[0].name", Box::new(|v| v["collectives"][0]["name"] = "All::Reduce".into()), "not a usable name"),
+            ("library.steps[0].argv[0]", Box::new(|v| v["library"]["steps"][0]["argv"][0] = "{ranks}".into()), "unknown placeholder"),
+            ("timeouts.overrides[0].size", Box::new(|v| v["timeouts"]["overrides"] = serde_json::json!([{"size": "7T", "seconds": 1}])), "names no size"),
+            ("launchers.threads", Box::new(|v| v["launchers"]["threads"]["args"] = serde_json::json!(["x"])), "direct launcher"),
+        ];
+        for (path, edit, needle) in cases {
+            let mut v = default_value();
+            edit(&mut v);
+            let err = load_value(&v).unwrap_err().to_string();
+            assert!(err.contains(&format!(": {path}: ")), "expected path {path} in: {err}");
+            assert!(err.contains(needle), "expected {needle:?} in: {err}");
+        }
+    }
+
+    #[test]
+    fn missing_field_is_reported_at_its_parent() {
+        let mut v = default_value();
+        v.as_object_mut().unwrap().remove("capacity");
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(err.contains("missing field `capacity`"), "{err}");
+    }
+
+    #[test]
+    fn timeout_rules_match_by_each_given_field() {
+        let rule = TimeoutRule { collective: Some("AllReduce".into()), size: None, variant: Some("mpi".into()), seconds: 9 };
+        assert!(rule.matches("AllReduce", "1K", Some("mpi")));
+        assert!(!rule.matches("AllReduce", "1K", Some("ring")));
+        assert!(!rule.matches("Reduce", "1K", Some("mpi")));
+    }
+}

@@ -1,0 +1,4 @@
+pub mod config;
+pub mod error;
+pub mod expand;
+pub mod template;
