@@ -96,8 +96,11 @@ impl Default for CoverageConfig {
     }
 }
 
+/// Atomic counter updates: with plain increments, threads racing through the
+/// same code lose updates, and because llvm-cov derives some region counts by
+/// subtracting counters, a lost update can mark never-run code as covered.
 fn default_host_flags() -> Vec<String> {
-    vec!["-fprofile-instr-generate".into(), "-fcoverage-mapping".into()]
+    vec!["-fprofile-instr-generate".into(), "-fcoverage-mapping".into(), "-fprofile-update=atomic".into()]
 }
 
 fn default_profile_pattern() -> String {
@@ -342,7 +345,7 @@ pub struct LoadedConfig {
 impl LoadedConfig {
     pub fn resolve(&self, path: &str) -> PathBuf {
         let p = Path::new(path);
-        if p.is_absolute() { p.to_path_buf() } else { self.dir.join(p) }
+        crate::workspace::normalize(&if p.is_absolute() { p.to_path_buf() } else { self.dir.join(p) })
     }
 
     pub fn library_src(&self) -> PathBuf {

@@ -1,0 +1,21 @@
+//! The harness without cargo: `ccl-coverage collectives [libtest args]` and
+//! `ccl-coverage report [libtest args]` run exactly what the `collectives` and
+//! `coverage_report` test binaries run. For machines that have the checkout
+//! but no Rust toolchain, and for the crate's own end-to-end tests.
+
+use libtest_mimic::Arguments;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut args: Vec<String> = std::env::args().collect();
+    let command = if args.len() > 1 { args.remove(1) } else { String::new() };
+    // What remains is `ccl-coverage [libtest args]`, as libtest-mimic expects.
+    match command.as_str() {
+        "collectives" => ccl_coverage::harness::collectives::main_with(Arguments::from_iter(args)),
+        "report" => ccl_coverage::harness::report::main_with(Arguments::from_iter(args)),
+        _ => {
+            eprintln!("usage: ccl-coverage <collectives|report> [libtest arguments, e.g. --list, --exact NAME]");
+            ExitCode::from(2)
+        }
+    }
+}

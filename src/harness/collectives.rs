@@ -1,0 +1,197 @@
+//! `cargo test --test collectives`: one libtest-mimic trial per planned trial.
+//! The build is a shared fixture: the first trial that needs it builds (or
+//! reuses) it, every other trial waits for it, and a failed build fails every
+//! trial with the build's own error.
+
+use crate::context::Context;
+use crate::error::Error;
+use crate::fixture::{self, BuildManifest, BuildPlan};
+use crate::launch;
+use crate::outcome;
+use crate::perf;
+use crate::plan::{self, TrialSpec};
+use crate::process::{indent_tail, TAIL_LINES};
+use crate::results::{self, RunInfo, TrialResult};
+use crate::run::{self, Ending};
+use crate::slots::Slots;
+use crate::workspace::Area;
+use libtest_mimic::{Arguments, Failed, Trial};
+use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+const HEARTBEAT: Duration = Duration::from_secs(60);
+
+struct Shared {
+    ctx: Context,
+    run_id: String,
+    fixture: OnceLock<Result<BuildManifest, Error>>,
+    info: OnceLock<RunInfo>,
+}
+
+pub fn main() -> ExitCode {
+    main_with(Arguments::from_args())
+}
+
+pub fn main_with(args: Arguments) -> ExitCode {
+    let ctx = match Context::from_env() {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("ccl-coverage: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let specs = plan::plan(ctx.config());
+    if ctx.dry_run && !args.list {
+        return super::dry_run::print(&ctx, &specs, &args);
+    }
+    let shared = Arc::new(Shared {
+        run_id: format!("{}-{}", results::now(), std::process::id()),
+        ctx,
+        fixture: OnceLock::new(),
+        info: OnceLock::new(),
+    });
+    let trials = specs
+        .into_iter()
+        .map(|spec| {
+            let shared = shared.clone();
+            let ignored = spec.ignored;
+            Trial::test(spec.name.clone(), move || shared.run_trial(&spec)).with_ignored_flag(ignored)
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit_code()
+}
+
+impl Shared {
+    fn fixture(&self) -> Result<&BuildManifest, Failed> {
+        let built = self.fixture.get_or_init(|| {
+            // A panic must not leave the other trials without an answer.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare_fixture()))
+                .unwrap_or_else(|p| Err(Error::new(format!("the build panicked: {}", panic_text(&*p)))))
+        });
+        built.as_ref().map_err(|e| Failed::from(format!("the shared build failed, so this trial did not run:\n{e}")))
+    }
+
+    fn prepare_fixture(&self) -> Result<BuildManifest, Error> {
+        let ctx = &self.ctx;
+        eprintln!(
+            "ccl-coverage: config {} ({}), workspace {}",
+            ctx.config().name,
+            ctx.loaded.path.display(),
+            ctx.workspace.root().display()
+        );
+        let plan = BuildPlan::new(ctx)?;
+        eprintln!("ccl-coverage: device coverage: {}", plan.device.summary());
+        let manifest = plan.build(ctx)?;
+        fixture::adopt(&ctx.workspace, &manifest)?;
+        Ok(manifest)
+    }
+
+    fn run_info(&self) -> &RunInfo {
+        self.info.get_or_init(|| RunInfo {
+            config_path: self.ctx.loaded.path.clone(),
+            description: self.ctx.config().description.clone(),
+            host: results::hostname(),
+            library_git_sha: git_sha(&self.ctx.loaded.library_src()),
+            planned: plan::names(self.ctx.config()),
+        })
+    }
+
+    fn run_trial(&self, spec: &TrialSpec) -> Result<(), Failed> {
+        let manifest = self.fixture()?;
+        let ctx = &self.ctx;
+        let ws = &ctx.workspace;
+        let fail = |e: Error| Failed::from(e.to_string());
+        let slots = Slots::new(ctx.state_dir.join("slots"), ctx.config().capacity);
+        let _slots = slots.acquire(spec.ranks).map_err(fail)?;
+
+        // Old raw profiles of this trial would be merged with the new ones.
+        let profile_dir = ws.trial_profiles(&spec.slug);
+        ws.clear(Area::Profiles, &profile_dir).map_err(fail)?;
+        ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug)).map_err(fail)?;
+        let launch = launch::prepare(ctx, manifest, spec, &profile_dir).map_err(fail)?;
+        let log = ws.trial_log(&spec.slug);
+        std::fs::write(&log, format!("$ {}\n", launch.cmd.display()))
+            .map_err(|e| Failed::from(format!("cannot write {}: {e}", log.display())))?;
+        let started_at = results::now();
+        let finished = run::run(&launch, &log, HEARTBEAT, &|elapsed| {
+            eprintln!(
+                "ccl-coverage: {} still running after {}s (timeout {}s)",
+                spec.name,
+                elapsed.as_secs(),
+                launch.timeout.as_secs()
+            );
+        })
+        .map_err(fail)?;
+        let output = std::fs::read_to_string(&log).unwrap_or_default();
+        let perf = perf::parse(&output);
+        let verdict = outcome::judge(&finished, &perf, launch.timeout);
+        let (exit_code, signal) = match &finished.ending {
+            Ending::Exited(s) => {
+                use std::os::unix::process::ExitStatusExt;
+                (s.code(), s.signal())
+            }
+            Ending::TimedOut { .. } => (None, None),
+        };
+        let config = ctx.config();
+        let result = TrialResult {
+            trial: spec.name.clone(),
+            slug: spec.slug.clone(),
+            collective: spec.collective(config).name.clone(),
+            size: spec.size.clone(),
+            variant: spec.variant(config).map(|v| v.name.clone()),
+            build_id: manifest.build_id.clone(),
+            run_id: self.run_id.clone(),
+            status: verdict.status,
+            reason: verdict.reason.clone(),
+            exit_code,
+            signal,
+            started_at,
+            duration_s: finished.duration.as_secs_f64(),
+            timeout_s: launch.timeout.as_secs(),
+            launcher: spec.launcher.clone(),
+            ranks: spec.ranks,
+            command: launch.cmd.display(),
+            log: log.clone(),
+            profile_dir: profile_dir.clone(),
+            profiles: count_profiles(&profile_dir),
+            leftovers: finished.leftovers,
+            perf,
+        };
+        result.write(ws).map_err(fail)?;
+        results::write_run(ws, manifest, self.run_info()).map_err(fail)?;
+        if verdict.status == outcome::Status::Passed {
+            return Ok(());
+        }
+        Err(Failed::from(format!(
+            "{}: {}\ncommand: {}\nlog: {}\nlast lines of the log:\n{}",
+            verdict.status.as_str(),
+            verdict.reason,
+            launch.cmd.display(),
+            log.display(),
+            indent_tail(&output, TAIL_LINES)
+        )))
+    }
+}
+
+fn count_profiles(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "profraw")).count())
+        .unwrap_or(0)
+}
+
+fn git_sha(dir: &std::path::Path) -> Option<String> {
+    crate::process::Cmd::new("git")
+        .args(["-C", &dir.display().to_string(), "rev-parse", "HEAD"])
+        .read()
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "(no message)".into())
+}

@@ -1,0 +1,122 @@
+//! The verdict of a trial, from its exit **and** its output. Upstream trusts
+//! the exit code alone; a perf binary that reports wrong data but exits 0
+//! (older nccl-tests did) must still fail, and a run that stops before its
+//! summary line did not test what it was asked to.
+
+use crate::perf::PerfReport;
+use crate::process::describe_status;
+use crate::run::{Ending, Finished};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Status {
+    Passed,
+    Failed,
+    Timeout,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Passed => "PASSED",
+            Status::Failed => "FAILED",
+            Status::Timeout => "TIMEOUT",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub status: Status,
+    /// Why it did not pass; empty when it passed.
+    pub reason: String,
+}
+
+pub fn judge(finished: &Finished, perf: &PerfReport, timeout: Duration) -> Verdict {
+    let fail = |reason: String| Verdict { status: Status::Failed, reason };
+    let wrong_data = || match &perf.out_of_bounds {
+        Some(oob) if !oob.ok || oob.count > 0 => Some(format!("# Out of bounds values : {} FAILED", oob.count)),
+        _ if perf.wrong_rows() > 0 => Some(format!("{} result rows have a nonzero #wrong column", perf.wrong_rows())),
+        _ => None,
+    };
+    let status = match &finished.ending {
+        Ending::TimedOut { killed } => {
+            return Verdict {
+                status: Status::Timeout,
+                reason: format!("TIMEOUT after {}s (stopped with {killed})", timeout.as_secs()),
+            };
+        }
+        Ending::Exited(status) => *status,
+    };
+    if !status.success() {
+        let detail = wrong_data().map(|w| format!(": {w}")).unwrap_or_default();
+        return fail(format!("{}{detail}", describe_status(status)));
+    }
+    if let Some(wrong) = wrong_data() {
+        return fail(format!("exit status 0, but the output reports wrong results: {wrong}"));
+    }
+    if perf.out_of_bounds.is_none() {
+        return fail("exit status 0, but the output has no `# Out of bounds values` line: the test did not finish its result table".into());
+    }
+    if finished.survivors > 0 {
+        return fail(format!("{} processes of the trial could not be killed", finished.survivors));
+    }
+    Verdict { status: Status::Passed, reason: String::new() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf::parse;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn exited(code: i32) -> Finished {
+        Finished { ending: Ending::Exited(ExitStatusExt::from_raw(code << 8)), duration: Duration::ZERO, leftovers: 0, survivors: 0 }
+    }
+
+    const ROW_OK: &str = "  1024  256  float  sum  -1  1.0  1.0  1.0  0  1.0  1.0  1.0  0\n";
+    const ROW_WRONG: &str = "  1024  256  float  sum  -1  1.0  1.0  1.0  3  1.0  1.0  1.0  0\n";
+
+    #[test]
+    fn clean_run_passes() {
+        let perf = parse(&format!("{ROW_OK}# Out of bounds values : 0 OK\n"));
+        assert_eq!(judge(&exited(0), &perf, Duration::from_secs(1)).status, Status::Passed);
+    }
+
+    #[test]
+    fn wrong_results_fail_even_with_exit_zero() {
+        let perf = parse(&format!("{ROW_WRONG}# Out of bounds values : 3 FAILED\n"));
+        let v = judge(&exited(0), &perf, Duration::from_secs(1));
+        assert_eq!(v.status, Status::Failed);
+        assert!(v.reason.contains("Out of bounds values : 3 FAILED"), "{}", v.reason);
+        // A #wrong column alone is enough.
+        let perf = parse(&format!("{ROW_WRONG}# Out of bounds values : 0 OK\n"));
+        assert!(judge(&exited(0), &perf, Duration::from_secs(1)).reason.contains("#wrong"));
+    }
+
+    #[test]
+    fn nonzero_exit_fails_and_explains() {
+        let perf = parse(&format!("{ROW_WRONG}# Out of bounds values : 3 FAILED\n"));
+        let v = judge(&exited(1), &perf, Duration::from_secs(1));
+        assert_eq!(v.reason, "exit status 1: # Out of bounds values : 3 FAILED");
+        let crash = Finished { ending: Ending::Exited(ExitStatusExt::from_raw(libc::SIGSEGV)), ..exited(0) };
+        assert_eq!(judge(&crash, &PerfReport::default(), Duration::ZERO).reason, "killed by signal 11 (SIGSEGV)");
+    }
+
+    #[test]
+    fn missing_summary_fails() {
+        let v = judge(&exited(0), &parse(ROW_OK), Duration::from_secs(1));
+        assert_eq!(v.status, Status::Failed);
+        assert!(v.reason.contains("no `# Out of bounds values` line"), "{}", v.reason);
+    }
+
+    #[test]
+    fn timeout_is_distinct_from_failure() {
+        let f = Finished { ending: Ending::TimedOut { killed: "SIGKILL" }, ..exited(0) };
+        let v = judge(&f, &PerfReport::default(), Duration::from_secs(30));
+        assert_eq!(v.status, Status::Timeout);
+        assert_eq!(v.reason, "TIMEOUT after 30s (stopped with SIGKILL)");
+    }
+}

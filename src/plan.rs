@@ -1,0 +1,146 @@
+//! The plan: one trial per collective × size × variant, named
+//! `Collective::size[::variant]`. Planning reads only the config, so listing
+//! trials is instant and builds nothing.
+
+use crate::config::{Collective, Config, LauncherConfig, Variant};
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct TrialSpec {
+    /// `Collective::size[::variant]`, as libtest and nextest show it.
+    pub name: String,
+    /// The name as a file name: `Collective.size[.variant]`.
+    pub slug: String,
+    pub collective: usize,
+    pub size: String,
+    pub variant: Option<usize>,
+    pub launcher: String,
+    pub ranks: usize,
+    pub ignored: bool,
+}
+
+impl TrialSpec {
+    pub fn collective<'c>(&self, config: &'c Config) -> &'c Collective {
+        &config.collectives[self.collective]
+    }
+
+    pub fn variant<'c>(&self, config: &'c Config) -> Option<&'c Variant> {
+        self.variant.map(|i| &config.variants[i])
+    }
+
+    pub fn launcher<'c>(&self, config: &'c Config) -> &'c LauncherConfig {
+        &config.launchers[&self.launcher]
+    }
+
+    /// The timeout: the default, then matching `overrides`, then (with device
+    /// coverage on) matching `device_coverage` rules; later rules win.
+    pub fn timeout(&self, config: &Config, device_coverage: bool) -> Duration {
+        let collective = &self.collective(config).name;
+        let variant = self.variant(config).map(|v| v.name.as_str());
+        let device_rules = if device_coverage { &config.timeouts.device_coverage[..] } else { &[] };
+        let seconds = config
+            .timeouts
+            .overrides
+            .iter()
+            .chain(device_rules)
+            .filter(|rule| rule.matches(collective, &self.size, variant))
+            .last()
+            .map_or(config.timeouts.default, |rule| rule.seconds);
+        Duration::from_secs(seconds)
+    }
+}
+
+/// Every trial of the config, in config order (collective, then size, then variant).
+pub fn plan(config: &Config) -> Vec<TrialSpec> {
+    let variants: Vec<Option<usize>> = if config.variants.is_empty() {
+        vec![None]
+    } else {
+        (0..config.variants.len()).map(Some).collect()
+    };
+    let mut trials = Vec::new();
+    for (ci, collective) in config.collectives.iter().enumerate() {
+        for size in &config.sizes {
+            for &vi in &variants {
+                let variant = vi.map(|i| &config.variants[i]);
+                let mut parts = vec![collective.name.as_str(), size.as_str()];
+                if let Some(v) = variant {
+                    parts.push(&v.name);
+                }
+                trials.push(TrialSpec {
+                    name: parts.join("::"),
+                    slug: parts.join("."),
+                    collective: ci,
+                    size: size.clone(),
+                    variant: vi,
+                    launcher: variant
+                        .and_then(|v| v.launcher.clone())
+                        .unwrap_or_else(|| config.launch.launcher.clone()),
+                    ranks: variant.and_then(|v| v.ranks).unwrap_or(config.launch.ranks),
+                    ignored: collective.ignore || variant.is_some_and(|v| v.ignore),
+                });
+            }
+        }
+    }
+    trials
+}
+
+/// The names of every trial of the config, ignored ones included.
+pub fn names(config: &Config) -> std::collections::BTreeSet<String> {
+    plan(config).into_iter().map(|t| t.name).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{TimeoutRule, load_str, DEFAULT_CONFIG_TEXT};
+    use std::path::Path;
+
+    fn local() -> Config {
+        load_str(DEFAULT_CONFIG_TEXT, Path::new("/p/configs/local.json"), &|_| None).unwrap().config
+    }
+
+    #[test]
+    fn names_are_collective_size_variant() {
+        let config = local();
+        let trials = plan(&config);
+        assert_eq!(
+            trials.len(),
+            config.collectives.len() * config.sizes.len() * config.variants.len()
+        );
+        assert_eq!(trials[0].name, "AllReduce::1K::ring");
+        assert_eq!(trials[0].slug, "AllReduce.1K.ring");
+        let mpi = trials.iter().find(|t| t.name == "SendRecv::1M::mpi").unwrap();
+        assert_eq!((mpi.launcher.as_str(), mpi.ranks), ("mpi", 3));
+        assert!(trials.iter().filter(|t| t.ignored).all(|t| t.name.ends_with("::smallchunks")));
+    }
+
+    #[test]
+    fn without_variants_names_have_two_parts() {
+        let mut config = local();
+        config.variants.clear();
+        let trials = plan(&config);
+        assert_eq!(trials[0].name, "AllReduce::1K");
+        assert_eq!(trials[0].launcher, config.launch.launcher);
+    }
+
+    #[test]
+    fn later_and_device_rules_win() {
+        let mut config = local();
+        let rule = |collective: Option<&str>, size: Option<&str>, seconds| TimeoutRule {
+            collective: collective.map(Into::into),
+            size: size.map(Into::into),
+            variant: None,
+            seconds,
+        };
+        config.timeouts.overrides = vec![rule(Some("AllReduce"), None, 50), rule(None, Some("1M"), 70)];
+        config.timeouts.device_coverage = vec![rule(Some("AllReduce"), Some("1M"), 1800)];
+        let trials = plan(&config);
+        let get = |name: &str| trials.iter().find(|t| t.name == name).unwrap();
+        let secs = |name: &str, device| get(name).timeout(&config, device).as_secs();
+        assert_eq!(secs("Reduce::1K::ring", false), config.timeouts.default);
+        assert_eq!(secs("AllReduce::1K::ring", false), 50);
+        assert_eq!(secs("AllReduce::1M::ring", false), 70);
+        assert_eq!(secs("AllReduce::1M::ring", true), 1800);
+        assert_eq!(secs("Reduce::1M::ring", true), 70);
+    }
+}

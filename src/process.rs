@@ -1,0 +1,276 @@
+//! Every external command goes through [`Cmd`]: an argv vector (never a shell
+//! string), an environment delta and a working directory. A failure always
+//! reports the full command line and what the command printed.
+
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Default)]
+pub struct Cmd {
+    program: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    env_remove: Vec<String>,
+    cwd: Option<PathBuf>,
+}
+
+/// How many trailing lines of output a failure message shows.
+pub const TAIL_LINES: usize = 30;
+
+impl Cmd {
+    pub fn new(program: impl Into<String>) -> Self {
+        Cmd { program: program.into(), ..Default::default() }
+    }
+
+    /// A command from an argv vector; `None` if it is empty.
+    pub fn from_argv(argv: &[String]) -> Option<Self> {
+        let (program, args) = argv.split_first()?;
+        Some(Cmd::new(program.clone()).args(args.iter().cloned()))
+    }
+
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    pub fn args(mut self, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn envs(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.env.extend(vars);
+        self
+    }
+
+    pub fn env_remove(mut self, key: impl Into<String>) -> Self {
+        self.env_remove.push(key.into());
+        self
+    }
+
+    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    pub fn program(&self) -> &str {
+        &self.program
+    }
+
+    pub fn get_args(&self) -> &[String] {
+        &self.args
+    }
+
+    pub fn get_env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
+    pub fn get_env_remove(&self) -> &[String] {
+        &self.env_remove
+    }
+
+    pub fn get_cwd(&self) -> Option<&Path> {
+        self.cwd.as_deref()
+    }
+
+    pub fn argv(&self) -> Vec<String> {
+        std::iter::once(self.program.clone()).chain(self.args.iter().cloned()).collect()
+    }
+
+    /// The command as a shell line a person can paste: `cd DIR && K=V prog args`.
+    pub fn display(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(dir) = &self.cwd {
+            parts.push(format!("cd {} &&", shell_quote(&dir.display().to_string())));
+        }
+        if !self.env_remove.is_empty() {
+            parts.push("env".into());
+            parts.extend(self.env_remove.iter().map(|k| format!("-u {}", shell_quote(k))));
+        }
+        for (k, v) in &self.env {
+            parts.push(format!("{k}={}", shell_quote(v)));
+        }
+        parts.extend(self.argv().iter().map(|a| shell_quote(a)));
+        parts.join(" ")
+    }
+
+    fn expression(&self) -> duct::Expression {
+        let mut expr = duct::cmd(&self.program, &self.args);
+        for (k, v) in &self.env {
+            expr = expr.env(k, v);
+        }
+        for k in &self.env_remove {
+            expr = expr.env_remove(k);
+        }
+        if let Some(dir) = &self.cwd {
+            expr = expr.dir(dir);
+        }
+        expr.stdin_null()
+    }
+
+    /// Runs to completion and returns stdout; stderr goes into the error.
+    pub fn read(&self) -> Result<String> {
+        let output = self
+            .expression()
+            .stdout_capture()
+            .stderr_capture()
+            .unchecked()
+            .run()
+            .map_err(|e| self.cannot_start(e))?;
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        if output.status.success() {
+            return Ok(stdout);
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        Err(Error::new(format!(
+            "command failed ({}): {}\n{}",
+            describe_status(output.status),
+            self.display(),
+            indent_tail(if stderr.trim().is_empty() { &stdout } else { &stderr }, TAIL_LINES)
+        )))
+    }
+
+    /// Runs to completion with stdout and stderr appended to `log`.
+    pub fn run_logged(&self, log: &Path) -> Result<()> {
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| Error::new(format!("cannot open log {}: {e}", log.display())))?;
+        let status = self
+            .expression()
+            .stdout_file(file.try_clone().map_err(|e| Error::new(e.to_string()))?)
+            .stderr_file(file)
+            .unchecked()
+            .run()
+            .map_err(|e| self.cannot_start(e))?
+            .status;
+        if status.success() {
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        Err(Error::new(format!(
+            "command failed ({}): {}\nlast lines of {}:\n{}",
+            describe_status(status),
+            self.display(),
+            log.display(),
+            indent_tail(&text, TAIL_LINES)
+        )))
+    }
+
+    fn cannot_start(&self, e: std::io::Error) -> Error {
+        let hint = if e.kind() == std::io::ErrorKind::NotFound {
+            format!(" ({} is not installed or not on PATH)", self.program)
+        } else {
+            String::new()
+        };
+        Error::new(format!("cannot run {}: {e}{hint}", self.display()))
+    }
+}
+
+/// `exit status 3`, `killed by signal 9 (SIGKILL)`.
+pub fn describe_status(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig} ({})", signal_name(sig)),
+        _ => "unknown status".into(),
+    }
+}
+
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+/// The last `n` lines of `text`, indented so they read as quoted output.
+pub fn indent_tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(n);
+    let mut out: Vec<String> = Vec::new();
+    if start > 0 {
+        out.push(format!("    ... ({start} earlier lines)"));
+    }
+    out.extend(lines[start..].iter().map(|l| format!("    {l}")));
+    if out.is_empty() {
+        out.push("    (no output)".into());
+    }
+    out.join("\n")
+}
+
+/// Quotes one argument for a POSIX shell, only when it needs it.
+pub fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%^".contains(&b));
+    if plain { arg.to_string() } else { format!("'{}'", arg.replace('\'', r"'\''")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_quotes_only_what_needs_it() {
+        let cmd = Cmd::new("mpirun")
+            .args(["-np", "4", "it's here", "a b"])
+            .env("A", "x y")
+            .env_remove("__LLVM_PROFILE_RT_INIT_ONCE")
+            .cwd("/w d");
+        assert_eq!(
+            cmd.display(),
+            "cd '/w d' && env -u __LLVM_PROFILE_RT_INIT_ONCE A='x y' mpirun -np 4 'it'\\''s here' 'a b'"
+        );
+    }
+
+    #[test]
+    fn failure_reports_command_status_and_stderr() {
+        let err = Cmd::new("sh").args(["-c", "echo out; echo boom >&2; exit 3"]).read().unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("exit status 3"), "{msg}");
+        assert!(msg.contains("sh -c 'echo out; echo boom >&2; exit 3'"), "{msg}");
+        assert!(msg.contains("boom"), "{msg}");
+    }
+
+    #[test]
+    fn missing_program_says_so() {
+        let msg = Cmd::new("ccl-coverage-no-such-tool").read().unwrap_err().to_string();
+        assert!(msg.contains("not installed or not on PATH"), "{msg}");
+    }
+
+    #[test]
+    fn logged_failure_shows_log_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("step.log");
+        let err = Cmd::new("sh").args(["-c", "for i in $(seq 100); do echo line$i; done; exit 1"]).run_logged(&log).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("line100") && !msg.contains("line50\n"), "{msg}");
+        assert!(msg.contains("earlier lines"), "{msg}");
+        assert!(msg.contains(&log.display().to_string()), "{msg}");
+    }
+
+    #[test]
+    fn env_and_cwd_reach_the_child() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Cmd::new("sh").args(["-c", "echo $CCL_X; pwd"]).env("CCL_X", "v a l").cwd(dir.path()).read().unwrap();
+        let canon = dir.path().canonicalize().unwrap();
+        assert_eq!(out, format!("v a l\n{}\n", canon.display()));
+    }
+}

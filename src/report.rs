@@ -1,0 +1,222 @@
+//! Coverage reports with `llvm-cov`, over exactly the objects the build
+//! manifest lists as instrumented (found by their coverage-mapping sections),
+//! and the normalised summary that is snapshot-checked.
+
+use crate::bail;
+use crate::error::{Error, Result};
+use crate::fixture::BuildManifest;
+use crate::process::Cmd;
+use crate::workspace;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+/// What every llvm-cov invocation of one report shares.
+#[derive(Debug, Clone)]
+pub struct ReportInputs {
+    pub llvm_cov: PathBuf,
+    pub cxxfilt: Option<PathBuf>,
+    pub profdata: PathBuf,
+    pub objects: Vec<PathBuf>,
+    /// Joined into one `-ignore-filename-regex`.
+    pub ignore: Vec<String>,
+    pub title: String,
+}
+
+impl ReportInputs {
+    pub fn new(manifest: &BuildManifest, profdata: PathBuf, ignore: Vec<String>, title: String) -> Result<Self> {
+        let objects = manifest.instrumented_objects();
+        if objects.is_empty() {
+            bail!("the build manifest lists no instrumented object; nothing to report on");
+        }
+        for object in &objects {
+            if !object.is_file() {
+                bail!("instrumented object {} is gone; rebuild with `cargo test --test collectives`", object.display());
+            }
+        }
+        Ok(ReportInputs {
+            llvm_cov: manifest.toolchain.llvm_cov.path.clone(),
+            cxxfilt: manifest.toolchain.cxxfilt(),
+            profdata,
+            objects,
+            ignore,
+            title,
+        })
+    }
+
+    /// `llvm-cov <subcommand> -instr-profile=P <obj0> -object <obj1> ... [-ignore-filename-regex=R]`.
+    fn cmd(&self, subcommand: &str) -> Cmd {
+        let mut cmd = Cmd::new(self.llvm_cov.display().to_string())
+            .arg(subcommand)
+            .arg(format!("-instr-profile={}", self.profdata.display()));
+        for (i, object) in self.objects.iter().enumerate() {
+            if i > 0 {
+                cmd = cmd.arg("-object");
+            }
+            cmd = cmd.arg(object.display().to_string());
+        }
+        if !self.ignore.is_empty() {
+            cmd = cmd.arg(format!("-ignore-filename-regex={}", self.ignore.join("|")));
+        }
+        cmd
+    }
+
+    /// `llvm-cov export -summary-only`: the machine-readable totals.
+    pub fn summary_json(&self, out: &Path) -> Result<String> {
+        let text = self.cmd("export").arg("-summary-only").read()?;
+        workspace::write_atomic(out, text.as_bytes())?;
+        Ok(text)
+    }
+
+    pub fn lcov(&self, out: &Path) -> Result<()> {
+        let text = self.cmd("export").arg("-format=lcov").read()?;
+        workspace::write_atomic(out, text.as_bytes())
+    }
+
+    pub fn text(&self, out: &Path) -> Result<()> {
+        let mut cmd = self.cmd("report").arg("-show-region-summary").arg("-show-branch-summary");
+        if let Some(filt) = &self.cxxfilt {
+            cmd = cmd.arg(format!("-Xdemangler={}", filt.display()));
+        }
+        let text = cmd.read()?;
+        workspace::write_atomic(out, text.as_bytes())
+    }
+
+    pub fn html(&self, out_dir: &Path) -> Result<PathBuf> {
+        let mut cmd = self
+            .cmd("show")
+            .arg("-format=html")
+            .arg(format!("-output-dir={}", out_dir.display()))
+            .arg(format!("-project-title={}", self.title))
+            .arg("-show-line-counts-or-regions")
+            .arg("-show-branches=count");
+        if let Some(filt) = &self.cxxfilt {
+            cmd = cmd.arg(format!("-Xdemangler={}", filt.display()));
+        }
+        cmd.read()?;
+        let index = out_dir.join("index.html");
+        if !index.is_file() {
+            bail!("llvm-cov show finished but wrote no {}", index.display());
+        }
+        Ok(index)
+    }
+}
+
+#[derive(Deserialize)]
+struct Export {
+    data: Vec<ExportData>,
+}
+
+#[derive(Deserialize)]
+struct ExportData {
+    files: Vec<ExportFile>,
+    totals: Counts,
+}
+
+#[derive(Deserialize)]
+struct ExportFile {
+    filename: String,
+    summary: Counts,
+}
+
+#[derive(Deserialize)]
+struct Counts {
+    lines: Metric,
+    functions: Metric,
+    regions: Metric,
+    #[serde(default)]
+    branches: Option<Metric>,
+}
+
+#[derive(Deserialize)]
+struct Metric {
+    count: u64,
+    covered: u64,
+}
+
+impl Counts {
+    fn to_json(&self) -> Value {
+        let m = |m: &Metric| Value::String(format!("{}/{}", m.covered, m.count));
+        json!({
+            "lines": m(&self.lines),
+            "functions": m(&self.functions),
+            "regions": m(&self.regions),
+            "branches": self.branches.as_ref().map_or(Value::Null, m),
+        })
+    }
+}
+
+/// Totals of a summary export, for messages: `(covered, count)` of lines and functions.
+pub fn line_and_function_totals(summary_json: &str) -> Result<((u64, u64), (u64, u64))> {
+    let export: Export = serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
+    let t = &export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?.totals;
+    Ok(((t.lines.covered, t.lines.count), (t.functions.covered, t.functions.count)))
+}
+
+/// The summary made comparable between machines and runs: paths relative to
+/// the source roots, `covered/count` per file and in total.
+pub fn normalize(summary_json: &str, roots: &[&Path]) -> Result<Value> {
+    let export: Export = serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
+    let data = export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?;
+    let mut files = serde_json::Map::new();
+    let mut sorted: Vec<&ExportFile> = data.files.iter().collect();
+    sorted.sort_by(|a, b| a.filename.cmp(&b.filename));
+    for file in sorted {
+        files.insert(relative(&file.filename, roots), file.summary.to_json());
+    }
+    Ok(json!({ "totals": data.totals.to_json(), "files": files }))
+}
+
+fn relative(path: &str, roots: &[&Path]) -> String {
+    let p = Path::new(path);
+    roots
+        .iter()
+        .filter_map(|root| p.strip_prefix(root).ok())
+        .min_by_key(|rel| rel.components().count())
+        .map_or_else(|| path.to_string(), |rel| rel.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXPORT: &str = r#"{"data":[{"files":[
+        {"filename":"/src/fixtures/ccl/src/init.cc","summary":{"lines":{"count":10,"covered":7,"percent":70},"functions":{"count":2,"covered":2,"percent":100},"instantiations":{"count":2,"covered":2,"percent":100},"regions":{"count":5,"covered":4,"percent":80},"branches":{"count":4,"covered":1,"percent":25}}},
+        {"filename":"/elsewhere/gen.cc","summary":{"lines":{"count":1,"covered":0,"percent":0},"functions":{"count":1,"covered":0,"percent":0},"instantiations":{"count":1,"covered":0,"percent":0},"regions":{"count":1,"covered":0,"percent":0},"branches":{"count":0,"covered":0,"percent":0}}}],
+        "totals":{"lines":{"count":11,"covered":7,"percent":63},"functions":{"count":3,"covered":2,"percent":66},"instantiations":{"count":3,"covered":2,"percent":66},"regions":{"count":6,"covered":4,"percent":66},"branches":{"count":4,"covered":1,"percent":25}}}],
+        "type":"llvm.coverage.json.export","version":"3.0.1"}"#;
+
+    #[test]
+    fn normalize_makes_paths_relative_and_counts_compact() {
+        let v = normalize(EXPORT, &[Path::new("/src/fixtures"), Path::new("/src")]).unwrap();
+        assert_eq!(v["totals"]["lines"], "7/11");
+        assert_eq!(v["files"]["ccl/src/init.cc"]["branches"], "1/4");
+        assert_eq!(v["files"]["/elsewhere/gen.cc"]["functions"], "0/1");
+        let ((lc, ln), (fc, fn_)) = line_and_function_totals(EXPORT).unwrap();
+        assert_eq!((lc, ln, fc, fn_), (7, 11, 2, 3));
+    }
+
+    #[test]
+    fn objects_after_the_first_use_dash_object() {
+        let inputs = ReportInputs {
+            llvm_cov: "/llvm/bin/llvm-cov".into(),
+            cxxfilt: None,
+            profdata: "/ws/report/coverage.profdata".into(),
+            objects: vec!["/b/libccl.so".into(), "/b/libccl-tuner.so".into()],
+            ignore: vec!["^/usr/".into(), "tmpxft_".into()],
+            title: "t".into(),
+        };
+        assert_eq!(
+            inputs.cmd("export").argv(),
+            [
+                "/llvm/bin/llvm-cov",
+                "export",
+                "-instr-profile=/ws/report/coverage.profdata",
+                "/b/libccl.so",
+                "-object",
+                "/b/libccl-tuner.so",
+                "-ignore-filename-regex=^/usr/|tmpxft_"
+            ]
+        );
+    }
+}

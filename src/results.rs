@@ -1,0 +1,177 @@
+//! Run results: one JSON record per trial, plus `run.json` and `junit.xml`
+//! regenerated after every trial, so they exist even if the run is
+//! interrupted or the coverage report later fails (upstream exits before
+//! writing its results when coverage fails).
+
+use crate::error::{Error, Result};
+use crate::fixture::BuildManifest;
+use crate::outcome::Status;
+use crate::perf::PerfReport;
+use crate::workspace::{self, Workspace};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrialResult {
+    pub trial: String,
+    pub slug: String,
+    pub collective: String,
+    pub size: String,
+    pub variant: Option<String>,
+    pub build_id: String,
+    pub run_id: String,
+    pub status: Status,
+    pub reason: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub started_at: String,
+    pub duration_s: f64,
+    pub timeout_s: u64,
+    pub launcher: String,
+    pub ranks: usize,
+    pub command: String,
+    pub log: PathBuf,
+    pub profile_dir: PathBuf,
+    /// Raw profiles the trial left.
+    pub profiles: usize,
+    /// Processes still alive after the trial's main process exited.
+    pub leftovers: usize,
+    pub perf: PerfReport,
+}
+
+impl TrialResult {
+    pub fn write(&self, ws: &Workspace) -> Result<()> {
+        let text = serde_json::to_string_pretty(self).expect("result serializes");
+        workspace::write_atomic(&ws.trial_result(&self.slug), text.as_bytes())
+    }
+}
+
+/// The trial results in the workspace recorded for build `build_id`, of the
+/// trials named in `planned` (results of trials the config no longer has are
+/// left out).
+pub fn load_all(ws: &Workspace, build_id: &str, planned: &BTreeSet<String>) -> Result<Vec<TrialResult>> {
+    let dir = ws.results_dir();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::new(format!("cannot list {}: {e}", dir.display()))),
+    };
+    let mut results = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if !name.ends_with(".json") || name == "run.json" {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        if let Ok(result) = serde_json::from_str::<TrialResult>(&text)
+            && result.build_id == build_id
+            && planned.contains(&result.trial)
+        {
+            results.push(result);
+        }
+    }
+    results.sort_by(|a, b| a.trial.cmp(&b.trial));
+    Ok(results)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Summary {
+    pub total: usize,
+    pub passed: usize,
+    pub failed: usize,
+    pub timeout: usize,
+    pub duration_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub schema_version: u32,
+    pub config: String,
+    pub config_path: PathBuf,
+    pub description: String,
+    pub host: String,
+    pub library_git_sha: Option<String>,
+    pub build: BuildManifest,
+    pub started_at: Option<String>,
+    pub finished_at: String,
+    pub summary: Summary,
+    pub trials: Vec<TrialResult>,
+}
+
+/// Static facts of a run that every rewrite of `run.json` repeats.
+pub struct RunInfo {
+    pub config_path: PathBuf,
+    pub description: String,
+    pub host: String,
+    pub library_git_sha: Option<String>,
+    /// Every trial of the config's plan, ignored ones included.
+    pub planned: BTreeSet<String>,
+}
+
+/// Rewrites `results/run.json` and `results/junit.xml` from the trial records
+/// of the current build, under the workspace lock.
+pub fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result<()> {
+    let lock = File::create(ws.lock_file()).map_err(|e| Error::new(format!("cannot create {}: {e}", ws.lock_file().display())))?;
+    lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", ws.lock_file().display())))?;
+    let trials = load_all(ws, &manifest.build_id, &info.planned)?;
+    let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
+    let record = RunRecord {
+        schema_version: 1,
+        config: manifest.config.clone(),
+        config_path: info.config_path.clone(),
+        description: info.description.clone(),
+        host: info.host.clone(),
+        library_git_sha: info.library_git_sha.clone(),
+        build: manifest.clone(),
+        started_at: trials.iter().map(|t| t.started_at.clone()).min(),
+        finished_at: now(),
+        summary: Summary {
+            total: trials.len(),
+            passed: count(Status::Passed),
+            failed: count(Status::Failed),
+            timeout: count(Status::Timeout),
+            duration_s: trials.iter().map(|t| t.duration_s).sum(),
+        },
+        trials,
+    };
+    let json = serde_json::to_string_pretty(&record).expect("run record serializes");
+    workspace::write_atomic(&ws.results_dir().join("run.json"), json.as_bytes())?;
+    workspace::write_atomic(&ws.results_dir().join("junit.xml"), junit(&record)?.as_bytes())
+}
+
+fn junit(record: &RunRecord) -> Result<String> {
+    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+    let mut suite = TestSuite::new(format!("collectives ({})", record.config));
+    for t in &record.trials {
+        let status = match t.status {
+            Status::Passed => TestCaseStatus::success(),
+            Status::Failed | Status::Timeout => {
+                let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                s.set_type(t.status.as_str()).set_message(t.reason.clone());
+                s.set_description(format!("{}\nlog: {}", t.command, t.log.display()));
+                s
+            }
+        };
+        let mut case = TestCase::new(t.trial.clone(), status);
+        case.set_classname(format!("ccl-coverage.{}", record.config));
+        case.set_time(Duration::from_secs_f64(t.duration_s));
+        suite.add_test_case(case);
+    }
+    let mut report = Report::new("ccl-coverage");
+    report.add_test_suite(suite);
+    report.to_string().map_err(|e| Error::new(format!("cannot write JUnit XML: {e}")))
+}
+
+/// Now as RFC 3339 UTC, to the second.
+pub fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// The host name, for run records.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+}

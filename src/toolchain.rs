@@ -1,0 +1,296 @@
+//! The compiler and the LLVM tools that read what it produced.
+//!
+//! `llvm-profdata` and `llvm-cov` must come from the same LLVM release as the
+//! compiler: raw profiles are read only by their own LLVM version, and
+//! coverage mappings only by the same or newer `llvm-cov`. Debian's
+//! `/usr/bin/llvm-profdata` is LLVM 14, so a bare name from PATH is never
+//! trusted: tools are looked for next to the compiler and every candidate's
+//! version is checked. A miss names every place looked and what was there.
+
+use crate::bail;
+use crate::config::ToolchainConfig;
+use crate::error::{Error, Result};
+use crate::process::Cmd;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Tool {
+    pub path: PathBuf,
+    /// First line of `--version`.
+    pub version: String,
+    pub major: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Toolchain {
+    pub cc: Tool,
+    pub cxx: Tool,
+    /// The LLVM `bin` directory the compiler lives in (symlinks resolved).
+    pub llvm_bin: PathBuf,
+    pub llvm_profdata: Tool,
+    pub llvm_cov: Tool,
+}
+
+type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Resolves the toolchain from `config`, with `CC`, `CXX`, `LLVM_PROFDATA`
+/// and `LLVM_COV` from `env` taking precedence.
+pub fn resolve(config: &ToolchainConfig, env: Lookup) -> Result<Toolchain> {
+    let cxx = compiler("C++ compiler", "CXX", "toolchain.cxx", &config.cxx, env)?;
+    let cc = compiler("C compiler", "CC", "toolchain.cc", &config.cc, env)?;
+    if cc.major != cxx.major {
+        bail!(
+            "the C compiler {} is clang {} but the C++ compiler {} is clang {}; use one LLVM release for both (set CC and CXX together)",
+            cc.path.display(),
+            cc.major,
+            cxx.path.display(),
+            cxx.major
+        );
+    }
+    let llvm_bin = cxx
+        .path
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| cxx.path.parent().map(Path::to_path_buf).unwrap_or_default());
+    let llvm_profdata = llvm_tool("llvm-profdata", "LLVM_PROFDATA", config.llvm_profdata.as_deref(), &cxx, &llvm_bin, env)?;
+    let llvm_cov = llvm_tool("llvm-cov", "LLVM_COV", config.llvm_cov.as_deref(), &cxx, &llvm_bin, env)?;
+    Ok(Toolchain { cc, cxx, llvm_bin, llvm_profdata, llvm_cov })
+}
+
+impl Toolchain {
+    /// `llvm-cxxfilt` from the same LLVM, for demangled reports, if present.
+    pub fn cxxfilt(&self) -> Option<PathBuf> {
+        let path = self.llvm_bin.join("llvm-cxxfilt");
+        path.is_file().then_some(path)
+    }
+}
+
+fn non_empty(env: Lookup, name: &str) -> Option<String> {
+    env(name).filter(|v| !v.is_empty())
+}
+
+fn compiler(what: &str, var: &str, field: &str, configured: &str, env: Lookup) -> Result<Tool> {
+    let (spec, origin) = match non_empty(env, var) {
+        Some(v) => (v, format!("${var}")),
+        None => (configured.to_string(), format!("config {field}")),
+    };
+    let path = find_program(&spec, env).map_err(|why| {
+        Error::new(format!(
+            "{what} {spec:?} (from {origin}) {why}. Install clang (e.g. `apt-get install clang-22 llvm-22 lld-22 libclang-rt-22-dev`) or point {var} / {field} at one"
+        ))
+    })?;
+    let text = Cmd::new(path.display().to_string()).arg("--version").read()?;
+    let first = text.lines().next().unwrap_or_default().to_string();
+    let Some(major) = major_after(&text, "clang version ") else {
+        bail!(
+            "{what} {} (from {origin}) is not clang (`--version` says {first:?}); LLVM source-based coverage needs clang",
+            path.display()
+        );
+    };
+    Ok(Tool { path, version: first, major })
+}
+
+/// A program given as a path, or as a name looked up on PATH.
+fn find_program(spec: &str, env: Lookup) -> std::result::Result<PathBuf, String> {
+    if spec.contains('/') {
+        let path = PathBuf::from(spec);
+        return if is_executable(&path) {
+            Ok(path)
+        } else if path.exists() {
+            Err("is not executable".into())
+        } else {
+            Err("does not exist".into())
+        };
+    }
+    let path_var = env("PATH").unwrap_or_default();
+    which::which_in(spec, Some(path_var), ".").map_err(|_| "is not on PATH".to_string())
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The major version after `marker` (`clang version 22.1.8` → 22).
+fn major_after(text: &str, marker: &str) -> Option<u32> {
+    let start = text.find(marker)? + marker.len();
+    let digits: String = text[start..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// The LLVM version of a tool; LLVM 14's llvm-profdata only answers
+/// `merge --version`.
+fn tool_version(path: &Path) -> Option<(u32, String)> {
+    for args in [&["--version"][..], &["merge", "--version"][..]] {
+        if let Ok(text) = Cmd::new(path.display().to_string()).args(args.iter().copied()).read()
+            && let Some(major) = major_after(&text, "LLVM version ")
+        {
+            let line = text.lines().find(|l| l.contains("LLVM version ")).unwrap_or_default();
+            return Some((major, line.trim().to_string()));
+        }
+    }
+    None
+}
+
+fn llvm_tool(name: &str, var: &str, configured: Option<&str>, cxx: &Tool, llvm_bin: &Path, env: Lookup) -> Result<Tool> {
+    let explicit = non_empty(env, var).map(|v| (v, format!("${var}"))).or_else(|| {
+        configured.map(|c| (c.to_string(), format!("config toolchain.{}", name.replace('-', "_"))))
+    });
+    if let Some((spec, origin)) = explicit {
+        let path = find_program(&spec, env)
+            .map_err(|why| Error::new(format!("{name} {spec:?} (from {origin}) {why}")))?;
+        return match tool_version(&path) {
+            Some((major, version)) if major == cxx.major => Ok(Tool { path, version, major }),
+            Some((major, _)) => bail!(
+                "{name} {} (from {origin}) is LLVM {major}, but the compiler {} is clang {}: profiles and coverage mappings of clang {} need {name} {}. Unset {var} to use the one next to the compiler",
+                path.display(), cxx.path.display(), cxx.major, cxx.major, cxx.major
+            ),
+            None => bail!("{name} {} (from {origin}) did not report an LLVM version", path.display()),
+        };
+    }
+    let mut candidates = vec![llvm_bin.join(name)];
+    if let Some(dir) = cxx.path.parent() {
+        candidates.push(dir.join(name));
+        candidates.push(dir.join(format!("{name}-{}", cxx.major)));
+    }
+    if let Ok(p) = which::which_in(format!("{name}-{}", cxx.major), Some(env("PATH").unwrap_or_default()), ".") {
+        candidates.push(p);
+    }
+    if let Ok(p) = which::which_in(name, Some(env("PATH").unwrap_or_default()), ".") {
+        candidates.push(p);
+    }
+    candidates.dedup();
+    let mut looked = Vec::new();
+    for path in candidates {
+        if !is_executable(&path) {
+            looked.push(format!("{} (missing)", path.display()));
+            continue;
+        }
+        match tool_version(&path) {
+            Some((major, version)) if major == cxx.major => return Ok(Tool { path, version, major }),
+            Some((major, _)) => looked.push(format!("{} (LLVM {major}, not {})", path.display(), cxx.major)),
+            None => looked.push(format!("{} (no LLVM version)", path.display())),
+        }
+    }
+    bail!(
+        "no {name} of LLVM {} found for the compiler {}; looked at: {}. Install llvm-{} or set {var}",
+        cxx.major,
+        cxx.path.display(),
+        looked.join(", "),
+        cxx.major
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A fake tool that prints `output` for any arguments, as the probing logic sees it.
+    fn fake(dir: &Path, name: &str, output: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\ncat <<'EOF'\n{output}\nEOF\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn llvm_dir(root: &Path, major: u32) -> PathBuf {
+        let bin = root.join(format!("llvm-{major}/bin"));
+        std::fs::create_dir_all(&bin).unwrap();
+        for c in ["clang", "clang++"] {
+            fake(&bin, c, &format!("Debian clang version {major}.1.8\nTarget: x86_64-pc-linux-gnu"));
+        }
+        bin
+    }
+
+    fn config(bin: &Path) -> ToolchainConfig {
+        ToolchainConfig {
+            cc: bin.join("clang").display().to_string(),
+            cxx: bin.join("clang++").display().to_string(),
+            llvm_profdata: None,
+            llvm_cov: None,
+        }
+    }
+
+    fn env_of(vars: &[(&str, String)]) -> impl Fn(&str) -> Option<String> + use<> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        move |n| map.get(n).cloned()
+    }
+
+    #[test]
+    fn tools_next_to_the_compiler_win_over_path() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = llvm_dir(root.path(), 22);
+        fake(&bin, "llvm-profdata", "Debian LLVM version 22.1.8");
+        fake(&bin, "llvm-cov", "Debian LLVM version 22.1.8");
+        let old = root.path().join("usr-bin");
+        std::fs::create_dir_all(&old).unwrap();
+        fake(&old, "llvm-profdata", "Debian LLVM version 14.0.6");
+        let env = env_of(&[("PATH", old.display().to_string())]);
+        let tc = resolve(&config(&bin), &env).unwrap();
+        assert_eq!(tc.cxx.major, 22);
+        assert_eq!(tc.llvm_profdata.path, bin.join("llvm-profdata"));
+        assert_eq!(tc.llvm_cov.path, bin.join("llvm-cov"));
+    }
+
+    #[test]
+    fn old_path_tool_is_refused_and_every_place_is_named() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = llvm_dir(root.path(), 22);
+        fake(&bin, "llvm-cov", "LLVM version 22.1.8");
+        let old = root.path().join("usr-bin");
+        std::fs::create_dir_all(&old).unwrap();
+        fake(&old, "llvm-profdata", "Debian LLVM version 14.0.6");
+        let env = env_of(&[("PATH", old.display().to_string())]);
+        let err = resolve(&config(&bin), &env).unwrap_err().to_string();
+        assert!(err.contains("no llvm-profdata of LLVM 22"), "{err}");
+        assert!(err.contains(&format!("{} (missing)", bin.join("llvm-profdata").display())), "{err}");
+        assert!(err.contains("(LLVM 14, not 22)"), "{err}");
+        assert!(err.contains("LLVM_PROFDATA"), "says how to fix: {err}");
+    }
+
+    #[test]
+    fn explicit_override_must_match_the_compiler() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = llvm_dir(root.path(), 22);
+        fake(&bin, "llvm-cov", "LLVM version 22.1.8");
+        let old = fake(root.path(), "llvm-profdata-14", "LLVM version 14.0.6");
+        let env = env_of(&[("LLVM_PROFDATA", old.display().to_string())]);
+        let err = resolve(&config(&bin), &env).unwrap_err().to_string();
+        assert!(err.contains("(from $LLVM_PROFDATA) is LLVM 14"), "{err}");
+        let good = fake(root.path(), "llvm-profdata-22", "LLVM version 22.0.0");
+        let env = env_of(&[("LLVM_PROFDATA", good.display().to_string())]);
+        assert_eq!(resolve(&config(&bin), &env).unwrap().llvm_profdata.path, good);
+    }
+
+    #[test]
+    fn cxx_env_overrides_config_and_gcc_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = llvm_dir(root.path(), 22);
+        let gcc = fake(root.path(), "g++", "g++ (Debian 12.2.0-14) 12.2.0");
+        let env = env_of(&[("CXX", gcc.display().to_string())]);
+        let err = resolve(&config(&bin), &env).unwrap_err().to_string();
+        assert!(err.contains("(from $CXX) is not clang"), "{err}");
+    }
+
+    #[test]
+    fn missing_compiler_names_origin_and_fix() {
+        let cfg = ToolchainConfig { cc: "/nope/clang".into(), cxx: "/nope/clang++".into(), llvm_profdata: None, llvm_cov: None };
+        let err = resolve(&cfg, &|_| None).unwrap_err().to_string();
+        assert!(err.contains("\"/nope/clang++\" (from config toolchain.cxx) does not exist"), "{err}");
+        assert!(err.contains("apt-get install clang-22"), "{err}");
+    }
+
+    #[test]
+    fn mixed_cc_and_cxx_releases_are_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let bin22 = llvm_dir(root.path(), 22);
+        let bin19 = llvm_dir(root.path(), 19);
+        let env = env_of(&[("CC", bin19.join("clang").display().to_string())]);
+        let err = resolve(&config(&bin22), &env).unwrap_err().to_string();
+        assert!(err.contains("is clang 19 but the C++ compiler"), "{err}");
+    }
+}
