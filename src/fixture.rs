@@ -366,6 +366,44 @@ mod tests {
         assert_ne!(hash_tree(root, &["build".into()]).unwrap(), base);
     }
 
+    fn manifest(build_id: &str) -> BuildManifest {
+        let tool = crate::toolchain::Tool { path: "/llvm/bin/clang".into(), version: "clang version 22".into(), major: 22 };
+        BuildManifest {
+            build_id: build_id.into(),
+            config: "t".into(),
+            build_dir: "/b".into(),
+            bin_dir: "/b/bin".into(),
+            library_src: "/src".into(),
+            tests_src: "/src/tests".into(),
+            objects: Vec::new(),
+            toolchain: Toolchain { cc: tool.clone(), cxx: tool.clone(), llvm_bin: "/llvm/bin".into(), llvm_profdata: tool.clone(), llvm_cov: tool },
+            device: DeviceDecision { requested: crate::config::DeviceMode::Auto, enabled: false, reason: "r".into() },
+            coverage_flags: Vec::new(),
+            steps: Vec::new(),
+            built_at: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_new_build_invalidates_profiles_and_reports_of_the_old_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(&dir.path().join("ws")).unwrap();
+        adopt(&ws, &manifest("aaaa")).unwrap();
+        let profile = ws.trial_profiles("T").join("x.profraw");
+        let report = ws.report_dir().join("summary.json");
+        let log = ws.trial_log("T");
+        for file in [&profile, &report, &log] {
+            workspace::create_dir(file.parent().unwrap()).unwrap();
+            std::fs::write(file, "x").unwrap();
+        }
+        adopt(&ws, &manifest("aaaa")).unwrap();
+        assert!(profile.exists() && report.exists(), "same build keeps its profiles");
+        adopt(&ws, &manifest("bbbb")).unwrap();
+        assert!(!profile.exists() && !report.exists(), "profiles of the old build were kept");
+        assert!(log.exists(), "logs are not the harness's to delete");
+        assert_eq!(BuildManifest::read(&ws.build_manifest()).unwrap().build_id, "bbbb");
+    }
+
     #[test]
     fn missing_source_folder_is_an_error() {
         let err = hash_tree(Path::new("/no/such/src"), &[]).unwrap_err().to_string();

@@ -109,7 +109,7 @@ mod tests {
         );
         assert_eq!(trials[0].name, "AllReduce::1K::ring");
         assert_eq!(trials[0].slug, "AllReduce.1K.ring");
-        let mpi = trials.iter().find(|t| t.name == "SendRecv::1M::mpi").unwrap();
+        let mpi = trials.iter().find(|t| t.name == "SendRecv::256K::mpi").unwrap();
         assert_eq!((mpi.launcher.as_str(), mpi.ranks), ("mpi", 3));
         assert!(trials.iter().filter(|t| t.ignored).all(|t| t.name.ends_with("::smallchunks")));
     }
@@ -132,15 +132,15 @@ mod tests {
             variant: None,
             seconds,
         };
-        config.timeouts.overrides = vec![rule(Some("AllReduce"), None, 50), rule(None, Some("1M"), 70)];
-        config.timeouts.device_coverage = vec![rule(Some("AllReduce"), Some("1M"), 1800)];
+        config.timeouts.overrides = vec![rule(Some("AllReduce"), None, 50), rule(None, Some("256K"), 70)];
+        config.timeouts.device_coverage = vec![rule(Some("AllReduce"), Some("256K"), 1800)];
         let trials = plan(&config);
         let get = |name: &str| trials.iter().find(|t| t.name == name).unwrap();
         let secs = |name: &str, device| get(name).timeout(&config, device).as_secs();
         assert_eq!(secs("Reduce::1K::ring", false), config.timeouts.default);
         assert_eq!(secs("AllReduce::1K::ring", false), 50);
-        assert_eq!(secs("AllReduce::1M::ring", false), 70);
-        assert_eq!(secs("AllReduce::1M::ring", true), 1800);
-        assert_eq!(secs("Reduce::1M::ring", true), 70);
+        assert_eq!(secs("AllReduce::256K::ring", false), 70);
+        assert_eq!(secs("AllReduce::256K::ring", true), 1800);
+        assert_eq!(secs("Reduce::256K::ring", true), 70);
     }
 }

@@ -28,6 +28,8 @@ pub struct TrialResult {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub started_at: String,
+    /// Start in milliseconds since the Unix epoch, for ordering trials precisely.
+    pub started_unix_ms: u64,
     pub duration_s: f64,
     pub timeout_s: u64,
     pub launcher: String,
@@ -164,6 +166,10 @@ fn junit(record: &RunRecord) -> Result<String> {
     let mut report = Report::new("ccl-coverage");
     report.add_test_suite(suite);
     report.to_string().map_err(|e| Error::new(format!("cannot write JUnit XML: {e}")))
+}
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Now as RFC 3339 UTC, to the second.

@@ -114,6 +114,7 @@ impl Shared {
         std::fs::write(&log, format!("$ {}\n", launch.cmd.display()))
             .map_err(|e| Failed::from(format!("cannot write {}: {e}", log.display())))?;
         let started_at = results::now();
+        let started_unix_ms = results::unix_ms();
         let finished = run::run(&launch, &log, HEARTBEAT, &|elapsed| {
             eprintln!(
                 "ccl-coverage: {} still running after {}s (timeout {}s)",
@@ -147,6 +148,7 @@ impl Shared {
             exit_code,
             signal,
             started_at,
+            started_unix_ms,
             duration_s: finished.duration.as_secs_f64(),
             timeout_s: launch.timeout.as_secs(),
             launcher: spec.launcher.clone(),

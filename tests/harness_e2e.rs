@@ -1,0 +1,274 @@
+//! End-to-end tests of the harness's own guarantees, through the real
+//! `ccl-coverage` binary, the real instrumented fixture build and real
+//! processes (threads and `mpirun` ranks). Each test works in a temporary
+//! workspace with a config derived from `configs/local.json`; the build is
+//! shared with the main suite through the on-disk cache.
+
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::SystemTime;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    config: PathBuf,
+    ws: PathBuf,
+    /// Extra environment for the harness process.
+    env: Vec<(String, String)>,
+}
+
+/// A config like `configs/local.json` (sources as absolute paths, so the
+/// build key matches the main suite's), edited by `edit`.
+fn setup(edit: impl FnOnce(&mut Value)) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let mut v: Value = serde_json::from_str(&fs::read_to_string(root().join("configs/local.json")).unwrap()).unwrap();
+    v["library"]["source_dir"] = json!(root().join("tests/fixtures").display().to_string());
+    v["tests"]["source_dir"] = json!(root().join("tests/fixtures/ccl-tests").display().to_string());
+    edit(&mut v);
+    let config = dir.path().join("config.json");
+    fs::write(&config, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let ws = dir.path().join("ws");
+    Setup { _dir: dir, config, ws, env: Vec::new() }
+}
+
+fn harness(s: &Setup, subcommand: &str, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
+    cmd.arg(subcommand)
+        .args(args)
+        .env("CCL_COV_CONFIG", &s.config)
+        .env("CCL_COV_WORKSPACE", &s.ws)
+        .env("CARGO_MANIFEST_DIR", root())
+        .env_remove("CCL_COV_DRY_RUN")
+        .env_remove("CCL_COV_DEVICE_COVERAGE")
+        .current_dir(root());
+    for (k, v) in &s.env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn result(s: &Setup, slug: &str) -> Value {
+    let path = s.ws.join("results").join(format!("{slug}.json"));
+    serde_json::from_str(&fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+/// Live processes whose environment mentions `needle` (a workspace path).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let stat = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        if stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')) {
+            continue;
+        }
+        let environ = fs::read(entry.path().join("environ")).unwrap_or_default();
+        if environ.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+            found.push(format!("{name}: {}", fs::read_to_string(entry.path().join("cmdline")).unwrap_or_default().replace('\0', " ")));
+        }
+    }
+    found
+}
+
+fn only(v: &mut Value, collective: &str, sizes: &[&str], variants: Value) {
+    let keep: Vec<Value> = v["collectives"].as_array().unwrap().iter().filter(|c| c["name"] == collective).cloned().collect();
+    v["collectives"] = Value::Array(keep);
+    v["sizes"] = json!(sizes);
+    v["variants"] = variants;
+}
+
+#[test]
+fn hung_ranks_are_killed_within_timeout_and_grace() {
+    let (timeout, grace) = (4.0, 2.0);
+    let s = setup(|v| {
+        only(v, "AllReduce", &["1K"], json!([
+            {"name": "threads", "env": {"CCL_FAULT": "hang-ignore-term", "CCL_FAULT_RANK": "2"}},
+            {"name": "mpi", "launcher": "mpi", "ranks": 3, "env": {"CCL_FAULT": "hang-ignore-term", "CCL_FAULT_RANK": "1"}}
+        ]));
+        v["timeouts"] = json!({"default": timeout as u64, "grace": grace as u64});
+    });
+    let out = harness(&s, "collectives", &["--test-threads", "2"]);
+    let log = text(&out);
+    assert!(!out.status.success(), "hung trials must fail:\n{log}");
+    for slug in ["AllReduce.1K.threads", "AllReduce.1K.mpi"] {
+        let r = result(&s, slug);
+        assert_eq!(r["status"], "TIMEOUT", "{slug}: {r}");
+        let took = r["duration_s"].as_f64().unwrap();
+        // Kill and reap take a moment beyond timeout + grace, never seconds.
+        assert!(took < timeout + grace + 1.5, "{slug} took {took}s for timeout {timeout}s + grace {grace}s");
+    }
+    // A process that ignores SIGTERM needs the SIGKILL after the grace period.
+    assert!(result(&s, "AllReduce.1K.threads")["reason"].as_str().unwrap().contains("stopped with SIGKILL"));
+    assert!(log.contains("TIMEOUT: TIMEOUT after 4s"), "{log}");
+    let survivors = processes_mentioning(&s.ws.display().to_string());
+    assert!(survivors.is_empty(), "processes of the hung trials survive: {survivors:?}");
+}
+
+#[test]
+fn wrong_results_and_crashes_fail_with_the_evidence() {
+    let s = setup(|v| {
+        only(v, "AllGather", &["1K"], json!([
+            {"name": "wrong", "env": {"CCL_FAULT": "wrong", "CCL_FAULT_RANK": "1"}},
+            {"name": "mpiwrong", "launcher": "mpi", "ranks": 3, "env": {"CCL_FAULT": "wrong", "CCL_FAULT_RANK": "2"}},
+            {"name": "crash", "env": {"CCL_FAULT": "crash", "CCL_FAULT_RANK": "0"}}
+        ]));
+    });
+    let out = harness(&s, "collectives", &[]);
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    for slug in ["AllGather.1K.wrong", "AllGather.1K.mpiwrong"] {
+        let r = result(&s, slug);
+        assert_eq!(r["status"], "FAILED", "{r}");
+        assert!(r["reason"].as_str().unwrap().contains("Out of bounds values"), "{r}");
+        assert!(r["perf"]["out_of_bounds"]["count"].as_u64().unwrap() > 0, "{r}");
+    }
+    let crash = result(&s, "AllGather.1K.crash");
+    assert_eq!(crash["status"], "FAILED");
+    assert_eq!(crash["reason"], "killed by signal 11 (SIGSEGV)");
+    // The failure message carries the command, the log path and the log tail.
+    assert!(log.contains("FAILED: exit status 1: # Out of bounds values"), "{log}");
+    assert!(log.contains("command: cd "), "{log}");
+    assert!(log.contains(&format!("log: {}", s.ws.join("logs/AllGather.1K.wrong.log").display())), "{log}");
+    assert!(log.contains("# Collective test concluded: all_gather_perf"), "log tail is shown:\n{log}");
+    let junit = fs::read_to_string(s.ws.join("results/junit.xml")).unwrap();
+    assert!(junit.contains("tests=\"3\"") && junit.contains("failures=\"3\""), "{junit}");
+}
+
+/// Profile files under `profiles/` with their sizes and modification times.
+fn profile_listing(ws: &Path) -> BTreeMap<PathBuf, (u64, SystemTime)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![ws.join("profiles")];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).unwrap().flatten() {
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                out.insert(entry.path(), (meta.len(), meta.modified().unwrap()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn reruns_drop_stale_profiles_and_report_only_keeps_every_profile() {
+    let s = setup(|v| only(v, "Broadcast", &["1K"], json!([{"name": "ring", "env": {"CCL_ALGO": "ring"}}, {"name": "direct", "env": {"CCL_ALGO": "direct"}}])));
+    let trial = ["--exact", "Broadcast::1K::ring"];
+    let first = harness(&s, "collectives", &trial);
+    assert!(first.status.success(), "{}", text(&first));
+    let dir = s.ws.join("profiles/Broadcast.1K.ring");
+    let real = fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+    let stale = dir.join("vm-1-stale.profraw");
+    fs::copy(&real, &stale).unwrap();
+
+    let again = harness(&s, "collectives", &trial);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(!stale.exists(), "a stale profile of the same trial survived the re-run");
+    let fresh = result(&s, "Broadcast.1K.ring")["profiles"].as_u64().unwrap();
+    assert_eq!(fs::read_dir(&dir).unwrap().count() as u64, fresh);
+
+    let before = profile_listing(&s.ws);
+    assert!(!before.is_empty());
+    for _ in 0..2 {
+        let report = harness(&s, "report", &[]);
+        let log = text(&report);
+        assert!(report.status.success(), "{log}");
+        // Only one of two trials ran: the snapshot is skipped, not failed.
+        assert!(log.contains("ignored (partial suite: 1 of 2 trials)"), "{log}");
+    }
+    assert_eq!(profile_listing(&s.ws), before, "report-only changed or deleted a profile");
+    let merged_list = fs::read_to_string(s.ws.join("report/profiles.list")).unwrap();
+    assert!(!merged_list.contains("stale"), "{merged_list}");
+    assert_eq!(merged_list.lines().count() as u64, fresh);
+    for file in ["report/html/index.html", "report/summary.json", "report/coverage.lcov", "report/summary.txt", "results/run.json", "results/junit.xml"] {
+        assert!(s.ws.join(file).is_file(), "{file} missing");
+    }
+}
+
+#[test]
+fn report_without_a_run_says_what_to_run_first() {
+    let s = setup(|_| {});
+    let out = harness(&s, "report", &["--exact", "report::merge"]);
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    assert!(log.contains(&format!("no build recorded in {}", s.ws.display())), "{log}");
+    assert!(log.contains("run `cargo test --test collectives` first"), "{log}");
+}
+
+#[test]
+fn unset_config_variable_is_an_error_not_literal_text() {
+    let s = setup(|v| v["env"]["CCL_E2E"] = json!("${CCL_COV_E2E_SURELY_UNSET}/x"));
+    let out = harness(&s, "collectives", &["--list"]);
+    let log = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    assert!(log.contains(&format!("{}: env.CCL_E2E: environment variable CCL_COV_E2E_SURELY_UNSET is not set", s.config.display())), "{log}");
+}
+
+#[test]
+fn list_is_instant_and_builds_nothing() {
+    let mut s = setup(|_| {});
+    let target = s._dir.path().join("target");
+    s.env.push(("CARGO_TARGET_DIR".into(), target.display().to_string()));
+    let out = harness(&s, "collectives", &["--list"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 56, "{stdout}");
+    assert!(lines.iter().all(|l| l.ends_with(": test") && l.matches("::").count() == 2), "{stdout}");
+    assert!(!target.exists(), "--list created {}", target.display());
+    assert!(!s.ws.exists(), "--list created the workspace");
+    let ignored = harness(&s, "collectives", &["--list", "--ignored"]);
+    assert_eq!(String::from_utf8(ignored.stdout).unwrap().lines().count(), 14);
+    assert!(!target.exists());
+}
+
+#[test]
+fn failed_build_shows_its_own_error_in_every_trial() {
+    let s = setup(|v| {
+        only(v, "AllReduce", &["1K"], json!([{"name": "a"}, {"name": "b"}, {"name": "c"}]));
+        v["library"]["steps"][0]["argv"] = json!(["sh", "-c", "echo the compiler exploded >&2; exit 9"]);
+    });
+    let out = harness(&s, "collectives", &["--test-threads", "3"]);
+    let log = text(&out);
+    assert!(!out.status.success());
+    assert_eq!(log.matches("the shared build failed, so this trial did not run").count(), 3, "{log}");
+    assert_eq!(log.matches("build step \"configure ccl\" failed: command failed (exit status 9)").count(), 3, "{log}");
+    assert!(log.contains("the compiler exploded"), "{log}");
+    assert!(!log.contains("poison"), "{log}");
+}
+
+#[test]
+fn trials_never_exceed_the_rank_capacity() {
+    let s = setup(|v| {
+        only(v, "SendRecv", &["1K", "256K"], json!([
+            {"name": "four", "ranks": 4}, {"name": "three", "ranks": 3}, {"name": "two", "ranks": 2}, {"name": "mpi", "launcher": "mpi", "ranks": 2}
+        ]));
+    });
+    let out = harness(&s, "collectives", &["--test-threads", "8"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let run: Value = serde_json::from_str(&fs::read_to_string(s.ws.join("results/run.json")).unwrap()).unwrap();
+    let trials = run["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 8);
+    let span = |t: &Value| {
+        let start = t["started_unix_ms"].as_u64().unwrap();
+        (start, start + (t["duration_s"].as_f64().unwrap() * 1000.0) as u64, t["ranks"].as_u64().unwrap())
+    };
+    for t in trials {
+        let (start, _, _) = span(t);
+        let busy: u64 = trials.iter().map(span).filter(|&(s0, e0, _)| s0 <= start && start < e0).map(|(_, _, r)| r).sum();
+        assert!(busy <= 4, "{} ranks running at {start} ms: {run}", busy);
+    }
+}
