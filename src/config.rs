@@ -65,12 +65,21 @@ pub struct ToolchainConfig {
     pub cc: String,
     /// C++ compiler; `CXX` overrides it.
     pub cxx: String,
+    /// Tried in order when `cc` / `cxx` do not exist (e.g. `amdclang++`, `hipcc`).
+    #[serde(default)]
+    pub cc_fallbacks: Vec<String>,
+    #[serde(default)]
+    pub cxx_fallbacks: Vec<String>,
     /// Explicit tools; `LLVM_PROFDATA` / `LLVM_COV` override them. When unset the
     /// tools next to the compiler are used.
     #[serde(default)]
     pub llvm_profdata: Option<String>,
     #[serde(default)]
     pub llvm_cov: Option<String>,
+    /// Folders searched for llvm-profdata / llvm-cov after the compiler's own
+    /// and before PATH (a ROCm tree: `lib/llvm/bin`, `llvm/bin`, `bin`).
+    #[serde(default)]
+    pub tool_dirs: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -135,28 +144,65 @@ impl DeviceMode {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceConfig {
     /// `CCL_COV_DEVICE_COVERAGE` overrides it.
     #[serde(default)]
     pub mode: DeviceMode,
-    /// The GPU architecture device code is built for (`gfx942`, `sm_90`);
-    /// none means the library has no device code to instrument.
+    /// The GPU architecture device code is built for: `gfx942` (HIP) or
+    /// `sm_90` (CUDA); none means there is no device code to instrument.
     #[serde(default)]
     pub target: Option<String>,
+    /// The ROCm installation whose version gates AMDGPU device coverage.
+    #[serde(default)]
+    pub rocm_path: Option<String>,
+    /// Whether the build links device code into separate code objects
+    /// (RCCL's `ENABLE_DEVICE_LINKER`); device coverage needs it.
+    #[serde(default = "yes")]
+    pub linker: bool,
+    /// Device code objects for llvm-cov (`*` allowed in the file name), used
+    /// only while device coverage is on and only if they carry coverage mapping.
+    #[serde(default)]
+    pub objects: Vec<String>,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        DeviceConfig { mode: DeviceMode::Auto, target: None, rocm_path: None, linker: true, objects: Vec::new() }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Step {
     pub name: String,
+    /// The command; exactly one of `argv` and `rccl_install`.
+    #[serde(default)]
     pub argv: Vec<String>,
+    /// RCCL's install.sh, with the coverage flags and CMake options the
+    /// harness resolves (see `rccl.rs`).
+    #[serde(default)]
+    pub rccl_install: Option<RcclInstall>,
     #[serde(default)]
     pub env: Env,
     /// Working directory; the build directory when unset.
     #[serde(default)]
     pub cwd: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RcclInstall {
+    pub script: String,
+    #[serde(default)]
+    pub flags: Vec<String>,
+    /// CMake options for `--cmake-options`; one string may hold several,
+    /// quoted as install.sh will see them.
+    #[serde(default)]
+    pub cmake_options: Vec<String>,
+    #[serde(default)]
+    pub jobs: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -171,6 +217,10 @@ pub struct LibraryBuild {
     pub steps: Vec<Step>,
     /// Objects the report covers. Each must carry coverage mapping.
     pub objects: Vec<String>,
+    /// An instrumented build to use instead of building (`{build_dir}`);
+    /// `CCL_COV_BUILD_DIR` overrides it.
+    #[serde(default)]
+    pub existing_build: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -182,6 +232,10 @@ pub struct TestsBuild {
     pub steps: Vec<Step>,
     /// Where the test binaries land.
     pub bin_dir: String,
+    /// Already-built test binaries to use instead of running `steps`;
+    /// `CCL_COV_TESTS_DIR` overrides it.
+    #[serde(default)]
+    pub existing_bin_dir: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -477,8 +531,17 @@ fn check_steps(path: &str, steps: &[Step]) -> Result<(), Invalid> {
     }
     for (i, step) in steps.iter().enumerate() {
         let at = format!("{path}[{i}]");
-        if step.argv.is_empty() {
-            return Err(invalid(format!("{at}.argv"), "expected a non-empty argv (program first)"));
+        match (&step.rccl_install, step.argv.is_empty()) {
+            (None, true) => return Err(invalid(format!("{at}.argv"), "expected a non-empty argv (program first), or rccl_install")),
+            (Some(_), false) => return Err(invalid(at, "expected either argv or rccl_install, not both")),
+            (Some(r), true) => {
+                let texts = std::iter::once((".script".to_string(), r.script.as_str()))
+                    .chain(r.flags.iter().enumerate().map(|(k, f)| (format!(".flags[{k}]"), f.as_str())))
+                    .chain(r.cmake_options.iter().enumerate().map(|(k, o)| (format!(".cmake_options[{k}]"), o.as_str())))
+                    .chain(r.jobs.iter().map(|j| (".jobs".to_string(), j.as_str())));
+                check_templates(&format!("{at}.rccl_install"), texts, BUILD_PLACEHOLDERS)?;
+            }
+            (None, false) => {}
         }
         check_templates(&format!("{at}.argv"), indexed(&step.argv), BUILD_PLACEHOLDERS)?;
         check_templates(&format!("{at}.env"), keyed(&step.env), BUILD_PLACEHOLDERS)?;
@@ -494,6 +557,13 @@ fn validate(c: &Config) -> Result<(), Invalid> {
     if c.capacity == 0 {
         return Err(invalid("capacity", "expected at least 1 rank"));
     }
+    if let Some(target) = &c.coverage.device.target {
+        let known = ["gfx", "sm_", "compute_"].iter().any(|p| target.starts_with(p));
+        if !known {
+            return Err(invalid("coverage.device.target", format!("{target:?} is not a GPU architecture: expected gfx* (AMD) or sm_*/compute_* (NVIDIA)")));
+        }
+    }
+    check_templates("coverage.device.objects", indexed(&c.coverage.device.objects), BUILD_PLACEHOLDERS)?;
     check_steps("library.steps", &c.library.steps)?;
     check_steps("tests.steps", &c.tests.steps)?;
     if c.library.objects.is_empty() {

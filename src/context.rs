@@ -5,6 +5,7 @@
 
 use crate::config::{self, DeviceMode, LoadedConfig};
 use crate::device;
+use crate::bail;
 use crate::error::Result;
 use crate::workspace::Workspace;
 use std::path::{Path, PathBuf};
@@ -19,7 +20,16 @@ pub struct Context {
     /// `target/ccl-coverage`: build cache, rank slots, default workspaces.
     pub state_dir: PathBuf,
     pub device_mode: DeviceMode,
+    /// `CCL_COV_COVERAGE=off` builds and runs without instrumentation (to
+    /// measure what coverage costs); on by default.
+    pub coverage: bool,
     pub dry_run: bool,
+    /// `CCL_COV_BUILD_DIR`: an existing instrumented library build.
+    pub existing_build: Option<PathBuf>,
+    /// `CCL_COV_TESTS_DIR`: existing test binaries.
+    pub existing_tests: Option<PathBuf>,
+    /// `CCL_COV_JOBS`: build parallelism (`{jobs}`); all cores by default.
+    pub jobs: usize,
 }
 
 impl Context {
@@ -44,7 +54,24 @@ impl Context {
         };
         let device_mode = device::requested_mode(&loaded.config.coverage.device, &env)?;
         let dry_run = env("CCL_COV_DRY_RUN").is_some_and(|v| !v.is_empty() && v != "0");
-        Ok(Context { root, loaded, workspace, state_dir, device_mode, dry_run })
+        let coverage = match env("CCL_COV_COVERAGE").unwrap_or_default().to_ascii_lowercase().as_str() {
+            "" | "on" | "1" => true,
+            "off" | "0" => false,
+            other => bail!("CCL_COV_COVERAGE={other:?} is not a switch: expected on or off"),
+        };
+        let dir_env = |var: &str, field: &Option<String>| {
+            env(var).filter(|v| !v.is_empty()).map(|d| absolute(&root, Path::new(&d))).or_else(|| field.as_deref().map(|d| loaded.resolve(d)))
+        };
+        let existing_build = dir_env("CCL_COV_BUILD_DIR", &loaded.config.library.existing_build);
+        let existing_tests = dir_env("CCL_COV_TESTS_DIR", &loaded.config.tests.existing_bin_dir);
+        let jobs = match env("CCL_COV_JOBS").filter(|v| !v.is_empty()) {
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) if n > 0 => n,
+                _ => bail!("CCL_COV_JOBS={v:?} is not a positive number"),
+            },
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        Ok(Context { root, loaded, workspace, state_dir, device_mode, coverage, dry_run, existing_build, existing_tests, jobs })
     }
 
     pub fn config(&self) -> &config::Config {

@@ -1,19 +1,42 @@
 //! Device coverage: AUTO, ON or OFF, resolved once per build into a decision
-//! and the reason for it. AUTO turns device instrumentation on only when every
-//! requirement holds and otherwise falls back to host-only, saying why; ON
-//! turns a blocker into an error that says what to change; OFF never
-//! instruments device code.
+//! and the reason for it.
+//!
+//! The requirements are checked in order and the first that fails is the
+//! blocker: a device target; a device linker (RCCL's `ENABLE_DEVICE_LINKER`);
+//! ROCm 7.15 or newer; a compiler that really instruments device code; the
+//! AMDGPU device profile runtime. CUDA/NVPTX device code is instrumented by no
+//! compiler today. Whether the compiler instruments device code is read from
+//! what it does, not from whether it accepts the flags: clang 19 accepts them
+//! and silently leaves device code alone (design.md §3).
+//!
+//! AUTO falls back to host-only and says why; ON turns a blocker into an
+//! error that says what to change; OFF never instruments device code.
 
 use crate::bail;
 use crate::config::{DeviceConfig, DeviceMode};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::objects;
+use crate::process::Cmd;
+use crate::toolchain::Tool;
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Upstream's gate: AMDGPU device coverage needs ROCm 7.15 or newer.
+pub const MIN_ROCM: (u32, u32, u32) = (7, 15, 0);
+
+/// Where compiler-rt keeps the AMDGPU profile runtime, in the order tried.
+pub const DEVICE_RUNTIME_RELPATHS: [&str; 2] =
+    ["lib/amdgcn-amd-amdhsa/libclang_rt.profile.a", "lib/linux/libclang_rt.profile-amdgcn.a"];
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceDecision {
     pub requested: DeviceMode,
     pub enabled: bool,
     pub reason: String,
+    /// The GPU architecture, when the config names one.
+    pub target: Option<String>,
+    /// The device profile runtime, when device coverage is on.
+    pub runtime: Option<PathBuf>,
 }
 
 impl DeviceDecision {
@@ -22,6 +45,86 @@ impl DeviceDecision {
         let state = if self.enabled { "host+device" } else { "host-only" };
         format!("{state} ({}): {}", self.requested.as_str(), self.reason)
     }
+
+    /// Whether the target is AMDGPU (HIP), where host-only needs the
+    /// `-Xarch_host` flag forms.
+    pub fn is_hip(&self) -> bool {
+        self.target.as_deref().is_some_and(is_amdgpu)
+    }
+}
+
+/// Why device coverage is unavailable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocker {
+    NoTarget,
+    Nvptx { detail: String },
+    LinkerDisabled,
+    RocmUnknown { looked: Vec<PathBuf> },
+    RocmTooOld { rocm: PathBuf, version: String },
+    NotInstrumenting { detail: String },
+    NoRuntime { searched: Vec<PathBuf> },
+}
+
+impl Blocker {
+    pub fn message(&self) -> String {
+        match self {
+            Blocker::NoTarget => "the config has no device target (coverage.device.target)".into(),
+            Blocker::Nvptx { detail } => format!(
+                "CUDA/NVPTX device code cannot be instrumented: {detail}; nvcc has no source-based coverage, so NVIDIA backends are host-only today"
+            ),
+            Blocker::LinkerDisabled => {
+                "the device linker is disabled (coverage.device.linker is false, RCCL's ENABLE_DEVICE_LINKER=OFF)".into()
+            }
+            Blocker::RocmUnknown { looked } => format!(
+                "the ROCm version is unknown: {}",
+                if looked.is_empty() {
+                    "coverage.device.rocm_path is not set".to_string()
+                } else {
+                    format!("none of {} gives one", join(looked))
+                }
+            ),
+            Blocker::RocmTooOld { rocm, version } => format!(
+                "device coverage needs ROCm {}.{} or newer, and {} is ROCm {version}",
+                MIN_ROCM.0,
+                MIN_ROCM.1,
+                rocm.display()
+            ),
+            Blocker::NotInstrumenting { detail } => format!("the compiler does not instrument device code: {detail}"),
+            Blocker::NoRuntime { searched } => {
+                format!("the device profile runtime is missing: searched {}", join(searched))
+            }
+        }
+    }
+
+    /// What to change so that ON works.
+    fn fix(&self) -> &'static str {
+        match self {
+            Blocker::NoTarget => "set coverage.device.target to the GPU architecture (e.g. gfx942)",
+            Blocker::Nvptx { .. } => "there is no fix today; use auto or off for NVIDIA backends",
+            Blocker::LinkerDisabled => "build with the device linker (coverage.device.linker: true)",
+            Blocker::RocmUnknown { .. } | Blocker::RocmTooOld { .. } => {
+                "point coverage.device.rocm_path (ROCM_PATH) at ROCm 7.15 or newer"
+            }
+            Blocker::NotInstrumenting { .. } => {
+                "use the clang of ROCm 7.15 or newer (<rocm>/lib/llvm/bin/clang++) as toolchain.cxx / CXX"
+            }
+            Blocker::NoRuntime { .. } => {
+                "use a compiler whose resource directory ships the AMDGPU profile runtime (ROCm 7.15 or newer)"
+            }
+        }
+    }
+}
+
+fn join(paths: &[PathBuf]) -> String {
+    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+}
+
+fn is_amdgpu(target: &str) -> bool {
+    target.starts_with("gfx")
+}
+
+fn is_nvptx(target: &str) -> bool {
+    target.starts_with("sm_") || target.starts_with("compute_")
 }
 
 /// The mode in force: `CCL_COV_DEVICE_COVERAGE` if set, else the config's.
@@ -35,30 +138,207 @@ pub fn requested_mode(config: &DeviceConfig, env: &dyn Fn(&str) -> Option<String
     }
 }
 
-/// Resolves `requested` against what the config and toolchain allow.
-pub fn decide(requested: DeviceMode, config: &DeviceConfig) -> Result<DeviceDecision> {
-    let blocker = match &config.target {
-        None => Some("the config has no device target (coverage.device.target)".to_string()),
-        Some(_) => None,
-    };
-    let (enabled, reason) = match (requested, blocker) {
-        (DeviceMode::Off, _) => (false, "device coverage is off".to_string()),
-        (DeviceMode::On, Some(blocker)) => bail!(
-            "device coverage is ON (CCL_COV_DEVICE_COVERAGE or coverage.device.mode) but unavailable because {blocker}; set it to auto or off, or fix the cause"
+/// Resolves `requested` against what the config and the compiler `cxx` allow.
+pub fn decide(requested: DeviceMode, config: &DeviceConfig, cxx: &Tool) -> Result<DeviceDecision> {
+    let availability = check(config, cxx)?;
+    let target = config.target.clone();
+    let decision = |enabled, reason: String, runtime| DeviceDecision { requested, enabled, reason, target: target.clone(), runtime };
+    Ok(match (requested, availability) {
+        (DeviceMode::Off, Err(blocker)) => decision(
+            false,
+            format!("off as requested (it would be unavailable anyway: {})", blocker.message()),
+            None,
         ),
-        (_, Some(blocker)) => (false, blocker),
-        (_, None) => (true, "device code is instrumented".to_string()),
+        (DeviceMode::Off, Ok(found)) => {
+            decision(false, format!("off as requested (device coverage is available: {})", found.detail), None)
+        }
+        (DeviceMode::On, Err(blocker)) => bail!(
+            "device coverage is ON (CCL_COV_DEVICE_COVERAGE or coverage.device.mode) but unavailable because {}. To fix: {}; or set CCL_COV_DEVICE_COVERAGE=auto to fall back to host-only coverage",
+            blocker.message(),
+            blocker.fix()
+        ),
+        (DeviceMode::Auto, Err(blocker)) => decision(false, blocker.message(), None),
+        (_, Ok(found)) => decision(true, found.detail, Some(found.runtime)),
+    })
+}
+
+struct Available {
+    runtime: PathBuf,
+    detail: String,
+}
+
+/// The first blocker, or what makes device coverage available. `Err` of the
+/// outer result is a failure to run the probes at all.
+fn check(config: &DeviceConfig, cxx: &Tool) -> Result<std::result::Result<Available, Blocker>> {
+    let Some(target) = config.target.as_deref() else { return Ok(Err(Blocker::NoTarget)) };
+    let scratch = tempfile::tempdir().map_err(|e| Error::new(format!("cannot create a probe folder: {e}")))?;
+    if is_nvptx(target) {
+        let detail = match device_instrumented_in_plan(cxx, "cuda", target, scratch.path()) {
+            Ok(true) => format!("{} instruments {target} device code, but no NVPTX device profile runtime exists", cxx.path.display()),
+            Ok(false) => format!("the nvptx64-nvidia-cuda -cc1 job of {} gets no -fprofile-instrument", cxx.path.display()),
+            Err(e) => format!("{} cannot plan a CUDA compile ({e})", cxx.path.display()),
+        };
+        return Ok(Err(Blocker::Nvptx { detail }));
+    }
+    if !config.linker {
+        return Ok(Err(Blocker::LinkerDisabled));
+    }
+    let Some(rocm) = config.rocm_path.as_deref().map(PathBuf::from) else {
+        return Ok(Err(Blocker::RocmUnknown { looked: Vec::new() }));
     };
-    Ok(DeviceDecision { requested, enabled, reason })
+    match rocm_version(&rocm) {
+        Err(looked) => return Ok(Err(Blocker::RocmUnknown { looked })),
+        Ok(version) if version < MIN_ROCM => {
+            return Ok(Err(Blocker::RocmTooOld { rocm, version: format!("{}.{}.{}", version.0, version.1, version.2) }));
+        }
+        Ok(_) => {}
+    }
+    match device_instrumented_in_plan(cxx, "hip", target, scratch.path()) {
+        Err(e) => return Ok(Err(Blocker::NotInstrumenting { detail: format!("{} rejected the device coverage flags: {e}", cxx.path.display()) })),
+        Ok(false) => {
+            return Ok(Err(Blocker::NotInstrumenting {
+                detail: format!(
+                    "the {target} -cc1 job of {} (clang {}) gets no -fprofile-instrument, so the flags would be accepted and silently ignored",
+                    cxx.path.display(),
+                    cxx.major
+                ),
+            }));
+        }
+        Ok(true) => {}
+    }
+    if let Some(detail) = device_object_not_instrumented(cxx, target, scratch.path())? {
+        return Ok(Err(Blocker::NotInstrumenting { detail }));
+    }
+    let resource_dir = Cmd::new(cxx.path.display().to_string())
+        .args(["--target=amdgcn-amd-amdhsa", "-print-resource-dir"])
+        .read()?;
+    let resource_dir = PathBuf::from(resource_dir.trim());
+    let searched: Vec<PathBuf> = DEVICE_RUNTIME_RELPATHS.iter().map(|rel| resource_dir.join(rel)).collect();
+    match searched.iter().find(|p| p.is_file()) {
+        Some(runtime) => Ok(Ok(Available {
+            runtime: runtime.clone(),
+            detail: format!(
+                "{target} device code is instrumented by {} (clang {}), device profile runtime {}",
+                cxx.path.display(),
+                cxx.major,
+                runtime.display()
+            ),
+        })),
+        None => Ok(Err(Blocker::NoRuntime { searched })),
+    }
+}
+
+/// The ROCm version from `.info/version`, `core/.info/version` or rocm-core's
+/// header; on failure, the files looked at.
+pub fn rocm_version(rocm: &Path) -> std::result::Result<(u32, u32, u32), Vec<PathBuf>> {
+    let files = [rocm.join(".info/version"), rocm.join("core/.info/version"), rocm.join("include/rocm-core/rocm_version.h")];
+    for file in &files {
+        let Ok(text) = std::fs::read_to_string(file) else { continue };
+        let parsed = if file.extension().is_some_and(|e| e == "h") { parse_version_header(&text) } else { parse_dotted(&text) };
+        if let Some(v) = parsed {
+            return Ok(v);
+        }
+    }
+    Err(files.to_vec())
+}
+
+/// `6.2.0-66` → (6, 2, 0).
+fn parse_dotted(text: &str) -> Option<(u32, u32, u32)> {
+    let core: String = text.trim().chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+    let mut parts = core.split('.').map(|p| p.parse::<u32>());
+    Some((parts.next()?.ok()?, parts.next()?.ok()?, parts.next().unwrap_or(Ok(0)).ok()?))
+}
+
+/// `#define ROCM_VERSION_MAJOR 6` and its MINOR/PATCH siblings.
+fn parse_version_header(text: &str) -> Option<(u32, u32, u32)> {
+    let get = |name: &str| {
+        text.lines().find_map(|line| {
+            let mut words = line.split_whitespace();
+            (words.next() == Some("#define") && words.next() == Some(name)).then(|| words.next()?.parse().ok()).flatten()
+        })
+    };
+    Some((get("ROCM_VERSION_MAJOR")?, get("ROCM_VERSION_MINOR")?, get("ROCM_VERSION_PATCH").unwrap_or(0)))
+}
+
+const PROBE_KERNEL: &str = "__attribute__((global)) void ccl_cov_probe(int* p) { if (p) *p = 1; }\n";
+
+/// Asks the compiler for its job plan (`-###`) of an instrumented offload
+/// compile and reports whether the device `-cc1` job gets `-fprofile-instrument`.
+fn device_instrumented_in_plan(cxx: &Tool, language: &str, target: &str, scratch: &Path) -> Result<bool> {
+    let (source, arch_flag, triple, extra): (&str, String, &str, &[&str]) = match language {
+        "cuda" => ("probe.cu", format!("--cuda-gpu-arch={target}"), "nvptx64-nvidia-cuda", &["-nocudainc", "-nocudalib"]),
+        _ => ("probe.hip", format!("--offload-arch={target}"), "amdgcn-amd-amdhsa", &["-nogpulib", "-nogpuinc"]),
+    };
+    let src = scratch.join(source);
+    std::fs::write(&src, PROBE_KERNEL).map_err(|e| Error::new(format!("cannot write {}: {e}", src.display())))?;
+    let plan = Cmd::new(cxx.path.display().to_string())
+        .args(["-x", language, &arch_flag])
+        .args(extra.iter().copied())
+        .args(["-fprofile-instr-generate", "-fcoverage-mapping", "-c", &src.display().to_string(), "-o"])
+        .arg(scratch.join("probe.o").display().to_string())
+        .arg("-###")
+        .read_all()?;
+    Ok(device_job_instrumented(&plan, triple))
+}
+
+/// Whether the `-cc1` job for `triple` in a `-###` plan gets `-fprofile-instrument`.
+pub fn device_job_instrumented(plan: &str, triple: &str) -> bool {
+    plan.lines()
+        .filter(|line| line.contains("\"-cc1\""))
+        .filter(|line| line.contains(&format!("\"-triple\" \"{triple}\"")))
+        .any(|line| line.contains("\"-fprofile-instrument="))
+}
+
+/// Compiles the probe kernel for the device only and checks the object's
+/// sections; `Some(why)` when it carries no coverage.
+fn device_object_not_instrumented(cxx: &Tool, target: &str, scratch: &Path) -> Result<Option<String>> {
+    let src = scratch.join("probe.hip");
+    let out = scratch.join(format!("device-{target}.o"));
+    let compiled = Cmd::new(cxx.path.display().to_string())
+        .args(["-x", "hip", &format!("--offload-arch={target}"), "--offload-device-only", "--no-gpu-bundle-output"])
+        .args(["-nogpulib", "-nogpuinc", "-fprofile-instr-generate", "-fcoverage-mapping", "-c"])
+        .arg(src.display().to_string())
+        .arg("-o")
+        .arg(out.display().to_string())
+        .read();
+    if let Err(e) = compiled {
+        return Ok(Some(format!("a device-only compile of a probe kernel failed: {e}")));
+    }
+    let found = objects::inspect(&out)?;
+    Ok((!found.is_instrumented()).then(|| {
+        format!(
+            "a device-only compile of a probe kernel by {} gave an object without __llvm_covfun/__llvm_prf_cnts",
+            cxx.path.display()
+        )
+    }))
+}
+
+/// The instrumentation flags for the build: as configured when device code
+/// is instrumented (or there is none); for a HIP target on host-only, each
+/// flag in its `-Xarch_host` form so a compiler that would instrument device
+/// code by default (clang 22) really instruments only the host.
+pub fn coverage_flags(host_flags: &[String], decision: &DeviceDecision) -> Vec<String> {
+    if decision.enabled || !decision.is_hip() {
+        return host_flags.to_vec();
+    }
+    host_flags.iter().flat_map(|f| ["-Xarch_host".to_string(), f.clone()]).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn no_device() -> DeviceConfig {
+        DeviceConfig { mode: DeviceMode::Auto, target: None, rocm_path: None, linker: true, objects: Vec::new() }
+    }
+
+    fn tool() -> Tool {
+        Tool { path: "/nonexistent/clang++".into(), version: "clang version 22.1.8".into(), major: 22 }
+    }
+
     #[test]
     fn env_overrides_config_and_bad_values_are_errors() {
-        let cfg = DeviceConfig { mode: DeviceMode::Auto, target: None };
+        let cfg = no_device();
         assert_eq!(requested_mode(&cfg, &|_| Some("OFF".into())).unwrap(), DeviceMode::Off);
         assert_eq!(requested_mode(&cfg, &|_| None).unwrap(), DeviceMode::Auto);
         let err = requested_mode(&cfg, &|_| Some("maybe".into())).unwrap_err().to_string();
@@ -66,13 +346,79 @@ mod tests {
     }
 
     #[test]
-    fn no_device_target_blocks() {
-        let cfg = DeviceConfig { mode: DeviceMode::Auto, target: None };
-        let auto = decide(DeviceMode::Auto, &cfg).unwrap();
+    fn no_device_target_blocks_every_mode_its_own_way() {
+        let cfg = no_device();
+        let auto = decide(DeviceMode::Auto, &cfg, &tool()).unwrap();
         assert!(!auto.enabled);
         assert_eq!(auto.summary(), "host-only (auto): the config has no device target (coverage.device.target)");
-        let err = decide(DeviceMode::On, &cfg).unwrap_err().to_string();
+        let err = decide(DeviceMode::On, &cfg, &tool()).unwrap_err().to_string();
         assert!(err.contains("unavailable because the config has no device target"), "{err}");
-        assert!(!decide(DeviceMode::Off, &cfg).unwrap().enabled);
+        assert!(err.contains("set coverage.device.target"), "{err}");
+        let off = decide(DeviceMode::Off, &cfg, &tool()).unwrap();
+        assert!(!off.enabled && off.reason.starts_with("off as requested"), "{off:?}");
+    }
+
+    #[test]
+    fn linker_and_rocm_gates_come_before_any_compiler_probe() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = DeviceConfig { target: Some("gfx942".into()), linker: false, ..no_device() };
+        let d = decide(DeviceMode::Auto, &cfg, &tool()).unwrap();
+        assert!(d.reason.contains("device linker is disabled"), "{d:?}");
+        cfg.linker = true;
+        let d = decide(DeviceMode::Auto, &cfg, &tool()).unwrap();
+        assert_eq!(d.reason, "the ROCm version is unknown: coverage.device.rocm_path is not set");
+        cfg.rocm_path = Some(dir.path().display().to_string());
+        let d = decide(DeviceMode::Auto, &cfg, &tool()).unwrap();
+        assert!(d.reason.contains("none of") && d.reason.contains(".info/version"), "{d:?}");
+        std::fs::create_dir_all(dir.path().join(".info")).unwrap();
+        std::fs::write(dir.path().join(".info/version"), "7.1.0-42\n").unwrap();
+        let d = decide(DeviceMode::Auto, &cfg, &tool()).unwrap();
+        assert!(d.reason.contains("needs ROCm 7.15 or newer") && d.reason.ends_with("is ROCm 7.1.0"), "{d:?}");
+        let err = decide(DeviceMode::On, &cfg, &tool()).unwrap_err().to_string();
+        assert!(err.contains("point coverage.device.rocm_path"), "{err}");
+    }
+
+    #[test]
+    fn rocm_version_sources_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let rocm = dir.path();
+        std::fs::create_dir_all(rocm.join("include/rocm-core")).unwrap();
+        std::fs::write(
+            rocm.join("include/rocm-core/rocm_version.h"),
+            "#define ROCM_VERSION_MAJOR 5\n#define ROCM_VERSION_MINOR 2\n#define ROCM_VERSION_PATCH 3\n",
+        )
+        .unwrap();
+        assert_eq!(rocm_version(rocm), Ok((5, 2, 3)));
+        std::fs::create_dir_all(rocm.join("core/.info")).unwrap();
+        std::fs::write(rocm.join("core/.info/version"), "7.15.1").unwrap();
+        assert_eq!(rocm_version(rocm), Ok((7, 15, 1)));
+        std::fs::create_dir_all(rocm.join(".info")).unwrap();
+        std::fs::write(rocm.join(".info/version"), "10.1.0-rc2").unwrap();
+        assert_eq!(rocm_version(rocm), Ok((10, 1, 0)));
+        assert_eq!(parse_dotted("garbage"), None);
+    }
+
+    #[test]
+    fn plan_parsing_looks_only_at_the_device_job() {
+        let plan = concat!(
+            " \"/llvm/bin/clang-22\" \"-cc1\" \"-triple\" \"amdgcn-amd-amdhsa\" \"-emit-obj\" \"-fcuda-is-device\"\n",
+            " \"/llvm/bin/clang-22\" \"-cc1\" \"-triple\" \"x86_64-pc-linux-gnu\" \"-fprofile-instrument=clang\"\n",
+        );
+        assert!(!device_job_instrumented(plan, "amdgcn-amd-amdhsa"));
+        assert!(device_job_instrumented(plan, "x86_64-pc-linux-gnu"));
+    }
+
+    #[test]
+    fn host_only_uses_xarch_host_forms_for_hip_only() {
+        let flags = vec!["-fprofile-instr-generate".to_string(), "-fcoverage-mapping".to_string()];
+        let hip_off = DeviceDecision { requested: DeviceMode::Auto, enabled: false, reason: String::new(), target: Some("gfx942".into()), runtime: None };
+        assert_eq!(
+            coverage_flags(&flags, &hip_off),
+            ["-Xarch_host", "-fprofile-instr-generate", "-Xarch_host", "-fcoverage-mapping"]
+        );
+        let hip_on = DeviceDecision { enabled: true, ..hip_off.clone() };
+        assert_eq!(coverage_flags(&flags, &hip_on), flags);
+        let cuda = DeviceDecision { target: Some("sm_90".into()), ..hip_off };
+        assert_eq!(coverage_flags(&flags, &cuda), flags);
     }
 }

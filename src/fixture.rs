@@ -15,6 +15,7 @@ use crate::device::{self, DeviceDecision};
 use crate::error::{Error, Result};
 use crate::objects::{self, Instrumentation};
 use crate::process::Cmd;
+use crate::rccl;
 use crate::template::Vars;
 use crate::toolchain::{self, Toolchain};
 use crate::workspace::{self, Area, Workspace};
@@ -46,11 +47,20 @@ pub struct StepRecord {
 pub struct BuildManifest {
     pub build_id: String,
     pub config: String,
+    /// `{build_dir}`: the cache folder, or the existing build in use.
     pub build_dir: PathBuf,
+    /// Where this build's logs and manifest live.
+    pub cache_dir: PathBuf,
+    /// Set when the library was not built here (`CCL_COV_BUILD_DIR`).
+    pub existing_build: bool,
     pub bin_dir: PathBuf,
     pub library_src: PathBuf,
     pub tests_src: PathBuf,
+    /// Whether the library is instrumented at all (`CCL_COV_COVERAGE`).
+    pub coverage: bool,
     pub objects: Vec<ObjectRecord>,
+    /// Device code objects with coverage mapping; empty unless device coverage is on.
+    pub device_objects: Vec<ObjectRecord>,
     pub toolchain: Toolchain,
     pub device: DeviceDecision,
     pub coverage_flags: Vec<String>,
@@ -59,7 +69,7 @@ pub struct BuildManifest {
 }
 
 impl BuildManifest {
-    /// Objects llvm-cov should read: those that carry coverage mapping.
+    /// Host objects llvm-cov should read: those that carry coverage mapping.
     pub fn instrumented_objects(&self) -> Vec<PathBuf> {
         self.objects.iter().filter(|o| o.instrumentation.is_instrumented()).map(|o| o.path.clone()).collect()
     }
@@ -79,13 +89,19 @@ impl BuildManifest {
 pub struct BuildPlan {
     pub toolchain: Toolchain,
     pub device: DeviceDecision,
+    pub coverage: bool,
     pub coverage_flags: Vec<String>,
     pub key: String,
+    /// `{build_dir}`.
     pub build_dir: PathBuf,
+    pub cache_dir: PathBuf,
+    pub existing_build: bool,
+    pub bin_dir: PathBuf,
     pub vars: Vars,
-    pub library_steps: Vec<Cmd>,
-    pub tests_steps: Vec<Cmd>,
-    step_names: Vec<String>,
+    /// Steps to run, library first; empty parts are the existing builds used.
+    pub steps: Vec<(String, Cmd)>,
+    /// Objects of an existing build, already inspected.
+    existing_objects: Option<Vec<ObjectRecord>>,
 }
 
 impl BuildPlan {
@@ -93,10 +109,22 @@ impl BuildPlan {
         let loaded = &ctx.loaded;
         let config = &loaded.config;
         let toolchain = toolchain::resolve(&config.toolchain, &crate::config::process_env)?;
-        let device = device::decide(ctx.device_mode, &config.coverage.device)?;
-        let coverage_flags = config.coverage.host_flags.clone();
-        let mut vars = build_vars(loaded, &toolchain, &coverage_flags);
-        vars.set("build_dir", BUILD_DIR_MARK);
+        let device = if ctx.coverage {
+            device::decide(ctx.device_mode, &config.coverage.device, &toolchain.cxx)?
+        } else {
+            DeviceDecision {
+                requested: ctx.device_mode,
+                enabled: false,
+                reason: "coverage is off (CCL_COV_COVERAGE=off)".into(),
+                target: config.coverage.device.target.clone(),
+                runtime: None,
+            }
+        };
+        let coverage_flags =
+            if ctx.coverage { device::coverage_flags(&config.coverage.host_flags, &device) } else { Vec::new() };
+        let rccl = if ctx.coverage { rccl::Coverage::On { full: device.enabled } } else { rccl::Coverage::Off };
+        let mut vars = build_vars(loaded, &toolchain, &coverage_flags, ctx.jobs);
+
         let mut hasher = Sha256::new();
         let mut feed = |label: &str, value: &str| {
             hasher.update(label.as_bytes());
@@ -107,61 +135,113 @@ impl BuildPlan {
         feed("harness", env!("CARGO_PKG_VERSION"));
         feed("cc", &format!("{} {}", toolchain.cc.path.display(), toolchain.cc.version));
         feed("cxx", &format!("{} {}", toolchain.cxx.path.display(), toolchain.cxx.version));
-        feed("coverage", &coverage_flags.join(" "));
+        feed("coverage", &format!("{} {}", ctx.coverage, coverage_flags.join(" ")));
         feed("device", &device.enabled.to_string());
-        let steps = config.library.steps.iter().chain(&config.tests.steps);
-        for step in steps {
-            let cmd = step_cmd(step, &vars)?;
-            feed("step", &cmd.display());
-        }
-        for object in &config.library.objects {
-            feed("object", &vars.render(object)?);
-        }
-        feed("bin_dir", &vars.render(&config.tests.bin_dir)?);
-        let library_hash = hash_tree(&loaded.library_src(), &config.library.hash_exclude)?;
-        let tests_hash = hash_tree(&loaded.tests_src(), &config.tests.hash_exclude)?;
-        feed("library_src", &library_hash);
-        feed("tests_src", &tests_hash);
-        let key: String = hasher.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
 
-        let build_dir = ctx.state_dir.join("builds").join(&key);
+        let existing_objects = match &ctx.existing_build {
+            Some(dir) => {
+                vars.set("build_dir", dir.display().to_string());
+                let objects = inspect_existing(ctx, &vars, dir)?;
+                for object in &objects {
+                    feed("existing object", &file_identity(&object.path)?);
+                }
+                Some(objects)
+            }
+            None => {
+                vars.set("build_dir", BUILD_DIR_MARK);
+                for step in &config.library.steps {
+                    feed("library step", &step_cmd(step, &vars, rccl)?.display());
+                }
+                for object in &config.library.objects {
+                    feed("object", &vars.render(object)?);
+                }
+                feed("library_src", &hash_tree(&loaded.library_src(), &config.library.hash_exclude)?);
+                None
+            }
+        };
+        match &ctx.existing_tests {
+            Some(dir) => feed("existing tests", &dir_identity(dir)?),
+            None => {
+                for step in &config.tests.steps {
+                    feed("tests step", &step_cmd(step, &vars, rccl)?.display());
+                }
+                feed("bin_dir", &vars.render(&config.tests.bin_dir)?);
+                feed("tests_src", &hash_tree(&loaded.tests_src(), &config.tests.hash_exclude)?);
+            }
+        }
+        let key: String = hasher.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
+        let cache_dir = ctx.state_dir.join("builds").join(&key);
+        let build_dir = ctx.existing_build.clone().unwrap_or_else(|| cache_dir.clone());
         vars.set("build_dir", build_dir.display().to_string());
-        let library_steps = config.library.steps.iter().map(|s| step_cmd(s, &vars)).collect::<Result<_>>()?;
-        let tests_steps = config.tests.steps.iter().map(|s| step_cmd(s, &vars)).collect::<Result<_>>()?;
-        let step_names = config.library.steps.iter().chain(&config.tests.steps).map(|s| s.name.clone()).collect();
-        Ok(BuildPlan { toolchain, device, coverage_flags, key, build_dir, vars, library_steps, tests_steps, step_names })
+
+        let mut steps = Vec::new();
+        if ctx.existing_build.is_none() {
+            for step in &config.library.steps {
+                steps.push((step.name.clone(), step_cmd(step, &vars, rccl)?));
+            }
+        }
+        let bin_dir = match &ctx.existing_tests {
+            Some(dir) => dir.clone(),
+            None => {
+                for step in &config.tests.steps {
+                    steps.push((step.name.clone(), step_cmd(step, &vars, rccl)?));
+                }
+                PathBuf::from(vars.render(&config.tests.bin_dir)?)
+            }
+        };
+        Ok(BuildPlan {
+            toolchain,
+            device,
+            coverage: ctx.coverage,
+            coverage_flags,
+            key,
+            build_dir,
+            cache_dir,
+            existing_build: ctx.existing_build.is_some(),
+            bin_dir,
+            vars,
+            steps,
+            existing_objects,
+        })
     }
 
     /// The manifest the build will have, without building: objects are not
     /// inspected yet. For dry runs.
     pub fn planned_manifest(&self, ctx: &Context) -> Result<BuildManifest> {
-        let config = &ctx.loaded.config;
-        let objects = config
-            .library
-            .objects
-            .iter()
-            .map(|o| Ok(ObjectRecord { path: PathBuf::from(self.vars.render(o)?), instrumentation: Instrumentation::default() }))
-            .collect::<Result<_>>()?;
-        Ok(BuildManifest {
+        let objects = match &self.existing_objects {
+            Some(objects) => objects.clone(),
+            None => ctx
+                .loaded
+                .config
+                .library
+                .objects
+                .iter()
+                .map(|o| Ok(ObjectRecord { path: PathBuf::from(self.vars.render(o)?), instrumentation: Instrumentation::default() }))
+                .collect::<Result<_>>()?,
+        };
+        let steps = self.steps.iter().map(|(name, cmd)| StepRecord { name: name.clone(), command: cmd.display(), seconds: 0.0 }).collect();
+        Ok(self.manifest(ctx, objects, Vec::new(), steps))
+    }
+
+    fn manifest(&self, ctx: &Context, objects: Vec<ObjectRecord>, device_objects: Vec<ObjectRecord>, steps: Vec<StepRecord>) -> BuildManifest {
+        BuildManifest {
             build_id: self.key.clone(),
-            config: config.name.clone(),
+            config: ctx.loaded.config.name.clone(),
             build_dir: self.build_dir.clone(),
-            bin_dir: PathBuf::from(self.vars.render(&config.tests.bin_dir)?),
+            cache_dir: self.cache_dir.clone(),
+            existing_build: self.existing_build,
+            bin_dir: self.bin_dir.clone(),
             library_src: ctx.loaded.library_src(),
             tests_src: ctx.loaded.tests_src(),
+            coverage: self.coverage,
             objects,
+            device_objects,
             toolchain: self.toolchain.clone(),
             device: self.device.clone(),
             coverage_flags: self.coverage_flags.clone(),
-            steps: self
-                .library_steps
-                .iter()
-                .chain(&self.tests_steps)
-                .zip(&self.step_names)
-                .map(|(cmd, name)| StepRecord { name: name.clone(), command: cmd.display(), seconds: 0.0 })
-                .collect(),
-            built_at: String::new(),
-        })
+            steps,
+            built_at: crate::results::now(),
+        }
     }
 
     /// Whether a finished build with this key is already cached.
@@ -170,16 +250,16 @@ impl BuildPlan {
     }
 
     fn manifest_path(&self) -> PathBuf {
-        self.build_dir.join("build.json")
+        self.cache_dir.join("build.json")
     }
 
     /// Builds (or reuses) the fixture and returns its manifest.
     pub fn build(&self, ctx: &Context) -> Result<BuildManifest> {
-        workspace::create_dir(self.build_dir.parent().expect("builds/<key>"))?;
-        let lock_path = self.build_dir.with_extension("lock");
+        workspace::create_dir(self.cache_dir.parent().expect("builds/<key>"))?;
+        let lock_path = self.cache_dir.with_extension("lock");
         let lock = File::create(&lock_path).map_err(|e| Error::new(format!("cannot create {}: {e}", lock_path.display())))?;
         if lock.try_lock().is_err() {
-            eprintln!("ccl-coverage: waiting for another process building {}", self.build_dir.display());
+            eprintln!("ccl-coverage: waiting for another process building {}", self.cache_dir.display());
             lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", lock_path.display())))?;
         }
         if let Ok(manifest) = BuildManifest::read(&self.manifest_path()) {
@@ -187,48 +267,46 @@ impl BuildPlan {
             return Ok(manifest);
         }
         let config = &ctx.loaded.config;
-        eprintln!("ccl-coverage: building {} as build {} in {}", config.name, self.key, self.build_dir.display());
-        let logs = self.build_dir.join("logs");
+        if self.existing_build {
+            eprintln!("ccl-coverage: using the existing build {} as build {}", self.build_dir.display(), self.key);
+        } else {
+            eprintln!("ccl-coverage: building {} as build {} in {}", config.name, self.key, self.build_dir.display());
+        }
+        let logs = self.cache_dir.join("logs");
         workspace::create_dir(&logs)?;
         let started = Instant::now();
         let mut records = Vec::new();
-        let all: Vec<&Cmd> = self.library_steps.iter().chain(&self.tests_steps).collect();
-        for (i, (cmd, name)) in all.iter().zip(&self.step_names).enumerate() {
+        let total = self.steps.len();
+        for (i, (name, cmd)) in self.steps.iter().enumerate() {
             let step_started = Instant::now();
             let log = logs.join(format!("{:02}-{}.log", i + 1, slug(name)));
-            eprintln!("ccl-coverage:   [{}/{}] {name}", i + 1, all.len());
+            eprintln!("ccl-coverage:   [{}/{total}] {name}", i + 1);
+            if let Some(dir) = cmd.get_cwd() {
+                workspace::create_dir(dir)?;
+            }
             std::fs::write(&log, format!("$ {}\n", cmd.display())).map_err(|e| Error::new(format!("cannot write {}: {e}", log.display())))?;
             cmd.run_logged(&log).map_err(|e| e.context(format!("build step {name:?} failed")))?;
             let seconds = step_started.elapsed().as_secs_f64();
-            eprintln!("ccl-coverage:   [{}/{}] {name}: {seconds:.1}s", i + 1, all.len());
+            eprintln!("ccl-coverage:   [{}/{total}] {name}: {seconds:.1}s", i + 1);
             records.push(StepRecord { name: name.clone(), command: cmd.display(), seconds });
         }
-        let objects = self.inspect_objects(ctx)?;
-        let bin_dir = PathBuf::from(self.vars.render(&config.tests.bin_dir)?);
-        if !bin_dir.is_dir() {
-            bail!("the test build finished but tests.bin_dir {} does not exist", bin_dir.display());
-        }
-        let manifest = BuildManifest {
-            build_id: self.key.clone(),
-            config: config.name.clone(),
-            build_dir: self.build_dir.clone(),
-            bin_dir,
-            library_src: ctx.loaded.library_src(),
-            tests_src: ctx.loaded.tests_src(),
-            objects,
-            toolchain: self.toolchain.clone(),
-            device: self.device.clone(),
-            coverage_flags: self.coverage_flags.clone(),
-            steps: records,
-            built_at: crate::results::now(),
+        let objects = match &self.existing_objects {
+            Some(objects) => objects.clone(),
+            None => self.inspect_objects(ctx)?,
         };
+        let device_objects = self.device_objects(ctx)?;
+        if !self.bin_dir.is_dir() {
+            bail!("the test binaries' folder {} does not exist (tests.bin_dir, or CCL_COV_TESTS_DIR)", self.bin_dir.display());
+        }
+        let manifest = self.manifest(ctx, objects, device_objects, records);
         manifest.write(&self.manifest_path())?;
-        eprintln!("ccl-coverage: build {} done in {:.1}s", self.key, started.elapsed().as_secs_f64());
+        eprintln!("ccl-coverage: build {} ready in {:.1}s", self.key, started.elapsed().as_secs_f64());
         Ok(manifest)
     }
 
-    /// Every configured object must exist and carry coverage mapping: an
-    /// uninstrumented library would give an empty report much later.
+    /// Every configured object must exist and (with coverage on) carry
+    /// coverage mapping: an uninstrumented library would give an empty
+    /// report much later.
     fn inspect_objects(&self, ctx: &Context) -> Result<Vec<ObjectRecord>> {
         let mut records = Vec::new();
         for (i, template) in ctx.loaded.config.library.objects.iter().enumerate() {
@@ -241,7 +319,7 @@ impl BuildPlan {
                 );
             }
             let instrumentation = objects::inspect(&path)?;
-            if !instrumentation.is_instrumented() {
+            if self.coverage && !instrumentation.is_instrumented() {
                 bail!(
                     "{}: library.objects[{i}]: {} has no coverage mapping (__llvm_covmap/__llvm_covfun and __llvm_prf_cnts): the build did not apply {{coverage_flags}} to it",
                     ctx.loaded.path.display(),
@@ -251,6 +329,127 @@ impl BuildPlan {
             records.push(ObjectRecord { path, instrumentation });
         }
         Ok(records)
+    }
+
+    fn device_objects(&self, ctx: &Context) -> Result<Vec<ObjectRecord>> {
+        let patterns = ctx.loaded.config.coverage.device.objects.iter().map(|p| Ok(PathBuf::from(self.vars.render(p)?))).collect::<Result<Vec<_>>>()?;
+        select_device_objects(&patterns, &self.device)
+    }
+}
+
+/// With device coverage on: the device code objects matching `patterns` that
+/// carry coverage mapping. Chosen by their sections, never because a file
+/// exists: upstream's host-only fallback still writes `device-*.elf`. With
+/// device coverage off: none, whatever is there.
+pub fn select_device_objects(patterns: &[PathBuf], device: &DeviceDecision) -> Result<Vec<ObjectRecord>> {
+    if !device.enabled {
+        return Ok(Vec::new());
+    }
+    let mut found = Vec::new();
+    let mut skipped = Vec::new();
+    for pattern in patterns {
+        for path in glob_files(pattern)? {
+            let instrumentation = objects::inspect(&path)?;
+            if instrumentation.is_instrumented() {
+                found.push(ObjectRecord { path, instrumentation });
+            } else {
+                skipped.push(path.display().to_string());
+            }
+        }
+    }
+    for path in &skipped {
+        eprintln!("ccl-coverage: device object {path} has no coverage mapping; left out of the report");
+    }
+    if found.is_empty() {
+        bail!(
+            "device coverage is on ({}), but no device code object with coverage mapping matches coverage.device.objects {:?}{}",
+            device.reason,
+            patterns,
+            if skipped.is_empty() { String::new() } else { format!(" (found without mapping: {})", skipped.join(", ")) }
+        );
+    }
+    Ok(found)
+}
+
+/// Inspects the objects of an existing build: each must exist and carry
+/// coverage mapping, else the error says how to get one that does.
+fn inspect_existing(ctx: &Context, vars: &Vars, dir: &Path) -> Result<Vec<ObjectRecord>> {
+    if !dir.is_dir() {
+        bail!("the existing build {} (CCL_COV_BUILD_DIR or library.existing_build) does not exist", dir.display());
+    }
+    let mut records = Vec::new();
+    for template in &ctx.loaded.config.library.objects {
+        let path = PathBuf::from(vars.render(template)?);
+        if !path.is_file() {
+            bail!("the existing build {} has no {} (library.objects)", dir.display(), path.display());
+        }
+        let instrumentation = objects::inspect(&path)?;
+        if ctx.coverage && !instrumentation.is_instrumented() {
+            bail!(
+                "the existing build's {} carries no coverage mapping: it was built without coverage instrumentation. Rebuild it with {} (for RCCL: install.sh --debug --enable-code-coverage), or unset CCL_COV_BUILD_DIR so that ccl-coverage builds the library itself",
+                path.display(),
+                ctx.loaded.config.coverage.host_flags.join(" ")
+            );
+        }
+        records.push(ObjectRecord { path, instrumentation });
+    }
+    Ok(records)
+}
+
+/// A file's identity for the build key: its content hash, so a rebuild in
+/// place gives a new build id and retires the old profiles.
+fn file_identity(path: &Path) -> Result<String> {
+    let mut file = File::open(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buffer).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    Ok(format!("{} {}", path.display(), hasher.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()))
+}
+
+/// A folder's identity: its files' names, sizes and modification times.
+fn dir_identity(dir: &Path) -> Result<String> {
+    let mut entries: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| Error::new(format!("cannot list {} (CCL_COV_TESTS_DIR or tests.existing_bin_dir): {e}", dir.display())))?
+        .flatten()
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            let mtime = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+            Some(format!("{} {} {mtime}", e.file_name().to_string_lossy(), meta.len()))
+        })
+        .collect();
+    entries.sort();
+    Ok(format!("{} {}", dir.display(), entries.join(";")))
+}
+
+/// Files matching `pattern`, whose last component may hold `*` and `?`.
+fn glob_files(pattern: &Path) -> Result<Vec<PathBuf>> {
+    let (Some(dir), Some(name)) = (pattern.parent(), pattern.file_name().and_then(|n| n.to_str())) else {
+        return Ok(Vec::new());
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };
+    let mut found: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| wildcard(name.as_bytes(), n.as_bytes())))
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
+fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
+    match (pattern.first(), text.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => wildcard(&pattern[1..], text) || (!text.is_empty() && wildcard(pattern, &text[1..])),
+        (Some(b'?'), Some(_)) => wildcard(&pattern[1..], &text[1..]),
+        (Some(p), Some(t)) if p == t => wildcard(&pattern[1..], &text[1..]),
+        _ => false,
     }
 }
 
@@ -277,9 +476,8 @@ pub fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
     manifest.write(&ws.build_manifest())
 }
 
-fn build_vars(loaded: &LoadedConfig, toolchain: &Toolchain, coverage_flags: &[String]) -> Vars {
+fn build_vars(loaded: &LoadedConfig, toolchain: &Toolchain, coverage_flags: &[String], jobs: usize) -> Vars {
     let mut vars = Vars::default();
-    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     vars.set("cc", toolchain.cc.path.display().to_string())
         .set("cxx", toolchain.cxx.path.display().to_string())
         .set("llvm_bin", toolchain.llvm_bin.display().to_string())
@@ -291,9 +489,12 @@ fn build_vars(loaded: &LoadedConfig, toolchain: &Toolchain, coverage_flags: &[St
     vars
 }
 
-fn step_cmd(step: &Step, vars: &Vars) -> Result<Cmd> {
-    let argv = vars.render_all(&step.argv)?;
-    let mut cmd = Cmd::from_argv(&argv).expect("config validation requires a non-empty argv");
+fn step_cmd(step: &Step, vars: &Vars, rccl: rccl::Coverage) -> Result<Cmd> {
+    let argv = match &step.rccl_install {
+        Some(spec) => rccl::install_argv(spec, vars, rccl)?,
+        None => vars.render_all(&step.argv)?,
+    };
+    let mut cmd = Cmd::from_argv(&argv).expect("config validation requires a command");
     for (k, v) in &step.env {
         cmd = cmd.env(k.clone(), vars.render(v)?);
     }
@@ -372,12 +573,16 @@ mod tests {
             build_id: build_id.into(),
             config: "t".into(),
             build_dir: "/b".into(),
+            cache_dir: "/b".into(),
+            existing_build: false,
             bin_dir: "/b/bin".into(),
             library_src: "/src".into(),
             tests_src: "/src/tests".into(),
+            coverage: true,
             objects: Vec::new(),
+            device_objects: Vec::new(),
             toolchain: Toolchain { cc: tool.clone(), cxx: tool.clone(), llvm_bin: "/llvm/bin".into(), llvm_profdata: tool.clone(), llvm_cov: tool },
-            device: DeviceDecision { requested: crate::config::DeviceMode::Auto, enabled: false, reason: "r".into() },
+            device: DeviceDecision { requested: crate::config::DeviceMode::Auto, enabled: false, reason: "r".into(), target: None, runtime: None },
             coverage_flags: Vec::new(),
             steps: Vec::new(),
             built_at: String::new(),
@@ -402,6 +607,19 @@ mod tests {
         assert!(!profile.exists() && !report.exists(), "profiles of the old build were kept");
         assert!(log.exists(), "logs are not the harness's to delete");
         assert_eq!(BuildManifest::read(&ws.build_manifest()).unwrap().build_id, "bbbb");
+    }
+
+    #[test]
+    fn wildcards_match_whole_names() {
+        assert!(wildcard(b"device-*.elf", b"device-gfx942.elf"));
+        assert!(!wildcard(b"device-*.elf", b"device-gfx942.elf.bak"));
+        assert!(wildcard(b"lib?.so", b"libx.so"));
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["device-gfx942.elf", "device-gfx90a.elf", "other.elf"] {
+            std::fs::write(dir.path().join(name), "").unwrap();
+        }
+        let found = glob_files(&dir.path().join("device-*.elf")).unwrap();
+        assert_eq!(found, [dir.path().join("device-gfx90a.elf"), dir.path().join("device-gfx942.elf")]);
     }
 
     #[test]

@@ -60,8 +60,12 @@ pub fn prepare(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, profil
         }
     }
     env.retain(|(key, _)| key != "LLVM_PROFILE_FILE" && key != TRIAL_TOKEN_VAR);
-    let profile_file = profile_dir.join(&config.coverage.profile_pattern);
-    env.push(("LLVM_PROFILE_FILE".into(), profile_file.display().to_string()));
+    // Without coverage nothing is instrumented, and upstream does not set it
+    // either: an instrumented process would pay for writing a profile.
+    if manifest.coverage {
+        let profile_file = profile_dir.join(&config.coverage.profile_pattern);
+        env.push(("LLVM_PROFILE_FILE".into(), profile_file.display().to_string()));
+    }
     env.push((TRIAL_TOKEN_VAR.into(), token.clone()));
 
     let binary = binary.display().to_string();

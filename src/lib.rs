@@ -23,6 +23,7 @@ pub mod perf;
 pub mod plan;
 pub mod process;
 pub mod profiles;
+pub mod rccl;
 pub mod report;
 pub mod results;
 pub mod run;

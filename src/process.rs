@@ -116,6 +116,16 @@ impl Cmd {
 
     /// Runs to completion and returns stdout; stderr goes into the error.
     pub fn read(&self) -> Result<String> {
+        self.capture().map(|(stdout, _)| stdout)
+    }
+
+    /// Runs to completion and returns stdout followed by stderr (for tools
+    /// that answer on stderr, such as `clang -###`).
+    pub fn read_all(&self) -> Result<String> {
+        self.capture().map(|(stdout, stderr)| stdout + &stderr)
+    }
+
+    fn capture(&self) -> Result<(String, String)> {
         let output = self
             .expression()
             .stdout_capture()
@@ -124,10 +134,10 @@ impl Cmd {
             .run()
             .map_err(|e| self.cannot_start(e))?;
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         if output.status.success() {
-            return Ok(stdout);
+            return Ok((stdout, stderr));
         }
-        let stderr = String::from_utf8_lossy(&output.stderr);
         Err(Error::new(format!(
             "command failed ({}): {}\n{}",
             describe_status(output.status),

@@ -17,6 +17,7 @@ pub struct ReportInputs {
     pub llvm_cov: PathBuf,
     pub cxxfilt: Option<PathBuf>,
     pub profdata: PathBuf,
+    /// Host objects first, then device code objects.
     pub objects: Vec<PathBuf>,
     /// Joined into one `-ignore-filename-regex`.
     pub ignore: Vec<String>,
@@ -25,10 +26,11 @@ pub struct ReportInputs {
 
 impl ReportInputs {
     pub fn new(manifest: &BuildManifest, profdata: PathBuf, ignore: Vec<String>, title: String) -> Result<Self> {
-        let objects = manifest.instrumented_objects();
+        let mut objects = manifest.instrumented_objects();
         if objects.is_empty() {
             bail!("the build manifest lists no instrumented object; nothing to report on");
         }
+        objects.extend(manifest.device_objects.iter().map(|o| o.path.clone()));
         for object in &objects {
             if !object.is_file() {
                 bail!("instrumented object {} is gone; rebuild with `cargo test --test collectives`", object.display());
@@ -42,6 +44,11 @@ impl ReportInputs {
             ignore,
             title,
         })
+    }
+
+    /// The same report over only `objects` (host or device totals).
+    pub fn with_objects(&self, objects: Vec<PathBuf>) -> ReportInputs {
+        ReportInputs { objects, ..self.clone() }
     }
 
     /// `llvm-cov <subcommand> -instr-profile=P <obj0> -object <obj1> ... [-ignore-filename-regex=R]`.
@@ -146,11 +153,17 @@ impl Counts {
     }
 }
 
-/// Totals of a summary export, for messages: `(covered, count)` of lines and functions.
+/// `(covered, count)` of lines and of functions in a summary export.
 pub fn line_and_function_totals(summary_json: &str) -> Result<((u64, u64), (u64, u64))> {
     let export: Export = serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
     let t = &export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?.totals;
     Ok(((t.lines.covered, t.lines.count), (t.functions.covered, t.functions.count)))
+}
+
+/// The totals of a summary export as `covered/count` strings.
+pub fn totals(summary_json: &str) -> Result<Value> {
+    let export: Export = serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
+    Ok(export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?.totals.to_json())
 }
 
 /// The summary made comparable between machines and runs: paths relative to

@@ -37,8 +37,8 @@ type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 /// Resolves the toolchain from `config`, with `CC`, `CXX`, `LLVM_PROFDATA`
 /// and `LLVM_COV` from `env` taking precedence.
 pub fn resolve(config: &ToolchainConfig, env: Lookup) -> Result<Toolchain> {
-    let cxx = compiler("C++ compiler", "CXX", "toolchain.cxx", &config.cxx, env)?;
-    let cc = compiler("C compiler", "CC", "toolchain.cc", &config.cc, env)?;
+    let cxx = compiler("C++ compiler", "CXX", "toolchain.cxx", &config.cxx, &config.cxx_fallbacks, env)?;
+    let cc = compiler("C compiler", "CC", "toolchain.cc", &config.cc, &config.cc_fallbacks, env)?;
     if cc.major != cxx.major {
         bail!(
             "the C compiler {} is clang {} but the C++ compiler {} is clang {}; use one LLVM release for both (set CC and CXX together)",
@@ -54,8 +54,9 @@ pub fn resolve(config: &ToolchainConfig, env: Lookup) -> Result<Toolchain> {
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
         .unwrap_or_else(|| cxx.path.parent().map(Path::to_path_buf).unwrap_or_default());
-    let llvm_profdata = llvm_tool("llvm-profdata", "LLVM_PROFDATA", config.llvm_profdata.as_deref(), &cxx, &llvm_bin, env)?;
-    let llvm_cov = llvm_tool("llvm-cov", "LLVM_COV", config.llvm_cov.as_deref(), &cxx, &llvm_bin, env)?;
+    let search = ToolSearch { cxx: &cxx, llvm_bin: &llvm_bin, dirs: &config.tool_dirs, env };
+    let llvm_profdata = search.find("llvm-profdata", "LLVM_PROFDATA", config.llvm_profdata.as_deref())?;
+    let llvm_cov = search.find("llvm-cov", "LLVM_COV", config.llvm_cov.as_deref())?;
     Ok(Toolchain { cc, cxx, llvm_bin, llvm_profdata, llvm_cov })
 }
 
@@ -71,16 +72,31 @@ fn non_empty(env: Lookup, name: &str) -> Option<String> {
     env(name).filter(|v| !v.is_empty())
 }
 
-fn compiler(what: &str, var: &str, field: &str, configured: &str, env: Lookup) -> Result<Tool> {
-    let (spec, origin) = match non_empty(env, var) {
-        Some(v) => (v, format!("${var}")),
-        None => (configured.to_string(), format!("config {field}")),
+fn compiler(what: &str, var: &str, field: &str, configured: &str, fallbacks: &[String], env: Lookup) -> Result<Tool> {
+    let (specs, origin): (Vec<String>, String) = match non_empty(env, var) {
+        Some(v) => (vec![v], format!("${var}")),
+        None => (
+            std::iter::once(configured.to_string()).chain(fallbacks.iter().cloned()).collect(),
+            format!("config {field}"),
+        ),
     };
-    let path = find_program(&spec, env).map_err(|why| {
-        Error::new(format!(
-            "{what} {spec:?} (from {origin}) {why}. Install clang (e.g. `apt-get install clang-22 llvm-22 lld-22 libclang-rt-22-dev`) or point {var} / {field} at one"
-        ))
-    })?;
+    let mut tried = Vec::new();
+    let mut found = None;
+    for spec in &specs {
+        match find_program(spec, env) {
+            Ok(path) => {
+                found = Some(path);
+                break;
+            }
+            Err(why) => tried.push(format!("{spec:?} {why}")),
+        }
+    }
+    let Some(path) = found else {
+        bail!(
+            "{what} (from {origin}) not found: {}. Install clang (e.g. `apt-get install clang-22 llvm-22 lld-22 libclang-rt-22-dev`) or point {var} / {field} at one",
+            tried.join("; ")
+        );
+    };
     let text = Cmd::new(path.display().to_string()).arg("--version").read()?;
     let first = text.lines().next().unwrap_or_default().to_string();
     let Some(major) = major_after(&text, "clang version ") else {
@@ -89,7 +105,8 @@ fn compiler(what: &str, var: &str, field: &str, configured: &str, env: Lookup) -
             path.display()
         );
     };
-    Ok(Tool { path, version: first, major })
+    let version = text.lines().find(|l| l.contains("clang version ")).unwrap_or(&first).trim().to_string();
+    Ok(Tool { path, version, major })
 }
 
 /// A program given as a path, or as a name looked up on PATH.
@@ -134,53 +151,66 @@ fn tool_version(path: &Path) -> Option<(u32, String)> {
     None
 }
 
-fn llvm_tool(name: &str, var: &str, configured: Option<&str>, cxx: &Tool, llvm_bin: &Path, env: Lookup) -> Result<Tool> {
-    let explicit = non_empty(env, var).map(|v| (v, format!("${var}"))).or_else(|| {
-        configured.map(|c| (c.to_string(), format!("config toolchain.{}", name.replace('-', "_"))))
-    });
-    if let Some((spec, origin)) = explicit {
-        let path = find_program(&spec, env)
-            .map_err(|why| Error::new(format!("{name} {spec:?} (from {origin}) {why}")))?;
-        return match tool_version(&path) {
-            Some((major, version)) if major == cxx.major => Ok(Tool { path, version, major }),
-            Some((major, _)) => bail!(
-                "{name} {} (from {origin}) is LLVM {major}, but the compiler {} is clang {}: profiles and coverage mappings of clang {} need {name} {}. Unset {var} to use the one next to the compiler",
-                path.display(), cxx.path.display(), cxx.major, cxx.major, cxx.major
-            ),
-            None => bail!("{name} {} (from {origin}) did not report an LLVM version", path.display()),
-        };
-    }
-    let mut candidates = vec![llvm_bin.join(name)];
-    if let Some(dir) = cxx.path.parent() {
-        candidates.push(dir.join(name));
-        candidates.push(dir.join(format!("{name}-{}", cxx.major)));
-    }
-    if let Ok(p) = which::which_in(format!("{name}-{}", cxx.major), Some(env("PATH").unwrap_or_default()), ".") {
-        candidates.push(p);
-    }
-    if let Ok(p) = which::which_in(name, Some(env("PATH").unwrap_or_default()), ".") {
-        candidates.push(p);
-    }
-    candidates.dedup();
-    let mut looked = Vec::new();
-    for path in candidates {
-        if !is_executable(&path) {
-            looked.push(format!("{} (missing)", path.display()));
-            continue;
+/// Where llvm-profdata / llvm-cov are looked for.
+struct ToolSearch<'a> {
+    cxx: &'a Tool,
+    llvm_bin: &'a Path,
+    dirs: &'a [String],
+    env: Lookup<'a>,
+}
+
+impl ToolSearch<'_> {
+    fn find(&self, name: &str, var: &str, configured: Option<&str>) -> Result<Tool> {
+        let cxx = self.cxx;
+        let explicit = non_empty(self.env, var).map(|v| (v, format!("${var}"))).or_else(|| {
+            configured.map(|c| (c.to_string(), format!("config toolchain.{}", name.replace('-', "_"))))
+        });
+        if let Some((spec, origin)) = explicit {
+            let path = find_program(&spec, self.env)
+                .map_err(|why| Error::new(format!("{name} {spec:?} (from {origin}) {why}")))?;
+            return match tool_version(&path) {
+                Some((major, version)) if major == cxx.major => Ok(Tool { path, version, major }),
+                Some((major, _)) => bail!(
+                    "{name} {} (from {origin}) is LLVM {major}, but the compiler {} is clang {}: profiles and coverage mappings of clang {} need {name} {}. Unset {var} to use the one next to the compiler",
+                    path.display(), cxx.path.display(), cxx.major, cxx.major, cxx.major
+                ),
+                None => bail!("{name} {} (from {origin}) did not report an LLVM version", path.display()),
+            };
         }
-        match tool_version(&path) {
-            Some((major, version)) if major == cxx.major => return Ok(Tool { path, version, major }),
-            Some((major, _)) => looked.push(format!("{} (LLVM {major}, not {})", path.display(), cxx.major)),
-            None => looked.push(format!("{} (no LLVM version)", path.display())),
+        let path_var = (self.env)("PATH").unwrap_or_default();
+        let mut candidates = vec![self.llvm_bin.join(name)];
+        if let Some(dir) = cxx.path.parent() {
+            candidates.push(dir.join(name));
+            candidates.push(dir.join(format!("{name}-{}", cxx.major)));
         }
+        candidates.extend(self.dirs.iter().map(|d| Path::new(d).join(name)));
+        candidates.extend(which::which_in(format!("{name}-{}", cxx.major), Some(&path_var), ".").ok());
+        candidates.extend(which::which_in(name, Some(&path_var), ".").ok());
+        let mut seen = Vec::new();
+        let mut looked = Vec::new();
+        for path in candidates {
+            if seen.contains(&path) {
+                continue;
+            }
+            seen.push(path.clone());
+            if !is_executable(&path) {
+                looked.push(format!("{} (missing)", path.display()));
+                continue;
+            }
+            match tool_version(&path) {
+                Some((major, version)) if major == cxx.major => return Ok(Tool { path, version, major }),
+                Some((major, _)) => looked.push(format!("{} (LLVM {major}, not {})", path.display(), cxx.major)),
+                None => looked.push(format!("{} (no LLVM version)", path.display())),
+            }
+        }
+        bail!(
+            "no {name} of LLVM {} found for the compiler {}; looked at: {}. Install llvm-{} or set {var}",
+            cxx.major,
+            cxx.path.display(),
+            looked.join(", "),
+            cxx.major
+        )
     }
-    bail!(
-        "no {name} of LLVM {} found for the compiler {}; looked at: {}. Install llvm-{} or set {var}",
-        cxx.major,
-        cxx.path.display(),
-        looked.join(", "),
-        cxx.major
-    )
 }
 
 #[cfg(test)]
@@ -210,8 +240,11 @@ mod tests {
         ToolchainConfig {
             cc: bin.join("clang").display().to_string(),
             cxx: bin.join("clang++").display().to_string(),
+            cc_fallbacks: Vec::new(),
+            cxx_fallbacks: Vec::new(),
             llvm_profdata: None,
             llvm_cov: None,
+            tool_dirs: Vec::new(),
         }
     }
 
@@ -278,10 +311,52 @@ mod tests {
 
     #[test]
     fn missing_compiler_names_origin_and_fix() {
-        let cfg = ToolchainConfig { cc: "/nope/clang".into(), cxx: "/nope/clang++".into(), llvm_profdata: None, llvm_cov: None };
+        let cfg = ToolchainConfig {
+            cc: "/nope/clang".into(),
+            cxx: "/nope/clang++".into(),
+            cc_fallbacks: Vec::new(),
+            cxx_fallbacks: vec!["/nope/hipcc".into()],
+            llvm_profdata: None,
+            llvm_cov: None,
+            tool_dirs: Vec::new(),
+        };
         let err = resolve(&cfg, &|_| None).unwrap_err().to_string();
-        assert!(err.contains("\"/nope/clang++\" (from config toolchain.cxx) does not exist"), "{err}");
+        assert!(err.contains("(from config toolchain.cxx) not found: \"/nope/clang++\" does not exist; \"/nope/hipcc\" does not exist"), "{err}");
         assert!(err.contains("apt-get install clang-22"), "{err}");
+    }
+
+    /// upstream: test_llvm_tool_prefers_resolved_rocm_root_over_path, with the
+    /// compiler found through a fallback (`hipcc` in `<rocm>/bin`).
+    #[test]
+    fn rocm_tool_dirs_win_over_path_for_a_fallback_compiler() {
+        let root = tempfile::tempdir().unwrap();
+        let rocm = root.path().join("rocm");
+        let bin = rocm.join("bin");
+        let llvm = rocm.join("lib/llvm/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&llvm).unwrap();
+        let hipcc = fake(&bin, "hipcc", "HIP version: 7.15\nAMD clang version 22.0.0git (rocm)");
+        fake(&bin, "amdclang", "AMD clang version 22.0.0git (rocm)");
+        fake(&llvm, "llvm-profdata", "AMD LLVM version 22.0.0git");
+        fake(&llvm, "llvm-cov", "AMD LLVM version 22.0.0git");
+        let usr = root.path().join("usr-bin");
+        std::fs::create_dir_all(&usr).unwrap();
+        fake(&usr, "llvm-cov", "Debian LLVM version 22.1.8");
+        let cfg = ToolchainConfig {
+            cc: llvm.join("clang").display().to_string(),
+            cxx: llvm.join("clang++").display().to_string(),
+            cc_fallbacks: vec![bin.join("amdclang").display().to_string()],
+            cxx_fallbacks: vec![bin.join("amdclang++").display().to_string(), hipcc.display().to_string()],
+            llvm_profdata: None,
+            llvm_cov: None,
+            tool_dirs: vec![llvm.display().to_string(), rocm.join("llvm/bin").display().to_string(), bin.display().to_string()],
+        };
+        let env = env_of(&[("PATH", usr.display().to_string())]);
+        let tc = resolve(&cfg, &env).unwrap();
+        assert_eq!(tc.cxx.path, hipcc);
+        assert_eq!(tc.cxx.version, "AMD clang version 22.0.0git (rocm)");
+        assert_eq!(tc.llvm_cov.path, llvm.join("llvm-cov"), "ROCm's llvm-cov, not PATH's");
+        assert_eq!(tc.llvm_profdata.path, llvm.join("llvm-profdata"));
     }
 
     #[test]

@@ -46,6 +46,8 @@ fn harness(s: &Setup, subcommand: &str, args: &[&str]) -> Output {
         .env("CARGO_MANIFEST_DIR", root())
         .env_remove("CCL_COV_DRY_RUN")
         .env_remove("CCL_COV_DEVICE_COVERAGE")
+        .env_remove("CCL_COV_BUILD_DIR")
+        .env_remove("CCL_COV_TESTS_DIR")
         .current_dir(root());
     for (k, v) in &s.env {
         cmd.env(k, v);
@@ -271,4 +273,46 @@ fn trials_never_exceed_the_rank_capacity() {
         let busy: u64 = trials.iter().map(span).filter(|&(s0, e0, _)| s0 <= start && start < e0).map(|(_, _, r)| r).sum();
         assert!(busy <= 4, "{} ranks running at {start} ms: {run}", busy);
     }
+}
+
+#[test]
+fn an_existing_instrumented_build_is_used_and_identified_by_its_objects() {
+    // A build made by the harness stands in for one the user made.
+    let first = setup(|v| only(v, "Reduce", &["1K"], json!([{"name": "ring", "env": {"CCL_ALGO": "ring"}}])));
+    assert!(harness(&first, "collectives", &[]).status.success());
+    let manifest: Value = serde_json::from_str(&fs::read_to_string(first.ws.join("build.json")).unwrap()).unwrap();
+    let build_dir = PathBuf::from(manifest["build_dir"].as_str().unwrap());
+
+    let copy = tempfile::tempdir().unwrap();
+    for rel in ["ccl/libccl.so", "ccl-tuner/libccl-tuner.so"] {
+        fs::create_dir_all(copy.path().join(rel).parent().unwrap()).unwrap();
+        fs::copy(build_dir.join(rel), copy.path().join(rel)).unwrap();
+    }
+    let mut s = setup(|v| only(v, "Reduce", &["1K"], json!([{"name": "ring", "env": {"CCL_ALGO": "ring"}}])));
+    s.env.push(("CCL_COV_BUILD_DIR".into(), copy.path().display().to_string()));
+    s.env.push(("CCL_COV_TESTS_DIR".into(), manifest["bin_dir"].as_str().unwrap().into()));
+    let out = harness(&s, "collectives", &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains(&format!("using the existing build {}", copy.path().display())), "{}", text(&out));
+    let used: Value = serde_json::from_str(&fs::read_to_string(s.ws.join("build.json")).unwrap()).unwrap();
+    assert_eq!(used["existing_build"], true);
+    assert_ne!(used["build_id"], manifest["build_id"]);
+    assert!(fs::read_dir(s.ws.join("profiles/Reduce.1K.ring")).unwrap().count() > 0);
+
+    // Rebuilt in place: a new identity, so the old profiles are retired.
+    let mut lib = fs::OpenOptions::new().append(true).open(copy.path().join("ccl/libccl.so")).unwrap();
+    std::io::Write::write_all(&mut lib, b"rebuilt").unwrap();
+    let mut dry_setup = Setup { _dir: tempfile::tempdir().unwrap(), config: s.config.clone(), ws: s.ws.clone(), env: s.env.clone() };
+    dry_setup.env.push(("CCL_COV_DRY_RUN".into(), "1".into()));
+    let dry = String::from_utf8(harness(&dry_setup, "collectives", &[]).stdout).unwrap();
+    assert!(!dry.contains(used["build_id"].as_str().unwrap()), "same id after the library changed:\n{dry}");
+    assert!(dry.contains("the existing build"), "{dry}");
+
+    // An uninstrumented build is refused with a way out.
+    fs::copy("/bin/true", copy.path().join("ccl/libccl.so")).unwrap();
+    let out = harness(&s, "collectives", &["--exact", "Reduce::1K::ring"]);
+    let log = text(&out);
+    assert!(!out.status.success());
+    assert!(log.contains("carries no coverage mapping: it was built without coverage instrumentation"), "{log}");
+    assert!(log.contains("unset CCL_COV_BUILD_DIR"), "{log}");
 }

@@ -53,8 +53,16 @@ pub fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
     for (i, step) in manifest.steps.iter().enumerate() {
         let _ = writeln!(w, "  step {}: {}\n    {}", i + 1, step.name, step.command);
     }
+    if manifest.existing_build {
+        let _ = writeln!(w, "  library: the existing build {} is used as it is", manifest.build_dir.display());
+    }
     for object in &manifest.objects {
         let _ = writeln!(w, "  object: {}", object.path.display());
+    }
+    if manifest.device.enabled {
+        for pattern in &ctx.config().coverage.device.objects {
+            let _ = writeln!(w, "  device objects: {} (those with coverage mapping)", plan.vars.render(pattern)?);
+        }
     }
     let _ = writeln!(w, "  test binaries: {}", manifest.bin_dir.display());
     let _ = writeln!(w, "trials: {}", selected.len());

@@ -1,0 +1,175 @@
+//! `CCL_COV_DRY_RUN=1` on the RCCL and NCCL configs against fake toolchain
+//! layouts (scripts standing in for ROCm's and LLVM's tools): the build
+//! commands, the device-coverage decision and every trial's argv,
+//! environment, working directory and timeout are pinned by snapshots.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn script(path: &Path, body: &str) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, format!("#!/bin/sh\n{body}")).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A compiler script: `-###` answers with a device job plan (instrumented or
+/// not), `--offload-device-only` copies `device_object`, anything else
+/// prints `version`.
+fn fake_clang(path: &Path, version: &str, device_job: &str, resource_dir: &Path, device_object: Option<&Path>) {
+    let copy = device_object.map_or(String::from("exit 1"), |o| format!("cp '{}' \"$out\"", o.display()));
+    script(
+        path,
+        &format!(
+            r#"out=""; prev=""
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+case " $* " in
+  *" -print-resource-dir "*) echo "{rd}" ;;
+  *" -### "*) echo '{device_job}' >&2 ;;
+  *" --offload-device-only "*) {copy} ;;
+  *) echo "{version}" ;;
+esac
+"#,
+            rd = resource_dir.display()
+        ),
+    );
+}
+
+struct Run {
+    tmp: tempfile::TempDir,
+    env: Vec<(String, String)>,
+}
+
+impl Run {
+    fn new() -> Run {
+        Run { tmp: tempfile::tempdir().unwrap(), env: Vec::new() }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.tmp.path().join(rel)
+    }
+
+    fn set(&mut self, key: &str, value: impl Into<String>) {
+        self.env.push((key.into(), value.into()));
+    }
+
+    /// The dry-run text with machine-specific parts replaced.
+    fn dry_run(&self, config: &str, filter: &[&str]) -> String {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
+        cmd.arg("collectives")
+            .args(filter)
+            .env("CCL_COV_DRY_RUN", "1")
+            .env("CCL_COV_CONFIG", root().join(config))
+            .env("CCL_COV_WORKSPACE", self.path("ws"))
+            .env("CCL_COV_JOBS", "64")
+            .env("CARGO_TARGET_DIR", self.path("target"))
+            .env("CARGO_MANIFEST_DIR", root())
+            .env("LD_LIBRARY_PATH", "/host/lib")
+            .env_remove("CCL_COV_DEVICE_COVERAGE")
+            .env_remove("CCL_COV_BUILD_DIR")
+            .env_remove("CCL_COV_TESTS_DIR")
+            .env_remove("CC")
+            .env_remove("CXX")
+            .env_remove("LLVM_PROFDATA")
+            .env_remove("LLVM_COV")
+            .env_remove("MPI_HOME")
+            .env_remove("CUDA_HOME")
+            .env_remove("NVCC_GENCODE")
+            .env_remove("NCCL_ONLY_FUNCS");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        let key = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("build ").and_then(|rest| rest.split_whitespace().next()))
+            .expect("a build line")
+            .to_string();
+        let root_text = root().display().to_string();
+        stdout
+            .replace(&self.tmp.path().display().to_string(), "<tmp>")
+            .replace(&key, "<key>")
+            .replace(&root_text, "<root>")
+            // Open MPI needs it only when the harness runs as root.
+            .replace(" --allow-run-as-root", "")
+    }
+}
+
+fn settings() -> insta::Settings {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(root().join("snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_omit_expression(true);
+    settings
+}
+
+#[test]
+fn rccl_config_dry_run_on_a_rocm_715_layout() {
+    let mut run = Run::new();
+    let rocm = run.path("rocm");
+    fs::create_dir_all(rocm.join(".info")).unwrap();
+    fs::write(rocm.join(".info/version"), "7.15.0-1\n").unwrap();
+    let bin = rocm.join("lib/llvm/bin");
+    let resource = rocm.join("lib/llvm/lib/clang/22");
+    fs::create_dir_all(resource.join("lib/amdgcn-amd-amdhsa")).unwrap();
+    fs::write(resource.join("lib/amdgcn-amd-amdhsa/libclang_rt.profile.a"), "!<arch>\n").unwrap();
+    // The device-object probe needs a real instrumented device object.
+    let kernel = run.path("k.hip");
+    fs::write(&kernel, "__attribute__((global)) void k(int* p) { if (p) *p = 1; }\n").unwrap();
+    let object = run.path("device.o");
+    let built = Command::new("/usr/lib/llvm-22/bin/clang++")
+        .args(["-x", "hip", "--offload-arch=gfx942", "--offload-device-only", "--no-gpu-bundle-output", "-nogpulib", "-nogpuinc"])
+        .args(["-fprofile-instr-generate", "-fcoverage-mapping", "-c"])
+        .arg(&kernel)
+        .arg("-o")
+        .arg(&object)
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let job = r#" "clang-22" "-cc1" "-triple" "amdgcn-amd-amdhsa" "-fprofile-instrument=clang""#;
+    for name in ["clang", "clang++"] {
+        fake_clang(&bin.join(name), "AMD clang version 22.0.0git (rocm 7.15.0)", job, &resource, Some(&object));
+    }
+    for tool in ["llvm-profdata", "llvm-cov"] {
+        script(&bin.join(tool), "echo 'AMD LLVM version 22.0.0git'\n");
+    }
+    for src in ["rccl", "rccl-tests"] {
+        fs::create_dir_all(run.path(src)).unwrap();
+    }
+    run.set("ROCM_PATH", rocm.display().to_string());
+    run.set("RCCL_SRC", run.path("rccl").display().to_string());
+    run.set("RCCL_TESTS_SRC", run.path("rccl-tests").display().to_string());
+    let text = run.dry_run("configs/mi300x_rccl.json", &["--", "1G"]);
+    assert!(text.contains("device coverage: host+device (auto)"), "{text}");
+    settings().bind(|| insta::assert_snapshot!("dry_run-mi300x_rccl", text));
+}
+
+#[test]
+fn nccl_config_dry_run_on_an_llvm_19_layout() {
+    let mut run = Run::new();
+    let bin = run.path("llvm-19/bin");
+    let resource = run.path("llvm-19/lib/clang/19");
+    let job = r#" "clang-19" "-cc1" "-triple" "nvptx64-nvidia-cuda" "-fcuda-is-device""#;
+    for name in ["clang", "clang++"] {
+        fake_clang(&bin.join(name), "Debian clang version 19.1.7 (3~deb12u1)", job, &resource, None);
+    }
+    for tool in ["llvm-profdata", "llvm-cov"] {
+        script(&bin.join(tool), "echo 'Debian LLVM version 19.1.7'\n");
+    }
+    for src in ["nccl", "nccl-tests"] {
+        fs::create_dir_all(run.path(src)).unwrap();
+    }
+    run.set("CCL_COV_LLVM_BIN", bin.display().to_string());
+    run.set("NCCL_SRC", run.path("nccl").display().to_string());
+    run.set("NCCL_TESTS_SRC", run.path("nccl-tests").display().to_string());
+    let text = run.dry_run("configs/h200_nccl.json", &["--", "AllGather"]);
+    assert!(text.contains("device coverage: host-only (auto): CUDA/NVPTX device code cannot be instrumented"), "{text}");
+    settings().bind(|| insta::assert_snapshot!("dry_run-h200_nccl", text));
+}
