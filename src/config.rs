@@ -286,11 +286,16 @@ pub struct LaunchDefaults {
 pub struct Iterations {
     pub iters: u32,
     pub warmup: u32,
+    /// Under coverage, run `-n 1 -w 0` instead: coverage needs one pass
+    /// through the code, not stable timings. `CCL_COV_TRIM_ITERATIONS`
+    /// overrides it.
+    #[serde(default = "yes")]
+    pub trim_under_coverage: bool,
 }
 
 impl Default for Iterations {
     fn default() -> Self {
-        Iterations { iters: 5, warmup: 2 }
+        Iterations { iters: 5, warmup: 2, trim_under_coverage: true }
     }
 }
 

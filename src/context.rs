@@ -30,6 +30,9 @@ pub struct Context {
     pub existing_tests: Option<PathBuf>,
     /// `CCL_COV_JOBS`: build parallelism (`{jobs}`); all cores by default.
     pub jobs: usize,
+    /// Whether trials run `-n 1 -w 0` under coverage (config
+    /// `iterations.trim_under_coverage`, `CCL_COV_TRIM_ITERATIONS` on|off).
+    pub trim_iterations: bool,
 }
 
 impl Context {
@@ -71,7 +74,13 @@ impl Context {
             },
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
-        Ok(Context { root, loaded, workspace, state_dir, device_mode, coverage, dry_run, existing_build, existing_tests, jobs })
+        let trim_iterations = match env("CCL_COV_TRIM_ITERATIONS").unwrap_or_default().to_ascii_lowercase().as_str() {
+            "" => loaded.config.iterations.trim_under_coverage,
+            "on" | "1" => true,
+            "off" | "0" => false,
+            other => bail!("CCL_COV_TRIM_ITERATIONS={other:?} is not a switch: expected on or off"),
+        };
+        Ok(Context { root, loaded, workspace, state_dir, device_mode, coverage, dry_run, existing_build, existing_tests, jobs, trim_iterations })
     }
 
     pub fn config(&self) -> &config::Config {

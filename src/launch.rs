@@ -42,7 +42,7 @@ pub fn prepare(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, profil
         if b.is_absolute() { b.to_path_buf() } else { manifest.bin_dir.join(b) }
     };
     let mut program_args = vars.render_all(&config.args)?;
-    program_args.extend(iteration_args(config));
+    program_args.extend(iteration_args(config, manifest.coverage && ctx.trim_iterations));
     program_args.extend(["-b".into(), spec.size.clone(), "-e".into(), spec.size.clone()]);
     program_args.extend(vars.render_all(&collective.args)?);
     if let Some(v) = variant {
@@ -106,9 +106,11 @@ pub fn prepare(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, profil
     })
 }
 
-fn iteration_args(config: &Config) -> Vec<String> {
-    let it = &config.iterations;
-    vec!["-n".into(), it.iters.to_string(), "-w".into(), it.warmup.to_string()]
+/// `-n N -w W`; one pass without warm-up when `trim` (coverage needs one
+/// pass through the code, not stable timings).
+fn iteration_args(config: &Config, trim: bool) -> Vec<String> {
+    let (iters, warmup) = if trim { (1, 0) } else { (config.iterations.iters, config.iterations.warmup) };
+    vec!["-n".into(), iters.to_string(), "-w".into(), warmup.to_string()]
 }
 
 fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec) -> Vars {

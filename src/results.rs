@@ -34,7 +34,12 @@ pub struct TrialResult {
     pub timeout_s: u64,
     pub launcher: String,
     pub ranks: usize,
+    /// The command as a shell line, and exactly as it was run.
     pub command: String,
+    pub argv: Vec<String>,
+    /// What the trial added to the inherited environment.
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
     pub log: PathBuf,
     pub profile_dir: PathBuf,
     /// Raw profiles the trial left.
@@ -96,6 +101,8 @@ pub struct RunRecord {
     pub config_path: PathBuf,
     pub description: String,
     pub host: String,
+    /// One line per GPU (`nvidia-smi -L` or `rocm-smi --showproductname`), if any.
+    pub gpus: Vec<String>,
     pub library_git_sha: Option<String>,
     pub build: BuildManifest,
     pub started_at: Option<String>,
@@ -109,6 +116,7 @@ pub struct RunInfo {
     pub config_path: PathBuf,
     pub description: String,
     pub host: String,
+    pub gpus: Vec<String>,
     pub library_git_sha: Option<String>,
     /// Every trial of the config's plan, ignored ones included.
     pub planned: BTreeSet<String>,
@@ -127,6 +135,7 @@ pub fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Re
         config_path: info.config_path.clone(),
         description: info.description.clone(),
         host: info.host.clone(),
+        gpus: info.gpus.clone(),
         library_git_sha: info.library_git_sha.clone(),
         build: manifest.clone(),
         started_at: trials.iter().map(|t| t.started_at.clone()).min(),
@@ -175,6 +184,13 @@ pub fn unix_ms() -> u64 {
 /// Now as RFC 3339 UTC, to the second.
 pub fn now() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// The machine's GPUs as their tools list them; empty without GPU tools.
+pub fn gpus() -> Vec<String> {
+    let nvidia = crate::process::Cmd::new("nvidia-smi").args(["--query-gpu=index,name,driver_version,pci.bus_id", "--format=csv,noheader"]).read();
+    let amd = || crate::process::Cmd::new("rocm-smi").arg("--showproductname").read();
+    nvidia.or_else(|_| amd()).map(|text| text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()).unwrap_or_default()
 }
 
 /// The host name, for run records.

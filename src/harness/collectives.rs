@@ -92,6 +92,7 @@ impl Shared {
             config_path: self.ctx.loaded.path.clone(),
             description: self.ctx.config().description.clone(),
             host: results::hostname(),
+            gpus: results::gpus(),
             library_git_sha: git_sha(&self.ctx.loaded.library_src()),
             planned: plan::names(self.ctx.config()),
         })
@@ -154,6 +155,9 @@ impl Shared {
             launcher: spec.launcher.clone(),
             ranks: spec.ranks,
             command: launch.cmd.display(),
+            argv: launch.cmd.argv(),
+            env: launch.env.clone(),
+            cwd: launch.cmd.get_cwd().map(std::path::Path::to_path_buf).unwrap_or_default(),
             log: log.clone(),
             profile_dir: profile_dir.clone(),
             profiles: count_profiles(&profile_dir),
