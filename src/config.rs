@@ -374,8 +374,9 @@ impl TimeoutRule {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReportConfig {
-    /// Files left out of every report (llvm-cov `-ignore-filename-regex`).
-    #[serde(default)]
+    /// Files left out of every report (llvm-cov `-ignore-filename-regex`,
+    /// joined with `|`). Anchor them: upstream's `ext.*` also dropped `context.cc`.
+    #[serde(default = "default_ignore")]
     pub ignore_filename_regex: Vec<String>,
     /// Whether `coverage_report` snapshot-checks the summary.
     #[serde(default = "yes")]
@@ -384,8 +385,13 @@ pub struct ReportConfig {
 
 impl Default for ReportConfig {
     fn default() -> Self {
-        ReportConfig { ignore_filename_regex: Vec::new(), snapshot: true }
+        ReportConfig { ignore_filename_regex: default_ignore(), snapshot: true }
     }
+}
+
+/// System, CUDA and ROCm headers, and nvcc's temporary host files.
+fn default_ignore() -> Vec<String> {
+    ["^/usr/", "^/opt/rocm", "(^|/)tmpxft_[^/]*$", "cudafe1"].iter().map(|s| s.to_string()).collect()
 }
 
 fn yes() -> bool {

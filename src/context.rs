@@ -33,6 +33,13 @@ pub struct Context {
     /// Whether trials run `-n 1 -w 0` under coverage (config
     /// `iterations.trim_under_coverage`, `CCL_COV_TRIM_ITERATIONS` on|off).
     pub trim_iterations: bool,
+    /// `CCL_COV_INCREMENTAL_MERGE` (on by default): merge each trial's raw
+    /// profiles when it ends; off leaves them all for the report.
+    pub incremental_merge: bool,
+    /// `CCL_COV_KEEP_RAW=1`: keep raw profiles after merging them.
+    pub keep_raw: bool,
+    /// `CCL_COV_HEARTBEAT_S`: how often a long trial reports that it still runs.
+    pub heartbeat: std::time::Duration,
 }
 
 impl Context {
@@ -57,11 +64,7 @@ impl Context {
         };
         let device_mode = device::requested_mode(&loaded.config.coverage.device, &env)?;
         let dry_run = env("CCL_COV_DRY_RUN").is_some_and(|v| !v.is_empty() && v != "0");
-        let coverage = match env("CCL_COV_COVERAGE").unwrap_or_default().to_ascii_lowercase().as_str() {
-            "" | "on" | "1" => true,
-            "off" | "0" => false,
-            other => bail!("CCL_COV_COVERAGE={other:?} is not a switch: expected on or off"),
-        };
+        let coverage = switch("CCL_COV_COVERAGE", true)?;
         let dir_env = |var: &str, field: &Option<String>| {
             env(var).filter(|v| !v.is_empty()).map(|d| absolute(&root, Path::new(&d))).or_else(|| field.as_deref().map(|d| loaded.resolve(d)))
         };
@@ -74,17 +77,46 @@ impl Context {
             },
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
-        let trim_iterations = match env("CCL_COV_TRIM_ITERATIONS").unwrap_or_default().to_ascii_lowercase().as_str() {
-            "" => loaded.config.iterations.trim_under_coverage,
-            "on" | "1" => true,
-            "off" | "0" => false,
-            other => bail!("CCL_COV_TRIM_ITERATIONS={other:?} is not a switch: expected on or off"),
+        let trim_iterations = switch("CCL_COV_TRIM_ITERATIONS", loaded.config.iterations.trim_under_coverage)?;
+        let incremental_merge = switch("CCL_COV_INCREMENTAL_MERGE", true)?;
+        let keep_raw = switch("CCL_COV_KEEP_RAW", false)?;
+        let heartbeat = match env("CCL_COV_HEARTBEAT_S").filter(|v| !v.is_empty()) {
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if n > 0 => std::time::Duration::from_secs(n),
+                _ => bail!("CCL_COV_HEARTBEAT_S={v:?} is not a positive number of seconds"),
+            },
+            None => std::time::Duration::from_secs(60),
         };
-        Ok(Context { root, loaded, workspace, state_dir, device_mode, coverage, dry_run, existing_build, existing_tests, jobs, trim_iterations })
+        Ok(Context {
+            root,
+            loaded,
+            workspace,
+            state_dir,
+            device_mode,
+            coverage,
+            dry_run,
+            existing_build,
+            existing_tests,
+            jobs,
+            trim_iterations,
+            incremental_merge,
+            keep_raw,
+            heartbeat,
+        })
     }
 
     pub fn config(&self) -> &config::Config {
         &self.loaded.config
+    }
+}
+
+/// An on/off switch from the environment: `on`/`1`, `off`/`0`, or unset/empty for `default`.
+fn switch(name: &str, default: bool) -> Result<bool> {
+    match config::process_env(name).unwrap_or_default().to_ascii_lowercase().as_str() {
+        "" => Ok(default),
+        "on" | "1" => Ok(true),
+        "off" | "0" => Ok(false),
+        other => bail!("{name}={other:?} is not a switch: expected on or off (or 1 or 0)"),
     }
 }
 

@@ -1,44 +1,164 @@
-//! Raw profiles and merging them. `llvm-profdata merge -sparse` reads its
-//! inputs from a list file, never from argv (thousands of profiles overflow a
-//! command line).
+//! Raw profiles and merging them.
+//!
+//! Each trial's raw profiles are merged into `profiles/<trial>.profdata` as
+//! soon as the trial ends (while the next trial runs) and the raw files are
+//! removed, so a suite that writes thousands of profiles never holds more
+//! than about one trial's raw files and the report merges one small indexed
+//! profile per trial. `llvm-profdata merge -sparse` reads its inputs from a
+//! list file, never from argv.
+//!
+//! A truncated or garbled raw profile (a rank killed while writing) fails a
+//! whole default merge. Instead of losing the trial, the inputs are checked
+//! one by one, the bad ones move to `quarantine/<trial>/`, and the rest merge.
 
+use crate::bail;
 use crate::error::{Error, Result};
 use crate::process::Cmd;
 use crate::results::TrialResult;
 use crate::toolchain::Toolchain;
-use crate::workspace::{self, Workspace};
+use crate::workspace::{self, Area, Workspace};
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-/// The raw profiles of one trial.
-#[derive(Debug, Clone)]
-pub struct TrialProfiles {
-    pub trial: String,
-    pub slug: String,
-    pub files: Vec<PathBuf>,
+/// A raw profile llvm-profdata could not read, and where it went.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quarantined {
+    pub file: PathBuf,
+    pub reason: String,
 }
 
-/// Raw profiles of the trials in `results`, sorted for reproducible merges.
-pub fn collect(ws: &Workspace, results: &[TrialResult]) -> Result<Vec<TrialProfiles>> {
-    let mut all = Vec::new();
-    for result in results {
-        let dir = ws.trial_profiles(&result.slug);
-        let mut files = Vec::new();
-        match std::fs::read_dir(&dir) {
-            Ok(entries) => {
-                for entry in entries.flatten() {
-                    let path = entry.path();
-                    if path.extension().is_some_and(|e| e == "profraw") && path.is_file() {
-                        files.push(path);
-                    }
+/// What merging one trial's raw profiles did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrialMerge {
+    /// `profiles/<trial>.profdata`, unless no raw profile was usable.
+    pub profdata: Option<PathBuf>,
+    pub merged: usize,
+    pub quarantined: Vec<Quarantined>,
+    pub seconds: f64,
+}
+
+/// The raw `.profraw` files directly in `dir`, sorted.
+pub fn raw_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    match std::fs::read_dir(dir) {
+        Ok(entries) => {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.extension().is_some_and(|e| e == "profraw") && path.is_file() {
+                    files.push(path);
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::new(format!("cannot list {}: {e}", dir.display()))),
         }
-        files.sort();
-        all.push(TrialProfiles { trial: result.trial.clone(), slug: result.slug.clone(), files });
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::new(format!("cannot list {}: {e}", dir.display()))),
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// The profile of one trial in the workspace: its merged profile if it has
+/// one, else its raw files.
+pub fn trial_inputs(ws: &Workspace, slug: &str) -> Result<Vec<PathBuf>> {
+    let merged = trial_profdata(ws, slug);
+    if merged.is_file() {
+        return Ok(vec![merged]);
+    }
+    raw_files(&ws.trial_profiles(slug))
+}
+
+pub fn trial_profdata(ws: &Workspace, slug: &str) -> PathBuf {
+    ws.area(Area::Profiles).join(format!("{slug}.profdata"))
+}
+
+/// Every profile input of the trials in `results`.
+pub fn collect(ws: &Workspace, results: &[TrialResult]) -> Result<Vec<PathBuf>> {
+    let mut all = Vec::new();
+    for result in results {
+        all.extend(trial_inputs(ws, &result.slug)?);
     }
     Ok(all)
+}
+
+/// Merges a finished trial's raw profiles into `profiles/<trial>.profdata`,
+/// quarantining unreadable ones; removes the raw files unless `keep_raw`.
+pub fn merge_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, keep_raw: bool) -> Result<TrialMerge> {
+    let started = Instant::now();
+    let raw = raw_files(&ws.trial_profiles(slug))?;
+    let output = trial_profdata(ws, slug);
+    let list = ws.trial_profiles(slug).join("inputs.list");
+    let quarantine_dir = ws.trial_quarantine(slug);
+    let (merged, quarantined) = merge_checked(ws, toolchain, &raw, &list, &output, &|_| quarantine_dir.clone())?;
+    ws.remove(Area::Profiles, &list)?;
+    if !keep_raw && merged > 0 {
+        for file in &raw {
+            if file.exists() {
+                ws.remove(Area::Profiles, file)?;
+            }
+        }
+    }
+    Ok(TrialMerge {
+        profdata: (merged > 0).then_some(output),
+        merged,
+        quarantined,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Merges `inputs` into `output`. If llvm-profdata refuses the set, every
+/// input is checked on its own; unreadable raw profiles move to the folder
+/// `quarantine_for(input)` names, and the rest merge. Returns how many inputs
+/// were merged and what was quarantined.
+pub fn merge_checked(
+    ws: &Workspace,
+    toolchain: &Toolchain,
+    inputs: &[PathBuf],
+    list_file: &Path,
+    output: &Path,
+    quarantine_for: &dyn Fn(&Path) -> PathBuf,
+) -> Result<(usize, Vec<Quarantined>)> {
+    if inputs.is_empty() {
+        return Ok((0, Vec::new()));
+    }
+    let first = merge(toolchain, inputs, list_file, output);
+    if first.is_ok() {
+        return Ok((inputs.len(), Vec::new()));
+    }
+    let mut good = Vec::new();
+    let mut quarantined = Vec::new();
+    for input in inputs {
+        match check(toolchain, input) {
+            Ok(()) => good.push(input.clone()),
+            Err(why) if input.extension().is_some_and(|e| e == "profraw") => {
+                let dir = quarantine_for(input);
+                workspace::create_dir(&dir)?;
+                let to = dir.join(input.file_name().expect("a file"));
+                ws.rename(input, &to)?;
+                quarantined.push(Quarantined { file: to, reason: why });
+            }
+            // A bad indexed profile is one of ours: a bug, not bad data.
+            Err(why) => bail!("the merged profile {} is unreadable: {why}", input.display()),
+        }
+    }
+    if good.is_empty() {
+        return Ok((0, quarantined));
+    }
+    merge(toolchain, &good, list_file, output)
+        .map_err(|e| e.context(format!("merging the {} readable profiles", good.len())))?;
+    Ok((good.len(), quarantined))
+}
+
+/// Whether llvm-profdata can read `input` on its own.
+fn check(toolchain: &Toolchain, input: &Path) -> std::result::Result<(), String> {
+    Cmd::new(toolchain.llvm_profdata.path.display().to_string())
+        .args(["merge", "-sparse", "-o", "/dev/null"])
+        .arg(input.display().to_string())
+        .read()
+        .map(drop)
+        .map_err(|e| {
+            let text = e.to_string();
+            text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(&text).trim().to_string()
+        })
 }
 
 /// Merges `inputs` into the indexed profile `output`.

@@ -75,6 +75,12 @@ impl ReportInputs {
         Ok(text)
     }
 
+    /// The full llvm JSON export (per-file segments, branches, functions).
+    pub fn json(&self, out: &Path) -> Result<()> {
+        let text = self.cmd("export").arg("-format=text").read()?;
+        workspace::write_atomic(out, text.as_bytes())
+    }
+
     pub fn lcov(&self, out: &Path) -> Result<()> {
         let text = self.cmd("export").arg("-format=lcov").read()?;
         workspace::write_atomic(out, text.as_bytes())
@@ -151,6 +157,53 @@ impl Counts {
             "branches": self.branches.as_ref().map_or(Value::Null, m),
         })
     }
+}
+
+/// Cobertura XML (GitLab, Jenkins) converted from the lcov export.
+pub fn cobertura(lcov: &Path, base_dir: &Path, out: &Path) -> Result<()> {
+    let data = lcov2cobertura::parse_file(lcov, base_dir, &[])
+        .map_err(|e| Error::new(format!("cannot read {} as lcov: {e}", lcov.display())))?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let xml = lcov2cobertura::coverage_to_string(&data, now, lcov2cobertura::NullDemangler::new())
+        .map_err(|e| Error::new(format!("cannot convert {} to Cobertura XML: {e}", lcov.display())))?;
+    workspace::write_atomic(out, xml.as_bytes())
+}
+
+/// Percentages of the totals of a summary export, by metric name.
+pub fn percentages(summary_json: &str) -> Result<Vec<(&'static str, u64, u64)>> {
+    let export: Export = serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
+    let t = &export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?.totals;
+    let mut rows = vec![
+        ("lines", t.lines.covered, t.lines.count),
+        ("functions", t.functions.covered, t.functions.count),
+        ("regions", t.regions.covered, t.regions.count),
+    ];
+    if let Some(b) = &t.branches {
+        rows.push(("branches", b.covered, b.count));
+    }
+    Ok(rows)
+}
+
+pub fn percent(covered: u64, count: u64) -> f64 {
+    if count == 0 { 100.0 } else { covered as f64 * 100.0 / count as f64 }
+}
+
+/// Checks `CCL_COV_FAIL_UNDER_<METRIC>` bars against the totals; the
+/// shortfalls, or `None` when no bar is set.
+pub fn check_bars(summary_json: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Vec<String>>> {
+    let mut any = false;
+    let mut short = Vec::new();
+    for (metric, covered, count) in percentages(summary_json)? {
+        let var = format!("CCL_COV_FAIL_UNDER_{}", metric.to_ascii_uppercase());
+        let Some(bar) = env(&var).filter(|v| !v.is_empty()) else { continue };
+        let bar: f64 = bar.parse().map_err(|_| Error::new(format!("{var}={bar:?} is not a percentage")))?;
+        any = true;
+        let got = percent(covered, count);
+        if got < bar {
+            short.push(format!("{metric} {got:.2}% ({covered}/{count}) is under {var}={bar}"));
+        }
+    }
+    Ok(any.then_some(short))
 }
 
 /// `(covered, count)` of lines and of functions in a summary export.

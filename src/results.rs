@@ -44,6 +44,12 @@ pub struct TrialResult {
     pub profile_dir: PathBuf,
     /// Raw profiles the trial left.
     pub profiles: usize,
+    /// Exited 0 but left no profile: is the instrumented library really the
+    /// one loaded (`LD_LIBRARY_PATH`)?
+    pub no_profile: bool,
+    /// The trial's incremental merge, when it ran.
+    pub merge: Option<crate::profiles::TrialMerge>,
+    pub merge_error: Option<String>,
     /// Processes still alive after the trial's main process exited.
     pub leftovers: usize,
     pub perf: PerfReport,

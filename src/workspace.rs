@@ -104,36 +104,71 @@ impl Workspace {
     /// Empties `path`, which must be `area` itself or inside it; the folder
     /// itself stays (or is created). Symlinks inside are removed, never followed.
     pub fn clear(&self, area: Area, path: &Path) -> Result<()> {
-        let area_dir = self.area(area);
-        let path = normalize(path);
-        if !path.starts_with(&area_dir) {
-            bail!(
-                "refusing to delete {}: only {} may be cleaned",
-                path.display(),
-                area_dir.display()
-            );
-        }
-        // Every folder from the workspace root down to `path` must be a real
-        // folder: a symlinked `profiles/` would make deletion leave the workspace.
-        let mut walk = self.root.clone();
-        for part in path.strip_prefix(&self.root).expect("checked above").components() {
-            walk.push(part);
-            match fs::symlink_metadata(&walk) {
-                Ok(meta) if meta.file_type().is_symlink() => bail!(
-                    "refusing to clean {}: {} is a symlink (the workspace's own folders must be real folders)",
-                    path.display(),
-                    walk.display()
-                ),
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return create_dir(&path),
-                Err(e) => bail!("cannot inspect {}: {e}", walk.display()),
-            }
-        }
+        let path = match self.confined(area, path)? {
+            Some(path) => path,
+            None => return create_dir(&normalize(path)),
+        };
         for entry in fs::read_dir(&path).map_err(|e| Error::new(format!("cannot list {}: {e}", path.display())))? {
             let entry = entry.map_err(|e| Error::new(format!("cannot list {}: {e}", path.display())))?;
             remove_no_follow(&entry.path())?;
         }
         Ok(())
+    }
+
+    /// Removes one file (or symlink) inside `area`; a missing file is fine.
+    pub fn remove(&self, area: Area, path: &Path) -> Result<()> {
+        match self.confined(area, path)? {
+            Some(path) => remove_no_follow(&path),
+            None => Ok(()),
+        }
+    }
+
+    /// Moves a file between the workspace's profile and quarantine folders.
+    pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        let areas = [Area::Profiles, Area::Quarantine];
+        let inside = |p: &Path| areas.iter().any(|&a| normalize(p).starts_with(self.area(a)));
+        if !inside(from) || !inside(to) {
+            bail!("refusing to move {} to {}: only profile and quarantine files may move", from.display(), to.display());
+        }
+        let source = match self.confined(Area::Profiles, from) {
+            Ok(found) => found,
+            Err(_) => self.confined(Area::Quarantine, from)?,
+        };
+        let Some(source) = source else { bail!("cannot move {}: it does not exist", from.display()) };
+        fs::rename(&source, to).map_err(|e| Error::new(format!("cannot move {} to {}: {e}", source.display(), to.display())))
+    }
+
+    /// `path` normalised, if it is `area` or inside it and every folder from
+    /// the workspace root down to it is a real folder (a symlinked
+    /// `profiles/` would make deletion leave the workspace). `None` if it
+    /// does not exist.
+    fn confined(&self, area: Area, path: &Path) -> Result<Option<PathBuf>> {
+        let area_dir = self.area(area);
+        let path = normalize(path);
+        if !path.starts_with(&area_dir) {
+            bail!("refusing to delete {}: only {} may be cleaned", path.display(), area_dir.display());
+        }
+        let mut walk = self.root.clone();
+        let parts: Vec<_> = path.strip_prefix(&self.root).expect("checked above").components().collect();
+        for (i, part) in parts.iter().enumerate() {
+            walk.push(part);
+            match fs::symlink_metadata(&walk) {
+                Ok(meta) if meta.file_type().is_symlink() && i + 1 < parts.len() => bail!(
+                    "refusing to clean {}: {} is a symlink (the workspace's own folders must be real folders)",
+                    path.display(),
+                    walk.display()
+                ),
+                Ok(meta) if meta.file_type().is_symlink() && walk == area_dir => bail!(
+                    "refusing to clean {}: {} is a symlink (the workspace's own folders must be real folders)",
+                    path.display(),
+                    walk.display()
+                ),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => bail!("cannot inspect {}: {e}", walk.display()),
+            }
+        }
+        Ok(Some(path))
     }
 }
 

@@ -30,6 +30,8 @@ fn setup(edit: impl FnOnce(&mut Value)) -> Setup {
     let mut v: Value = serde_json::from_str(&fs::read_to_string(root().join("configs/local.json")).unwrap()).unwrap();
     v["library"]["source_dir"] = json!(root().join("tests/fixtures").display().to_string());
     v["tests"]["source_dir"] = json!(root().join("tests/fixtures/ccl-tests").display().to_string());
+    // These suites are small variations; snapshots/ describes the real one.
+    v["report"]["snapshot"] = json!(false);
     edit(&mut v);
     let config = dir.path().join("config.json");
     fs::write(&config, serde_json::to_string_pretty(&v).unwrap()).unwrap();
@@ -167,7 +169,12 @@ fn profile_listing(ws: &Path) -> BTreeMap<PathBuf, (u64, SystemTime)> {
 
 #[test]
 fn reruns_drop_stale_profiles_and_report_only_keeps_every_profile() {
-    let s = setup(|v| only(v, "Broadcast", &["1K"], json!([{"name": "ring", "env": {"CCL_ALGO": "ring"}}, {"name": "direct", "env": {"CCL_ALGO": "direct"}}])));
+    let mut s = setup(|v| {
+        only(v, "Broadcast", &["1K"], json!([{"name": "ring", "env": {"CCL_ALGO": "ring"}}, {"name": "direct", "env": {"CCL_ALGO": "direct"}}]));
+        v["report"]["snapshot"] = json!(true);
+    });
+    // Raw profiles stay where the trial wrote them, as the report will merge them.
+    s.env.push(("CCL_COV_INCREMENTAL_MERGE".into(), "off".into()));
     let trial = ["--exact", "Broadcast::1K::ring"];
     let first = harness(&s, "collectives", &trial);
     assert!(first.status.success(), "{}", text(&first));
@@ -297,7 +304,7 @@ fn an_existing_instrumented_build_is_used_and_identified_by_its_objects() {
     let used: Value = serde_json::from_str(&fs::read_to_string(s.ws.join("build.json")).unwrap()).unwrap();
     assert_eq!(used["existing_build"], true);
     assert_ne!(used["build_id"], manifest["build_id"]);
-    assert!(fs::read_dir(s.ws.join("profiles/Reduce.1K.ring")).unwrap().count() > 0);
+    assert!(s.ws.join("profiles/Reduce.1K.ring.profdata").is_file());
 
     // Rebuilt in place: a new identity, so the old profiles are retired.
     let mut lib = fs::OpenOptions::new().append(true).open(copy.path().join("ccl/libccl.so")).unwrap();
@@ -315,4 +322,144 @@ fn an_existing_instrumented_build_is_used_and_identified_by_its_objects() {
     assert!(!out.status.success());
     assert!(log.contains("carries no coverage mapping: it was built without coverage instrumentation"), "{log}");
     assert!(log.contains("unset CCL_COV_BUILD_DIR"), "{log}");
+}
+
+fn report_files_exist(ws: &Path) {
+    for file in ["report/html/index.html", "report/summary.json", "report/summary.txt", "report/coverage.lcov", "report/coverage.json", "report/cobertura.xml", "report/summary.md", "report/meta.json"] {
+        assert!(ws.join(file).is_file(), "{file} missing");
+    }
+}
+
+#[test]
+fn bad_profiles_are_quarantined_and_the_rest_is_still_reported() {
+    // A rank that dies while writing its profile, merged as the trial ends.
+    let mut s = setup(|v| {
+        only(v, "Broadcast", &["1K"], json!([
+            {"name": "good", "env": {"CCL_ALGO": "ring"}},
+            {"name": "truncated", "env": {"CCL_FAULT": "truncate-profile", "CCL_FAULT_RANK": "0"}}
+        ]));
+    });
+    let out = harness(&s, "collectives", &[]);
+    assert!(out.status.success(), "the trials themselves pass: {}", text(&out));
+    let truncated = result(&s, "Broadcast.1K.truncated");
+    let quarantined = truncated["merge"]["quarantined"].as_array().unwrap();
+    assert_eq!(quarantined.len(), 1, "{truncated}");
+    let moved = PathBuf::from(quarantined[0]["file"].as_str().unwrap());
+    assert!(moved.starts_with(s.ws.join("quarantine/Broadcast.1K.truncated")) && moved.is_file(), "{moved:?}");
+    // Merged trials keep no raw profiles; their indexed profile remains.
+    assert!(s.ws.join("profiles/Broadcast.1K.good.profdata").is_file());
+    assert_eq!(fs::read_dir(s.ws.join("profiles/Broadcast.1K.good")).unwrap().count(), 0);
+
+    // And a garbled raw profile found only at report time (no incremental merge).
+    s.env.push(("CCL_COV_INCREMENTAL_MERGE".into(), "off".into()));
+    let rerun = harness(&s, "collectives", &["--exact", "Broadcast::1K::good"]);
+    assert!(rerun.status.success(), "{}", text(&rerun));
+    fs::write(s.ws.join("profiles/Broadcast.1K.good/vm-999-garbage.profraw"), b"\x81rforpl\xffnot a profile").unwrap();
+    let report = harness(&s, "report", &[]);
+    let log = text(&report);
+    assert!(!report.status.success(), "{log}");
+    assert!(log.contains("report::profiles") && log.contains("unreadable raw profiles were moved to quarantine"), "{log}");
+    assert!(log.contains("vm-999-garbage.profraw"), "the garbled file is named: {log}");
+    assert!(log.contains(moved.file_name().unwrap().to_str().unwrap()), "the truncated file is named: {log}");
+    assert!(s.ws.join("quarantine/Broadcast.1K.good/vm-999-garbage.profraw").is_file());
+    report_files_exist(&s.ws);
+    for step in ["report::merge", "report::html", "report::lcov", "report::summary_json"] {
+        assert!(log.lines().any(|l| l.starts_with(&format!("test {step} ")) && l.ends_with("ok")), "{step} still passes: {log}");
+    }
+}
+
+#[test]
+fn a_passing_trial_without_a_profile_is_flagged_and_timeouts_give_no_coverage() {
+    let mut s = setup(|v| {
+        only(v, "AllReduce", &["1K"], json!([
+            {"name": "good"},
+            {"name": "noflush", "env": {"CCL_FAULT": "exit-without-flush", "CCL_FAULT_RANK": "0", "CCL_TUNER_PLUGIN": "none"}},
+            {"name": "hang", "env": {"CCL_FAULT": "hang", "CCL_FAULT_RANK": "1"}}
+        ]));
+        v["timeouts"] = json!({"default": 3, "grace": 1});
+    });
+    s.env.push(("CCL_COV_HEARTBEAT_S".into(), "1".into()));
+    let out = harness(&s, "collectives", &["--test-threads", "1"]);
+    let log = text(&out);
+    assert!(log.contains("AllReduce::1K::hang still running after 1s (timeout 3s)"), "heartbeat: {log}");
+    let noflush = result(&s, "AllReduce.1K.noflush");
+    assert_eq!(noflush["status"], "PASSED");
+    assert_eq!(noflush["no_profile"], true, "{noflush}");
+    let report = harness(&s, "report", &[]);
+    let log = text(&report);
+    assert!(!report.status.success());
+    assert!(log.contains("exited 0 but left no profile") && log.contains("AllReduce::1K::noflush"), "{log}");
+    assert!(log.contains("no coverage from this trial: AllReduce::1K::hang (TIMEOUT after 3s"), "{log}");
+    let meta: Value = serde_json::from_str(&fs::read_to_string(s.ws.join("report/meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["exited_0_without_profile"], json!(["AllReduce::1K::noflush"]));
+    report_files_exist(&s.ws);
+}
+
+#[test]
+fn results_exist_after_every_trial_and_reports_say_where_they_came_from() {
+    let mut s = setup(|v| {
+        only(v, "SendRecv", &["1K"], json!([{"name": "a"}, {"name": "b", "env": {"CCL_FAULT": "hang"}}]));
+        v["timeouts"] = json!({"default": 4, "grace": 1});
+    });
+    let step_summary = s._dir.path().join("step-summary.md");
+    fs::write(&step_summary, "earlier step\n").unwrap();
+    s.env.push(("GITHUB_STEP_SUMMARY".into(), step_summary.display().to_string()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
+    child
+        .args(["collectives", "--test-threads", "1"])
+        .env("CCL_COV_CONFIG", &s.config)
+        .env("CCL_COV_WORKSPACE", &s.ws)
+        .env("CARGO_MANIFEST_DIR", root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = child.spawn().unwrap();
+    // While the hung trial runs, run.json already holds the finished one.
+    let run_json = s.ws.join("results/run.json");
+    let mut seen = None;
+    for _ in 0..400 {
+        if let Ok(text) = fs::read_to_string(&run_json) {
+            seen = Some(text);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let running = child.try_wait().unwrap().is_none();
+    let seen: Value = serde_json::from_str(&seen.expect("run.json written during the run")).unwrap();
+    assert!(running, "the harness was still running when run.json appeared");
+    assert_eq!(seen["trials"][0]["trial"], "SendRecv::1K::a");
+    assert!(child.wait().unwrap().code() != Some(0));
+    let junit = fs::read_to_string(s.ws.join("results/junit.xml")).unwrap();
+    assert!(junit.contains("TIMEOUT"), "{junit}");
+
+    let report = harness(&s, "report", &[]);
+    assert!(report.status.success(), "{}", text(&report));
+    let build: Value = serde_json::from_str(&fs::read_to_string(s.ws.join("build.json")).unwrap()).unwrap();
+    let meta: Value = serde_json::from_str(&fs::read_to_string(s.ws.join("report/meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["build_id"], build["build_id"]);
+    let run_id = result(&s, "SendRecv.1K.a")["run_id"].clone();
+    assert!(meta["trials"].as_array().unwrap().iter().any(|t| t["run_id"] == run_id), "{meta}");
+    let md = fs::read_to_string(&step_summary).unwrap();
+    assert!(md.starts_with("earlier step\n## Coverage: "), "appended, not replaced: {md}");
+    assert!(md.contains(build["build_id"].as_str().unwrap()) && md.contains(run_id.as_str().unwrap()), "{md}");
+    let html = fs::read_to_string(s.ws.join("report/html/index.html")).unwrap();
+    assert!(html.contains(&format!("(build {})", build["build_id"].as_str().unwrap())), "HTML title names the build");
+}
+
+#[test]
+fn fail_under_bars_fail_the_report_and_keep_raw_keeps_raw_profiles() {
+    let mut s = setup(|v| only(v, "AllToAll", &["1K"], json!([{"name": "ring", "env": {"CCL_ALGO": "ring"}}])));
+    s.env.push(("CCL_COV_KEEP_RAW".into(), "1".into()));
+    assert!(harness(&s, "collectives", &[]).status.success());
+    let raw = fs::read_dir(s.ws.join("profiles/AllToAll.1K.ring")).unwrap().count();
+    assert!(raw > 0, "CCL_COV_KEEP_RAW keeps the raw profiles");
+    assert!(s.ws.join("profiles/AllToAll.1K.ring.profdata").is_file());
+    s.env.push(("CCL_COV_FAIL_UNDER_LINES".into(), "99.5".into()));
+    s.env.push(("CCL_COV_FAIL_UNDER_FUNCTIONS".into(), "1".into()));
+    let out = harness(&s, "report", &[]);
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    assert!(log.contains("coverage is under the bar: lines ") && log.contains("is under CCL_COV_FAIL_UNDER_LINES=99.5"), "{log}");
+    assert!(!log.contains("is under CCL_COV_FAIL_UNDER_FUNCTIONS"), "{log}");
+    let list = fs::read_to_string(s.ws.join("report/profiles.list")).unwrap();
+    assert_eq!(list.trim(), s.ws.join("profiles/AllToAll.1K.ring.profdata").display().to_string(), "the report merges the trial's indexed profile only");
 }

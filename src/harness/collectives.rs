@@ -10,6 +10,7 @@ use crate::launch;
 use crate::outcome;
 use crate::perf;
 use crate::plan::{self, TrialSpec};
+use crate::profiles;
 use crate::process::{indent_tail, TAIL_LINES};
 use crate::results::{self, RunInfo, TrialResult};
 use crate::run::{self, Ending};
@@ -18,9 +19,6 @@ use crate::workspace::Area;
 use libtest_mimic::{Arguments, Failed, Trial};
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
-
-const HEARTBEAT: Duration = Duration::from_secs(60);
 
 struct Shared {
     ctx: Context,
@@ -104,27 +102,31 @@ impl Shared {
         let ws = &ctx.workspace;
         let fail = |e: Error| Failed::from(e.to_string());
         let slots = Slots::new(ctx.state_dir.join("slots"), ctx.config().capacity);
-        let _slots = slots.acquire(spec.ranks).map_err(fail)?;
-
-        // Old raw profiles of this trial would be merged with the new ones.
         let profile_dir = ws.trial_profiles(&spec.slug);
-        ws.clear(Area::Profiles, &profile_dir).map_err(fail)?;
-        ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug)).map_err(fail)?;
-        let launch = launch::prepare(ctx, manifest, spec, &profile_dir).map_err(fail)?;
         let log = ws.trial_log(&spec.slug);
-        std::fs::write(&log, format!("$ {}\n", launch.cmd.display()))
-            .map_err(|e| Failed::from(format!("cannot write {}: {e}", log.display())))?;
-        let started_at = results::now();
-        let started_unix_ms = results::unix_ms();
-        let finished = run::run(&launch, &log, HEARTBEAT, &|elapsed| {
-            eprintln!(
-                "ccl-coverage: {} still running after {}s (timeout {}s)",
-                spec.name,
-                elapsed.as_secs(),
-                launch.timeout.as_secs()
-            );
-        })
-        .map_err(fail)?;
+        let (launch, finished, started_at, started_unix_ms) = {
+            let _slots = slots.acquire(spec.ranks).map_err(fail)?;
+            // Old profiles of this trial would be merged with the new ones.
+            ws.clear(Area::Profiles, &profile_dir).map_err(fail)?;
+            ws.remove(Area::Profiles, &profiles::trial_profdata(ws, &spec.slug)).map_err(fail)?;
+            ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug)).map_err(fail)?;
+            let launch = launch::prepare(ctx, manifest, spec, &profile_dir).map_err(fail)?;
+            std::fs::write(&log, format!("$ {}\n", launch.cmd.display()))
+                .map_err(|e| Failed::from(format!("cannot write {}: {e}", log.display())))?;
+            let started_at = results::now();
+            let started_unix_ms = results::unix_ms();
+            let finished = run::run(&launch, &log, ctx.heartbeat, &|elapsed| {
+                eprintln!(
+                    "ccl-coverage: {} still running after {}s (timeout {}s)",
+                    spec.name,
+                    elapsed.as_secs(),
+                    launch.timeout.as_secs()
+                );
+            })
+            .map_err(fail)?;
+            (launch, finished, started_at, started_unix_ms)
+        };
+        // The slots are free: the next trial runs while this one's profiles merge.
         let output = std::fs::read_to_string(&log).unwrap_or_default();
         let perf = perf::parse(&output);
         let verdict = outcome::judge(&finished, &perf, launch.timeout);
@@ -134,6 +136,15 @@ impl Shared {
                 (s.code(), s.signal())
             }
             Ending::TimedOut { .. } => (None, None),
+        };
+        let raw_profiles = profiles::raw_files(&profile_dir).map_err(fail)?.len();
+        let (merge, merge_error) = if manifest.coverage && ctx.incremental_merge && raw_profiles > 0 {
+            match profiles::merge_trial(ws, &manifest.toolchain, &spec.slug, ctx.keep_raw) {
+                Ok(m) => (Some(m), None),
+                Err(e) => (None, Some(e.to_string())),
+            }
+        } else {
+            (None, None)
         };
         let config = ctx.config();
         let result = TrialResult {
@@ -160,7 +171,10 @@ impl Shared {
             cwd: launch.cmd.get_cwd().map(std::path::Path::to_path_buf).unwrap_or_default(),
             log: log.clone(),
             profile_dir: profile_dir.clone(),
-            profiles: count_profiles(&profile_dir),
+            profiles: raw_profiles,
+            no_profile: manifest.coverage && exit_code == Some(0) && raw_profiles == 0,
+            merge,
+            merge_error,
             leftovers: finished.leftovers,
             perf,
         };
@@ -178,12 +192,6 @@ impl Shared {
             indent_tail(&output, TAIL_LINES)
         )))
     }
-}
-
-fn count_profiles(dir: &std::path::Path) -> usize {
-    std::fs::read_dir(dir)
-        .map(|entries| entries.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "profraw")).count())
-        .unwrap_or(0)
 }
 
 fn git_sha(dir: &std::path::Path) -> Option<String> {

@@ -2,20 +2,23 @@
 //! the workspace and write the reports, one trial per step so that a failure
 //! names its step. It never runs a trial and never deletes a profile
 //! (report-only); it replaces `report/` as a whole, so no stale report
-//! survives next to a new one.
+//! survives next to a new one, and every report says which build and runs it
+//! came from.
 
+use crate::config::process_env;
 use crate::context::Context;
 use crate::error::Error;
 use crate::fixture::BuildManifest;
+use crate::outcome::Status;
 use crate::plan;
-use crate::profiles;
+use crate::profiles::{self, Quarantined};
 use crate::report::{self, ReportInputs};
 use crate::results::{self, TrialResult};
 use crate::workspace::{self, Area};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 
@@ -23,12 +26,13 @@ struct Shared {
     ctx: Context,
     merged: OnceLock<Result<Merge, Error>>,
     summary: OnceLock<Result<Summary, Error>>,
+    lcov: OnceLock<Result<PathBuf, Error>>,
 }
 
 enum Merge {
     /// The build was not instrumented: every step is ignored with this reason.
     Off(String),
-    Done(Merged),
+    Done(Box<Merged>),
 }
 
 /// The merged profile and what it was made from.
@@ -36,6 +40,17 @@ struct Merged {
     manifest: BuildManifest,
     results: Vec<TrialResult>,
     inputs: ReportInputs,
+    health: Health,
+}
+
+/// What the report cannot vouch for.
+#[derive(Default)]
+struct Health {
+    quarantined: Vec<Quarantined>,
+    merge_errors: Vec<String>,
+    no_profile: Vec<String>,
+    /// Timed out or killed by a signal: their processes wrote no profile.
+    no_coverage: Vec<String>,
 }
 
 /// `llvm-cov export -summary-only` over all objects, and the host and device
@@ -46,7 +61,7 @@ struct Summary {
     device: Option<Value>,
 }
 
-type Step = fn(&Shared, &Merged) -> Result<(), Failed>;
+type Step = fn(&Shared, &Merged) -> Result<Completion, Failed>;
 
 pub fn main() -> ExitCode {
     main_with(Arguments::from_args())
@@ -60,26 +75,33 @@ pub fn main_with(args: Arguments) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let shared = Arc::new(Shared { ctx, merged: OnceLock::new(), summary: OnceLock::new() });
-    let steps: [(&str, Step); 5] = [
-        ("report::merge", |_, _| Ok(())),
-        ("report::summary_json", |s, _| s.summary().map(drop)),
-        ("report::lcov", Shared::lcov),
-        ("report::html", Shared::html),
-        ("report::text", Shared::text),
+    let shared = Arc::new(Shared { ctx, merged: OnceLock::new(), summary: OnceLock::new(), lcov: OnceLock::new() });
+    let steps: [(&str, Step); 12] = [
+        ("report::merge", |_, _| Ok(Completion::Completed)),
+        ("report::profiles", Shared::health),
+        ("report::summary_json", |s, _| s.summary().map(|_| Completion::Completed)),
+        ("report::json", |s, m| done(s.json(m))),
+        ("report::lcov", |s, m| s.lcov(m).map(|_| Completion::Completed)),
+        ("report::cobertura", |s, m| done(s.cobertura(m))),
+        ("report::html", |s, m| done(s.html(m))),
+        ("report::text", |s, m| done(s.text(m))),
+        ("report::markdown", |s, m| done(s.markdown(m))),
+        ("report::thresholds", Shared::thresholds),
+        ("report::device_coverage", Shared::device_check),
+        ("report::snapshot", Shared::snapshot),
     ];
-    let mut trials: Vec<Trial> = steps
+    let trials = steps
         .into_iter()
         .map(|(name, step)| {
             let shared = shared.clone();
-            Trial::ignorable_test(name, move || shared.with_merged(|m| step(&shared, m).map(|()| Completion::Completed)))
+            Trial::ignorable_test(name, move || shared.with_merged(|m| step(&shared, m)))
         })
         .collect();
-    let device = shared.clone();
-    trials.push(Trial::ignorable_test("report::device_coverage", move || device.with_merged(|m| device.device_check(m))));
-    let snapshot = shared.clone();
-    trials.push(Trial::ignorable_test("report::snapshot", move || snapshot.with_merged(|m| snapshot.snapshot(m))));
     libtest_mimic::run(&args, trials).exit_code()
+}
+
+fn done(step: Result<(), Failed>) -> Result<Completion, Failed> {
+    step.map(|()| Completion::Completed)
 }
 
 fn failed(step: &str, e: &Error) -> Failed {
@@ -96,6 +118,10 @@ impl Shared {
         }
     }
 
+    fn report_dir(&self) -> PathBuf {
+        self.ctx.workspace.report_dir()
+    }
+
     fn merge(&self) -> Result<Merge, Error> {
         let ws = &self.ctx.workspace;
         let manifest = BuildManifest::read(&ws.build_manifest()).map_err(|e| {
@@ -108,30 +134,94 @@ impl Shared {
             return Ok(Merge::Off(format!("build {} was made without coverage (CCL_COV_COVERAGE=off): there is nothing to report", manifest.build_id)));
         }
         let results = results::load_all(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
-        let trials = profiles::collect(ws, &results)?;
-        let files: Vec<PathBuf> = trials.iter().flat_map(|t| t.files.iter().cloned()).collect();
-        if files.is_empty() {
+        let inputs = profiles::collect(ws, &results)?;
+        if inputs.is_empty() {
             return Err(Error::new(format!(
-                "no raw profiles (*.profraw) for build {} under {}; run `cargo test --test collectives` first",
+                "no profiles for build {} under {}; run `cargo test --test collectives` first",
                 manifest.build_id,
                 ws.area(Area::Profiles).display()
             )));
         }
-        let report_dir = ws.report_dir();
+        let report_dir = self.report_dir();
         ws.clear(Area::Report, &report_dir)?;
         let profdata = report_dir.join("coverage.profdata");
-        profiles::merge(&manifest.toolchain, &files, &report_dir.join("profiles.list"), &profdata)?;
+        let quarantine_for = |input: &Path| {
+            let slug = input.parent().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            ws.trial_quarantine(&slug)
+        };
+        let (merged_inputs, quarantined_now) =
+            profiles::merge_checked(ws, &manifest.toolchain, &inputs, &report_dir.join("profiles.list"), &profdata, &quarantine_for)?;
+        if merged_inputs == 0 {
+            return Err(Error::new(format!(
+                "none of the {} profiles could be read; they are in {}",
+                inputs.len(),
+                ws.area(Area::Quarantine).display()
+            )));
+        }
+        let mut health = Health { quarantined: quarantined_now, ..Health::default() };
+        for r in &results {
+            if let Some(m) = &r.merge {
+                health.quarantined.extend(m.quarantined.iter().cloned());
+            }
+            if let Some(e) = &r.merge_error {
+                health.merge_errors.push(format!("{}: {e}", r.trial));
+            }
+            if r.no_profile {
+                health.no_profile.push(r.trial.clone());
+            }
+            if r.status == Status::Timeout || r.signal.is_some() {
+                health.no_coverage.push(format!("{} ({})", r.trial, r.reason));
+            }
+        }
         let meta = json!({
             "build_id": manifest.build_id,
             "generated_at": results::now(),
             "device_coverage": manifest.device.summary(),
-            "raw_profiles": files.len(),
+            "profiles_merged": merged_inputs,
             "trials": results.iter().map(|r| json!({"trial": r.trial, "run_id": r.run_id, "status": r.status})).collect::<Vec<_>>(),
+            "quarantined": health.quarantined,
+            "no_coverage_from": health.no_coverage,
+            "exited_0_without_profile": health.no_profile,
         });
         workspace::write_atomic(&report_dir.join("meta.json"), serde_json::to_string_pretty(&meta).expect("json").as_bytes())?;
         let config = self.ctx.config();
-        let inputs = ReportInputs::new(&manifest, profdata, config.report.ignore_filename_regex.clone(), format!("ccl-coverage: {}", config.name))?;
-        Ok(Merge::Done(Merged { manifest, results, inputs }))
+        let title = format!("ccl-coverage: {} (build {})", config.name, manifest.build_id);
+        let inputs = ReportInputs::new(&manifest, profdata, config.report.ignore_filename_regex.clone(), title)?;
+        Ok(Merge::Done(Box::new(Merged { manifest, results, inputs, health })))
+    }
+
+    /// Fails when profiles had to be quarantined or a trial that passed left
+    /// none; the reports above are written from the good data either way.
+    fn health(&self, merged: &Merged) -> Result<Completion, Failed> {
+        let h = &merged.health;
+        for line in &h.no_coverage {
+            eprintln!("ccl-coverage: no coverage from this trial: {line}");
+        }
+        let mut problems = Vec::new();
+        if !h.quarantined.is_empty() {
+            problems.push(format!(
+                "{} unreadable raw profiles were moved to quarantine (reports use the rest):\n{}",
+                h.quarantined.len(),
+                h.quarantined.iter().map(|q| format!("    {}: {}", q.file.display(), q.reason)).collect::<Vec<_>>().join("\n")
+            ));
+        }
+        if !h.merge_errors.is_empty() {
+            problems.push(format!("merging failed for: {}", h.merge_errors.join("; ")));
+        }
+        if !h.no_profile.is_empty() {
+            problems.push(format!(
+                "these trials exited 0 but left no profile (is the instrumented library the one loaded? check LD_LIBRARY_PATH): {}",
+                h.no_profile.join(", ")
+            ));
+        }
+        if !h.no_coverage.is_empty() {
+            problems.push(format!("no coverage from these trials (timed out or killed): {}", h.no_coverage.join("; ")));
+        }
+        let failing = !h.quarantined.is_empty() || !h.merge_errors.is_empty() || !h.no_profile.is_empty();
+        if !failing {
+            return Ok(Completion::Completed);
+        }
+        Err(Failed::from(problems.join("\n")))
     }
 
     fn summary(&self) -> Result<&Summary, Failed> {
@@ -140,7 +230,7 @@ impl Shared {
         };
         self.summary
             .get_or_init(|| {
-                let dir = self.ctx.workspace.report_dir();
+                let dir = self.report_dir();
                 let all = merged.inputs.summary_json(&dir.join("summary.json"))?;
                 let m = &merged.manifest;
                 if m.device_objects.is_empty() {
@@ -157,21 +247,82 @@ impl Shared {
             .map_err(|e| failed("llvm-cov export -summary-only", e))
     }
 
-    fn lcov(&self, merged: &Merged) -> Result<(), Failed> {
-        let out = self.ctx.workspace.report_dir().join("coverage.lcov");
-        merged.inputs.lcov(&out).map_err(|e| failed("llvm-cov export -format=lcov", &e))
+    fn json(&self, merged: &Merged) -> Result<(), Failed> {
+        merged.inputs.json(&self.report_dir().join("coverage.json")).map_err(|e| failed("llvm-cov export -format=text", &e))
+    }
+
+    fn lcov(&self, merged: &Merged) -> Result<&PathBuf, Failed> {
+        let out = self.report_dir().join("coverage.lcov");
+        self.lcov
+            .get_or_init(|| merged.inputs.lcov(&out).map(|()| out.clone()))
+            .as_ref()
+            .map_err(|e| failed("llvm-cov export -format=lcov", e))
+    }
+
+    fn cobertura(&self, merged: &Merged) -> Result<(), Failed> {
+        let lcov = self.lcov(merged)?;
+        report::cobertura(lcov, &merged.manifest.library_src, &self.report_dir().join("cobertura.xml"))
+            .map_err(|e| failed("Cobertura conversion", &e))
     }
 
     fn html(&self, merged: &Merged) -> Result<(), Failed> {
-        let dir = self.ctx.workspace.report_dir().join("html");
-        let index = merged.inputs.html(&dir).map_err(|e| failed("llvm-cov show -format=html", &e))?;
+        let index = merged.inputs.html(&self.report_dir().join("html")).map_err(|e| failed("llvm-cov show -format=html", &e))?;
         eprintln!("ccl-coverage: HTML report: {}", index.display());
         Ok(())
     }
 
     fn text(&self, merged: &Merged) -> Result<(), Failed> {
-        let out = self.ctx.workspace.report_dir().join("summary.txt");
-        merged.inputs.text(&out).map_err(|e| failed("llvm-cov report", &e))
+        merged.inputs.text(&self.report_dir().join("summary.txt")).map_err(|e| failed("llvm-cov report", &e))
+    }
+
+    /// `report/summary.md`, also appended to `$GITHUB_STEP_SUMMARY` when set.
+    fn markdown(&self, merged: &Merged) -> Result<(), Failed> {
+        let summary = self.summary()?;
+        let m = &merged.manifest;
+        let mut md = format!("## Coverage: {} (build {})\n\n", self.ctx.config().name, m.build_id);
+        md.push_str("| | covered | total | % |\n|---|---:|---:|---:|\n");
+        for (metric, covered, count) in report::percentages(&summary.all).map_err(|e| failed("reading the summary", &e))? {
+            md.push_str(&format!("| {metric} | {covered} | {count} | {:.2} |\n", report::percent(covered, count)));
+        }
+        md.push_str(&format!("\nDevice coverage: {}\n\n", m.device.summary()));
+        let count = |s: Status| merged.results.iter().filter(|r| r.status == s).count();
+        let runs: BTreeSet<&str> = merged.results.iter().map(|r| r.run_id.as_str()).collect();
+        md.push_str(&format!(
+            "Trials: {} passed, {} failed, {} timed out (runs {}).\n",
+            count(Status::Passed),
+            count(Status::Failed),
+            count(Status::Timeout),
+            runs.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+        let h = &merged.health;
+        if !h.quarantined.is_empty() {
+            md.push_str(&format!("\nQuarantined profiles: {}\n", h.quarantined.len()));
+        }
+        if !h.no_coverage.is_empty() {
+            md.push_str(&format!("\nNo coverage from: {}\n", h.no_coverage.join("; ")));
+        }
+        let out = self.report_dir().join("summary.md");
+        workspace::write_atomic(&out, md.as_bytes()).map_err(|e| failed("writing summary.md", &e))?;
+        if let Some(step_summary) = process_env("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&step_summary)
+                .and_then(|mut f| f.write_all(md.as_bytes()))
+                .map_err(|e| Failed::from(format!("cannot append to GITHUB_STEP_SUMMARY={step_summary}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// `CCL_COV_FAIL_UNDER_LINES|FUNCTIONS|REGIONS|BRANCHES`, in percent.
+    fn thresholds(&self, _merged: &Merged) -> Result<Completion, Failed> {
+        let summary = self.summary()?;
+        match report::check_bars(&summary.all, &process_env).map_err(|e| failed("reading the bars", &e))? {
+            None => Ok(Completion::ignored_with("no CCL_COV_FAIL_UNDER_* bar is set")),
+            Some(short) if short.is_empty() => Ok(Completion::Completed),
+            Some(short) => Err(Failed::from(format!("coverage is under the bar: {}", short.join("; ")))),
+        }
     }
 
     /// With device coverage on, some device function must have run;
