@@ -38,6 +38,10 @@ pub struct Context {
     pub incremental_merge: bool,
     /// `CCL_COV_KEEP_RAW=1`: keep raw profiles after merging them.
     pub keep_raw: bool,
+    /// `CCL_COV_MERGE_OVERLAP` (on by default): a trial's merge runs while the
+    /// next trial runs. Off merges before the trial gives its rank slots back,
+    /// so at most one trial's raw profiles are ever on disk.
+    pub merge_overlap: bool,
     /// `CCL_COV_HEARTBEAT_S`: how often a long trial reports that it still runs.
     pub heartbeat: std::time::Duration,
 }
@@ -80,6 +84,7 @@ impl Context {
         let trim_iterations = switch("CCL_COV_TRIM_ITERATIONS", loaded.config.iterations.trim_under_coverage)?;
         let incremental_merge = switch("CCL_COV_INCREMENTAL_MERGE", true)?;
         let keep_raw = switch("CCL_COV_KEEP_RAW", false)?;
+        let merge_overlap = switch("CCL_COV_MERGE_OVERLAP", true)?;
         let heartbeat = match env("CCL_COV_HEARTBEAT_S").filter(|v| !v.is_empty()) {
             Some(v) => match v.parse::<u64>() {
                 Ok(n) if n > 0 => std::time::Duration::from_secs(n),
@@ -101,6 +106,7 @@ impl Context {
             trim_iterations,
             incremental_merge,
             keep_raw,
+            merge_overlap,
             heartbeat,
         })
     }

@@ -104,7 +104,17 @@ impl Shared {
         let slots = Slots::new(ctx.state_dir.join("slots"), ctx.config().capacity);
         let profile_dir = ws.trial_profiles(&spec.slug);
         let log = ws.trial_log(&spec.slug);
-        let (launch, finished, started_at, started_unix_ms) = {
+        let merge_now = || -> (usize, Option<profiles::TrialMerge>, Option<String>) {
+            let raw = profiles::raw_files(&profile_dir).map(|f| f.len()).unwrap_or(0);
+            if !manifest.coverage || !ctx.incremental_merge || raw == 0 {
+                return (raw, None, None);
+            }
+            match profiles::merge_trial(ws, &manifest.toolchain, &spec.slug, ctx.keep_raw) {
+                Ok(m) => (raw, Some(m), None),
+                Err(e) => (raw, None, Some(e.to_string())),
+            }
+        };
+        let (launch, finished, started_at, started_unix_ms, merged) = {
             let _slots = slots.acquire(spec.ranks).map_err(fail)?;
             // Old profiles of this trial would be merged with the new ones.
             ws.clear(Area::Profiles, &profile_dir).map_err(fail)?;
@@ -124,9 +134,12 @@ impl Shared {
                 );
             })
             .map_err(fail)?;
-            (launch, finished, started_at, started_unix_ms)
+            let merged = (!ctx.merge_overlap).then(merge_now);
+            (launch, finished, started_at, started_unix_ms, merged)
         };
-        // The slots are free: the next trial runs while this one's profiles merge.
+        // With overlap the slots are free now: the next trial runs while this
+        // one's profiles merge.
+        let (raw_profiles, merge, merge_error) = merged.unwrap_or_else(merge_now);
         let output = std::fs::read_to_string(&log).unwrap_or_default();
         let perf = perf::parse(&output);
         let verdict = outcome::judge(&finished, &perf, launch.timeout);
@@ -136,15 +149,6 @@ impl Shared {
                 (s.code(), s.signal())
             }
             Ending::TimedOut { .. } => (None, None),
-        };
-        let raw_profiles = profiles::raw_files(&profile_dir).map_err(fail)?.len();
-        let (merge, merge_error) = if manifest.coverage && ctx.incremental_merge && raw_profiles > 0 {
-            match profiles::merge_trial(ws, &manifest.toolchain, &spec.slug, ctx.keep_raw) {
-                Ok(m) => (Some(m), None),
-                Err(e) => (None, Some(e.to_string())),
-            }
-        } else {
-            (None, None)
         };
         let config = ctx.config();
         let result = TrialResult {
