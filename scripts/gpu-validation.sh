@@ -5,11 +5,13 @@
 # trials replayed directly for the harness's overhead.
 #
 # Usage, from the repository root:
-#   scripts/gpu-validation.sh <carry> <out> main|broken
+#   scripts/gpu-validation.sh <carry> <out> main|broken|packed
 # <carry> holds bin/collectives, bin/coverage_report, llvm19.tar.xz (clang,
 # llvm-profdata, llvm-cov of LLVM 19 with their libraries and the profile
 # runtime), nccl.tar.xz and nccl-tests.tar.xz (git archives). `broken` builds
 # NCCL without its AllGather kernels, which must make AllGather fail.
+# `packed` runs the ignored one-GPU trials twice: one at a time, then packed
+# two at a time by the GPU-slot scheduler (CUDA_VISIBLE_DEVICES={slots}).
 set -uo pipefail
 carry=$1 out=$2 phase=$3
 started=$(date +%s)
@@ -43,6 +45,18 @@ if [ "$phase" = main ]; then
     python3 benches/replay_direct.py "$ws" > "$out/replay.json"
     stamp replay
   fi
+elif [ "$phase" = packed ]; then
+  export NCCL_ONLY_FUNCS="$kernels"
+  for threads in 1 2; do
+    export CCL_COV_WORKSPACE=target/ccl-coverage/h200_nccl-threads$threads
+    "$carry/bin/collectives" --ignored --test-threads $threads 2>&1 | tee "$out/threads$threads.log" | grep -E "^(test |ccl-coverage)"
+    stamp "threads$threads"
+    cp "$CCL_COV_WORKSPACE/results/run.json" "$out/run-threads$threads.json"
+  done
+  # Which physical GPU (PCI bus id) each packed trial ran on.
+  for log in target/ccl-coverage/h200_nccl-threads2/logs/*.log; do
+    echo "$(basename "$log") $(grep -o '\[0000:[0-9a-f:.]*\]' "$log" | head -1)"
+  done > "$out/devices.txt"
 else
   export NCCL_ONLY_FUNCS="${kernels/AllGather \* \*|/}"
   echo "ONLY_FUNCS=$NCCL_ONLY_FUNCS" >> "$out/env.txt"

@@ -4,7 +4,7 @@
 //! working directory and the timeout.
 
 use crate::bail;
-use crate::config::{Config, LauncherKind, MpiFlavor};
+use crate::config::{Config, LauncherConfig, LauncherKind, MpiFlavor};
 use crate::context::Context;
 use crate::error::Result;
 use crate::fixture::BuildManifest;
@@ -30,9 +30,17 @@ pub struct TrialLaunch {
     pub token: String,
 }
 
-pub fn prepare(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, profile_dir: &Path) -> Result<TrialLaunch> {
+/// The command of `spec`. `slots` are the rank slots the trial holds (for
+/// `{slots}`, e.g. `CUDA_VISIBLE_DEVICES`); `None` in a dry run.
+pub fn prepare(
+    ctx: &Context,
+    manifest: &BuildManifest,
+    spec: &TrialSpec,
+    profile_dir: &Path,
+    slots: Option<&[usize]>,
+) -> Result<TrialLaunch> {
     let config = ctx.config();
-    let vars = trial_vars(ctx, manifest, spec);
+    let vars = trial_vars(ctx, manifest, spec, slots);
     let collective = spec.collective(config);
     let variant = spec.variant(config);
     let launcher = spec.launcher(config);
@@ -68,33 +76,8 @@ pub fn prepare(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, profil
     }
     env.push((TRIAL_TOKEN_VAR.into(), token.clone()));
 
-    let binary = binary.display().to_string();
-    let mut argv: Vec<String> = Vec::new();
-    match launcher.kind {
-        LauncherKind::Direct => argv.push(binary),
-        LauncherKind::Mpirun => {
-            argv.push(launcher.program.clone().unwrap_or_else(|| "mpirun".into()));
-            if launcher.flavor == MpiFlavor::Openmpi && is_root() {
-                argv.push("--allow-run-as-root".into());
-            }
-            argv.extend(["-np".into(), spec.ranks.to_string()]);
-            argv.extend(vars.render_all(&launcher.args)?);
-            for (k, v) in &env {
-                match launcher.flavor {
-                    MpiFlavor::Openmpi => argv.extend(["-x".into(), k.clone()]),
-                    MpiFlavor::Mpich => argv.extend(["-genv".into(), k.clone(), v.clone()]),
-                }
-            }
-            argv.push(binary);
-        }
-        LauncherKind::Srun => {
-            argv.push(launcher.program.clone().unwrap_or_else(|| "srun".into()));
-            argv.extend(["--ntasks".into(), spec.ranks.to_string()]);
-            argv.extend(vars.render_all(&launcher.args)?);
-            argv.push(binary);
-        }
-    }
-    argv.extend(program_args);
+    let launcher_args = vars.render_all(&launcher.args)?;
+    let argv = command_line(launcher, &launcher_args, spec.ranks, &env, &binary.display().to_string(), &program_args, is_root());
     let Some(cmd) = Cmd::from_argv(&argv) else { bail!("empty command line") };
     let cmd = cmd.envs(env.clone()).env_remove(PROFILE_INIT_ONCE).cwd(&manifest.bin_dir);
     Ok(TrialLaunch {
@@ -106,6 +89,47 @@ pub fn prepare(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, profil
     })
 }
 
+/// The argv of one trial: the test binary itself, or a launcher that starts
+/// `ranks` copies of it and forwards the trial's environment to them (Open
+/// MPI `-x NAME` takes the value from mpirun's own environment; MPICH/Hydra
+/// needs `-genv NAME VALUE`; srun forwards everything by default).
+pub fn command_line(
+    launcher: &LauncherConfig,
+    launcher_args: &[String],
+    ranks: usize,
+    env: &[(String, String)],
+    binary: &str,
+    program_args: &[String],
+    root: bool,
+) -> Vec<String> {
+    let mut argv: Vec<String> = Vec::new();
+    match launcher.kind {
+        LauncherKind::Direct => {}
+        LauncherKind::Mpirun => {
+            argv.push(launcher.program.clone().unwrap_or_else(|| "mpirun".into()));
+            if launcher.flavor == MpiFlavor::Openmpi && root {
+                argv.push("--allow-run-as-root".into());
+            }
+            argv.extend(["-np".into(), ranks.to_string()]);
+            argv.extend(launcher_args.iter().cloned());
+            for (k, v) in env {
+                match launcher.flavor {
+                    MpiFlavor::Openmpi => argv.extend(["-x".into(), k.clone()]),
+                    MpiFlavor::Mpich => argv.extend(["-genv".into(), k.clone(), v.clone()]),
+                }
+            }
+        }
+        LauncherKind::Srun => {
+            argv.push(launcher.program.clone().unwrap_or_else(|| "srun".into()));
+            argv.extend(["--ntasks".into(), ranks.to_string()]);
+            argv.extend(launcher_args.iter().cloned());
+        }
+    }
+    argv.push(binary.to_string());
+    argv.extend(program_args.iter().cloned());
+    argv
+}
+
 /// `-n N -w W`; one pass without warm-up when `trim` (coverage needs one
 /// pass through the code, not stable timings).
 fn iteration_args(config: &Config, trim: bool) -> Vec<String> {
@@ -113,9 +137,13 @@ fn iteration_args(config: &Config, trim: bool) -> Vec<String> {
     vec!["-n".into(), iters.to_string(), "-w".into(), warmup.to_string()]
 }
 
-fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec) -> Vars {
+fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, slots: Option<&[usize]>) -> Vars {
     let mut vars = Vars::default();
     let path = |p: &PathBuf| p.display().to_string();
+    let slots = match slots {
+        Some(held) => held.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
+        None => format!("<{} slots, assigned at run time>", spec.ranks),
+    };
     vars.set("build_dir", path(&manifest.build_dir))
         .set("bin_dir", path(&manifest.bin_dir))
         .set("cc", path(&manifest.toolchain.cc.path))
@@ -125,7 +153,8 @@ fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec) -> Vars
         .set("library_src", path(&manifest.library_src))
         .set("tests_src", path(&manifest.tests_src))
         .set("workspace", path(&ctx.workspace.root().to_path_buf()))
-        .set("ranks", spec.ranks.to_string());
+        .set("ranks", spec.ranks.to_string())
+        .set("slots", slots);
     vars
 }
 
@@ -139,4 +168,48 @@ fn new_token() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("{}-{nanos:x}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launcher(kind: LauncherKind, flavor: MpiFlavor) -> LauncherConfig {
+        LauncherConfig { kind, program: None, flavor, args: Vec::new(), program_args: Vec::new() }
+    }
+
+    fn env() -> Vec<(String, String)> {
+        vec![("LLVM_PROFILE_FILE".into(), "/ws/p/%h-%p-%m.profraw".into()), ("A".into(), "it's".into())]
+    }
+
+    fn argv(l: &LauncherConfig, root: bool) -> Vec<String> {
+        command_line(l, &["--bind-to".into(), "none".into()], 8, &env(), "/b/all_reduce_perf", &["-g".into(), "1".into()], root)
+    }
+
+    #[test]
+    fn open_mpi_forwards_names_and_needs_allow_run_as_root_only_as_root() {
+        let l = launcher(LauncherKind::Mpirun, MpiFlavor::Openmpi);
+        assert_eq!(
+            argv(&l, true),
+            ["mpirun", "--allow-run-as-root", "-np", "8", "--bind-to", "none", "-x", "LLVM_PROFILE_FILE", "-x", "A", "/b/all_reduce_perf", "-g", "1"]
+        );
+        assert!(!argv(&l, false).contains(&"--allow-run-as-root".to_string()));
+    }
+
+    #[test]
+    fn mpich_forwards_values_and_never_gets_open_mpi_flags() {
+        let l = launcher(LauncherKind::Mpirun, MpiFlavor::Mpich);
+        assert_eq!(
+            argv(&l, true),
+            ["mpirun", "-np", "8", "--bind-to", "none", "-genv", "LLVM_PROFILE_FILE", "/ws/p/%h-%p-%m.profraw", "-genv", "A", "it's", "/b/all_reduce_perf", "-g", "1"]
+        );
+    }
+
+    #[test]
+    fn srun_and_direct() {
+        let srun = LauncherConfig { program: Some("/slurm/srun".into()), ..launcher(LauncherKind::Srun, MpiFlavor::Openmpi) };
+        assert_eq!(argv(&srun, true), ["/slurm/srun", "--ntasks", "8", "--bind-to", "none", "/b/all_reduce_perf", "-g", "1"]);
+        let direct = launcher(LauncherKind::Direct, MpiFlavor::Openmpi);
+        assert_eq!(command_line(&direct, &[], 4, &env(), "/b/x", &["-t".into(), "4".into()], true), ["/b/x", "-t", "4"]);
+    }
 }

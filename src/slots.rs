@@ -19,6 +19,15 @@ pub struct Slots {
 /// Held slots; dropping it releases them.
 pub struct SlotGuard {
     _held: Vec<File>,
+    indices: Vec<usize>,
+}
+
+impl SlotGuard {
+    /// Which slots are held: with one slot per GPU, the GPUs this trial may
+    /// use (`{slots}` → `CUDA_VISIBLE_DEVICES`), so packed trials never share one.
+    pub fn indices(&self) -> &[usize] {
+        &self.indices
+    }
 }
 
 impl Slots {
@@ -42,6 +51,7 @@ impl Slots {
             let allocation = open("alloc.lock".into())?;
             allocation.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", self.dir.display())))?;
             let mut held = Vec::with_capacity(ranks);
+            let mut indices = Vec::with_capacity(ranks);
             for slot in 0..self.capacity {
                 if held.len() == ranks {
                     break;
@@ -49,11 +59,12 @@ impl Slots {
                 let file = open(format!("slot-{slot}.lock"))?;
                 if file.try_lock().is_ok() {
                     held.push(file);
+                    indices.push(slot);
                 }
             }
             drop(allocation);
             if held.len() == ranks {
-                return Ok(SlotGuard { _held: held });
+                return Ok(SlotGuard { _held: held, indices });
             }
             drop(held);
             std::thread::sleep(Duration::from_millis(25));
@@ -78,7 +89,8 @@ mod tests {
             .map(|ranks| {
                 let (slots, running, peak) = (slots.clone(), running.clone(), peak.clone());
                 std::thread::spawn(move || {
-                    let _guard = slots.acquire(ranks).unwrap();
+                    let guard = slots.acquire(ranks).unwrap();
+                    assert_eq!(guard.indices().len(), ranks);
                     let now = running.fetch_add(ranks, Ordering::SeqCst) + ranks;
                     peak.fetch_max(now, Ordering::SeqCst);
                     std::thread::sleep(Duration::from_millis(30));
@@ -92,6 +104,20 @@ mod tests {
         let peak = peak.load(Ordering::SeqCst);
         assert!(peak <= 4, "peak {peak} ranks exceeded capacity 4");
         assert!(peak >= 3, "trials did run side by side (peak {peak})");
+    }
+
+    #[test]
+    fn concurrent_holders_get_disjoint_slots() {
+        let dir = tempfile::tempdir().unwrap();
+        let slots = Slots::new(dir.path().to_path_buf(), 8);
+        let a = slots.acquire(2).unwrap();
+        let b = slots.acquire(2).unwrap();
+        let c = slots.acquire(4).unwrap();
+        let mut all: Vec<usize> = [a.indices(), b.indices(), c.indices()].concat();
+        all.sort();
+        assert_eq!(all, (0..8).collect::<Vec<_>>());
+        drop(b);
+        assert_eq!(slots.acquire(2).unwrap().indices(), [2, 3], "freed slots are reused");
     }
 
     #[test]

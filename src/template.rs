@@ -32,6 +32,7 @@ pub const TRIAL_PLACEHOLDERS: &[&str] = &[
     "library_src",
     "llvm_bin",
     "ranks",
+    "slots",
     "tests_src",
     "workspace",
 ];

@@ -157,8 +157,8 @@ fn rccl_config_dry_run_on_a_rocm_715_layout() {
     settings().bind(|| insta::assert_snapshot!("dry_run-mi300x_rccl", text));
 }
 
-#[test]
-fn nccl_config_dry_run_on_an_llvm_19_layout() {
+/// An LLVM 19 layout and NCCL sources for the NCCL configs.
+fn nccl_run() -> Run {
     let mut run = Run::new();
     let bin = run.path("llvm-19/bin");
     let resource = run.path("llvm-19/lib/clang/19");
@@ -175,7 +175,21 @@ fn nccl_config_dry_run_on_an_llvm_19_layout() {
     run.set("CCL_COV_LLVM_BIN", bin.display().to_string());
     run.set("NCCL_SRC", run.path("nccl").display().to_string());
     run.set("NCCL_TESTS_SRC", run.path("nccl-tests").display().to_string());
+    run
+}
+
+#[test]
+fn nccl_config_dry_run_on_an_llvm_19_layout() {
+    let run = nccl_run();
     let text = run.dry_run("configs/h200_nccl.json", &["--", "AllGather"]);
     assert!(text.contains("device coverage: host-only (auto): CUDA/NVPTX device code cannot be instrumented"), "{text}");
     settings().bind(|| insta::assert_snapshot!("dry_run-h200_nccl", text));
+}
+
+#[test]
+fn eight_gpu_nccl_config_dry_run() {
+    let run = nccl_run();
+    let text = run.dry_run("configs/h200x8_nccl.json", &["--include-ignored", "::1G"]);
+    assert!(text.contains("mpirun -np 8") && text.contains("-t 1 -g 8") && text.contains("trial Gather::1G::pair (2 ranks"), "{text}");
+    settings().bind(|| insta::assert_snapshot!("dry_run-h200x8_nccl", text));
 }

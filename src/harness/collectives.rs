@@ -115,12 +115,12 @@ impl Shared {
             }
         };
         let (launch, finished, started_at, started_unix_ms, merged) = {
-            let _slots = slots.acquire(spec.ranks).map_err(fail)?;
+            let held = slots.acquire(spec.ranks).map_err(fail)?;
             // Old profiles of this trial would be merged with the new ones.
             ws.clear(Area::Profiles, &profile_dir).map_err(fail)?;
             ws.remove(Area::Profiles, &profiles::trial_profdata(ws, &spec.slug)).map_err(fail)?;
             ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug)).map_err(fail)?;
-            let launch = launch::prepare(ctx, manifest, spec, &profile_dir).map_err(fail)?;
+            let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices())).map_err(fail)?;
             std::fs::write(&log, format!("$ {}\n", launch.cmd.display()))
                 .map_err(|e| Failed::from(format!("cannot write {}: {e}", log.display())))?;
             let started_at = results::now();
