@@ -463,3 +463,29 @@ fn fail_under_bars_fail_the_report_and_keep_raw_keeps_raw_profiles() {
     let list = fs::read_to_string(s.ws.join("report/profiles.list")).unwrap();
     assert_eq!(list.trim(), s.ws.join("profiles/AllToAll.1K.ring.profdata").display().to_string(), "the report merges the trial's indexed profile only");
 }
+
+/// On a machine without cargo (the GPU host) the binaries find the project
+/// from the current directory, not from paths compiled in here.
+#[test]
+fn without_cargo_the_project_root_is_the_current_directory() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let s = setup(|v| v["name"] = json!("elsewhere"));
+    fs::create_dir_all(elsewhere.path().join("configs")).unwrap();
+    fs::copy(&s.config, elsewhere.path().join("configs/local.json")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"))
+        .args(["collectives", "--exact", "AllReduce::1K::ring"])
+        .env_remove("CARGO_MANIFEST_DIR")
+        .env_remove("CCL_COV_CONFIG")
+        .env_remove("CCL_COV_WORKSPACE")
+        .env_remove("CARGO_TARGET_DIR")
+        .env("CCL_COV_DRY_RUN", "1")
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    let here = elsewhere.path().canonicalize().unwrap();
+    let shown = |p: &str| stdout.contains(p) || stdout.contains(&p.replace(&here.display().to_string(), &elsewhere.path().display().to_string()));
+    assert!(shown(&format!("config: elsewhere ({}/configs/local.json)", here.display())), "{stdout}");
+    assert!(shown(&format!("workspace: {}/target/ccl-coverage/elsewhere", here.display())), "{stdout}");
+}
