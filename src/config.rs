@@ -766,7 +766,8 @@ mod tests {
 
     #[test]
     fn semantic_errors_name_their_path() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+        type Edit = Box<dyn Fn(&mut Value)>;
+        let cases: Vec<(&str, Edit, &str)> = vec![
             ("variants[0].launcher", Box::new(|v| v["variants"][0]["launcher"] = "nope".into()), "unknown launcher"),
             ("variants[0].ranks", Box::new(|v| v["variants"][0]["ranks"] = 999.into()), "capacity"),
             ("sizes[0]", Box::new(|v| v["sizes"][0] = "1KB".into()), "not a size"),

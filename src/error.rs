@@ -18,10 +18,6 @@ impl Error {
     pub fn context(self, what: impl fmt::Display) -> Self {
         Error(format!("{what}: {}", self.0))
     }
-
-    pub fn message(&self) -> &str {
-        &self.0
-    }
 }
 
 impl fmt::Display for Error {
@@ -31,17 +27,6 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
-
-/// Adds context to I/O and other foreign errors in one call.
-pub trait Context<T> {
-    fn context(self, what: impl fmt::Display) -> Result<T>;
-}
-
-impl<T, E: fmt::Display> Context<T> for std::result::Result<T, E> {
-    fn context(self, what: impl fmt::Display) -> Result<T> {
-        self.map_err(|e| Error(format!("{what}: {e}")))
-    }
-}
 
 /// `bail!("...")` returns an [`Error`] built like `format!`.
 #[macro_export]

@@ -43,8 +43,7 @@ impl TrialSpec {
             .overrides
             .iter()
             .chain(device_rules)
-            .filter(|rule| rule.matches(collective, &self.size, variant))
-            .last()
+            .rfind(|rule| rule.matches(collective, &self.size, variant))
             .map_or(config.timeouts.default, |rule| rule.seconds);
         Duration::from_secs(seconds)
     }

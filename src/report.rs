@@ -206,13 +206,6 @@ pub fn check_bars(summary_json: &str, env: &dyn Fn(&str) -> Option<String>) -> R
     Ok(any.then_some(short))
 }
 
-/// `(covered, count)` of lines and of functions in a summary export.
-pub fn line_and_function_totals(summary_json: &str) -> Result<((u64, u64), (u64, u64))> {
-    let export: Export = serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
-    let t = &export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?.totals;
-    Ok(((t.lines.covered, t.lines.count), (t.functions.covered, t.functions.count)))
-}
-
 /// The totals of a summary export as `covered/count` strings.
 pub fn totals(summary_json: &str) -> Result<Value> {
     let export: Export = serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
@@ -258,8 +251,15 @@ mod tests {
         assert_eq!(v["totals"]["lines"], "7/11");
         assert_eq!(v["files"]["ccl/src/init.cc"]["branches"], "1/4");
         assert_eq!(v["files"]["/elsewhere/gen.cc"]["functions"], "0/1");
-        let ((lc, ln), (fc, fn_)) = line_and_function_totals(EXPORT).unwrap();
-        assert_eq!((lc, ln, fc, fn_), (7, 11, 2, 3));
+        assert_eq!(percentages(EXPORT).unwrap(), [("lines", 7, 11), ("functions", 2, 3), ("regions", 4, 6), ("branches", 1, 4)]);
+        fn bars(lines: &'static str) -> impl Fn(&str) -> Option<String> {
+            move |name| (name == "CCL_COV_FAIL_UNDER_LINES").then(|| lines.to_string())
+        }
+        assert_eq!(check_bars(EXPORT, &|_| None).unwrap(), None);
+        assert_eq!(check_bars(EXPORT, &bars("60")).unwrap(), Some(vec![]));
+        let short = check_bars(EXPORT, &bars("70")).unwrap().unwrap();
+        assert_eq!(short, ["lines 63.64% (7/11) is under CCL_COV_FAIL_UNDER_LINES=70"]);
+        assert!(check_bars(EXPORT, &bars("lots")).is_err());
     }
 
     #[test]

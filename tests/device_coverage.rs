@@ -221,7 +221,7 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
 
     let on = DeviceDecision { requested: DeviceMode::Auto, enabled: true, reason: "on".into(), target: Some("gfx942".into()), runtime: None };
     let selected = fixture::select_device_objects(&patterns, &on).unwrap();
-    assert_eq!(selected.iter().map(|o| o.path.clone()).collect::<Vec<_>>(), [elf.clone()], "chosen by coverage mapping, not by name");
+    assert_eq!(selected.iter().map(|o| o.path.clone()).collect::<Vec<_>>(), std::slice::from_ref(&elf), "chosen by coverage mapping, not by name");
     let off = DeviceDecision { enabled: false, ..on.clone() };
     assert!(fixture::select_device_objects(&patterns, &off).unwrap().is_empty(), "host-only fallback leaves device objects out even when present");
 

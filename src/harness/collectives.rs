@@ -32,12 +32,9 @@ pub fn main() -> ExitCode {
 }
 
 pub fn main_with(args: Arguments) -> ExitCode {
-    let ctx = match Context::from_env() {
+    let ctx = match super::load_context() {
         Ok(ctx) => ctx,
-        Err(e) => {
-            eprintln!("ccl-coverage: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let specs = plan::plan(ctx.config());
     if ctx.dry_run && !args.list {

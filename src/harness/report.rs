@@ -68,12 +68,9 @@ pub fn main() -> ExitCode {
 }
 
 pub fn main_with(args: Arguments) -> ExitCode {
-    let ctx = match Context::from_env() {
+    let ctx = match super::load_context() {
         Ok(ctx) => ctx,
-        Err(e) => {
-            eprintln!("ccl-coverage: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let shared = Arc::new(Shared { ctx, merged: OnceLock::new(), summary: OnceLock::new(), lcov: OnceLock::new() });
     let steps: [(&str, Step); 12] = [
