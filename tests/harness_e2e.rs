@@ -41,15 +41,17 @@ fn setup(edit: impl FnOnce(&mut Value)) -> Setup {
 
 fn harness(s: &Setup, subcommand: &str, args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
+    // Hermetic: no switch of the caller's environment leaks in.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CCL_COV_") || key == "GITHUB_STEP_SUMMARY" {
+            cmd.env_remove(key);
+        }
+    }
     cmd.arg(subcommand)
         .args(args)
         .env("CCL_COV_CONFIG", &s.config)
         .env("CCL_COV_WORKSPACE", &s.ws)
         .env("CARGO_MANIFEST_DIR", root())
-        .env_remove("CCL_COV_DRY_RUN")
-        .env_remove("CCL_COV_DEVICE_COVERAGE")
-        .env_remove("CCL_COV_BUILD_DIR")
-        .env_remove("CCL_COV_TESTS_DIR")
         .current_dir(root());
     for (k, v) in &s.env {
         cmd.env(k, v);
@@ -416,7 +418,8 @@ fn results_exist_after_every_trial_and_reports_say_where_they_came_from() {
     // While the hung trial runs, run.json already holds the finished one.
     let run_json = s.ws.join("results/run.json");
     let mut seen = None;
-    for _ in 0..400 {
+    // Generous: on a fresh checkout the fixture is built first.
+    for _ in 0..12_000 {
         if let Ok(text) = fs::read_to_string(&run_json) {
             seen = Some(text);
             break;
