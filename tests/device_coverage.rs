@@ -188,6 +188,13 @@ esac
     assert!(off.reason.starts_with("off as requested (device coverage is available:"), "{}", off.reason);
     let flags = vec!["-fprofile-instr-generate".to_string()];
     assert_eq!(device::coverage_flags(&flags, &auto), flags, "full coverage applies the flags to both sides");
+    // compiler-rt's other layout is found as well.
+    fs::remove_file(&runtime).unwrap();
+    let linux = resource.join("lib/linux/libclang_rt.profile-amdgcn.a");
+    fs::create_dir_all(linux.parent().unwrap()).unwrap();
+    fs::write(&linux, "!<arch>\n").unwrap();
+    let found = device::decide(DeviceMode::Auto, &hip(rocm.path()), &cxx).unwrap();
+    assert_eq!(found.runtime.as_deref(), Some(linux.as_path()));
 }
 
 #[test]
