@@ -492,3 +492,22 @@ fn without_cargo_the_project_root_is_the_current_directory() {
     assert!(shown(&format!("config: elsewhere ({}/configs/local.json)", here.display())), "{stdout}");
     assert!(shown(&format!("workspace: {}/target/ccl-coverage/elsewhere", here.display())), "{stdout}");
 }
+
+#[test]
+fn coverage_off_builds_and_runs_without_instrumentation() {
+    let mut s = setup(|v| only(v, "Broadcast", &["1K"], json!([{"name": "ring", "env": {"CCL_ALGO": "ring"}}])));
+    s.env.push(("CCL_COV_COVERAGE".into(), "off".into()));
+    let out = harness(&s, "collectives", &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let build: Value = serde_json::from_str(&fs::read_to_string(s.ws.join("build.json")).unwrap()).unwrap();
+    assert_eq!(build["coverage"], false);
+    assert!(build["coverage_flags"].as_array().unwrap().is_empty());
+    assert!(build["objects"].as_array().unwrap().iter().all(|o| o["instrumentation"]["counters"] == false), "{build}");
+    let r = result(&s, "Broadcast.1K.ring");
+    assert!(r["env"].as_array().unwrap().iter().all(|kv| kv[0] != "LLVM_PROFILE_FILE"), "{r}");
+    assert_eq!((r["profiles"].as_u64(), r["no_profile"].as_bool()), (Some(0), Some(false)));
+    let report = harness(&s, "report", &[]);
+    let log = text(&report);
+    assert!(report.status.success(), "{log}");
+    assert!(log.contains("was made without coverage (CCL_COV_COVERAGE=off): there is nothing to report"), "{log}");
+}
