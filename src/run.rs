@@ -174,9 +174,12 @@ impl Tree {
 
 /// State letter and session id from `/proc/<pid>/stat`.
 fn stat_of(pid: libc::pid_t) -> Option<(char, libc::pid_t)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn parse_stat(stat: &str) -> Option<(char, libc::pid_t)> {
     // The command name may contain spaces and parentheses: fields start after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // state ppid pgrp session
     Some((fields.first()?.chars().next()?, fields.get(3)?.parse().ok()?))
@@ -243,8 +246,19 @@ mod tests {
 
     #[test]
     fn stat_parsing_handles_odd_names() {
-        let (state, session) = stat_of(std::process::id() as libc::pid_t).unwrap();
+        let odd = "4242 (a) b (c) d) S 1 4242 4100 0 -1 4194560 0 0";
+        assert_eq!(parse_stat(odd), Some(('S', 4100)));
+        assert_eq!(parse_stat("4242 (cut"), None);
+        assert_eq!(parse_stat("4242 (x)"), None);
+    }
+
+    #[test]
+    fn stat_of_a_live_process_matches_getsid() {
+        // The session may be 0 when the test runs under a container's init; compare, don't assume.
+        let pid = std::process::id() as libc::pid_t;
+        let (state, session) = stat_of(pid).unwrap();
         assert!(state == 'R' || state == 'S');
-        assert!(session > 0);
+        // SAFETY: getsid has no memory-safety preconditions.
+        assert_eq!(session, unsafe { libc::getsid(pid) });
     }
 }
