@@ -104,7 +104,12 @@ fn profile_pass(dir: &Path, config: &Path, incremental: bool, overlap: bool) -> 
             }
         })
     };
-    let (collectives_s, ok) = harness("collectives", config, &ws, &[("CCL_COV_INCREMENTAL_MERGE", mode), ("CCL_COV_MERGE_OVERLAP", overlap_mode)]);
+    let (collectives_s, ok) = harness(
+        "collectives",
+        config,
+        &ws,
+        &[("CCL_COV_INCREMENTAL_MERGE", mode), ("CCL_COV_MERGE_OVERLAP", overlap_mode)],
+    );
     assert!(ok, "the suite failed; see {}", ws.display());
     stop.store(true, Ordering::Relaxed);
     sampler.join().unwrap();
@@ -117,11 +122,8 @@ fn profile_pass(dir: &Path, config: &Path, incremental: bool, overlap: bool) -> 
     let mean = |f: &dyn Fn(&Value) -> f64| trials.iter().map(f).sum::<f64>() / trials.len() as f64;
     let mean_trial_s = mean(&|t| t["duration_s"].as_f64().unwrap());
     let mean_merge_s = mean(&|t| t["merge"]["seconds"].as_f64().unwrap_or(0.0));
-    let largest_trial = trials
-        .iter()
-        .map(|t| raw_bytes(Path::new(t["profile_dir"].as_str().unwrap())))
-        .max()
-        .unwrap_or(0);
+    let largest_trial =
+        trials.iter().map(|t| raw_bytes(Path::new(t["profile_dir"].as_str().unwrap()))).max().unwrap_or(0);
     json!({
         "incremental": incremental,
         "overlap": overlap,
@@ -206,9 +208,11 @@ fn trimming(dir: &Path) -> Value {
         assert!(ok, "the suite failed; see {}", ws.display());
         let (_, ok) = harness("report", &config, &ws, &[]);
         assert!(ok, "the report failed; see {}", ws.display());
-        let summary: Value = serde_json::from_str(&fs::read_to_string(ws.join("report/summary.json")).unwrap()).unwrap();
+        let summary: Value =
+            serde_json::from_str(&fs::read_to_string(ws.join("report/summary.json")).unwrap()).unwrap();
         let totals = &summary["data"][0]["totals"];
-        let trials = run_json(&ws)["trials"].as_array().unwrap().iter().map(|t| t["duration_s"].as_f64().unwrap()).sum::<f64>();
+        let trials =
+            run_json(&ws)["trials"].as_array().unwrap().iter().map(|t| t["duration_s"].as_f64().unwrap()).sum::<f64>();
         passes.push(json!({
             "trim": trim,
             "collectives_s": collectives_s,

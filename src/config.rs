@@ -430,10 +430,9 @@ pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedC
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && path.ends_with(DEFAULT_CONFIG_PATH) => {
             DEFAULT_CONFIG_TEXT.to_string()
         }
-        Err(e) => bail!(
-            "cannot read config {}: {e} (set CCL_COV_CONFIG to an existing configs/*.json)",
-            path.display()
-        ),
+        Err(e) => {
+            bail!("cannot read config {}: {e} (set CCL_COV_CONFIG to an existing configs/*.json)", path.display())
+        }
     };
     load_str(&text, path, env)
 }
@@ -443,8 +442,8 @@ pub fn load_str(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -
     let at = |json_path: &str, msg: &dyn std::fmt::Display| {
         Error::new(format!("{}: {}: {msg}", path.display(), if json_path.is_empty() { "$" } else { json_path }))
     };
-    let mut value: Value = serde_json::from_str(text)
-        .map_err(|e| Error::new(format!("{}: not valid JSON: {e}", path.display())))?;
+    let mut value: Value =
+        serde_json::from_str(text).map_err(|e| Error::new(format!("{}: not valid JSON: {e}", path.display())))?;
     expand_strings(&mut value, &mut String::new(), env).map_err(|(p, e)| at(&p, &e))?;
     let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
         let json_path = e.path().to_string();
@@ -502,7 +501,12 @@ fn check_name(path: &str, name: &str) -> Result<(), Invalid> {
     if ok {
         Ok(())
     } else {
-        Err(invalid(path, format!("{name:?} is not a usable name: expected ASCII letters, digits, '_', '-' or '.' (it becomes part of trial and file names)")))
+        Err(invalid(
+            path,
+            format!(
+                "{name:?} is not a usable name: expected ASCII letters, digits, '_', '-' or '.' (it becomes part of trial and file names)"
+            ),
+        ))
     }
 }
 
@@ -543,12 +547,19 @@ fn check_steps(path: &str, steps: &[Step]) -> Result<(), Invalid> {
     for (i, step) in steps.iter().enumerate() {
         let at = format!("{path}[{i}]");
         match (&step.rccl_install, step.argv.is_empty()) {
-            (None, true) => return Err(invalid(format!("{at}.argv"), "expected a non-empty argv (program first), or rccl_install")),
+            (None, true) => {
+                return Err(invalid(
+                    format!("{at}.argv"),
+                    "expected a non-empty argv (program first), or rccl_install",
+                ));
+            }
             (Some(_), false) => return Err(invalid(at, "expected either argv or rccl_install, not both")),
             (Some(r), true) => {
                 let texts = std::iter::once((".script".to_string(), r.script.as_str()))
                     .chain(r.flags.iter().enumerate().map(|(k, f)| (format!(".flags[{k}]"), f.as_str())))
-                    .chain(r.cmake_options.iter().enumerate().map(|(k, o)| (format!(".cmake_options[{k}]"), o.as_str())))
+                    .chain(
+                        r.cmake_options.iter().enumerate().map(|(k, o)| (format!(".cmake_options[{k}]"), o.as_str())),
+                    )
                     .chain(r.jobs.iter().map(|j| (".jobs".to_string(), j.as_str())));
                 check_templates(&format!("{at}.rccl_install"), texts, BUILD_PLACEHOLDERS)?;
             }
@@ -571,7 +582,10 @@ fn validate(c: &Config) -> Result<(), Invalid> {
     if let Some(target) = &c.coverage.device.target {
         let known = ["gfx", "sm_", "compute_"].iter().any(|p| target.starts_with(p));
         if !known {
-            return Err(invalid("coverage.device.target", format!("{target:?} is not a GPU architecture: expected gfx* (AMD) or sm_*/compute_* (NVIDIA)")));
+            return Err(invalid(
+                "coverage.device.target",
+                format!("{target:?} is not a GPU architecture: expected gfx* (AMD) or sm_*/compute_* (NVIDIA)"),
+            ));
         }
     }
     check_templates("coverage.device.objects", indexed(&c.coverage.device.objects), BUILD_PLACEHOLDERS)?;
@@ -589,7 +603,10 @@ fn validate(c: &Config) -> Result<(), Invalid> {
         check_templates(&format!("{at}.args"), indexed(&launcher.args), TRIAL_PLACEHOLDERS)?;
         check_templates(&format!("{at}.program_args"), indexed(&launcher.program_args), TRIAL_PLACEHOLDERS)?;
         if launcher.kind == LauncherKind::Direct && (!launcher.args.is_empty() || launcher.program.is_some()) {
-            return Err(invalid(at, "a direct launcher runs the test binary itself: it takes no program or args (use program_args)"));
+            return Err(invalid(
+                at,
+                "a direct launcher runs the test binary itself: it takes no program or args (use program_args)",
+            ));
         }
     }
     let launcher_known = |path: String, name: &str| -> Result<(), Invalid> {
@@ -632,11 +649,13 @@ fn validate(c: &Config) -> Result<(), Invalid> {
     let mut sizes = BTreeSet::new();
     for (i, size) in c.sizes.iter().enumerate() {
         let digits = size.trim_end_matches(['K', 'M', 'G']);
-        let well_formed = !digits.is_empty()
-            && digits.bytes().all(|b| b.is_ascii_digit())
-            && size.len() - digits.len() <= 1;
+        let well_formed =
+            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && size.len() - digits.len() <= 1;
         if !well_formed {
-            return Err(invalid(format!("sizes[{i}]"), format!("{size:?} is not a size: expected digits with an optional K, M or G suffix")));
+            return Err(invalid(
+                format!("sizes[{i}]"),
+                format!("{size:?} is not a size: expected digits with an optional K, M or G suffix"),
+            ));
         }
         if !sizes.insert(size.as_str()) {
             return Err(invalid(format!("sizes[{i}]"), format!("duplicate size {size:?}")));
@@ -670,7 +689,10 @@ fn validate(c: &Config) -> Result<(), Invalid> {
                 if let Some(v) = value
                     && !known.contains(v.as_str())
                 {
-                    return Err(invalid(format!("{at}.{field}"), format!("{v:?} names no {field} of this config; known: {known:?}")));
+                    return Err(invalid(
+                        format!("{at}.{field}"),
+                        format!("{v:?} names no {field} of this config; known: {known:?}"),
+                    ));
                 }
             }
             if rule.seconds == 0 {
@@ -708,9 +730,7 @@ mod tests {
     }
 
     fn load_value(value: &Value) -> Result<LoadedConfig> {
-        load_str(&value.to_string(), Path::new("/cfg/test.json"), &|n| {
-            (n == "HOME").then(|| "/home/x".to_string())
-        })
+        load_str(&value.to_string(), Path::new("/cfg/test.json"), &|n| (n == "HOME").then(|| "/home/x".to_string()))
     }
 
     #[test]
@@ -771,11 +791,31 @@ mod tests {
             ("variants[0].launcher", Box::new(|v| v["variants"][0]["launcher"] = "nope".into()), "unknown launcher"),
             ("variants[0].ranks", Box::new(|v| v["variants"][0]["ranks"] = 999.into()), "capacity"),
             ("sizes[0]", Box::new(|v| v["sizes"][0] = "1KB".into()), "not a size"),
-            ("collectives[1].name", Box::new(|v| v["collectives"][1]["name"] = v["collectives"][0]["name"].clone()), "duplicate"),
-            ("collectives[0].name", Box::new(|v| v["collectives"][0]["name"] = "All::Reduce".into()), "not a usable name"),
-            ("library.steps[0].argv[0]", Box::new(|v| v["library"]["steps"][0]["argv"][0] = "{ranks}".into()), "unknown placeholder"),
-            ("timeouts.overrides[0].size", Box::new(|v| v["timeouts"]["overrides"] = serde_json::json!([{"size": "7T", "seconds": 1}])), "names no size"),
-            ("launchers.threads", Box::new(|v| v["launchers"]["threads"]["args"] = serde_json::json!(["x"])), "direct launcher"),
+            (
+                "collectives[1].name",
+                Box::new(|v| v["collectives"][1]["name"] = v["collectives"][0]["name"].clone()),
+                "duplicate",
+            ),
+            (
+                "collectives[0].name",
+                Box::new(|v| v["collectives"][0]["name"] = "All::Reduce".into()),
+                "not a usable name",
+            ),
+            (
+                "library.steps[0].argv[0]",
+                Box::new(|v| v["library"]["steps"][0]["argv"][0] = "{ranks}".into()),
+                "unknown placeholder",
+            ),
+            (
+                "timeouts.overrides[0].size",
+                Box::new(|v| v["timeouts"]["overrides"] = serde_json::json!([{"size": "7T", "seconds": 1}])),
+                "names no size",
+            ),
+            (
+                "launchers.threads",
+                Box::new(|v| v["launchers"]["threads"]["args"] = serde_json::json!(["x"])),
+                "direct launcher",
+            ),
         ];
         for (path, edit, needle) in cases {
             let mut v = default_value();
@@ -796,7 +836,8 @@ mod tests {
 
     #[test]
     fn timeout_rules_match_by_each_given_field() {
-        let rule = TimeoutRule { collective: Some("AllReduce".into()), size: None, variant: Some("mpi".into()), seconds: 9 };
+        let rule =
+            TimeoutRule { collective: Some("AllReduce".into()), size: None, variant: Some("mpi".into()), seconds: 9 };
         assert!(rule.matches("AllReduce", "1K", Some("mpi")));
         assert!(!rule.matches("AllReduce", "1K", Some("ring")));
         assert!(!rule.matches("Reduce", "1K", Some("mpi")));

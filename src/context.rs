@@ -3,9 +3,9 @@
 //! not compiled in, so the binaries also run from a checkout on another
 //! machine (the GPU host has no cargo).
 
+use crate::bail;
 use crate::config::{self, DeviceMode, LoadedConfig};
 use crate::device;
-use crate::bail;
 use crate::error::Result;
 use crate::workspace::Workspace;
 use std::path::{Path, PathBuf};
@@ -70,7 +70,10 @@ impl Context {
         let dry_run = env("CCL_COV_DRY_RUN").is_some_and(|v| !v.is_empty() && v != "0");
         let coverage = switch("CCL_COV_COVERAGE", true)?;
         let dir_env = |var: &str, field: &Option<String>| {
-            env(var).filter(|v| !v.is_empty()).map(|d| absolute(&root, Path::new(&d))).or_else(|| field.as_deref().map(|d| loaded.resolve(d)))
+            env(var)
+                .filter(|v| !v.is_empty())
+                .map(|d| absolute(&root, Path::new(&d)))
+                .or_else(|| field.as_deref().map(|d| loaded.resolve(d)))
         };
         let existing_build = dir_env("CCL_COV_BUILD_DIR", &loaded.config.library.existing_build);
         let existing_tests = dir_env("CCL_COV_TESTS_DIR", &loaded.config.tests.existing_bin_dir);

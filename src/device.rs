@@ -73,7 +73,8 @@ impl Blocker {
                 "CUDA/NVPTX device code cannot be instrumented: {detail}; nvcc has no source-based coverage, so NVIDIA backends are host-only today"
             ),
             Blocker::LinkerDisabled => {
-                "the device linker is disabled (coverage.device.linker is false, RCCL's ENABLE_DEVICE_LINKER=OFF)".into()
+                "the device linker is disabled (coverage.device.linker is false, RCCL's ENABLE_DEVICE_LINKER=OFF)"
+                    .into()
             }
             Blocker::RocmUnknown { looked } => format!(
                 "the ROCm version is unknown: {}",
@@ -142,13 +143,17 @@ pub fn requested_mode(config: &DeviceConfig, env: &dyn Fn(&str) -> Option<String
 pub fn decide(requested: DeviceMode, config: &DeviceConfig, cxx: &Tool) -> Result<DeviceDecision> {
     let availability = check(config, cxx)?;
     let target = config.target.clone();
-    let decision = |enabled, reason: String, runtime| DeviceDecision { requested, enabled, reason, target: target.clone(), runtime };
+    let decision = |enabled, reason: String, runtime| DeviceDecision {
+        requested,
+        enabled,
+        reason,
+        target: target.clone(),
+        runtime,
+    };
     Ok(match (requested, availability) {
-        (DeviceMode::Off, Err(blocker)) => decision(
-            false,
-            format!("off as requested (it would be unavailable anyway: {})", blocker.message()),
-            None,
-        ),
+        (DeviceMode::Off, Err(blocker)) => {
+            decision(false, format!("off as requested (it would be unavailable anyway: {})", blocker.message()), None)
+        }
         (DeviceMode::Off, Ok(found)) => {
             decision(false, format!("off as requested (device coverage is available: {})", found.detail), None)
         }
@@ -174,8 +179,13 @@ fn check(config: &DeviceConfig, cxx: &Tool) -> Result<std::result::Result<Availa
     let scratch = tempfile::tempdir().map_err(|e| Error::new(format!("cannot create a probe folder: {e}")))?;
     if is_nvptx(target) {
         let detail = match device_instrumented_in_plan(cxx, "cuda", target, scratch.path()) {
-            Ok(true) => format!("{} instruments {target} device code, but no NVPTX device profile runtime exists", cxx.path.display()),
-            Ok(false) => format!("the nvptx64-nvidia-cuda -cc1 job of {} gets no -fprofile-instrument", cxx.path.display()),
+            Ok(true) => format!(
+                "{} instruments {target} device code, but no NVPTX device profile runtime exists",
+                cxx.path.display()
+            ),
+            Ok(false) => {
+                format!("the nvptx64-nvidia-cuda -cc1 job of {} gets no -fprofile-instrument", cxx.path.display())
+            }
             Err(e) => format!("{} cannot plan a CUDA compile ({e})", cxx.path.display()),
         };
         return Ok(Err(Blocker::Nvptx { detail }));
@@ -189,12 +199,19 @@ fn check(config: &DeviceConfig, cxx: &Tool) -> Result<std::result::Result<Availa
     match rocm_version(&rocm) {
         Err(looked) => return Ok(Err(Blocker::RocmUnknown { looked })),
         Ok(version) if version < MIN_ROCM => {
-            return Ok(Err(Blocker::RocmTooOld { rocm, version: format!("{}.{}.{}", version.0, version.1, version.2) }));
+            return Ok(Err(Blocker::RocmTooOld {
+                rocm,
+                version: format!("{}.{}.{}", version.0, version.1, version.2),
+            }));
         }
         Ok(_) => {}
     }
     match device_instrumented_in_plan(cxx, "hip", target, scratch.path()) {
-        Err(e) => return Ok(Err(Blocker::NotInstrumenting { detail: format!("{} rejected the device coverage flags: {e}", cxx.path.display()) })),
+        Err(e) => {
+            return Ok(Err(Blocker::NotInstrumenting {
+                detail: format!("{} rejected the device coverage flags: {e}", cxx.path.display()),
+            }));
+        }
         Ok(false) => {
             return Ok(Err(Blocker::NotInstrumenting {
                 detail: format!(
@@ -209,9 +226,8 @@ fn check(config: &DeviceConfig, cxx: &Tool) -> Result<std::result::Result<Availa
     if let Some(detail) = device_object_not_instrumented(cxx, target, scratch.path())? {
         return Ok(Err(Blocker::NotInstrumenting { detail }));
     }
-    let resource_dir = Cmd::new(cxx.path.display().to_string())
-        .args(["--target=amdgcn-amd-amdhsa", "-print-resource-dir"])
-        .read()?;
+    let resource_dir =
+        Cmd::new(cxx.path.display().to_string()).args(["--target=amdgcn-amd-amdhsa", "-print-resource-dir"]).read()?;
     let resource_dir = PathBuf::from(resource_dir.trim());
     let searched: Vec<PathBuf> = DEVICE_RUNTIME_RELPATHS.iter().map(|rel| resource_dir.join(rel)).collect();
     match searched.iter().find(|p| p.is_file()) {
@@ -231,10 +247,12 @@ fn check(config: &DeviceConfig, cxx: &Tool) -> Result<std::result::Result<Availa
 /// The ROCm version from `.info/version`, `core/.info/version` or rocm-core's
 /// header; on failure, the files looked at.
 pub fn rocm_version(rocm: &Path) -> std::result::Result<(u32, u32, u32), Vec<PathBuf>> {
-    let files = [rocm.join(".info/version"), rocm.join("core/.info/version"), rocm.join("include/rocm-core/rocm_version.h")];
+    let files =
+        [rocm.join(".info/version"), rocm.join("core/.info/version"), rocm.join("include/rocm-core/rocm_version.h")];
     for file in &files {
         let Ok(text) = std::fs::read_to_string(file) else { continue };
-        let parsed = if file.extension().is_some_and(|e| e == "h") { parse_version_header(&text) } else { parse_dotted(&text) };
+        let parsed =
+            if file.extension().is_some_and(|e| e == "h") { parse_version_header(&text) } else { parse_dotted(&text) };
         if let Some(v) = parsed {
             return Ok(v);
         }
@@ -254,7 +272,9 @@ fn parse_version_header(text: &str) -> Option<(u32, u32, u32)> {
     let get = |name: &str| {
         text.lines().find_map(|line| {
             let mut words = line.split_whitespace();
-            (words.next() == Some("#define") && words.next() == Some(name)).then(|| words.next()?.parse().ok()).flatten()
+            (words.next() == Some("#define") && words.next() == Some(name))
+                .then(|| words.next()?.parse().ok())
+                .flatten()
         })
     };
     Some((get("ROCM_VERSION_MAJOR")?, get("ROCM_VERSION_MINOR")?, get("ROCM_VERSION_PATCH").unwrap_or(0)))
@@ -266,7 +286,9 @@ const PROBE_KERNEL: &str = "__attribute__((global)) void ccl_cov_probe(int* p) {
 /// compile and reports whether the device `-cc1` job gets `-fprofile-instrument`.
 fn device_instrumented_in_plan(cxx: &Tool, language: &str, target: &str, scratch: &Path) -> Result<bool> {
     let (source, arch_flag, triple, extra): (&str, String, &str, &[&str]) = match language {
-        "cuda" => ("probe.cu", format!("--cuda-gpu-arch={target}"), "nvptx64-nvidia-cuda", &["-nocudainc", "-nocudalib"]),
+        "cuda" => {
+            ("probe.cu", format!("--cuda-gpu-arch={target}"), "nvptx64-nvidia-cuda", &["-nocudainc", "-nocudalib"])
+        }
         _ => ("probe.hip", format!("--offload-arch={target}"), "amdgcn-amd-amdhsa", &["-nogpulib", "-nogpuinc"]),
     };
     let src = scratch.join(source);
@@ -411,7 +433,13 @@ mod tests {
     #[test]
     fn host_only_uses_xarch_host_forms_for_hip_only() {
         let flags = vec!["-fprofile-instr-generate".to_string(), "-fcoverage-mapping".to_string()];
-        let hip_off = DeviceDecision { requested: DeviceMode::Auto, enabled: false, reason: String::new(), target: Some("gfx942".into()), runtime: None };
+        let hip_off = DeviceDecision {
+            requested: DeviceMode::Auto,
+            enabled: false,
+            reason: String::new(),
+            target: Some("gfx942".into()),
+            runtime: None,
+        };
         assert_eq!(
             coverage_flags(&flags, &hip_off),
             ["-Xarch_host", "-fprofile-instr-generate", "-Xarch_host", "-fcoverage-mapping"]

@@ -32,10 +32,9 @@ impl fmt::Display for ExpandError {
             ExpandError::Unterminated { at } => {
                 write!(f, "`${{` at byte {at} has no closing `}}`")
             }
-            ExpandError::BadName { text } => write!(
-                f,
-                "`${{{text}}}` is not a variable reference (names are [A-Za-z_][A-Za-z0-9_]*)"
-            ),
+            ExpandError::BadName { text } => {
+                write!(f, "`${{{text}}}` is not a variable reference (names are [A-Za-z_][A-Za-z0-9_]*)")
+            }
             ExpandError::Unsupported { text } => write!(
                 f,
                 "`${{{text}}}` uses an operator ccl-coverage does not support \
@@ -69,8 +68,7 @@ fn expand_into(
                 i += 2;
             }
             (b'$', Some(b'{')) => {
-                let close = matching_brace(text, i + 2)
-                    .ok_or(ExpandError::Unterminated { at: base + i })?;
+                let close = matching_brace(text, i + 2).ok_or(ExpandError::Unterminated { at: base + i })?;
                 substitute(&text[i + 2..close], base + i + 2, lookup, out)?;
                 i = close + 1;
             }
@@ -157,8 +155,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn run(input: &str, vars: &[(&str, &str)]) -> Result<String, ExpandError> {
-        let map: HashMap<String, String> =
-            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         expand(input, &|name| map.get(name).cloned())
     }
 

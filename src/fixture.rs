@@ -75,7 +75,8 @@ impl BuildManifest {
     }
 
     pub fn read(path: &Path) -> Result<BuildManifest> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
         serde_json::from_str(&text).map_err(|e| Error::new(format!("{} is not a build manifest: {e}", path.display())))
     }
 
@@ -216,14 +217,29 @@ impl BuildPlan {
                 .library
                 .objects
                 .iter()
-                .map(|o| Ok(ObjectRecord { path: PathBuf::from(self.vars.render(o)?), instrumentation: Instrumentation::default() }))
+                .map(|o| {
+                    Ok(ObjectRecord {
+                        path: PathBuf::from(self.vars.render(o)?),
+                        instrumentation: Instrumentation::default(),
+                    })
+                })
                 .collect::<Result<_>>()?,
         };
-        let steps = self.steps.iter().map(|(name, cmd)| StepRecord { name: name.clone(), command: cmd.display(), seconds: 0.0 }).collect();
+        let steps = self
+            .steps
+            .iter()
+            .map(|(name, cmd)| StepRecord { name: name.clone(), command: cmd.display(), seconds: 0.0 })
+            .collect();
         Ok(self.manifest(ctx, objects, Vec::new(), steps))
     }
 
-    fn manifest(&self, ctx: &Context, objects: Vec<ObjectRecord>, device_objects: Vec<ObjectRecord>, steps: Vec<StepRecord>) -> BuildManifest {
+    fn manifest(
+        &self,
+        ctx: &Context,
+        objects: Vec<ObjectRecord>,
+        device_objects: Vec<ObjectRecord>,
+        steps: Vec<StepRecord>,
+    ) -> BuildManifest {
         BuildManifest {
             build_id: self.key.clone(),
             config: ctx.loaded.config.name.clone(),
@@ -257,7 +273,8 @@ impl BuildPlan {
     pub fn build(&self, ctx: &Context) -> Result<BuildManifest> {
         workspace::create_dir(self.cache_dir.parent().expect("builds/<key>"))?;
         let lock_path = self.cache_dir.with_extension("lock");
-        let lock = File::create(&lock_path).map_err(|e| Error::new(format!("cannot create {}: {e}", lock_path.display())))?;
+        let lock =
+            File::create(&lock_path).map_err(|e| Error::new(format!("cannot create {}: {e}", lock_path.display())))?;
         if lock.try_lock().is_err() {
             eprintln!("ccl-coverage: waiting for another process building {}", self.cache_dir.display());
             lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", lock_path.display())))?;
@@ -284,7 +301,8 @@ impl BuildPlan {
             if let Some(dir) = cmd.get_cwd() {
                 workspace::create_dir(dir)?;
             }
-            std::fs::write(&log, format!("$ {}\n", cmd.display())).map_err(|e| Error::new(format!("cannot write {}: {e}", log.display())))?;
+            std::fs::write(&log, format!("$ {}\n", cmd.display()))
+                .map_err(|e| Error::new(format!("cannot write {}: {e}", log.display())))?;
             cmd.run_logged(&log).map_err(|e| e.context(format!("build step {name:?} failed")))?;
             let seconds = step_started.elapsed().as_secs_f64();
             eprintln!("ccl-coverage:   [{}/{total}] {name}: {seconds:.1}s", i + 1);
@@ -296,7 +314,10 @@ impl BuildPlan {
         };
         let device_objects = self.device_objects(ctx)?;
         if !self.bin_dir.is_dir() {
-            bail!("the test binaries' folder {} does not exist (tests.bin_dir, or CCL_COV_TESTS_DIR)", self.bin_dir.display());
+            bail!(
+                "the test binaries' folder {} does not exist (tests.bin_dir, or CCL_COV_TESTS_DIR)",
+                self.bin_dir.display()
+            );
         }
         let manifest = self.manifest(ctx, objects, device_objects, records);
         manifest.write(&self.manifest_path())?;
@@ -332,7 +353,15 @@ impl BuildPlan {
     }
 
     fn device_objects(&self, ctx: &Context) -> Result<Vec<ObjectRecord>> {
-        let patterns = ctx.loaded.config.coverage.device.objects.iter().map(|p| Ok(PathBuf::from(self.vars.render(p)?))).collect::<Result<Vec<_>>>()?;
+        let patterns = ctx
+            .loaded
+            .config
+            .coverage
+            .device
+            .objects
+            .iter()
+            .map(|p| Ok(PathBuf::from(self.vars.render(p)?)))
+            .collect::<Result<Vec<_>>>()?;
         select_device_objects(&patterns, &self.device)
     }
 }
@@ -365,7 +394,11 @@ pub fn select_device_objects(patterns: &[PathBuf], device: &DeviceDecision) -> R
             "device coverage is on ({}), but no device code object with coverage mapping matches coverage.device.objects {:?}{}",
             device.reason,
             patterns,
-            if skipped.is_empty() { String::new() } else { format!(" (found without mapping: {})", skipped.join(", ")) }
+            if skipped.is_empty() {
+                String::new()
+            } else {
+                format!(" (found without mapping: {})", skipped.join(", "))
+            }
         );
     }
     Ok(found)
@@ -403,7 +436,8 @@ fn file_identity(path: &Path) -> Result<String> {
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];
     loop {
-        let n = std::io::Read::read(&mut file, &mut buffer).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+        let n = std::io::Read::read(&mut file, &mut buffer)
+            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
         if n == 0 {
             break;
         }
@@ -415,7 +449,9 @@ fn file_identity(path: &Path) -> Result<String> {
 /// A folder's identity: its files' names, sizes and modification times.
 fn dir_identity(dir: &Path) -> Result<String> {
     let mut entries: Vec<String> = std::fs::read_dir(dir)
-        .map_err(|e| Error::new(format!("cannot list {} (CCL_COV_TESTS_DIR or tests.existing_bin_dir): {e}", dir.display())))?
+        .map_err(|e| {
+            Error::new(format!("cannot list {} (CCL_COV_TESTS_DIR or tests.existing_bin_dir): {e}", dir.display()))
+        })?
         .flatten()
         .filter_map(|e| {
             let meta = e.metadata().ok()?;
@@ -457,7 +493,8 @@ fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
 /// another build are deleted: they describe other objects.
 pub fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
     ws.create()?;
-    let lock = File::create(ws.lock_file()).map_err(|e| Error::new(format!("cannot create {}: {e}", ws.lock_file().display())))?;
+    let lock = File::create(ws.lock_file())
+        .map_err(|e| Error::new(format!("cannot create {}: {e}", ws.lock_file().display())))?;
     lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", ws.lock_file().display())))?;
     let previous = BuildManifest::read(&ws.build_manifest()).ok();
     match previous {
@@ -530,14 +567,16 @@ pub fn hash_tree(root: &Path, exclude: &[String]) -> Result<String> {
                 continue;
             }
             let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
-            let meta = std::fs::symlink_metadata(&path).map_err(|e| Error::new(format!("cannot inspect {}: {e}", path.display())))?;
+            let meta = std::fs::symlink_metadata(&path)
+                .map_err(|e| Error::new(format!("cannot inspect {}: {e}", path.display())))?;
             if meta.is_dir() {
                 stack.push(path);
             } else if meta.file_type().is_symlink() {
                 let target = std::fs::read_link(&path).unwrap_or_default();
                 hasher.update(format!("L {rel} {}\0", target.display()).as_bytes());
             } else {
-                let data = std::fs::read(&path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+                let data =
+                    std::fs::read(&path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
                 hasher.update(format!("F {rel} {}\0", data.len()).as_bytes());
                 hasher.update(&data);
             }
@@ -568,7 +607,8 @@ mod tests {
     }
 
     fn manifest(build_id: &str) -> BuildManifest {
-        let tool = crate::toolchain::Tool { path: "/llvm/bin/clang".into(), version: "clang version 22".into(), major: 22 };
+        let tool =
+            crate::toolchain::Tool { path: "/llvm/bin/clang".into(), version: "clang version 22".into(), major: 22 };
         BuildManifest {
             build_id: build_id.into(),
             config: "t".into(),
@@ -581,8 +621,20 @@ mod tests {
             coverage: true,
             objects: Vec::new(),
             device_objects: Vec::new(),
-            toolchain: Toolchain { cc: tool.clone(), cxx: tool.clone(), llvm_bin: "/llvm/bin".into(), llvm_profdata: tool.clone(), llvm_cov: tool },
-            device: DeviceDecision { requested: crate::config::DeviceMode::Auto, enabled: false, reason: "r".into(), target: None, runtime: None },
+            toolchain: Toolchain {
+                cc: tool.clone(),
+                cxx: tool.clone(),
+                llvm_bin: "/llvm/bin".into(),
+                llvm_profdata: tool.clone(),
+                llvm_cov: tool,
+            },
+            device: DeviceDecision {
+                requested: crate::config::DeviceMode::Auto,
+                enabled: false,
+                reason: "r".into(),
+                target: None,
+                runtime: None,
+            },
             coverage_flags: Vec::new(),
             steps: Vec::new(),
             built_at: String::new(),

@@ -77,7 +77,15 @@ pub fn prepare(
     env.push((TRIAL_TOKEN_VAR.into(), token.clone()));
 
     let launcher_args = vars.render_all(&launcher.args)?;
-    let argv = command_line(launcher, &launcher_args, spec.ranks, &env, &binary.display().to_string(), &program_args, is_root());
+    let argv = command_line(
+        launcher,
+        &launcher_args,
+        spec.ranks,
+        &env,
+        &binary.display().to_string(),
+        &program_args,
+        is_root(),
+    );
     let Some(cmd) = Cmd::from_argv(&argv) else { bail!("empty command line") };
     let cmd = cmd.envs(env.clone()).env_remove(PROFILE_INIT_ONCE).cwd(&manifest.bin_dir);
     Ok(TrialLaunch {
@@ -183,7 +191,15 @@ mod tests {
     }
 
     fn argv(l: &LauncherConfig, root: bool) -> Vec<String> {
-        command_line(l, &["--bind-to".into(), "none".into()], 8, &env(), "/b/all_reduce_perf", &["-g".into(), "1".into()], root)
+        command_line(
+            l,
+            &["--bind-to".into(), "none".into()],
+            8,
+            &env(),
+            "/b/all_reduce_perf",
+            &["-g".into(), "1".into()],
+            root,
+        )
     }
 
     #[test]
@@ -191,7 +207,21 @@ mod tests {
         let l = launcher(LauncherKind::Mpirun, MpiFlavor::Openmpi);
         assert_eq!(
             argv(&l, true),
-            ["mpirun", "--allow-run-as-root", "-np", "8", "--bind-to", "none", "-x", "LLVM_PROFILE_FILE", "-x", "A", "/b/all_reduce_perf", "-g", "1"]
+            [
+                "mpirun",
+                "--allow-run-as-root",
+                "-np",
+                "8",
+                "--bind-to",
+                "none",
+                "-x",
+                "LLVM_PROFILE_FILE",
+                "-x",
+                "A",
+                "/b/all_reduce_perf",
+                "-g",
+                "1"
+            ]
         );
         assert!(!argv(&l, false).contains(&"--allow-run-as-root".to_string()));
     }
@@ -201,15 +231,37 @@ mod tests {
         let l = launcher(LauncherKind::Mpirun, MpiFlavor::Mpich);
         assert_eq!(
             argv(&l, true),
-            ["mpirun", "-np", "8", "--bind-to", "none", "-genv", "LLVM_PROFILE_FILE", "/ws/p/%h-%p-%m.profraw", "-genv", "A", "it's", "/b/all_reduce_perf", "-g", "1"]
+            [
+                "mpirun",
+                "-np",
+                "8",
+                "--bind-to",
+                "none",
+                "-genv",
+                "LLVM_PROFILE_FILE",
+                "/ws/p/%h-%p-%m.profraw",
+                "-genv",
+                "A",
+                "it's",
+                "/b/all_reduce_perf",
+                "-g",
+                "1"
+            ]
         );
     }
 
     #[test]
     fn srun_and_direct() {
-        let srun = LauncherConfig { program: Some("/slurm/srun".into()), ..launcher(LauncherKind::Srun, MpiFlavor::Openmpi) };
-        assert_eq!(argv(&srun, true), ["/slurm/srun", "--ntasks", "8", "--bind-to", "none", "/b/all_reduce_perf", "-g", "1"]);
+        let srun =
+            LauncherConfig { program: Some("/slurm/srun".into()), ..launcher(LauncherKind::Srun, MpiFlavor::Openmpi) };
+        assert_eq!(
+            argv(&srun, true),
+            ["/slurm/srun", "--ntasks", "8", "--bind-to", "none", "/b/all_reduce_perf", "-g", "1"]
+        );
         let direct = launcher(LauncherKind::Direct, MpiFlavor::Openmpi);
-        assert_eq!(command_line(&direct, &[], 4, &env(), "/b/x", &["-t".into(), "4".into()], true), ["/b/x", "-t", "4"]);
+        assert_eq!(
+            command_line(&direct, &[], 4, &env(), "/b/x", &["-t".into(), "4".into()], true),
+            ["/b/x", "-t", "4"]
+        );
     }
 }

@@ -73,7 +73,12 @@ mod tests {
     use std::os::unix::process::ExitStatusExt;
 
     fn exited(code: i32) -> Finished {
-        Finished { ending: Ending::Exited(ExitStatusExt::from_raw(code << 8)), duration: Duration::ZERO, leftovers: 0, survivors: 0 }
+        Finished {
+            ending: Ending::Exited(ExitStatusExt::from_raw(code << 8)),
+            duration: Duration::ZERO,
+            leftovers: 0,
+            survivors: 0,
+        }
     }
 
     const ROW_OK: &str = "  1024  256  float  sum  -1  1.0  1.0  1.0  0  1.0  1.0  1.0  0\n";

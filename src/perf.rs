@@ -48,9 +48,7 @@ impl PerfReport {
     pub fn wrong_rows(&self) -> usize {
         self.rows
             .iter()
-            .filter(|r| {
-                std::iter::once(&r.out_of_place).chain(&r.in_place).any(|m| m.wrong.unwrap_or(0) > 0)
-            })
+            .filter(|r| std::iter::once(&r.out_of_place).chain(&r.in_place).any(|m| m.wrong.unwrap_or(0) > 0))
             .count()
     }
 }
@@ -128,7 +126,10 @@ mod tests {
         let report = parse(NCCL_TESTS);
         assert_eq!(report.rows.len(), 2);
         let big = &report.rows[1];
-        assert_eq!((big.size, big.count, big.dtype.as_str(), big.redop.as_str(), big.root), (1073741824, 33554432, "float", "none", -1));
+        assert_eq!(
+            (big.size, big.count, big.dtype.as_str(), big.redop.as_str(), big.root),
+            (1073741824, 33554432, "float", "none", -1)
+        );
         assert_eq!(big.out_of_place.wrong, Some(14));
         assert_eq!(big.in_place.as_ref().unwrap().busbw_gbs, 105.05);
         assert_eq!(report.out_of_bounds, Some(OutOfBounds { count: 14, ok: false }));
@@ -138,7 +139,9 @@ mod tests {
 
     #[test]
     fn unchecked_runs_show_na() {
-        let report = parse("        8   2   float  sum  -1   1.0  0.00  0.00    N/A   1.1  0.00  0.00    N/A\n# Out of bounds values : 0 OK\n");
+        let report = parse(
+            "        8   2   float  sum  -1   1.0  0.00  0.00    N/A   1.1  0.00  0.00    N/A\n# Out of bounds values : 0 OK\n",
+        );
         assert_eq!(report.rows[0].out_of_place.wrong, None);
         assert_eq!(report.out_of_bounds, Some(OutOfBounds { count: 0, ok: true }));
         assert_eq!(report.wrong_rows(), 0);

@@ -51,11 +51,8 @@ impl TrialSpec {
 
 /// Every trial of the config, in config order (collective, then size, then variant).
 pub fn plan(config: &Config) -> Vec<TrialSpec> {
-    let variants: Vec<Option<usize>> = if config.variants.is_empty() {
-        vec![None]
-    } else {
-        (0..config.variants.len()).map(Some).collect()
-    };
+    let variants: Vec<Option<usize>> =
+        if config.variants.is_empty() { vec![None] } else { (0..config.variants.len()).map(Some).collect() };
     let mut trials = Vec::new();
     for (ci, collective) in config.collectives.iter().enumerate() {
         for size in &config.sizes {
@@ -91,7 +88,7 @@ pub fn names(config: &Config) -> std::collections::BTreeSet<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{TimeoutRule, load_str, DEFAULT_CONFIG_TEXT};
+    use crate::config::{DEFAULT_CONFIG_TEXT, TimeoutRule, load_str};
     use std::path::Path;
 
     fn local() -> Config {
@@ -102,10 +99,7 @@ mod tests {
     fn names_are_collective_size_variant() {
         let config = local();
         let trials = plan(&config);
-        assert_eq!(
-            trials.len(),
-            config.collectives.len() * config.sizes.len() * config.variants.len()
-        );
+        assert_eq!(trials.len(), config.collectives.len() * config.sizes.len() * config.variants.len());
         assert_eq!(trials[0].name, "AllReduce::1K::ring");
         assert_eq!(trials[0].slug, "AllReduce.1K.ring");
         let mpi = trials.iter().find(|t| t.name == "SendRecv::256K::mpi").unwrap();

@@ -126,13 +126,8 @@ impl Cmd {
     }
 
     fn capture(&self) -> Result<(String, String)> {
-        let output = self
-            .expression()
-            .stdout_capture()
-            .stderr_capture()
-            .unchecked()
-            .run()
-            .map_err(|e| self.cannot_start(e))?;
+        let output =
+            self.expression().stdout_capture().stderr_capture().unchecked().run().map_err(|e| self.cannot_start(e))?;
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         if output.status.success() {
@@ -228,8 +223,7 @@ pub fn indent_tail(text: &str, n: usize) -> String {
 
 /// Quotes one argument for a POSIX shell, only when it needs it.
 pub fn shell_quote(arg: &str) -> String {
-    let plain = !arg.is_empty()
-        && arg.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%^".contains(&b));
+    let plain = !arg.is_empty() && arg.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%^".contains(&b));
     if plain { arg.to_string() } else { format!("'{}'", arg.replace('\'', r"'\''")) }
 }
 
@@ -269,7 +263,10 @@ mod tests {
     fn logged_failure_shows_log_tail() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("step.log");
-        let err = Cmd::new("sh").args(["-c", "for i in $(seq 100); do echo line$i; done; exit 1"]).run_logged(&log).unwrap_err();
+        let err = Cmd::new("sh")
+            .args(["-c", "for i in $(seq 100); do echo line$i; done; exit 1"])
+            .run_logged(&log)
+            .unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("line100") && !msg.contains("line50\n"), "{msg}");
         assert!(msg.contains("earlier lines"), "{msg}");

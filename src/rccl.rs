@@ -20,7 +20,9 @@ use crate::template::Vars;
 pub enum Coverage {
     Off,
     /// Code coverage on; `full` also instruments device code.
-    On { full: bool },
+    On {
+        full: bool,
+    },
 }
 
 const COVERAGE_OPTIONS: [&str; 3] = ["-DENABLE_CODE_COVERAGE=", "-DENABLE_FULL_COVERAGE=", "-DENABLE_DEVICE_COVERAGE="];
@@ -130,7 +132,11 @@ mod tests {
             let out = install_flags(&flags, Coverage::On { full: true });
             assert!(out.contains(&"--debug".into()) && out.contains(&"--enable-code-coverage".into()), "{out:?}");
             assert!(!out.contains(&"--enable-full-coverage".into()), "{out:?}");
-            let cmake = cmake_options(&strings(&["-DFOO=ON -DENABLE_CODE_COVERAGE=OFF -DENABLE_FULL_COVERAGE=OFF"]), Coverage::On { full: true }).unwrap();
+            let cmake = cmake_options(
+                &strings(&["-DFOO=ON -DENABLE_CODE_COVERAGE=OFF -DENABLE_FULL_COVERAGE=OFF"]),
+                Coverage::On { full: true },
+            )
+            .unwrap();
             assert_eq!(cmake, "-DFOO=ON -DENABLE_CODE_COVERAGE=ON -DENABLE_FULL_COVERAGE=ON");
         }
         let host_only = cmake_options(&[], Coverage::On { full: false }).unwrap();
@@ -153,14 +159,20 @@ mod tests {
     fn debug_fast_is_kept_without_adding_debug() {
         let out = install_flags(&strings(&["--debug-fast"]), Coverage::On { full: false });
         assert_eq!(out, ["--debug-fast", "--enable-code-coverage"]);
-        assert_eq!(cmake_options(&[], Coverage::On { full: false }).unwrap(), "-DENABLE_CODE_COVERAGE=ON -DENABLE_FULL_COVERAGE=OFF");
+        assert_eq!(
+            cmake_options(&[], Coverage::On { full: false }).unwrap(),
+            "-DENABLE_CODE_COVERAGE=ON -DENABLE_FULL_COVERAGE=OFF"
+        );
     }
 
     #[test]
     fn quoted_values_survive_unmangled() {
         let opts = strings(&[r#"-DCMAKE_CXX_FLAGS="-O1 -g" -DENABLE_FULL_COVERAGE=AUTO"#, "-DNAME='a b' -DX=\\ y"]);
         let cmake = cmake_options(&opts, Coverage::On { full: true }).unwrap();
-        assert_eq!(cmake, r#"-DCMAKE_CXX_FLAGS="-O1 -g" -DNAME='a b' -DX=\ y -DENABLE_CODE_COVERAGE=ON -DENABLE_FULL_COVERAGE=ON"#);
+        assert_eq!(
+            cmake,
+            r#"-DCMAKE_CXX_FLAGS="-O1 -g" -DNAME='a b' -DX=\ y -DENABLE_CODE_COVERAGE=ON -DENABLE_FULL_COVERAGE=ON"#
+        );
         assert!(cmake_options(&strings(&["-DX=\"open"]), Coverage::Off).is_err());
     }
 
@@ -177,8 +189,16 @@ mod tests {
         assert_eq!(
             install_argv(&spec, &vars, Coverage::On { full: false }).unwrap(),
             [
-                "/src/rccl/install.sh", "-t", "--enable-mpi-tests", "--no_clean", "--debug", "--enable-code-coverage", "-j", "64",
-                "--cmake-options", "-DBITCODE_LIB_ARCH=gfx942 -DENABLE_CODE_COVERAGE=ON -DENABLE_FULL_COVERAGE=OFF"
+                "/src/rccl/install.sh",
+                "-t",
+                "--enable-mpi-tests",
+                "--no_clean",
+                "--debug",
+                "--enable-code-coverage",
+                "-j",
+                "64",
+                "--cmake-options",
+                "-DBITCODE_LIB_ARCH=gfx942 -DENABLE_CODE_COVERAGE=ON -DENABLE_FULL_COVERAGE=OFF"
             ]
         );
     }

@@ -171,7 +171,8 @@ pub fn cobertura(lcov: &Path, base_dir: &Path, out: &Path) -> Result<()> {
 
 /// Percentages of the totals of a summary export, by metric name.
 pub fn percentages(summary_json: &str) -> Result<Vec<(&'static str, u64, u64)>> {
-    let export: Export = serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
+    let export: Export =
+        serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
     let t = &export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?.totals;
     let mut rows = vec![
         ("lines", t.lines.covered, t.lines.count),
@@ -208,14 +209,16 @@ pub fn check_bars(summary_json: &str, env: &dyn Fn(&str) -> Option<String>) -> R
 
 /// The totals of a summary export as `covered/count` strings.
 pub fn totals(summary_json: &str) -> Result<Value> {
-    let export: Export = serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
+    let export: Export =
+        serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
     Ok(export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?.totals.to_json())
 }
 
 /// The summary made comparable between machines and runs: paths relative to
 /// the source roots, `covered/count` per file and in total.
 pub fn normalize(summary_json: &str, roots: &[&Path]) -> Result<Value> {
-    let export: Export = serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
+    let export: Export =
+        serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
     let data = export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?;
     let mut files = serde_json::Map::new();
     let mut sorted: Vec<&ExportFile> = data.files.iter().collect();
@@ -251,7 +254,10 @@ mod tests {
         assert_eq!(v["totals"]["lines"], "7/11");
         assert_eq!(v["files"]["ccl/src/init.cc"]["branches"], "1/4");
         assert_eq!(v["files"]["/elsewhere/gen.cc"]["functions"], "0/1");
-        assert_eq!(percentages(EXPORT).unwrap(), [("lines", 7, 11), ("functions", 2, 3), ("regions", 4, 6), ("branches", 1, 4)]);
+        assert_eq!(
+            percentages(EXPORT).unwrap(),
+            [("lines", 7, 11), ("functions", 2, 3), ("regions", 4, 6), ("branches", 1, 4)]
+        );
         fn bars(lines: &'static str) -> impl Fn(&str) -> Option<String> {
             move |name| (name == "CCL_COV_FAIL_UNDER_LINES").then(|| lines.to_string())
         }

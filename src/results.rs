@@ -131,7 +131,8 @@ pub struct RunInfo {
 /// Rewrites `results/run.json` and `results/junit.xml` from the trial records
 /// of the current build, under the workspace lock.
 pub fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result<()> {
-    let lock = File::create(ws.lock_file()).map_err(|e| Error::new(format!("cannot create {}: {e}", ws.lock_file().display())))?;
+    let lock = File::create(ws.lock_file())
+        .map_err(|e| Error::new(format!("cannot create {}: {e}", ws.lock_file().display())))?;
     lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", ws.lock_file().display())))?;
     let trials = load_all(ws, &manifest.build_id, &info.planned)?;
     let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
@@ -194,9 +195,14 @@ pub fn now() -> String {
 
 /// The machine's GPUs as their tools list them; empty without GPU tools.
 pub fn gpus() -> Vec<String> {
-    let nvidia = crate::process::Cmd::new("nvidia-smi").args(["--query-gpu=index,name,driver_version,pci.bus_id", "--format=csv,noheader"]).read();
+    let nvidia = crate::process::Cmd::new("nvidia-smi")
+        .args(["--query-gpu=index,name,driver_version,pci.bus_id", "--format=csv,noheader"])
+        .read();
     let amd = || crate::process::Cmd::new("rocm-smi").arg("--showproductname").read();
-    nvidia.or_else(|_| amd()).map(|text| text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()).unwrap_or_default()
+    nvidia
+        .or_else(|_| amd())
+        .map(|text| text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
+        .unwrap_or_default()
 }
 
 /// The host name, for run records.

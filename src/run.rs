@@ -24,7 +24,9 @@ const REAP_LIMIT: Duration = Duration::from_secs(10);
 pub enum Ending {
     Exited(ExitStatus),
     /// Ran past its timeout; `killed` says which signal finally ended it.
-    TimedOut { killed: &'static str },
+    TimedOut {
+        killed: &'static str,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -41,7 +43,12 @@ pub struct Finished {
 
 /// Runs `launch`, appending all output to `log`. `heartbeat` is called about
 /// once per `heartbeat_every` while the trial runs.
-pub fn run(launch: &TrialLaunch, log: &Path, heartbeat_every: Duration, heartbeat: &dyn Fn(Duration)) -> Result<Finished> {
+pub fn run(
+    launch: &TrialLaunch,
+    log: &Path,
+    heartbeat_every: Duration,
+    heartbeat: &dyn Fn(Duration),
+) -> Result<Finished> {
     let cmd = &launch.cmd;
     let out = File::options()
         .create(true)
@@ -70,10 +77,11 @@ pub fn run(launch: &TrialLaunch, log: &Path, heartbeat_every: Duration, heartbea
         });
     }
     let started = Instant::now();
-    let mut child = command
-        .spawn()
-        .map_err(|e| Error::new(format!("cannot start {}: {e}", cmd.display())))?;
-    let tree = Tree { session: child.id() as libc::pid_t, token: format!("{}={}", crate::launch::TRIAL_TOKEN_VAR, launch.token) };
+    let mut child = command.spawn().map_err(|e| Error::new(format!("cannot start {}: {e}", cmd.display())))?;
+    let tree = Tree {
+        session: child.id() as libc::pid_t,
+        token: format!("{}={}", crate::launch::TRIAL_TOKEN_VAR, launch.token),
+    };
     let deadline = started + launch.timeout;
     let mut next_beat = started + heartbeat_every;
     loop {

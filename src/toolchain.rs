@@ -162,9 +162,9 @@ struct ToolSearch<'a> {
 impl ToolSearch<'_> {
     fn find(&self, name: &str, var: &str, configured: Option<&str>) -> Result<Tool> {
         let cxx = self.cxx;
-        let explicit = non_empty(self.env, var).map(|v| (v, format!("${var}"))).or_else(|| {
-            configured.map(|c| (c.to_string(), format!("config toolchain.{}", name.replace('-', "_"))))
-        });
+        let explicit = non_empty(self.env, var)
+            .map(|v| (v, format!("${var}")))
+            .or_else(|| configured.map(|c| (c.to_string(), format!("config toolchain.{}", name.replace('-', "_")))));
         if let Some((spec, origin)) = explicit {
             let path = find_program(&spec, self.env)
                 .map_err(|why| Error::new(format!("{name} {spec:?} (from {origin}) {why}")))?;
@@ -172,7 +172,11 @@ impl ToolSearch<'_> {
                 Some((major, version)) if major == cxx.major => Ok(Tool { path, version, major }),
                 Some((major, _)) => bail!(
                     "{name} {} (from {origin}) is LLVM {major}, but the compiler {} is clang {}: profiles and coverage mappings of clang {} need {name} {}. Unset {var} to use the one next to the compiler",
-                    path.display(), cxx.path.display(), cxx.major, cxx.major, cxx.major
+                    path.display(),
+                    cxx.path.display(),
+                    cxx.major,
+                    cxx.major,
+                    cxx.major
                 ),
                 None => bail!("{name} {} (from {origin}) did not report an LLVM version", path.display()),
             };
@@ -349,7 +353,11 @@ mod tests {
             cxx_fallbacks: vec![bin.join("amdclang++").display().to_string(), hipcc.display().to_string()],
             llvm_profdata: None,
             llvm_cov: None,
-            tool_dirs: vec![llvm.display().to_string(), rocm.join("llvm/bin").display().to_string(), bin.display().to_string()],
+            tool_dirs: vec![
+                llvm.display().to_string(),
+                rocm.join("llvm/bin").display().to_string(),
+                bin.display().to_string(),
+            ],
         };
         let env = env_of(&[("PATH", usr.display().to_string())]);
         let tc = resolve(&cfg, &env).unwrap();

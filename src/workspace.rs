@@ -128,14 +128,19 @@ impl Workspace {
         let areas = [Area::Profiles, Area::Quarantine];
         let inside = |p: &Path| areas.iter().any(|&a| normalize(p).starts_with(self.area(a)));
         if !inside(from) || !inside(to) {
-            bail!("refusing to move {} to {}: only profile and quarantine files may move", from.display(), to.display());
+            bail!(
+                "refusing to move {} to {}: only profile and quarantine files may move",
+                from.display(),
+                to.display()
+            );
         }
         let source = match self.confined(Area::Profiles, from) {
             Ok(found) => found,
             Err(_) => self.confined(Area::Quarantine, from)?,
         };
         let Some(source) = source else { bail!("cannot move {}: it does not exist", from.display()) };
-        fs::rename(&source, to).map_err(|e| Error::new(format!("cannot move {} to {}: {e}", source.display(), to.display())))
+        fs::rename(&source, to)
+            .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", source.display(), to.display())))
     }
 
     /// `path` normalised, if it is `area` or inside it and every folder from

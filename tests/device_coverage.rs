@@ -57,12 +57,20 @@ fn clang19_accepts_device_flags_but_does_not_instrument() {
     let rocm = rocm("7.15.0");
     let (auto, on, off) = all_modes(&hip(rocm.path()), &tool(CLANG19, 19));
     assert!(!auto.enabled);
-    assert!(auto.reason.starts_with("the compiler does not instrument device code: the gfx942 -cc1 job of"), "{}", auto.reason);
+    assert!(
+        auto.reason.starts_with("the compiler does not instrument device code: the gfx942 -cc1 job of"),
+        "{}",
+        auto.reason
+    );
     assert!(auto.reason.contains("accepted and silently ignored"), "{}", auto.reason);
     let err = on.unwrap_err();
     assert!(err.contains("unavailable because the compiler does not instrument device code"), "{err}");
     assert!(err.contains("use the clang of ROCm 7.15 or newer"), "{err}");
-    assert!(off.reason.starts_with("off as requested (it would be unavailable anyway: the compiler does not instrument"), "{}", off.reason);
+    assert!(
+        off.reason.starts_with("off as requested (it would be unavailable anyway: the compiler does not instrument"),
+        "{}",
+        off.reason
+    );
 }
 
 #[test]
@@ -73,7 +81,9 @@ fn clang22_instruments_device_code_but_has_no_runtime() {
     let rd = "/usr/lib/llvm-22/lib/clang/22";
     assert_eq!(
         auto.reason,
-        format!("the device profile runtime is missing: searched {rd}/lib/amdgcn-amd-amdhsa/libclang_rt.profile.a, {rd}/lib/linux/libclang_rt.profile-amdgcn.a")
+        format!(
+            "the device profile runtime is missing: searched {rd}/lib/amdgcn-amd-amdhsa/libclang_rt.profile.a, {rd}/lib/linux/libclang_rt.profile-amdgcn.a"
+        )
     );
     assert!(on.unwrap_err().contains("ships the AMDGPU profile runtime"));
     assert!(off.reason.contains("the device profile runtime is missing"), "{}", off.reason);
@@ -108,7 +118,11 @@ fn cuda_targets_are_host_only_with_the_nvptx_reason() {
     let cfg = DeviceConfig { target: Some("sm_90".into()), ..hip(Path::new("/nonexistent")) };
     let (auto, on, _) = all_modes(&cfg, &clang22());
     assert!(!auto.enabled);
-    assert!(auto.reason.starts_with("CUDA/NVPTX device code cannot be instrumented: the nvptx64-nvidia-cuda -cc1 job of"), "{}", auto.reason);
+    assert!(
+        auto.reason.starts_with("CUDA/NVPTX device code cannot be instrumented: the nvptx64-nvidia-cuda -cc1 job of"),
+        "{}",
+        auto.reason
+    );
     assert!(auto.reason.ends_with("NVIDIA backends are host-only today"), "{}", auto.reason);
     assert!(on.unwrap_err().contains("there is no fix today"));
     assert_eq!(device::coverage_flags(&["-fcoverage-mapping".into()], &auto), ["-fcoverage-mapping"]);
@@ -118,7 +132,10 @@ fn cuda_targets_are_host_only_with_the_nvptx_reason() {
 fn old_rocm_is_stopped_by_the_version_gate() {
     let rocm = rocm("7.1.0");
     let (auto, on, _) = all_modes(&hip(rocm.path()), &clang22());
-    assert_eq!(auto.reason, format!("device coverage needs ROCm 7.15 or newer, and {} is ROCm 7.1.0", rocm.path().display()));
+    assert_eq!(
+        auto.reason,
+        format!("device coverage needs ROCm 7.15 or newer, and {} is ROCm 7.1.0", rocm.path().display())
+    );
     assert!(on.unwrap_err().contains("point coverage.device.rocm_path"));
 }
 
@@ -203,7 +220,8 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
     let d = dir.path();
     // A real instrumented host program and a profile from running it.
     let host_src = d.join("host.cc");
-    fs::write(&host_src, "int helper(int x) { return x > 1 ? x : 1; }\nint main() { return helper(1) - 1; }\n").unwrap();
+    fs::write(&host_src, "int helper(int x) { return x > 1 ? x : 1; }\nint main() { return helper(1) - 1; }\n")
+        .unwrap();
     let host = d.join("host");
     Cmd::new(format!("{LLVM22}/clang++"))
         .args(["-fprofile-instr-generate", "-fcoverage-mapping", "-o"])
@@ -211,7 +229,10 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
         .arg(host_src.display().to_string())
         .read()
         .unwrap();
-    Cmd::new(host.display().to_string()).env("LLVM_PROFILE_FILE", d.join("host.profraw").display().to_string()).read().unwrap();
+    Cmd::new(host.display().to_string())
+        .env("LLVM_PROFILE_FILE", d.join("host.profraw").display().to_string())
+        .read()
+        .unwrap();
     let profdata = d.join("merged.profdata");
     Cmd::new(format!("{LLVM22}/llvm-profdata"))
         .args(["merge", "-sparse", "-o"])
@@ -226,11 +247,24 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
     fs::copy("/bin/true", devices.join("device-gfx90a.elf")).unwrap();
     let patterns = vec![devices.join("device-*.elf")];
 
-    let on = DeviceDecision { requested: DeviceMode::Auto, enabled: true, reason: "on".into(), target: Some("gfx942".into()), runtime: None };
+    let on = DeviceDecision {
+        requested: DeviceMode::Auto,
+        enabled: true,
+        reason: "on".into(),
+        target: Some("gfx942".into()),
+        runtime: None,
+    };
     let selected = fixture::select_device_objects(&patterns, &on).unwrap();
-    assert_eq!(selected.iter().map(|o| o.path.clone()).collect::<Vec<_>>(), std::slice::from_ref(&elf), "chosen by coverage mapping, not by name");
+    assert_eq!(
+        selected.iter().map(|o| o.path.clone()).collect::<Vec<_>>(),
+        std::slice::from_ref(&elf),
+        "chosen by coverage mapping, not by name"
+    );
     let off = DeviceDecision { enabled: false, ..on.clone() };
-    assert!(fixture::select_device_objects(&patterns, &off).unwrap().is_empty(), "host-only fallback leaves device objects out even when present");
+    assert!(
+        fixture::select_device_objects(&patterns, &off).unwrap().is_empty(),
+        "host-only fallback leaves device objects out even when present"
+    );
 
     let inputs = ReportInputs {
         llvm_cov: format!("{LLVM22}/llvm-cov").into(),
@@ -242,8 +276,10 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
     };
     let all = inputs.summary_json(&d.join("summary.json")).unwrap();
     assert!(all.contains("kernel.hip"), "the device source is reported: {all}");
-    let device_totals = report::totals(&inputs.with_objects(vec![elf]).summary_json(&d.join("device.json")).unwrap()).unwrap();
+    let device_totals =
+        report::totals(&inputs.with_objects(vec![elf]).summary_json(&d.join("device.json")).unwrap()).unwrap();
     assert_eq!(device_totals["functions"], "0/1", "the kernel never ran on this machine");
-    let host_totals = report::totals(&inputs.with_objects(vec![host]).summary_json(&d.join("host.json")).unwrap()).unwrap();
+    let host_totals =
+        report::totals(&inputs.with_objects(vec![host]).summary_json(&d.join("host.json")).unwrap()).unwrap();
     assert_eq!(host_totals["functions"], "2/2");
 }

@@ -129,7 +129,15 @@ fn rccl_config_dry_run_on_a_rocm_715_layout() {
     fs::write(&kernel, "__attribute__((global)) void k(int* p) { if (p) *p = 1; }\n").unwrap();
     let object = run.path("device.o");
     let built = Command::new("/usr/lib/llvm-22/bin/clang++")
-        .args(["-x", "hip", "--offload-arch=gfx942", "--offload-device-only", "--no-gpu-bundle-output", "-nogpulib", "-nogpuinc"])
+        .args([
+            "-x",
+            "hip",
+            "--offload-arch=gfx942",
+            "--offload-device-only",
+            "--no-gpu-bundle-output",
+            "-nogpulib",
+            "-nogpuinc",
+        ])
         .args(["-fprofile-instr-generate", "-fcoverage-mapping", "-c"])
         .arg(&kernel)
         .arg("-o")
@@ -182,7 +190,10 @@ fn nccl_run() -> Run {
 fn nccl_config_dry_run_on_an_llvm_19_layout() {
     let run = nccl_run();
     let text = run.dry_run("configs/h200_nccl.json", &["--", "AllGather"]);
-    assert!(text.contains("device coverage: host-only (auto): CUDA/NVPTX device code cannot be instrumented"), "{text}");
+    assert!(
+        text.contains("device coverage: host-only (auto): CUDA/NVPTX device code cannot be instrumented"),
+        "{text}"
+    );
     settings().bind(|| insta::assert_snapshot!("dry_run-h200_nccl", text));
 }
 
@@ -190,6 +201,9 @@ fn nccl_config_dry_run_on_an_llvm_19_layout() {
 fn eight_gpu_nccl_config_dry_run() {
     let run = nccl_run();
     let text = run.dry_run("configs/h200x8_nccl.json", &["--include-ignored", "::1G"]);
-    assert!(text.contains("mpirun -np 8") && text.contains("-t 1 -g 8") && text.contains("trial Gather::1G::pair (2 ranks"), "{text}");
+    assert!(
+        text.contains("mpirun -np 8") && text.contains("-t 1 -g 8") && text.contains("trial Gather::1G::pair (2 ranks"),
+        "{text}"
+    );
     settings().bind(|| insta::assert_snapshot!("dry_run-h200x8_nccl", text));
 }

@@ -82,14 +82,18 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
         }
         let environ = fs::read(entry.path().join("environ")).unwrap_or_default();
         if environ.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-            found.push(format!("{name}: {}", fs::read_to_string(entry.path().join("cmdline")).unwrap_or_default().replace('\0', " ")));
+            found.push(format!(
+                "{name}: {}",
+                fs::read_to_string(entry.path().join("cmdline")).unwrap_or_default().replace('\0', " ")
+            ));
         }
     }
     found
 }
 
 fn only(v: &mut Value, collective: &str, sizes: &[&str], variants: Value) {
-    let keep: Vec<Value> = v["collectives"].as_array().unwrap().iter().filter(|c| c["name"] == collective).cloned().collect();
+    let keep: Vec<Value> =
+        v["collectives"].as_array().unwrap().iter().filter(|c| c["name"] == collective).cloned().collect();
     v["collectives"] = Value::Array(keep);
     v["sizes"] = json!(sizes);
     v["variants"] = variants;
@@ -99,10 +103,15 @@ fn only(v: &mut Value, collective: &str, sizes: &[&str], variants: Value) {
 fn hung_ranks_are_killed_within_timeout_and_grace() {
     let (timeout, grace) = (4.0, 2.0);
     let s = setup(|v| {
-        only(v, "AllReduce", &["1K"], json!([
-            {"name": "threads", "env": {"CCL_FAULT": "hang-ignore-term", "CCL_FAULT_RANK": "2"}},
-            {"name": "mpi", "launcher": "mpi", "ranks": 3, "env": {"CCL_FAULT": "hang-ignore-term", "CCL_FAULT_RANK": "1"}}
-        ]));
+        only(
+            v,
+            "AllReduce",
+            &["1K"],
+            json!([
+                {"name": "threads", "env": {"CCL_FAULT": "hang-ignore-term", "CCL_FAULT_RANK": "2"}},
+                {"name": "mpi", "launcher": "mpi", "ranks": 3, "env": {"CCL_FAULT": "hang-ignore-term", "CCL_FAULT_RANK": "1"}}
+            ]),
+        );
         v["timeouts"] = json!({"default": timeout as u64, "grace": grace as u64});
     });
     let out = harness(&s, "collectives", &["--test-threads", "2"]);
@@ -125,11 +134,16 @@ fn hung_ranks_are_killed_within_timeout_and_grace() {
 #[test]
 fn wrong_results_and_crashes_fail_with_the_evidence() {
     let s = setup(|v| {
-        only(v, "AllGather", &["1K"], json!([
-            {"name": "wrong", "env": {"CCL_FAULT": "wrong", "CCL_FAULT_RANK": "1"}},
-            {"name": "mpiwrong", "launcher": "mpi", "ranks": 3, "env": {"CCL_FAULT": "wrong", "CCL_FAULT_RANK": "2"}},
-            {"name": "crash", "env": {"CCL_FAULT": "crash", "CCL_FAULT_RANK": "0"}}
-        ]));
+        only(
+            v,
+            "AllGather",
+            &["1K"],
+            json!([
+                {"name": "wrong", "env": {"CCL_FAULT": "wrong", "CCL_FAULT_RANK": "1"}},
+                {"name": "mpiwrong", "launcher": "mpi", "ranks": 3, "env": {"CCL_FAULT": "wrong", "CCL_FAULT_RANK": "2"}},
+                {"name": "crash", "env": {"CCL_FAULT": "crash", "CCL_FAULT_RANK": "0"}}
+            ]),
+        );
     });
     let out = harness(&s, "collectives", &[]);
     let log = text(&out);
@@ -172,7 +186,12 @@ fn profile_listing(ws: &Path) -> BTreeMap<PathBuf, (u64, SystemTime)> {
 #[test]
 fn reruns_drop_stale_profiles_and_report_only_keeps_every_profile() {
     let mut s = setup(|v| {
-        only(v, "Broadcast", &["1K"], json!([{"name": "ring", "env": {"CCL_ALGO": "ring"}}, {"name": "direct", "env": {"CCL_ALGO": "direct"}}]));
+        only(
+            v,
+            "Broadcast",
+            &["1K"],
+            json!([{"name": "ring", "env": {"CCL_ALGO": "ring"}}, {"name": "direct", "env": {"CCL_ALGO": "direct"}}]),
+        );
         v["report"]["snapshot"] = json!(true);
     });
     // Raw profiles stay where the trial wrote them, as the report will merge them.
@@ -204,7 +223,14 @@ fn reruns_drop_stale_profiles_and_report_only_keeps_every_profile() {
     let merged_list = fs::read_to_string(s.ws.join("report/profiles.list")).unwrap();
     assert!(!merged_list.contains("stale"), "{merged_list}");
     assert_eq!(merged_list.lines().count() as u64, fresh);
-    for file in ["report/html/index.html", "report/summary.json", "report/coverage.lcov", "report/summary.txt", "results/run.json", "results/junit.xml"] {
+    for file in [
+        "report/html/index.html",
+        "report/summary.json",
+        "report/coverage.lcov",
+        "report/summary.txt",
+        "results/run.json",
+        "results/junit.xml",
+    ] {
         assert!(s.ws.join(file).is_file(), "{file} missing");
     }
 }
@@ -225,7 +251,13 @@ fn unset_config_variable_is_an_error_not_literal_text() {
     let out = harness(&s, "collectives", &["--list"]);
     let log = text(&out);
     assert_eq!(out.status.code(), Some(2), "{log}");
-    assert!(log.contains(&format!("{}: env.CCL_E2E: environment variable CCL_COV_E2E_SURELY_UNSET is not set", s.config.display())), "{log}");
+    assert!(
+        log.contains(&format!(
+            "{}: env.CCL_E2E: environment variable CCL_COV_E2E_SURELY_UNSET is not set",
+            s.config.display()
+        )),
+        "{log}"
+    );
 }
 
 #[test]
@@ -264,9 +296,14 @@ fn failed_build_shows_its_own_error_in_every_trial() {
 #[test]
 fn trials_never_exceed_the_rank_capacity() {
     let s = setup(|v| {
-        only(v, "SendRecv", &["1K", "256K"], json!([
-            {"name": "four", "ranks": 4}, {"name": "three", "ranks": 3}, {"name": "two", "ranks": 2}, {"name": "mpi", "launcher": "mpi", "ranks": 2}
-        ]));
+        only(
+            v,
+            "SendRecv",
+            &["1K", "256K"],
+            json!([
+                {"name": "four", "ranks": 4}, {"name": "three", "ranks": 3}, {"name": "two", "ranks": 2}, {"name": "mpi", "launcher": "mpi", "ranks": 2}
+            ]),
+        );
     });
     let out = harness(&s, "collectives", &["--test-threads", "8"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -279,7 +316,8 @@ fn trials_never_exceed_the_rank_capacity() {
     };
     for t in trials {
         let (start, _, _) = span(t);
-        let busy: u64 = trials.iter().map(span).filter(|&(s0, e0, _)| s0 <= start && start < e0).map(|(_, _, r)| r).sum();
+        let busy: u64 =
+            trials.iter().map(span).filter(|&(s0, e0, _)| s0 <= start && start < e0).map(|(_, _, r)| r).sum();
         assert!(busy <= 4, "{} ranks running at {start} ms: {run}", busy);
     }
 }
@@ -311,7 +349,8 @@ fn an_existing_instrumented_build_is_used_and_identified_by_its_objects() {
     // Rebuilt in place: a new identity, so the old profiles are retired.
     let mut lib = fs::OpenOptions::new().append(true).open(copy.path().join("ccl/libccl.so")).unwrap();
     std::io::Write::write_all(&mut lib, b"rebuilt").unwrap();
-    let mut dry_setup = Setup { _dir: tempfile::tempdir().unwrap(), config: s.config.clone(), ws: s.ws.clone(), env: s.env.clone() };
+    let mut dry_setup =
+        Setup { _dir: tempfile::tempdir().unwrap(), config: s.config.clone(), ws: s.ws.clone(), env: s.env.clone() };
     dry_setup.env.push(("CCL_COV_DRY_RUN".into(), "1".into()));
     let dry = String::from_utf8(harness(&dry_setup, "collectives", &[]).stdout).unwrap();
     assert!(!dry.contains(used["build_id"].as_str().unwrap()), "same id after the library changed:\n{dry}");
@@ -327,7 +366,16 @@ fn an_existing_instrumented_build_is_used_and_identified_by_its_objects() {
 }
 
 fn report_files_exist(ws: &Path) {
-    for file in ["report/html/index.html", "report/summary.json", "report/summary.txt", "report/coverage.lcov", "report/coverage.json", "report/cobertura.xml", "report/summary.md", "report/meta.json"] {
+    for file in [
+        "report/html/index.html",
+        "report/summary.json",
+        "report/summary.txt",
+        "report/coverage.lcov",
+        "report/coverage.json",
+        "report/cobertura.xml",
+        "report/summary.md",
+        "report/meta.json",
+    ] {
         assert!(ws.join(file).is_file(), "{file} missing");
     }
 }
@@ -336,10 +384,15 @@ fn report_files_exist(ws: &Path) {
 fn bad_profiles_are_quarantined_and_the_rest_is_still_reported() {
     // A rank that dies while writing its profile, merged as the trial ends.
     let mut s = setup(|v| {
-        only(v, "Broadcast", &["1K"], json!([
-            {"name": "good", "env": {"CCL_ALGO": "ring"}},
-            {"name": "truncated", "env": {"CCL_FAULT": "truncate-profile", "CCL_FAULT_RANK": "0"}}
-        ]));
+        only(
+            v,
+            "Broadcast",
+            &["1K"],
+            json!([
+                {"name": "good", "env": {"CCL_ALGO": "ring"}},
+                {"name": "truncated", "env": {"CCL_FAULT": "truncate-profile", "CCL_FAULT_RANK": "0"}}
+            ]),
+        );
     });
     let out = harness(&s, "collectives", &[]);
     assert!(out.status.success(), "the trials themselves pass: {}", text(&out));
@@ -360,24 +413,35 @@ fn bad_profiles_are_quarantined_and_the_rest_is_still_reported() {
     let report = harness(&s, "report", &[]);
     let log = text(&report);
     assert!(!report.status.success(), "{log}");
-    assert!(log.contains("report::profiles") && log.contains("unreadable raw profiles were moved to quarantine"), "{log}");
+    assert!(
+        log.contains("report::profiles") && log.contains("unreadable raw profiles were moved to quarantine"),
+        "{log}"
+    );
     assert!(log.contains("vm-999-garbage.profraw"), "the garbled file is named: {log}");
     assert!(log.contains(moved.file_name().unwrap().to_str().unwrap()), "the truncated file is named: {log}");
     assert!(s.ws.join("quarantine/Broadcast.1K.good/vm-999-garbage.profraw").is_file());
     report_files_exist(&s.ws);
     for step in ["report::merge", "report::html", "report::lcov", "report::summary_json"] {
-        assert!(log.lines().any(|l| l.starts_with(&format!("test {step} ")) && l.ends_with("ok")), "{step} still passes: {log}");
+        assert!(
+            log.lines().any(|l| l.starts_with(&format!("test {step} ")) && l.ends_with("ok")),
+            "{step} still passes: {log}"
+        );
     }
 }
 
 #[test]
 fn a_passing_trial_without_a_profile_is_flagged_and_timeouts_give_no_coverage() {
     let mut s = setup(|v| {
-        only(v, "AllReduce", &["1K"], json!([
-            {"name": "good"},
-            {"name": "noflush", "env": {"CCL_FAULT": "exit-without-flush", "CCL_FAULT_RANK": "0", "CCL_TUNER_PLUGIN": "none"}},
-            {"name": "hang", "env": {"CCL_FAULT": "hang", "CCL_FAULT_RANK": "1"}}
-        ]));
+        only(
+            v,
+            "AllReduce",
+            &["1K"],
+            json!([
+                {"name": "good"},
+                {"name": "noflush", "env": {"CCL_FAULT": "exit-without-flush", "CCL_FAULT_RANK": "0", "CCL_TUNER_PLUGIN": "none"}},
+                {"name": "hang", "env": {"CCL_FAULT": "hang", "CCL_FAULT_RANK": "1"}}
+            ]),
+        );
         v["timeouts"] = json!({"default": 3, "grace": 1});
     });
     s.env.push(("CCL_COV_HEARTBEAT_S".into(), "1".into()));
@@ -461,10 +525,17 @@ fn fail_under_bars_fail_the_report_and_keep_raw_keeps_raw_profiles() {
     let out = harness(&s, "report", &[]);
     let log = text(&out);
     assert!(!out.status.success(), "{log}");
-    assert!(log.contains("coverage is under the bar: lines ") && log.contains("is under CCL_COV_FAIL_UNDER_LINES=99.5"), "{log}");
+    assert!(
+        log.contains("coverage is under the bar: lines ") && log.contains("is under CCL_COV_FAIL_UNDER_LINES=99.5"),
+        "{log}"
+    );
     assert!(!log.contains("is under CCL_COV_FAIL_UNDER_FUNCTIONS"), "{log}");
     let list = fs::read_to_string(s.ws.join("report/profiles.list")).unwrap();
-    assert_eq!(list.trim(), s.ws.join("profiles/AllToAll.1K.ring.profdata").display().to_string(), "the report merges the trial's indexed profile only");
+    assert_eq!(
+        list.trim(),
+        s.ws.join("profiles/AllToAll.1K.ring.profdata").display().to_string(),
+        "the report merges the trial's indexed profile only"
+    );
 }
 
 /// On a machine without cargo (the GPU host) the binaries find the project
@@ -488,7 +559,10 @@ fn without_cargo_the_project_root_is_the_current_directory() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", text(&out));
     let here = elsewhere.path().canonicalize().unwrap();
-    let shown = |p: &str| stdout.contains(p) || stdout.contains(&p.replace(&here.display().to_string(), &elsewhere.path().display().to_string()));
+    let shown = |p: &str| {
+        stdout.contains(p)
+            || stdout.contains(&p.replace(&here.display().to_string(), &elsewhere.path().display().to_string()))
+    };
     assert!(shown(&format!("config: elsewhere ({}/configs/local.json)", here.display())), "{stdout}");
     assert!(shown(&format!("workspace: {}/target/ccl-coverage/elsewhere", here.display())), "{stdout}");
 }

@@ -69,7 +69,15 @@ pub fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
     for spec in selected {
         let profile_dir = ctx.workspace.trial_profiles(&spec.slug);
         let launch = launch::prepare(ctx, &manifest, spec, &profile_dir, None)?;
-        let _ = writeln!(w, "trial {} ({} ranks, launcher {}, timeout {}s, grace {}s)", spec.name, spec.ranks, spec.launcher, launch.timeout.as_secs(), launch.grace.as_secs());
+        let _ = writeln!(
+            w,
+            "trial {} ({} ranks, launcher {}, timeout {}s, grace {}s)",
+            spec.name,
+            spec.ranks,
+            spec.launcher,
+            launch.timeout.as_secs(),
+            launch.grace.as_secs()
+        );
         let argv: Vec<String> = launch.cmd.argv().iter().map(|a| shell_quote(a)).collect();
         let _ = writeln!(w, "  argv: {}", argv.join(" "));
         for (k, v) in launch.env.iter().filter(|(k, _)| k != launch::TRIAL_TOKEN_VAR) {

@@ -128,7 +128,10 @@ impl Shared {
             ))
         })?;
         if !manifest.coverage {
-            return Ok(Merge::Off(format!("build {} was made without coverage (CCL_COV_COVERAGE=off): there is nothing to report", manifest.build_id)));
+            return Ok(Merge::Off(format!(
+                "build {} was made without coverage (CCL_COV_COVERAGE=off): there is nothing to report",
+                manifest.build_id
+            )));
         }
         let results = results::load_all(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
         let inputs = profiles::collect(ws, &results)?;
@@ -143,11 +146,18 @@ impl Shared {
         ws.clear(Area::Report, &report_dir)?;
         let profdata = report_dir.join("coverage.profdata");
         let quarantine_for = |input: &Path| {
-            let slug = input.parent().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let slug =
+                input.parent().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             ws.trial_quarantine(&slug)
         };
-        let (merged_inputs, quarantined_now) =
-            profiles::merge_checked(ws, &manifest.toolchain, &inputs, &report_dir.join("profiles.list"), &profdata, &quarantine_for)?;
+        let (merged_inputs, quarantined_now) = profiles::merge_checked(
+            ws,
+            &manifest.toolchain,
+            &inputs,
+            &report_dir.join("profiles.list"),
+            &profdata,
+            &quarantine_for,
+        )?;
         if merged_inputs == 0 {
             return Err(Error::new(format!(
                 "none of the {} profiles could be read; they are in {}",
@@ -180,7 +190,10 @@ impl Shared {
             "no_coverage_from": health.no_coverage,
             "exited_0_without_profile": health.no_profile,
         });
-        workspace::write_atomic(&report_dir.join("meta.json"), serde_json::to_string_pretty(&meta).expect("json").as_bytes())?;
+        workspace::write_atomic(
+            &report_dir.join("meta.json"),
+            serde_json::to_string_pretty(&meta).expect("json").as_bytes(),
+        )?;
         let config = self.ctx.config();
         let title = format!("ccl-coverage: {} (build {})", config.name, manifest.build_id);
         let inputs = ReportInputs::new(&manifest, profdata, config.report.ignore_filename_regex.clone(), title)?;
@@ -199,7 +212,11 @@ impl Shared {
             problems.push(format!(
                 "{} unreadable raw profiles were moved to quarantine (reports use the rest):\n{}",
                 h.quarantined.len(),
-                h.quarantined.iter().map(|q| format!("    {}: {}", q.file.display(), q.reason)).collect::<Vec<_>>().join("\n")
+                h.quarantined
+                    .iter()
+                    .map(|q| format!("    {}: {}", q.file.display(), q.reason))
+                    .collect::<Vec<_>>()
+                    .join("\n")
             ));
         }
         if !h.merge_errors.is_empty() {
@@ -233,7 +250,10 @@ impl Shared {
                 if m.device_objects.is_empty() {
                     return Ok(Summary { host: report::totals(&all)?, all, device: None });
                 }
-                let host = merged.inputs.with_objects(m.instrumented_objects()).summary_json(&dir.join("summary-host.json"))?;
+                let host = merged
+                    .inputs
+                    .with_objects(m.instrumented_objects())
+                    .summary_json(&dir.join("summary-host.json"))?;
                 let device = merged
                     .inputs
                     .with_objects(m.device_objects.iter().map(|o| o.path.clone()).collect())
@@ -245,7 +265,10 @@ impl Shared {
     }
 
     fn json(&self, merged: &Merged) -> Result<(), Failed> {
-        merged.inputs.json(&self.report_dir().join("coverage.json")).map_err(|e| failed("llvm-cov export -format=text", &e))
+        merged
+            .inputs
+            .json(&self.report_dir().join("coverage.json"))
+            .map_err(|e| failed("llvm-cov export -format=text", &e))
     }
 
     fn lcov(&self, merged: &Merged) -> Result<&PathBuf, Failed> {
@@ -263,7 +286,10 @@ impl Shared {
     }
 
     fn html(&self, merged: &Merged) -> Result<(), Failed> {
-        let index = merged.inputs.html(&self.report_dir().join("html")).map_err(|e| failed("llvm-cov show -format=html", &e))?;
+        let index = merged
+            .inputs
+            .html(&self.report_dir().join("html"))
+            .map_err(|e| failed("llvm-cov show -format=html", &e))?;
         eprintln!("ccl-coverage: HTML report: {}", index.display());
         Ok(())
     }
@@ -278,7 +304,9 @@ impl Shared {
         let m = &merged.manifest;
         let mut md = format!("## Coverage: {} (build {})\n\n", self.ctx.config().name, m.build_id);
         md.push_str("| | covered | total | % |\n|---|---:|---:|---:|\n");
-        for (metric, covered, count) in report::percentages(&summary.all).map_err(|e| failed("reading the summary", &e))? {
+        for (metric, covered, count) in
+            report::percentages(&summary.all).map_err(|e| failed("reading the summary", &e))?
+        {
             md.push_str(&format!("| {metric} | {covered} | {count} | {:.2} |\n", report::percent(covered, count)));
         }
         md.push_str(&format!("\nDevice coverage: {}\n\n", m.device.summary()));
@@ -327,10 +355,16 @@ impl Shared {
     fn device_check(&self, merged: &Merged) -> Result<Completion, Failed> {
         let device = &merged.manifest.device;
         if !device.enabled {
-            return Ok(Completion::ignored_with(format!("does not apply: this build has host-only coverage ({})", device.reason)));
+            return Ok(Completion::ignored_with(format!(
+                "does not apply: this build has host-only coverage ({})",
+                device.reason
+            )));
         }
         let summary = self.summary()?;
-        let totals = summary.device.as_ref().ok_or_else(|| Failed::from("device coverage is on but the build recorded no device code object"))?;
+        let totals = summary
+            .device
+            .as_ref()
+            .ok_or_else(|| Failed::from("device coverage is on but the build recorded no device code object"))?;
         let functions = totals["functions"].as_str().unwrap_or("0/0");
         if functions.starts_with("0/") {
             return Err(Failed::from(format!(
@@ -370,7 +404,8 @@ impl Shared {
         value["build_id"] = json!(m.build_id);
         value["device_coverage"] = json!(m.device.summary());
         value["host_totals"] = summary.host.clone();
-        value["device_totals"] = summary.device.clone().unwrap_or_else(|| json!(format!("not applicable: {}", m.device.reason)));
+        value["device_totals"] =
+            summary.device.clone().unwrap_or_else(|| json!(format!("not applicable: {}", m.device.reason)));
         value["trials"] = json!(planned.len());
         let mut settings = insta::Settings::clone_current();
         settings.set_snapshot_path(self.ctx.root.join("snapshots"));
