@@ -44,6 +44,10 @@ pub struct Context {
     pub merge_overlap: bool,
     /// `CCL_COV_HEARTBEAT_S`: how often a long trial reports that it still runs.
     pub heartbeat: std::time::Duration,
+    /// The executable that supervises each trial: this one (every entry
+    /// point can act as the supervisor, `supervisor.rs`). `/proc/self/exe`
+    /// still works when cargo rebuilds the binary during a run.
+    pub supervisor: PathBuf,
 }
 
 impl Context {
@@ -111,6 +115,7 @@ impl Context {
             keep_raw,
             merge_overlap,
             heartbeat,
+            supervisor: PathBuf::from("/proc/self/exe"),
         })
     }
 

@@ -256,7 +256,7 @@ impl BuildPlan {
             device: self.device.clone(),
             coverage_flags: self.coverage_flags.clone(),
             steps,
-            built_at: crate::results::now(),
+            built_at: crate::host::now(),
         }
     }
 

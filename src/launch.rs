@@ -17,8 +17,7 @@ use std::time::Duration;
 /// Inherited from an instrumented parent, it makes the profile runtime skip
 /// creating the profile directory (design.md §6): never pass it on.
 pub const PROFILE_INIT_ONCE: &str = "__LLVM_PROFILE_RT_INIT_ONCE";
-/// Marks every process of one trial, so none escapes the kill on timeout.
-pub const TRIAL_TOKEN_VAR: &str = "CCL_COV_TRIAL_TOKEN";
+pub use crate::proctree::TRIAL_TOKEN_VAR;
 
 #[derive(Debug, Clone)]
 pub struct TrialLaunch {
@@ -58,7 +57,7 @@ pub fn prepare(
     }
     program_args.extend(vars.render_all(&launcher.program_args)?);
 
-    let token = new_token();
+    let token = crate::proctree::new_token();
     let mut env = Vec::new();
     let maps = std::iter::once(&config.env).chain(std::iter::once(&collective.env)).chain(variant.map(|v| &v.env));
     for map in maps {
@@ -169,13 +168,6 @@ fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, slots: 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
-}
-
-fn new_token() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    format!("{}-{nanos:x}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ pub enum Status {
     Passed,
     Failed,
     Timeout,
+    /// Stopped because the run was interrupted (Ctrl-C, SIGTERM).
+    Interrupted,
 }
 
 impl Status {
@@ -23,6 +25,7 @@ impl Status {
             Status::Passed => "PASSED",
             Status::Failed => "FAILED",
             Status::Timeout => "TIMEOUT",
+            Status::Interrupted => "INTERRUPTED",
         }
     }
 }
@@ -46,6 +49,16 @@ pub fn judge(finished: &Finished, perf: &PerfReport, timeout: Duration) -> Verdi
             return Verdict {
                 status: Status::Timeout,
                 reason: format!("TIMEOUT after {}s (stopped with {killed})", timeout.as_secs()),
+            };
+        }
+        Ending::Interrupted { signal, killed } => {
+            return Verdict {
+                status: Status::Interrupted,
+                reason: format!(
+                    "INTERRUPTED by {} after {:.1}s (stopped with {killed})",
+                    crate::process::signal_name(*signal),
+                    finished.duration.as_secs_f64()
+                ),
             };
         }
         Ending::Exited(status) => *status,
@@ -119,9 +132,21 @@ mod tests {
 
     #[test]
     fn timeout_is_distinct_from_failure() {
-        let f = Finished { ending: Ending::TimedOut { killed: "SIGKILL" }, ..exited(0) };
+        let f = Finished { ending: Ending::TimedOut { killed: "SIGKILL".into() }, ..exited(0) };
         let v = judge(&f, &PerfReport::default(), Duration::from_secs(30));
         assert_eq!(v.status, Status::Timeout);
         assert_eq!(v.reason, "TIMEOUT after 30s (stopped with SIGKILL)");
+    }
+
+    #[test]
+    fn interruption_is_neither_failure_nor_timeout() {
+        let f = Finished {
+            ending: Ending::Interrupted { signal: libc::SIGINT, killed: "SIGTERM".into() },
+            duration: Duration::from_millis(2500),
+            ..exited(0)
+        };
+        let v = judge(&f, &PerfReport::default(), Duration::from_secs(30));
+        assert_eq!(v.status, Status::Interrupted);
+        assert_eq!(v.reason, "INTERRUPTED by SIGINT after 2.5s (stopped with SIGTERM)");
     }
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrialResult {
@@ -97,6 +97,8 @@ pub struct Summary {
     pub passed: usize,
     pub failed: usize,
     pub timeout: usize,
+    #[serde(default)]
+    pub interrupted: usize,
     pub duration_s: f64,
 }
 
@@ -146,12 +148,13 @@ pub fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Re
         library_git_sha: info.library_git_sha.clone(),
         build: manifest.clone(),
         started_at: trials.iter().map(|t| t.started_at.clone()).min(),
-        finished_at: now(),
+        finished_at: crate::host::now(),
         summary: Summary {
             total: trials.len(),
             passed: count(Status::Passed),
             failed: count(Status::Failed),
             timeout: count(Status::Timeout),
+            interrupted: count(Status::Interrupted),
             duration_s: trials.iter().map(|t| t.duration_s).sum(),
         },
         trials,
@@ -167,7 +170,7 @@ fn junit(record: &RunRecord) -> Result<String> {
     for t in &record.trials {
         let status = match t.status {
             Status::Passed => TestCaseStatus::success(),
-            Status::Failed | Status::Timeout => {
+            Status::Failed | Status::Timeout | Status::Interrupted => {
                 let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
                 s.set_type(t.status.as_str()).set_message(t.reason.clone());
                 s.set_description(format!("{}\nlog: {}", t.command, t.log.display()));
@@ -182,30 +185,4 @@ fn junit(record: &RunRecord) -> Result<String> {
     let mut report = Report::new("ccl-coverage");
     report.add_test_suite(suite);
     report.to_string().map_err(|e| Error::new(format!("cannot write JUnit XML: {e}")))
-}
-
-pub fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Now as RFC 3339 UTC, to the second.
-pub fn now() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
-}
-
-/// The machine's GPUs as their tools list them; empty without GPU tools.
-pub fn gpus() -> Vec<String> {
-    let nvidia = crate::process::Cmd::new("nvidia-smi")
-        .args(["--query-gpu=index,name,driver_version,pci.bus_id", "--format=csv,noheader"])
-        .read();
-    let amd = || crate::process::Cmd::new("rocm-smi").arg("--showproductname").read();
-    nvidia
-        .or_else(|_| amd())
-        .map(|text| text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
-        .unwrap_or_default()
-}
-
-/// The host name, for run records.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
 }

@@ -1,31 +1,36 @@
-//! Running one trial: its own session, output to its log, a timeout, and a
-//! kill that reaches the whole process tree.
+//! Running one trial: under its supervisor (`supervisor.rs`), output to its
+//! log, a timeout, and a stop that reaches the whole process tree.
 //!
-//! Open MPI puts every rank in a process group of its own, so a process-group
-//! kill misses them. The trial's processes are found by **session** (the
-//! command starts a new one) and by a marker variable every process of the
-//! trial inherits (catches anything that calls `setsid` itself). On timeout:
-//! SIGTERM to all of them, a grace period, then SIGKILL; then the harness waits
-//! until none is left.
+//! The harness keeps the clock and the interruption flag; the supervisor does
+//! the killing (SIGTERM to every process of the trial, a grace period, then
+//! SIGKILL, see `proctree.rs`), so the same code stops a trial on timeout, on
+//! Ctrl-C, and when the harness itself is killed.
 
 use crate::error::{Error, Result};
+use crate::interrupt;
 use crate::launch::TrialLaunch;
+use crate::proctree::Tree;
+use crate::supervisor::{self, Report, SUPERVISE_VAR, Spec, StopCause};
 use std::fs::File;
-use std::os::unix::process::CommandExt;
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 const POLL: Duration = Duration::from_millis(20);
-/// How long to wait for SIGKILLed processes to disappear.
-const REAP_LIMIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
     Exited(ExitStatus),
     /// Ran past its timeout; `killed` says which signal finally ended it.
     TimedOut {
-        killed: &'static str,
+        killed: String,
+    },
+    /// The run was interrupted by `signal` while the trial ran.
+    Interrupted {
+        signal: i32,
+        killed: String,
     },
 }
 
@@ -41,32 +46,37 @@ pub struct Finished {
     pub survivors: usize,
 }
 
-/// Runs `launch`, appending all output to `log`. `heartbeat` is called about
-/// once per `heartbeat_every` while the trial runs.
+/// Runs `launch` under a supervisor started from `supervisor_exe`, appending
+/// all output to `log`. `heartbeat` is called about once per
+/// `heartbeat_every` while the trial runs.
 pub fn run(
     launch: &TrialLaunch,
     log: &Path,
+    supervisor_exe: &Path,
     heartbeat_every: Duration,
     heartbeat: &dyn Fn(Duration),
 ) -> Result<Finished> {
     let cmd = &launch.cmd;
-    let out = File::options()
+    let spec = Spec {
+        argv: cmd.argv(),
+        cwd: cmd.get_cwd().map(Path::to_path_buf),
+        log: log.to_path_buf(),
+        grace_ms: u64::try_from(launch.grace.as_millis()).unwrap_or(u64::MAX),
+    };
+    let err = File::options()
         .create(true)
         .append(true)
         .open(log)
         .map_err(|e| Error::new(format!("cannot open {}: {e}", log.display())))?;
-    let err = out.try_clone().map_err(|e| Error::new(e.to_string()))?;
-    let mut command = Command::new(cmd.program());
-    command.args(cmd.get_args()).stdin(Stdio::null()).stdout(out).stderr(err);
+    let mut command = Command::new(supervisor_exe);
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(err);
     for (k, v) in cmd.get_env() {
         command.env(k, v);
     }
     for k in cmd.get_env_remove() {
         command.env_remove(k);
     }
-    if let Some(dir) = cmd.get_cwd() {
-        command.current_dir(dir);
-    }
+    command.env(SUPERVISE_VAR, serde_json::to_string(&spec).expect("spec serializes"));
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
     unsafe {
         command.pre_exec(|| {
@@ -77,196 +87,99 @@ pub fn run(
         });
     }
     let started = Instant::now();
-    let mut child = command.spawn().map_err(|e| Error::new(format!("cannot start {}: {e}", cmd.display())))?;
-    let tree = Tree {
-        session: child.id() as libc::pid_t,
-        token: format!("{}={}", crate::launch::TRIAL_TOKEN_VAR, launch.token),
-    };
+    let mut child = command.spawn().map_err(|e| {
+        Error::new(format!(
+            "cannot start the trial supervisor {}: {e} (for {})",
+            supervisor_exe.display(),
+            cmd.display()
+        ))
+    })?;
     let deadline = started + launch.timeout;
     let mut next_beat = started + heartbeat_every;
-    loop {
+    let mut stop: Option<Stopping> = None;
+    let status = loop {
         if let Some(status) = child.try_wait().map_err(|e| Error::new(format!("waiting for {}: {e}", cmd.program())))? {
-            let leftovers = tree.signal(libc::SIGKILL);
-            let survivors = tree.wait_gone(REAP_LIMIT);
-            return Ok(Finished { ending: Ending::Exited(status), duration: started.elapsed(), leftovers, survivors });
+            break status;
         }
         let now = Instant::now();
-        if now >= deadline {
-            break;
-        }
-        if now >= next_beat {
-            heartbeat(now - started);
-            next_beat += heartbeat_every;
+        match &stop {
+            None => {
+                let why = match interrupt::requested() {
+                    Some(signal) => Some(Stopping::Interrupted(signal, now)),
+                    None if now >= deadline => Some(Stopping::TimedOut(now)),
+                    None => None,
+                };
+                if let Some(why) = why {
+                    ask_to_stop(&mut child);
+                    stop = Some(why);
+                } else if now >= next_beat {
+                    heartbeat(now - started);
+                    next_beat += heartbeat_every;
+                }
+            }
+            // A supervisor that does not finish in time is killed; the
+            // backstop below then stops the trial.
+            Some(s) if now > s.since() + launch.grace + supervisor::REAP_LIMIT + Duration::from_secs(5) => {
+                let _ = child.kill();
+                break child.wait().map_err(|e| Error::new(format!("waiting for {}: {e}", cmd.program())))?;
+            }
+            Some(_) => {}
         }
         std::thread::sleep(POLL);
+    };
+    let report = read_report(&mut child);
+    let backstop = Tree::new(child.id() as libc::pid_t, &launch.token).wait_gone(supervisor::REAP_LIMIT, &mut || {});
+    let Some(report) = report else {
+        return Err(Error::new(format!(
+            "the trial supervisor ended ({}) without saying how {} ended; see {}",
+            crate::process::describe_status(status),
+            cmd.display(),
+            log.display()
+        )));
+    };
+    if let Some(why) = &report.spawn_error {
+        return Err(Error::new(format!("cannot run {}: {why}", cmd.display())));
     }
-    tree.signal(libc::SIGTERM);
-    let grace_end = Instant::now() + launch.grace;
-    let mut killed = "SIGTERM";
-    loop {
-        let leader_done = child.try_wait().ok().flatten().is_some();
-        if leader_done && tree.members().is_empty() {
-            break;
+    let killed = report.killed_with.clone().unwrap_or_else(|| "SIGKILL".into());
+    let ending = match (stop, report.stopped, report.wait_status) {
+        (Some(Stopping::Interrupted(signal, _)), Some(StopCause::Requested), _) => {
+            Ending::Interrupted { signal, killed }
         }
-        if Instant::now() >= grace_end {
-            killed = "SIGKILL";
-            tree.signal(libc::SIGKILL);
-            break;
-        }
-        std::thread::sleep(POLL);
-    }
-    let _ = child.wait();
-    let survivors = tree.wait_gone(REAP_LIMIT);
-    Ok(Finished { ending: Ending::TimedOut { killed }, duration: started.elapsed(), leftovers: 0, survivors })
+        (Some(Stopping::TimedOut(_)), Some(StopCause::Requested), _) => Ending::TimedOut { killed },
+        (_, _, Some(raw)) => Ending::Exited(ExitStatus::from_raw(raw)),
+        (_, _, None) => return Err(Error::new(format!("the trial supervisor lost track of {}", cmd.display()))),
+    };
+    Ok(Finished {
+        ending,
+        duration: started.elapsed(),
+        leftovers: report.leftovers,
+        survivors: report.survivors + backstop,
+    })
 }
 
-/// The processes of one trial.
-struct Tree {
-    session: libc::pid_t,
-    token: String,
+/// Why the harness asked the supervisor to stop the trial, and when.
+enum Stopping {
+    TimedOut(Instant),
+    Interrupted(i32, Instant),
 }
 
-impl Tree {
-    /// Live (non-zombie) processes in the trial's session or carrying its marker.
-    fn members(&self) -> Vec<libc::pid_t> {
-        let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-        let me = std::process::id() as libc::pid_t;
-        let mut found = Vec::new();
-        for entry in entries.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<libc::pid_t>().ok()) else { continue };
-            if pid == me {
-                continue;
-            }
-            let Some((state, session)) = stat_of(pid) else { continue };
-            if state == 'Z' {
-                continue;
-            }
-            if session == self.session || self.marked(pid) {
-                found.push(pid);
-            }
-        }
-        found
-    }
-
-    fn marked(&self, pid: libc::pid_t) -> bool {
-        std::fs::read(format!("/proc/{pid}/environ"))
-            .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == self.token.as_bytes()))
-    }
-
-    /// Sends `sig` to every member; returns how many there were.
-    fn signal(&self, sig: libc::c_int) -> usize {
-        let members = self.members();
-        for &pid in &members {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(pid, sig) };
-        }
-        members.len()
-    }
-
-    /// Waits until no member is left; returns how many still are at `limit`.
-    fn wait_gone(&self, limit: Duration) -> usize {
-        let end = Instant::now() + limit;
-        loop {
-            let members = self.members();
-            if members.is_empty() || Instant::now() >= end {
-                return members.len();
-            }
-            for &pid in &members {
-                // SAFETY: as above.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            std::thread::sleep(POLL);
+impl Stopping {
+    fn since(&self) -> Instant {
+        match self {
+            Stopping::TimedOut(at) | Stopping::Interrupted(_, at) => *at,
         }
     }
 }
 
-/// State letter and session id from `/proc/<pid>/stat`.
-fn stat_of(pid: libc::pid_t) -> Option<(char, libc::pid_t)> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+fn ask_to_stop(child: &mut Child) {
+    if let Some(lifeline) = child.stdin.as_mut() {
+        // A supervisor that already ended has nothing left to stop.
+        let _ = lifeline.write_all(&[supervisor::STOP]).and_then(|()| lifeline.flush());
+    }
 }
 
-fn parse_stat(stat: &str) -> Option<(char, libc::pid_t)> {
-    // The command name may contain spaces and parentheses: fields start after the last ')'.
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // state ppid pgrp session
-    Some((fields.first()?.chars().next()?, fields.get(3)?.parse().ok()?))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::process::Cmd;
-
-    fn launch(script: &str, timeout_ms: u64, grace_ms: u64) -> TrialLaunch {
-        let token = format!("test-{}-{}", std::process::id(), script.len());
-        TrialLaunch {
-            cmd: Cmd::new("sh").args(["-c", script]).env(crate::launch::TRIAL_TOKEN_VAR, token.clone()),
-            env: Vec::new(),
-            timeout: Duration::from_millis(timeout_ms),
-            grace: Duration::from_millis(grace_ms),
-            token,
-        }
-    }
-
-    fn run_it(l: &TrialLaunch) -> (Finished, String) {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("t.log");
-        let f = run(l, &log, Duration::from_secs(3600), &|_| {}).unwrap();
-        (f, std::fs::read_to_string(&log).unwrap())
-    }
-
-    #[test]
-    fn exit_status_and_output_are_kept() {
-        let (f, log) = run_it(&launch("echo hello; echo err >&2; exit 7", 5000, 100));
-        assert_eq!(f.ending, Ending::Exited(std::os::unix::process::ExitStatusExt::from_raw(7 << 8)));
-        assert_eq!(log, "hello\nerr\n");
-    }
-
-    #[test]
-    fn timeout_kills_processes_that_ignore_sigterm_and_their_children() {
-        // A child in its own process group that ignores SIGTERM, like an MPI rank.
-        let script = "trap '' TERM; (trap '' TERM; exec setsid sleep 600) & sleep 600";
-        let l = launch(script, 300, 300);
-        let started = Instant::now();
-        let (f, _) = run_it(&l);
-        assert_eq!(f.ending, Ending::TimedOut { killed: "SIGKILL" });
-        assert_eq!(f.survivors, 0);
-        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
-        let tree = Tree { session: -1, token: format!("{}={}", crate::launch::TRIAL_TOKEN_VAR, l.token) };
-        assert!(tree.members().is_empty(), "escaped processes survive: {:?}", tree.members());
-    }
-
-    #[test]
-    fn sigterm_suffices_for_well_behaved_trials() {
-        let (f, _) = run_it(&launch("sleep 600", 200, 5000));
-        assert_eq!(f.ending, Ending::TimedOut { killed: "SIGTERM" });
-        assert!(f.duration < Duration::from_secs(3));
-    }
-
-    #[test]
-    fn leftovers_after_exit_are_killed_and_counted() {
-        let (f, _) = run_it(&launch("sleep 600 & exit 0", 5000, 100));
-        assert!(matches!(f.ending, Ending::Exited(s) if s.success()));
-        assert_eq!(f.leftovers, 1);
-        assert_eq!(f.survivors, 0);
-    }
-
-    #[test]
-    fn stat_parsing_handles_odd_names() {
-        let odd = "4242 (a) b (c) d) S 1 4242 4100 0 -1 4194560 0 0";
-        assert_eq!(parse_stat(odd), Some(('S', 4100)));
-        assert_eq!(parse_stat("4242 (cut"), None);
-        assert_eq!(parse_stat("4242 (x)"), None);
-    }
-
-    #[test]
-    fn stat_of_a_live_process_matches_getsid() {
-        // The session may be 0 when the test runs under a container's init; compare, don't assume.
-        let pid = std::process::id() as libc::pid_t;
-        let (state, session) = stat_of(pid).unwrap();
-        assert!(state == 'R' || state == 'S');
-        // SAFETY: getsid has no memory-safety preconditions.
-        assert_eq!(session, unsafe { libc::getsid(pid) });
-    }
+fn read_report(child: &mut Child) -> Option<Report> {
+    let mut text = String::new();
+    child.stdout.take()?.read_to_string(&mut text).ok()?;
+    serde_json::from_str(text.lines().last()?).ok()
 }

@@ -67,6 +67,12 @@ impl Slots {
                 return Ok(SlotGuard { _held: held, indices });
             }
             drop(held);
+            if let Some(sig) = crate::interrupt::requested() {
+                bail!(
+                    "not run: the run was interrupted by {} while this trial waited for rank slots",
+                    crate::process::signal_name(sig)
+                );
+            }
             std::thread::sleep(Duration::from_millis(25));
         }
     }

@@ -10,13 +10,54 @@
 //! <ws>/report/                html/, summary.json, summary.txt, coverage.lcov
 //! ```
 //!
-//! Deletion is confined to `profiles/`, `quarantine/` and `report/`, never
+//! A workspace is a folder the harness created and marked as its own
+//! ([`MARKER`]): an existing folder that is not empty and carries no marker is
+//! refused, and so are `/`, `$HOME` and any folder that holds the project, the
+//! config or the sources ([`Workspace::claim`]). Deletion is confined to
+//! `profiles/`, `quarantine/` and `report/` of a marked workspace, never
 //! follows a symlink, and refuses a workspace whose folders are symlinks.
 
 use crate::bail;
 use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The file that makes a folder a workspace of ours.
+pub const MARKER: &str = ".ccl-coverage-workspace";
+
+/// What the marker records: which config the workspace belongs to.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Marker {
+    pub tool: String,
+    pub config: String,
+    pub config_path: PathBuf,
+    pub created_at: String,
+}
+
+/// A folder the workspace must not hold, and (for sources, whose hash keys
+/// the build) must not lie inside either.
+#[derive(Debug, Clone)]
+pub struct Protected {
+    what: &'static str,
+    path: PathBuf,
+    inside_too: bool,
+}
+
+impl Protected {
+    pub fn holding(what: &'static str, path: PathBuf) -> Protected {
+        Protected { what, path, inside_too: false }
+    }
+
+    pub fn holding_or_inside(what: &'static str, path: PathBuf) -> Protected {
+        Protected { what, path, inside_too: true }
+    }
+}
+
+/// What older versions left in a workspace before the marker existed: such a
+/// folder is adopted rather than refused.
+const LEGACY_ENTRIES: [&str; 7] = ["build.json", "profiles", "quarantine", "logs", "results", "report", ".lock"];
 
 #[derive(Debug, Clone)]
 pub struct Workspace {
@@ -91,6 +132,134 @@ impl Workspace {
 
     pub fn lock_file(&self) -> PathBuf {
         self.root.join(".lock")
+    }
+
+    pub fn marker_file(&self) -> PathBuf {
+        self.root.join(MARKER)
+    }
+
+    /// Makes sure the workspace is ours to write in, creating and marking it
+    /// if it is new (or an empty folder). Refused: a symlink, `/`, a folder
+    /// that holds or lies inside one of `protected` (what, path), a non-empty
+    /// folder without the marker, and a workspace of another config.
+    pub fn claim(&self, config: &str, config_path: &Path, protected: &[Protected]) -> Result<()> {
+        self.check_place(protected)?;
+        match fs::symlink_metadata(&self.root) {
+            Ok(meta) if !meta.is_dir() => bail!("CCL_COV_WORKSPACE={} is not a folder", self.root.display()),
+            Ok(_) => match self.read_marker()? {
+                Some(marker) => return self.check_config(&marker, config, config_path),
+                None => {
+                    let entries = self.entries()?;
+                    let legacy = !entries.is_empty() && entries.iter().all(|e| LEGACY_ENTRIES.contains(&e.as_str()));
+                    if legacy {
+                        eprintln!(
+                            "ccl-coverage: adopting {} as a workspace: it holds only what an older ccl-coverage wrote there",
+                            self.root.display()
+                        );
+                    } else if !entries.is_empty() {
+                        bail!(
+                            "refusing to use {} as the workspace: the folder is not empty ({}) and ccl-coverage did not create it (it has no {MARKER} marker); the harness deletes inside its workspace, so point CCL_COV_WORKSPACE at a new or empty folder",
+                            self.root.display(),
+                            preview(&entries)
+                        );
+                    }
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_dir(&self.root)?,
+            Err(e) => bail!("cannot inspect the workspace {}: {e}", self.root.display()),
+        }
+        let marker = Marker {
+            tool: "ccl-coverage".into(),
+            config: config.into(),
+            config_path: config_path.to_path_buf(),
+            created_at: crate::host::now(),
+        };
+        let text = serde_json::to_string_pretty(&marker).expect("marker serializes");
+        write_atomic(&self.marker_file(), text.as_bytes())
+            .map_err(|e| e.context(format!("the workspace {} is not writable", self.root.display())))?;
+        self.create().map_err(|e| e.context(format!("the workspace {} is not writable", self.root.display())))
+    }
+
+    /// For readers that must not create anything (`coverage_report`): the
+    /// workspace must exist, carry the marker, and belong to `config`.
+    pub fn check_claimed(&self, config: &str, config_path: &Path, protected: &[Protected]) -> Result<()> {
+        self.check_place(protected)?;
+        match self.read_marker()? {
+            Some(marker) => self.check_config(&marker, config, config_path),
+            None => bail!(
+                "{} is not a ccl-coverage workspace (no {MARKER} marker); run `cargo test --test collectives` first, with the same CCL_COV_CONFIG and CCL_COV_WORKSPACE",
+                self.root.display()
+            ),
+        }
+    }
+
+    fn check_place(&self, protected: &[Protected]) -> Result<()> {
+        let root = canonical(&self.root);
+        if root.parent().is_none() {
+            bail!("refusing to use / as the workspace: point CCL_COV_WORKSPACE at a folder of its own");
+        }
+        if fs::symlink_metadata(&self.root).is_ok_and(|m| m.file_type().is_symlink()) {
+            bail!(
+                "refusing to use {} as the workspace: it is a symlink (to {}); point CCL_COV_WORKSPACE at the real folder",
+                self.root.display(),
+                root.display()
+            );
+        }
+        for p in protected {
+            let path = canonical(&p.path);
+            if path.starts_with(&root) {
+                bail!(
+                    "refusing to use {} as the workspace: it holds {} ({}); the harness deletes inside its workspace, so point CCL_COV_WORKSPACE at a folder of its own",
+                    self.root.display(),
+                    p.what,
+                    path.display()
+                );
+            }
+            if p.inside_too && root.starts_with(&path) {
+                bail!(
+                    "refusing to use {} as the workspace: it lies inside {} ({}), whose contents key the build; point CCL_COV_WORKSPACE elsewhere",
+                    self.root.display(),
+                    p.what,
+                    path.display()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn check_config(&self, marker: &Marker, config: &str, config_path: &Path) -> Result<()> {
+        if marker.config != config {
+            bail!(
+                "the workspace {} holds the results of config {:?} ({}), not of {config:?} ({}): the two would be mixed in one run.json and report; use another CCL_COV_WORKSPACE, or delete {} yourself",
+                self.root.display(),
+                marker.config,
+                marker.config_path.display(),
+                config_path.display(),
+                self.root.display()
+            );
+        }
+        Ok(())
+    }
+
+    fn read_marker(&self) -> Result<Option<Marker>> {
+        let path = self.marker_file();
+        match fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| Error::new(format!("{} is not a ccl-coverage workspace marker: {e}", path.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => bail!("cannot read {}: {e}", path.display()),
+        }
+    }
+
+    fn entries(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = fs::read_dir(&self.root)
+            .map_err(|e| Error::new(format!("cannot list {}: {e}", self.root.display())))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        Ok(names)
     }
 
     /// Creates the workspace folders.
@@ -177,6 +346,30 @@ impl Workspace {
     }
 }
 
+/// `path` with symlinks resolved as far as it exists, the rest appended.
+fn canonical(path: &Path) -> PathBuf {
+    let mut existing = normalize(path);
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = fs::canonicalize(&existing) {
+            return rest.iter().rev().fold(real, |p, part: &std::ffi::OsString| p.join(part));
+        }
+        match (existing.file_name().map(ToOwned::to_owned), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                existing = parent.to_path_buf();
+            }
+            _ => return normalize(path),
+        }
+    }
+}
+
+fn preview(entries: &[String]) -> String {
+    let shown: Vec<&str> = entries.iter().take(3).map(String::as_str).collect();
+    let more = entries.len().saturating_sub(shown.len());
+    if more > 0 { format!("{}, and {more} more", shown.join(", ")) } else { shown.join(", ") }
+}
+
 /// Removes a file, a symlink (not its target) or a folder tree.
 fn remove_no_follow(path: &Path) -> Result<()> {
     let meta = fs::symlink_metadata(path).map_err(|e| Error::new(format!("cannot inspect {}: {e}", path.display())))?;
@@ -204,6 +397,22 @@ pub fn normalize(path: &Path) -> PathBuf {
     out
 }
 
+/// The bits taken away from the modes of everything the harness and its
+/// trials create: the user's umask, always with group and world write.
+static UMASK: AtomicU32 = AtomicU32::new(0o022);
+
+/// Adds group and world write to the process umask (keeping whatever else it
+/// takes away), so that no file or folder of the workspace, the build or a
+/// trial is world-writable whatever the umask the harness started with.
+pub fn restrict_umask() {
+    // SAFETY: umask only swaps the process's mask; it cannot fail.
+    let old = unsafe { libc::umask(0o022) };
+    let mask = old | 0o022;
+    // SAFETY: as above.
+    unsafe { libc::umask(mask) };
+    UMASK.store(mask, Ordering::SeqCst);
+}
+
 /// Writes `contents` to `path` atomically (temporary file, then rename), so a
 /// reader never sees half a file even if the run is interrupted.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
@@ -213,6 +422,11 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
         .map_err(|e| Error::new(format!("cannot create a file in {}: {e}", dir.display())))?;
     std::io::Write::write_all(&mut tmp, contents)
         .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
+    // A temporary file is created 0600; give it the mode any other file gets.
+    let mode = 0o666 & !UMASK.load(Ordering::SeqCst);
+    tmp.as_file()
+        .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+        .map_err(|e| Error::new(format!("cannot set the mode of {}: {e}", path.display())))?;
     tmp.persist(path).map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
     Ok(())
 }

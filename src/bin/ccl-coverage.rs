@@ -7,6 +7,9 @@ use libtest_mimic::Arguments;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if let Some(code) = ccl_coverage::supervisor::run_if_requested() {
+        return code;
+    }
     let mut args: Vec<String> = std::env::args().collect();
     let command = if args.len() > 1 { args.remove(1) } else { String::new() };
     // What remains is `ccl-coverage [libtest args]`, as libtest-mimic expects.

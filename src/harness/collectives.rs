@@ -6,6 +6,8 @@
 use crate::context::Context;
 use crate::error::Error;
 use crate::fixture::{self, BuildManifest, BuildPlan};
+use crate::host;
+use crate::interrupt;
 use crate::launch;
 use crate::outcome;
 use crate::perf;
@@ -28,6 +30,9 @@ struct Shared {
 }
 
 pub fn main() -> ExitCode {
+    if let Some(code) = crate::supervisor::run_if_requested() {
+        return code;
+    }
     main_with(Arguments::from_args())
 }
 
@@ -40,8 +45,17 @@ pub fn main_with(args: Arguments) -> ExitCode {
     if ctx.dry_run && !args.list {
         return super::dry_run::print(&ctx, &specs, &args);
     }
+    // Listing reads nothing and writes nothing: no lock, no workspace.
+    let _lock = if args.list {
+        None
+    } else {
+        match super::take_workspace(&ctx, super::Access::Write) {
+            Ok(lock) => Some(lock),
+            Err(code) => return code,
+        }
+    };
     let shared = Arc::new(Shared {
-        run_id: format!("{}-{}", results::now(), std::process::id()),
+        run_id: format!("{}-{}", host::now(), std::process::id()),
         ctx,
         fixture: OnceLock::new(),
         info: OnceLock::new(),
@@ -54,7 +68,16 @@ pub fn main_with(args: Arguments) -> ExitCode {
             Trial::test(spec.name.clone(), move || shared.run_trial(&spec)).with_ignored_flag(ignored)
         })
         .collect();
-    libtest_mimic::run(&args, trials).exit_code()
+    let conclusion = libtest_mimic::run(&args, trials);
+    if let Some(code) = interrupt::exit_code() {
+        eprintln!(
+            "ccl-coverage: interrupted by {}: results of the trials that ended are in {}",
+            interrupt::describe(),
+            shared.ctx.workspace.results_dir().display()
+        );
+        return ExitCode::from(code);
+    }
+    conclusion.exit_code()
 }
 
 impl Shared {
@@ -86,14 +109,15 @@ impl Shared {
         self.info.get_or_init(|| RunInfo {
             config_path: self.ctx.loaded.path.clone(),
             description: self.ctx.config().description.clone(),
-            host: results::hostname(),
-            gpus: results::gpus(),
+            host: host::hostname(),
+            gpus: host::gpus(),
             library_git_sha: git_sha(&self.ctx.loaded.library_src()),
             planned: plan::names(self.ctx.config()),
         })
     }
 
     fn run_trial(&self, spec: &TrialSpec) -> Result<(), Failed> {
+        not_interrupted()?;
         let manifest = self.fixture()?;
         let ctx = &self.ctx;
         let ws = &ctx.workspace;
@@ -113,6 +137,7 @@ impl Shared {
         };
         let (launch, finished, started_at, started_unix_ms, merged) = {
             let held = slots.acquire(spec.ranks).map_err(fail)?;
+            not_interrupted()?;
             // Old profiles of this trial would be merged with the new ones.
             ws.clear(Area::Profiles, &profile_dir).map_err(fail)?;
             ws.remove(Area::Profiles, &profiles::trial_profdata(ws, &spec.slug)).map_err(fail)?;
@@ -120,9 +145,9 @@ impl Shared {
             let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices())).map_err(fail)?;
             std::fs::write(&log, format!("$ {}\n", launch.cmd.display()))
                 .map_err(|e| Failed::from(format!("cannot write {}: {e}", log.display())))?;
-            let started_at = results::now();
-            let started_unix_ms = results::unix_ms();
-            let finished = run::run(&launch, &log, ctx.heartbeat, &|elapsed| {
+            let started_at = host::now();
+            let started_unix_ms = host::unix_ms();
+            let finished = run::run(&launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
                 eprintln!(
                     "ccl-coverage: {} still running after {}s (timeout {}s)",
                     spec.name,
@@ -145,7 +170,7 @@ impl Shared {
                 use std::os::unix::process::ExitStatusExt;
                 (s.code(), s.signal())
             }
-            Ending::TimedOut { .. } => (None, None),
+            Ending::TimedOut { .. } | Ending::Interrupted { .. } => (None, None),
         };
         let config = ctx.config();
         let result = TrialResult {
@@ -192,6 +217,14 @@ impl Shared {
             log.display(),
             indent_tail(&output, TAIL_LINES)
         )))
+    }
+}
+
+/// A trial that has not started when the run is interrupted does not start.
+fn not_interrupted() -> Result<(), Failed> {
+    match interrupt::requested() {
+        Some(_) => Err(Failed::from(format!("not run: the run was interrupted by {}", interrupt::describe()))),
+        None => Ok(()),
     }
 }
 

@@ -7,6 +7,10 @@ pub mod dry_run;
 pub mod report;
 
 use crate::context::Context;
+use crate::error::Result;
+use crate::workspace_lock::WorkspaceLock;
+use crate::{interrupt, proctree, workspace};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// The context from the environment, or the exit code after saying why not
@@ -16,4 +20,57 @@ fn load_context() -> Result<Context, ExitCode> {
         eprintln!("ccl-coverage: {e}");
         ExitCode::from(2)
     })
+}
+
+/// Whether a harness binary writes the workspace or only reads what is there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Write,
+    Report,
+}
+
+/// Everything before the first trial touches the workspace: signal handling,
+/// modes, the leftovers of dead runs, the workspace's ownership and its lock.
+fn take_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock, ExitCode> {
+    interrupt::install();
+    workspace::restrict_umask();
+    prepare_workspace(ctx, access).map_err(|e| {
+        eprintln!("ccl-coverage: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn prepare_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock> {
+    let config = ctx.config();
+    if access == Access::Write {
+        let orphans = proctree::sweep_orphans(std::time::Duration::from_secs(config.timeouts.grace));
+        for o in &orphans {
+            eprintln!(
+                "ccl-coverage: killed pid {} left behind by a run that died (harness pid {}): {}",
+                o.pid, o.owner, o.command
+            );
+        }
+    }
+    let protected = protected_paths(ctx);
+    let ws = &ctx.workspace;
+    match access {
+        Access::Write => ws.claim(&config.name, &ctx.loaded.path, &protected)?,
+        Access::Report => ws.check_claimed(&config.name, &ctx.loaded.path, &protected)?,
+    }
+    WorkspaceLock::acquire(ws)
+}
+
+/// Folders a workspace must neither hold nor (for sources) lie inside.
+fn protected_paths(ctx: &Context) -> Vec<workspace::Protected> {
+    use workspace::Protected;
+    let mut out = vec![
+        Protected::holding("the ccl-coverage project", ctx.root.clone()),
+        Protected::holding("the config", ctx.loaded.path.clone()),
+        Protected::holding_or_inside("the library sources", ctx.loaded.library_src()),
+        Protected::holding_or_inside("the test sources", ctx.loaded.tests_src()),
+    ];
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        out.push(Protected::holding("your home folder", PathBuf::from(home)));
+    }
+    out
 }

@@ -64,6 +64,9 @@ struct Summary {
 type Step = fn(&Shared, &Merged) -> Result<Completion, Failed>;
 
 pub fn main() -> ExitCode {
+    if let Some(code) = crate::supervisor::run_if_requested() {
+        return code;
+    }
     main_with(Arguments::from_args())
 }
 
@@ -71,6 +74,15 @@ pub fn main_with(args: Arguments) -> ExitCode {
     let ctx = match super::load_context() {
         Ok(ctx) => ctx,
         Err(code) => return code,
+    };
+    // Listing reads nothing and writes nothing: no lock, no workspace.
+    let _lock = if args.list {
+        None
+    } else {
+        match super::take_workspace(&ctx, super::Access::Report) {
+            Ok(lock) => Some(lock),
+            Err(code) => return code,
+        }
     };
     let shared = Arc::new(Shared { ctx, merged: OnceLock::new(), summary: OnceLock::new(), lcov: OnceLock::new() });
     let steps: [(&str, Step); 12] = [
@@ -182,7 +194,7 @@ impl Shared {
         }
         let meta = json!({
             "build_id": manifest.build_id,
-            "generated_at": results::now(),
+            "generated_at": crate::host::now(),
             "device_coverage": manifest.device.summary(),
             "profiles_merged": merged_inputs,
             "trials": results.iter().map(|r| json!({"trial": r.trial, "run_id": r.run_id, "status": r.status})).collect::<Vec<_>>(),

@@ -1,0 +1,30 @@
+//! Facts about this machine and the clock, for records: when, where, on
+//! which GPUs. Every later stage may use them; they use nothing of the crate.
+
+use std::time::SystemTime;
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Now as RFC 3339 UTC, to the second.
+pub fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// The machine's GPUs as their tools list them; empty without GPU tools.
+pub fn gpus() -> Vec<String> {
+    let nvidia = crate::process::Cmd::new("nvidia-smi")
+        .args(["--query-gpu=index,name,driver_version,pci.bus_id", "--format=csv,noheader"])
+        .read();
+    let amd = || crate::process::Cmd::new("rocm-smi").arg("--showproductname").read();
+    nvidia
+        .or_else(|_| amd())
+        .map(|text| text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// The host name, for run records.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+}

@@ -1,0 +1,86 @@
+//! Interruption, handled in one place.
+//!
+//! The first SIGINT, SIGTERM or SIGHUP (or the death of the `cargo` that
+//! started this test binary: cargo dies of SIGTERM without passing it on)
+//! sets a flag. Running trials see it within one poll, stop their processes
+//! the way a timeout does (SIGTERM, grace, SIGKILL) and record themselves as
+//! INTERRUPTED; trials not yet started do not start. A second signal exits at
+//! once: the trial supervisors see the harness go and stop their trials
+//! themselves (`supervisor.rs`).
+
+use std::sync::Once;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
+
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// Installs the handlers (once per process).
+pub fn install() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        match signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+            Ok(mut signals) => {
+                std::thread::spawn(move || {
+                    for sig in signals.forever() {
+                        on_signal(sig, crate::process::signal_name(sig));
+                    }
+                });
+            }
+            Err(e) => {
+                eprintln!("ccl-coverage: cannot install signal handlers ({e}); Ctrl-C will not stop trials cleanly")
+            }
+        }
+        watch_cargo_parent();
+    });
+}
+
+fn on_signal(sig: i32, what: &str) {
+    if SIGNAL.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+        eprintln!(
+            "ccl-coverage: {what}: stopping the running trials (SIGTERM, grace period, SIGKILL); send it again to exit at once"
+        );
+    } else {
+        eprintln!("ccl-coverage: {what} again: exiting now; the trial supervisors stop what still runs");
+        std::process::exit(128 + sig);
+    }
+}
+
+/// cargo does not forward SIGTERM to the test binary it runs, and dies of
+/// it: without this, the test binary would carry on alone.
+fn watch_cargo_parent() {
+    // SAFETY: getppid cannot fail.
+    let parent = unsafe { libc::getppid() };
+    let comm = std::fs::read_to_string(format!("/proc/{parent}/comm")).unwrap_or_default();
+    if comm.trim() != "cargo" {
+        return;
+    }
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            // SAFETY: as above.
+            if unsafe { libc::getppid() } != parent {
+                on_signal(libc::SIGTERM, "cargo (our parent) is gone");
+                return;
+            }
+        }
+    });
+}
+
+/// The signal that interrupted the run, if one did.
+pub fn requested() -> Option<i32> {
+    match SIGNAL.load(Ordering::SeqCst) {
+        0 => None,
+        sig => Some(sig),
+    }
+}
+
+/// `128 + signal` after an interruption, as a shell reports it.
+pub fn exit_code() -> Option<u8> {
+    requested().and_then(|sig| u8::try_from(128 + sig).ok())
+}
+
+/// Says which signal stopped the run, for messages.
+pub fn describe() -> String {
+    requested().map_or_else(String::new, |sig| crate::process::signal_name(sig).to_string())
+}

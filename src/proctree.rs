@@ -1,0 +1,220 @@
+//! Finding and killing the processes of one trial, wherever they went.
+//!
+//! Open MPI puts every rank in a process group of its own, so a process-group
+//! kill misses them. A trial's processes are found in `/proc` by **session**
+//! (its supervisor starts a new one) and by the marker variable
+//! `CCL_COV_TRIAL_TOKEN`, which every process of the trial inherits (this
+//! catches a process that calls `setsid` itself).
+//!
+//! The marker's value names the harness process that owns the trial (its pid
+//! and start time), so a later run can tell the leftovers of a dead run from
+//! the trials of a live one: see [`sweep_orphans`].
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Marks every process of one trial, so none escapes the kill.
+pub const TRIAL_TOKEN_VAR: &str = "CCL_COV_TRIAL_TOKEN";
+
+const POLL: Duration = Duration::from_millis(20);
+
+/// The processes of one trial.
+#[derive(Debug, Clone)]
+pub struct Tree {
+    session: libc::pid_t,
+    /// `CCL_COV_TRIAL_TOKEN=<token>`, as it appears in `/proc/<pid>/environ`.
+    marker: Vec<u8>,
+    /// Never signalled or counted: the supervisor that owns the tree.
+    exclude: Option<libc::pid_t>,
+}
+
+impl Tree {
+    /// The processes in session `session` (none if negative) or carrying `token`.
+    pub fn new(session: libc::pid_t, token: &str) -> Tree {
+        Tree { session, marker: format!("{TRIAL_TOKEN_VAR}={token}").into_bytes(), exclude: None }
+    }
+
+    /// Leaves `pid` out of every scan.
+    pub fn excluding(mut self, pid: libc::pid_t) -> Tree {
+        self.exclude = Some(pid);
+        self
+    }
+
+    /// Live (non-zombie) processes in the trial's session or carrying its marker.
+    pub fn members(&self) -> Vec<libc::pid_t> {
+        let me = std::process::id() as libc::pid_t;
+        let mut found = Vec::new();
+        for pid in all_pids() {
+            if pid == me || Some(pid) == self.exclude {
+                continue;
+            }
+            let Some(stat) = stat_of(pid) else { continue };
+            if stat.state == 'Z' {
+                continue;
+            }
+            if (self.session > 0 && stat.session == self.session) || self.marked(pid) {
+                found.push(pid);
+            }
+        }
+        found
+    }
+
+    fn marked(&self, pid: libc::pid_t) -> bool {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == self.marker.as_slice()))
+    }
+
+    /// Sends `sig` to every member; returns how many there were.
+    pub fn signal(&self, sig: libc::c_int) -> usize {
+        let members = self.members();
+        for &pid in &members {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, sig) };
+        }
+        members.len()
+    }
+
+    /// SIGKILLs members until none is left; returns how many still are at
+    /// `limit`. `between` runs on every round (a subreaper reaps there).
+    pub fn wait_gone(&self, limit: Duration, between: &mut dyn FnMut()) -> usize {
+        let end = Instant::now() + limit;
+        loop {
+            between();
+            let members = self.members();
+            if members.is_empty() || Instant::now() >= end {
+                return members.len();
+            }
+            for &pid in &members {
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+/// What `/proc/<pid>/stat` says of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    pub state: char,
+    pub session: libc::pid_t,
+    /// Clock ticks after boot: with the pid, names one process for good.
+    pub start_time: u64,
+}
+
+pub fn stat_of(pid: libc::pid_t) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn parse_stat(stat: &str) -> Option<Stat> {
+    // The command name may contain spaces and parentheses: fields start after the last ')'.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Field 3 of proc(5) is index 0 here: state ppid pgrp session … starttime (field 22).
+    Some(Stat {
+        state: fields.first()?.chars().next()?,
+        session: fields.get(3)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+fn all_pids() -> Vec<libc::pid_t> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect()
+}
+
+/// A new trial token: `<harness pid>-<harness start time>-<n>`, so that
+/// [`sweep_orphans`] can tell whether the harness that owns it still lives.
+pub fn new_token() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let pid = std::process::id() as libc::pid_t;
+    let start = stat_of(pid).map_or(0, |s| s.start_time);
+    format!("{pid}-{start}-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The owner (pid, start time) a token names.
+fn token_owner(token: &str) -> Option<(libc::pid_t, u64)> {
+    let mut parts = token.split('-');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// A process left behind by a dead run.
+#[derive(Debug, Clone)]
+pub struct Orphan {
+    pub pid: libc::pid_t,
+    pub owner: libc::pid_t,
+    pub command: String,
+}
+
+/// Finds every process carrying a trial marker whose owning harness is no
+/// longer running (killed with SIGKILL, say, before its supervisors could
+/// act), and kills them: SIGTERM, `grace`, then SIGKILL. Returns what it found.
+pub fn sweep_orphans(grace: Duration) -> Vec<Orphan> {
+    let prefix = format!("{TRIAL_TOKEN_VAR}=");
+    let mut by_token: BTreeMap<String, Vec<Orphan>> = BTreeMap::new();
+    for pid in all_pids() {
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let Some(token) = environ
+            .split(|&b| b == 0)
+            .find_map(|var| var.strip_prefix(prefix.as_bytes()))
+            .map(|t| String::from_utf8_lossy(t).into_owned())
+        else {
+            continue;
+        };
+        let Some((owner, owner_start)) = token_owner(&token) else { continue };
+        let owner_alive = stat_of(owner).is_some_and(|s| s.start_time == owner_start && s.state != 'Z');
+        if owner_alive || stat_of(pid).is_none_or(|s| s.state == 'Z') {
+            continue;
+        }
+        let command = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim().to_string())
+            .unwrap_or_default();
+        by_token.entry(token).or_default().push(Orphan { pid, owner, command });
+    }
+    let trees: Vec<Tree> = by_token.keys().map(|token| Tree::new(-1, token)).collect();
+    for tree in &trees {
+        tree.signal(libc::SIGTERM);
+    }
+    let end = Instant::now() + grace;
+    while Instant::now() < end && trees.iter().any(|t| !t.members().is_empty()) {
+        std::thread::sleep(POLL);
+    }
+    for tree in &trees {
+        tree.wait_gone(Duration::from_secs(10), &mut || {});
+    }
+    by_token.into_values().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parsing_handles_odd_names() {
+        let odd = "4242 (a) b (c) d) S 1 4242 4100 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 987654 0";
+        assert_eq!(parse_stat(odd), Some(Stat { state: 'S', session: 4100, start_time: 987654 }));
+        assert_eq!(parse_stat("4242 (cut"), None);
+        assert_eq!(parse_stat("4242 (x)"), None);
+    }
+
+    #[test]
+    fn stat_of_a_live_process_matches_getsid() {
+        // The session may be 0 when the test runs under a container's init; compare, don't assume.
+        let pid = std::process::id() as libc::pid_t;
+        let stat = stat_of(pid).unwrap();
+        assert!(stat.state == 'R' || stat.state == 'S');
+        // SAFETY: getsid has no memory-safety preconditions.
+        assert_eq!(stat.session, unsafe { libc::getsid(pid) });
+        assert!(stat.start_time > 0);
+    }
+
+    #[test]
+    fn tokens_name_their_live_owner() {
+        let token = new_token();
+        let (pid, start) = token_owner(&token).unwrap();
+        assert_eq!(pid, std::process::id() as libc::pid_t);
+        assert_eq!(stat_of(pid).unwrap().start_time, start);
+        assert_ne!(new_token(), token, "every trial gets its own token");
+    }
+}

@@ -1,0 +1,202 @@
+//! The trial supervisor: a small process between the harness and each trial
+//! that outlives the harness, so that a harness killed with SIGKILL (which it
+//! cannot catch) still leaves no trial process behind.
+//!
+//! The harness starts its own executable again with `CCL_COV_SUPERVISE` set
+//! (every entry point checks it first, see [`run_if_requested`]). The
+//! supervisor
+//! - is a child subreaper, so orphaned descendants of the trial come to it;
+//! - leads the trial's session (the harness started it with `setsid`);
+//! - reads a lifeline pipe on its stdin: a `T` asks it to stop the trial
+//!   (timeout, interruption), end of file means the harness died;
+//! - stops a trial with SIGTERM to every process of it, the grace period,
+//!   then SIGKILL ([`crate::proctree`]);
+//! - once the trial's main process has exited, kills what it left behind and
+//!   reports, as one JSON line on its stdout, how the trial ended.
+
+use crate::proctree::{TRIAL_TOKEN_VAR, Tree};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// Set (to a JSON [`Spec`]) in the environment of a supervisor process.
+pub const SUPERVISE_VAR: &str = "CCL_COV_SUPERVISE";
+/// The byte the harness writes on the lifeline to stop the trial.
+pub const STOP: u8 = b'T';
+/// How long SIGKILLed processes may take to disappear.
+pub const REAP_LIMIT: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(20);
+
+/// What to supervise.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Spec {
+    pub argv: Vec<String>,
+    pub cwd: Option<PathBuf>,
+    /// The trial's output goes here (appended).
+    pub log: PathBuf,
+    pub grace_ms: u64,
+}
+
+/// Why the supervisor stopped the trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopCause {
+    /// The harness asked (timeout or interruption).
+    Requested,
+    /// The harness is gone: its end of the lifeline closed.
+    HarnessGone,
+}
+
+/// How the trial ended, as the supervisor saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    /// The main process's raw wait status.
+    pub wait_status: Option<i32>,
+    pub stopped: Option<StopCause>,
+    /// Which signal finally ended a stopped trial: "SIGTERM" or "SIGKILL".
+    pub killed_with: Option<String>,
+    /// Processes still alive after the main process exited (then killed).
+    pub leftovers: usize,
+    /// Processes still alive after everything (the kernel refused to kill them).
+    pub survivors: usize,
+    /// Set when the trial's program could not be started.
+    pub spawn_error: Option<String>,
+}
+
+/// Runs the supervisor if this process was started as one; every entry point
+/// of the crate calls this first.
+pub fn run_if_requested() -> Option<ExitCode> {
+    let spec = std::env::var_os(SUPERVISE_VAR)?;
+    let report = match serde_json::from_str::<Spec>(&spec.to_string_lossy()) {
+        Ok(spec) => supervise(&spec),
+        Err(e) => Report { spawn_error: Some(format!("bad {SUPERVISE_VAR}: {e}")), ..Report::default() },
+    };
+    let mut line = serde_json::to_string(&report).unwrap_or_default();
+    line.push('\n');
+    // The harness may be gone (that is one reason to be here): nobody to tell.
+    let _ = std::io::stdout().write_all(line.as_bytes());
+    Some(ExitCode::SUCCESS)
+}
+
+fn supervise(spec: &Spec) -> Report {
+    // SAFETY: prctl with these arguments only sets a flag of this process.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    let token = std::env::var(TRIAL_TOKEN_VAR).unwrap_or_default();
+    // SAFETY: getpid cannot fail.
+    let me = unsafe { libc::getpid() };
+    let tree = Tree::new(me, &token);
+    let log = match std::fs::File::options().create(true).append(true).open(&spec.log) {
+        Ok(log) => log,
+        Err(e) => return spawn_failed(format!("cannot open {}: {e}", spec.log.display())),
+    };
+    let Some((program, args)) = spec.argv.split_first() else { return spawn_failed("empty command line".into()) };
+    let mut command = Command::new(program);
+    command.args(args).env_remove(SUPERVISE_VAR).stdin(Stdio::null());
+    match (log.try_clone(), log.try_clone()) {
+        (Ok(out), Ok(err)) => command.stdout(out).stderr(err),
+        (Err(e), _) | (_, Err(e)) => return spawn_failed(format!("cannot share {}: {e}", spec.log.display())),
+    };
+    if let Some(dir) = &spec.cwd {
+        command.current_dir(dir);
+    }
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let hint = if e.kind() == std::io::ErrorKind::NotFound { " (not installed or not on PATH?)" } else { "" };
+            return spawn_failed(format!("cannot start {program}: {e}{hint}"));
+        }
+    };
+    let main = child.id() as libc::pid_t;
+    // The child is reaped with waitpid below, together with adopted orphans.
+    std::mem::forget(child);
+    let mut main_status = None;
+    let mut report = Report::default();
+    let mut stop_at: Option<Instant> = None;
+    let grace = Duration::from_millis(spec.grace_ms);
+    loop {
+        reap(main, &mut main_status);
+        match stop_at {
+            None => {
+                if main_status.is_some() {
+                    break;
+                }
+                if let Some(cause) = lifeline() {
+                    report.stopped = Some(cause);
+                    report.killed_with = Some("SIGTERM".into());
+                    tree.signal(libc::SIGTERM);
+                    stop_at = Some(Instant::now() + grace);
+                }
+            }
+            Some(deadline) => {
+                if main_status.is_some() && tree.members().is_empty() {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    report.killed_with = Some("SIGKILL".into());
+                    tree.signal(libc::SIGKILL);
+                    let survivors = tree.wait_gone(REAP_LIMIT, &mut || reap(main, &mut main_status));
+                    report.survivors = survivors;
+                    if main_status.is_none() {
+                        wait_for(main, &mut main_status);
+                    }
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(POLL);
+    }
+    if stop_at.is_none() {
+        report.leftovers = tree.signal(libc::SIGKILL);
+    }
+    report.survivors = tree.wait_gone(REAP_LIMIT, &mut || reap(main, &mut main_status));
+    report.wait_status = main_status;
+    report
+}
+
+fn spawn_failed(why: String) -> Report {
+    Report { spawn_error: Some(why), ..Report::default() }
+}
+
+/// Reaps every finished child (adopted orphans too); records `main`'s status.
+fn reap(main: libc::pid_t, main_status: &mut Option<i32>) {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes only to `status`.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return;
+        }
+        if pid == main {
+            *main_status = Some(status);
+        }
+    }
+}
+
+/// Blocks until `main` is reaped (it was sent SIGKILL).
+fn wait_for(main: libc::pid_t, main_status: &mut Option<i32>) {
+    let mut status = 0;
+    // SAFETY: as above.
+    if unsafe { libc::waitpid(main, &mut status, 0) } == main {
+        *main_status = Some(status);
+    }
+}
+
+/// Whether the harness asked to stop, or is gone; `None` while it waits.
+fn lifeline() -> Option<StopCause> {
+    let mut fd = libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, no timeout.
+    let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+    if ready <= 0 || fd.revents == 0 {
+        return None;
+    }
+    let mut byte = [0u8; 1];
+    // SAFETY: reads at most one byte into `byte`.
+    let n = unsafe { libc::read(0, byte.as_mut_ptr().cast(), 1) };
+    match n {
+        1 if byte[0] == STOP => Some(StopCause::Requested),
+        1 => None,
+        _ => Some(StopCause::HarnessGone),
+    }
+}

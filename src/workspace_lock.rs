@@ -1,0 +1,190 @@
+//! One writer per workspace.
+//!
+//! Two runs on one workspace rewrite each other's logs, results and profiles
+//! and give false verdicts, so a run holds `<ws>/.owner.lock` (an `flock`,
+//! which the kernel drops when its holder dies) from start to end, and
+//! `<ws>/.owner.json` says who holds it. A second run fails fast with a
+//! message that names the holder.
+//!
+//! The test processes of one `cargo nextest` run (same `NEXTEST_RUN_ID`) are
+//! one run: they share the lock (`LOCK_SH`), and a process of another run or
+//! a plain `cargo test` cannot join them. Taking the lock and reading or
+//! writing the holder record happen under `<ws>/.owner.guard`, held for
+//! milliseconds, so the check and the take are one step.
+
+use crate::bail;
+use crate::error::{Error, Result};
+use crate::workspace::{self, Workspace};
+use serde::{Deserialize, Serialize};
+use std::fs::{File, TryLockError};
+use std::path::PathBuf;
+
+/// Who holds a workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub pid: u32,
+    /// The holder's start time in clock ticks after boot (tells a reused pid apart).
+    pub start_time: u64,
+    pub command: String,
+    pub started_at: String,
+    /// `NEXTEST_RUN_ID` of the holder, when nextest runs it.
+    pub run_id: Option<String>,
+}
+
+impl Holder {
+    fn me(run_id: Option<String>) -> Holder {
+        let pid = std::process::id();
+        Holder {
+            pid,
+            start_time: crate::proctree::stat_of(pid as libc::pid_t).map_or(0, |s| s.start_time),
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            started_at: crate::host::now(),
+            run_id,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let run = self.run_id.as_ref().map(|r| format!(", nextest run {r}")).unwrap_or_default();
+        format!("pid {} (`{}`), started {}{run}", self.pid, self.command, self.started_at)
+    }
+
+    fn alive(&self) -> bool {
+        crate::proctree::stat_of(self.pid as libc::pid_t).is_some_and(|s| s.start_time == self.start_time)
+    }
+}
+
+/// The held lock; dropping it releases the workspace.
+#[derive(Debug)]
+pub struct WorkspaceLock {
+    _file: File,
+    record: PathBuf,
+    exclusive: bool,
+}
+
+impl WorkspaceLock {
+    /// Takes `ws` for this process, sharing it only with processes of the
+    /// same nextest run (`NEXTEST_RUN_ID`).
+    pub fn acquire(ws: &Workspace) -> Result<WorkspaceLock> {
+        Self::acquire_as(ws, std::env::var("NEXTEST_RUN_ID").ok().filter(|r| !r.is_empty()))
+    }
+
+    pub fn acquire_as(ws: &Workspace, run_id: Option<String>) -> Result<WorkspaceLock> {
+        let open = |name: &str| {
+            let path = ws.root().join(name);
+            File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(|e| Error::new(format!("cannot open {}: {e}", path.display())))
+        };
+        let guard = open(".owner.guard")?;
+        guard
+            .lock()
+            .map_err(|e| Error::new(format!("cannot lock {}: {e}", ws.root().join(".owner.guard").display())))?;
+        let file = open(".owner.lock")?;
+        let record = ws.root().join(".owner.json");
+        let previous: Option<Holder> =
+            std::fs::read_to_string(&record).ok().and_then(|text| serde_json::from_str(&text).ok());
+        match file.try_lock() {
+            Ok(()) => {
+                if let Some(prev) = previous.filter(|p| p.pid != std::process::id() && !p.alive()) {
+                    eprintln!(
+                        "ccl-coverage: taking over the workspace {}: its last holder, {}, is no longer running",
+                        ws.root().display(),
+                        prev.describe()
+                    );
+                }
+                let me = Holder::me(run_id.clone());
+                let text = serde_json::to_string_pretty(&me).expect("holder serializes");
+                workspace::write_atomic(&record, text.as_bytes())?;
+                let exclusive = run_id.is_none();
+                if !exclusive {
+                    // Under the guard nobody can slip in between the two calls.
+                    file.unlock().and_then(|()| file.lock_shared()).map_err(|e| {
+                        Error::new(format!("cannot share the lock {}: {e}", ws.root().join(".owner.lock").display()))
+                    })?;
+                }
+                Ok(WorkspaceLock { _file: file, record, exclusive })
+            }
+            Err(TryLockError::WouldBlock) => {
+                let same_run = run_id.is_some() && previous.as_ref().is_some_and(|p| p.run_id == run_id);
+                if same_run && file.try_lock_shared().is_ok() {
+                    return Ok(WorkspaceLock { _file: file, record, exclusive: false });
+                }
+                let holder = previous.map_or_else(|| "another process".to_string(), |p| p.describe());
+                bail!(
+                    "the workspace {} is in use by {holder}: two runs on one workspace would mix their logs, results and profiles. Wait for it to finish, or set CCL_COV_WORKSPACE to another folder",
+                    ws.root().display()
+                )
+            }
+            Err(TryLockError::Error(e)) => {
+                bail!("cannot lock {}: {e}", ws.root().join(".owner.lock").display())
+            }
+        }
+    }
+}
+
+impl Drop for WorkspaceLock {
+    fn drop(&mut self) {
+        // A shared holder leaves the record to the run's other processes.
+        if self.exclusive {
+            let _ = std::fs::remove_file(&self.record);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws() -> (tempfile::TempDir, Workspace) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        (dir, ws)
+    }
+
+    #[test]
+    fn a_second_run_is_refused_and_told_who_holds_it() {
+        let (_d, ws) = ws();
+        let first = WorkspaceLock::acquire_as(&ws, None).unwrap();
+        let err = WorkspaceLock::acquire_as(&ws, None).unwrap_err().to_string();
+        assert!(err.contains(&format!("in use by pid {}", std::process::id())), "{err}");
+        assert!(err.contains("started "), "{err}");
+        drop(first);
+        WorkspaceLock::acquire_as(&ws, None).expect("free again once released");
+    }
+
+    #[test]
+    fn one_nextest_run_shares_and_another_is_refused() {
+        let (_d, ws) = ws();
+        let a = WorkspaceLock::acquire_as(&ws, Some("run-1".into())).unwrap();
+        let b = WorkspaceLock::acquire_as(&ws, Some("run-1".into())).expect("same run shares");
+        let err = WorkspaceLock::acquire_as(&ws, Some("run-2".into())).unwrap_err().to_string();
+        assert!(err.contains("nextest run run-1"), "{err}");
+        let err = WorkspaceLock::acquire_as(&ws, None).unwrap_err().to_string();
+        assert!(err.contains("in use by"), "{err}");
+        drop(a);
+        assert!(WorkspaceLock::acquire_as(&ws, None).is_err(), "b still holds it");
+        drop(b);
+        WorkspaceLock::acquire_as(&ws, None).expect("free once the whole run is done");
+    }
+
+    #[test]
+    fn a_stale_record_of_a_dead_holder_is_taken_over() {
+        let (_d, ws) = ws();
+        let dead = Holder {
+            pid: u32::MAX / 2,
+            start_time: 1,
+            command: "collectives".into(),
+            started_at: "then".into(),
+            run_id: None,
+        };
+        std::fs::write(ws.root().join(".owner.json"), serde_json::to_string(&dead).unwrap()).unwrap();
+        let lock = WorkspaceLock::acquire_as(&ws, None).unwrap();
+        let record: Holder =
+            serde_json::from_str(&std::fs::read_to_string(ws.root().join(".owner.json")).unwrap()).unwrap();
+        assert_eq!(record.pid, std::process::id());
+        drop(lock);
+    }
+}
