@@ -82,8 +82,8 @@ pub fn run(
         session: child.id() as libc::pid_t,
         token: format!("{}={}", crate::launch::TRIAL_TOKEN_VAR, launch.token),
     };
-    let deadline = started + launch.timeout;
-    let mut next_beat = started + heartbeat_every;
+    let deadline = later(started, launch.timeout);
+    let mut next_beat = later(started, heartbeat_every);
     loop {
         if let Some(status) = child.try_wait().map_err(|e| Error::new(format!("waiting for {}: {e}", cmd.program())))? {
             let leftovers = tree.signal(libc::SIGKILL);
@@ -91,24 +91,26 @@ pub fn run(
             return Ok(Finished { ending: Ending::Exited(status), duration: started.elapsed(), leftovers, survivors });
         }
         let now = Instant::now();
-        if now >= deadline {
+        if deadline.is_some_and(|d| now >= d) {
             break;
         }
-        if now >= next_beat {
+        if next_beat.is_some_and(|b| now >= b) {
             heartbeat(now - started);
-            next_beat += heartbeat_every;
+            next_beat = next_beat.and_then(|b| later(b, heartbeat_every));
         }
         std::thread::sleep(POLL);
     }
     tree.signal(libc::SIGTERM);
-    let grace_end = Instant::now() + launch.grace;
+    // A grace period past what an `Instant` holds ends at once: after a
+    // timeout the harness must not wait forever.
+    let grace_end = later(Instant::now(), launch.grace);
     let mut killed = "SIGTERM";
     loop {
         let leader_done = child.try_wait().ok().flatten().is_some();
         if leader_done && tree.members().is_empty() {
             break;
         }
-        if Instant::now() >= grace_end {
+        if grace_end.is_none_or(|end| Instant::now() >= end) {
             killed = "SIGKILL";
             tree.signal(libc::SIGKILL);
             break;
@@ -118,6 +120,13 @@ pub fn run(
     let _ = child.wait();
     let survivors = tree.wait_gone(REAP_LIMIT);
     Ok(Finished { ending: Ending::TimedOut { killed }, duration: started.elapsed(), leftovers: 0, survivors })
+}
+
+/// `start + wait`, or `None` (never) where that is past what an `Instant`
+/// holds: `Instant + Duration` panics on overflow, and the durations come
+/// from the config and the environment.
+fn later(start: Instant, wait: Duration) -> Option<Instant> {
+    start.checked_add(wait)
 }
 
 /// The processes of one trial.
