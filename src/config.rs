@@ -571,6 +571,17 @@ pub fn load_str(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -
     };
     let mut value: Value =
         serde_json::from_str(text).map_err(|e| Error::new(format!("{}: not valid JSON: {e}", path.display())))?;
+    if !value.is_object() {
+        let kind = match value {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "an array",
+            Value::Object(_) => "an object",
+        };
+        return Err(at("", &format!("expected a JSON object (the config), got {kind}")));
+    }
     expand_strings(&mut value, &mut String::new(), env).map_err(|(p, e)| at(&p, &e))?;
     let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
         let json_path = e.path().to_string();
