@@ -962,7 +962,7 @@ fn check_trial_files(c: &Config) -> Result<(), Invalid> {
     for (i, trial) in trials.iter().enumerate() {
         if let Err(why) = crate::workspace::check_slug(&trial.slug) {
             let (path, _) = parts(trial).swap_remove(0);
-            return Err(invalid(path, format!("trial {}: {why}", describe(trial))));
+            return Err(invalid(path, format!("{why}; trial {}", describe(trial))));
         }
         for file in crate::workspace::trial_files(&trial.slug) {
             let key = file.to_lowercase();

@@ -41,11 +41,11 @@ pub fn trial_files(slug: &str) -> [String; 5] {
 pub fn check_slug(slug: &str) -> std::result::Result<(), String> {
     const LONGEST_SUFFIX: usize = ".profdata".len();
     if slug.is_empty() || slug.starts_with('.') || slug.contains('/') || slug.chars().any(char::is_control) {
-        return Err(format!("{slug:?} is not a safe file name"));
+        return Err(format!("the trial's file name {slug:?} is not a safe file name"));
     }
     if slug.len() + LONGEST_SUFFIX > crate::config::limits::FILE_NAME_BYTES {
         return Err(format!(
-            "its file name is {} bytes long: expected at most {} (shorten the names)",
+            "the trial's file name is {} bytes long: expected at most {} (shorten the names)",
             slug.len(),
             crate::config::limits::FILE_NAME_BYTES - LONGEST_SUFFIX
         ));

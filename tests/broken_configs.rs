@@ -1,7 +1,7 @@
 //! Broken configs, end to end: every `tests/fixtures/broken-configs/NAME.json`
 //! is run through the real `ccl-coverage` binary (`collectives --list`,
-//! `collectives`, `report`), and each run must be a config error (exit 2)
-//! whose message names the file and contains the text kept next to it in
+//! `collectives`, `collectives` with `CCL_COV_DRY_RUN=1`, `report`), and each run must be a config error (exit 2)
+//! whose message is the file name followed by the text kept next to it in
 //! `NAME.expected` (the JSON path and what was expected), without a panic,
 //! and without touching the workspace: a wrong config must fail before
 //! anything is written or deleted, also on an overnight GPU host.
@@ -23,6 +23,10 @@ fn fixtures() -> PathBuf {
 }
 
 fn harness(config: &Path, ws: &Path, args: &[&str]) -> Output {
+    harness_with(config, ws, args, &[])
+}
+
+fn harness_with(config: &Path, ws: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
     // Hermetic: no switch of the caller's environment leaks in (and the
     // fixtures' `${CCL_COV_...}` references stay unset).
@@ -35,7 +39,8 @@ fn harness(config: &Path, ws: &Path, args: &[&str]) -> Output {
         .env("CCL_COV_CONFIG", config)
         .env("CCL_COV_WORKSPACE", ws)
         .env("CARGO_MANIFEST_DIR", root())
-        .current_dir(root());
+        .current_dir(root())
+        .envs(env.iter().copied());
     cmd.output().unwrap()
 }
 
@@ -97,6 +102,17 @@ fn cases() -> Vec<(String, PathBuf, String)> {
     cases
 }
 
+/// A harness invocation: arguments and extra environment.
+type Run = (&'static [&'static str], &'static [(&'static str, &'static str)]);
+
+/// Every way a broken config is run; all must fail alike.
+const RUNS: &[Run] = &[
+    (&["collectives", "--list"], &[]),
+    (&["collectives"], &[]),
+    (&["collectives"], &[("CCL_COV_DRY_RUN", "1")]),
+    (&["report"], &[]),
+];
+
 #[test]
 fn minimal_config_loads() {
     let dir = tempfile::tempdir().unwrap();
@@ -118,8 +134,8 @@ fn broken_configs_fail_with_their_message_and_touch_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let ws = populated_workspace(dir.path());
         let before = tree(&ws);
-        for args in [&["collectives", "--list"][..], &["collectives"], &["report"]] {
-            let out = harness(config, &ws, args);
+        for &(args, env) in RUNS {
+            let out = harness_with(config, &ws, args, env);
             let stderr = String::from_utf8_lossy(&out.stderr);
             let stdout = String::from_utf8_lossy(&out.stdout);
             let prefix = format!("ccl-coverage: {}: ", config.display());
@@ -130,19 +146,25 @@ fn broken_configs_fail_with_their_message_and_touch_nothing() {
             if stderr.contains("panicked at") || stdout.contains("panicked at") {
                 problems.push("panicked".into());
             }
-            if !stderr.starts_with(&prefix) {
-                problems.push(format!("message does not start with {prefix:?}"));
-            }
-            if !stderr.contains(expected.as_str()) {
-                problems.push(format!("message lacks {expected:?}"));
+            // The file, then the expected text: JSON path first, then what was expected.
+            if !stderr.starts_with(&format!("{prefix}{expected}")) {
+                problems.push(format!("message does not start with {prefix:?} then {expected:?}"));
             }
             if tree(&ws) != before {
                 problems.push("the workspace changed".into());
             }
             if !problems.is_empty() {
-                failures.push(format!("{name} ({}): {}\n  stderr: {stderr}", args.join(" "), problems.join("; ")));
+                let how =
+                    format!("{}{}", env.iter().map(|(k, v)| format!("{k}={v} ")).collect::<String>(), args.join(" "));
+                failures.push(format!("{name} ({how}): {}\n  stderr: {stderr}", problems.join("; ")));
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} runs wrong:\n{}", failures.len(), cases.len() * 3, failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} runs wrong:\n{}",
+        failures.len(),
+        cases.len() * RUNS.len(),
+        failures.join("\n")
+    );
 }
