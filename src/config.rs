@@ -9,9 +9,10 @@ use crate::bail;
 use crate::error::{Error, Result};
 use crate::expand;
 use crate::template::{self, BUILD_PLACEHOLDERS, TRIAL_PLACEHOLDERS};
+use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 /// The embedded default: the CPU fixture, runnable on any Linux machine.
@@ -20,6 +21,122 @@ pub const DEFAULT_CONFIG_TEXT: &str = include_str!("../configs/local.json");
 pub const DEFAULT_CONFIG_PATH: &str = "configs/local.json";
 
 pub type Env = BTreeMap<String, String>;
+
+/// The accepted range of a number in a config, checked while deserializing so
+/// that the error names the JSON path, and so that nothing downstream (a
+/// deadline `Instant + timeout + grace`, a slot per rank, a `-n` argument) can
+/// overflow or ask for something absurd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    pub min: u64,
+    pub max: u64,
+    /// What the number counts, for the error message.
+    pub unit: &'static str,
+}
+
+impl std::fmt::Display for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "an integer in {}..={} ({})", self.min, self.max, self.unit)
+    }
+}
+
+/// The bounds of every number a config holds.
+pub mod limits {
+    use super::Bound;
+
+    /// `capacity`: ranks that may run at once (one lock file each).
+    pub const CAPACITY: Bound = Bound { min: 1, max: 4096, unit: "ranks" };
+    /// `launch.ranks`, `variants[].ranks`; also at most `capacity`.
+    pub const RANKS: Bound = Bound { min: 1, max: 4096, unit: "ranks, at most the config's capacity" };
+    /// `timeouts.default`, `timeouts.overrides[].seconds`,
+    /// `timeouts.device_coverage[].seconds`: a week is far beyond any real
+    /// trial and keeps every deadline representable.
+    pub const TIMEOUT_SECONDS: Bound = Bound { min: 1, max: 7 * 24 * 3600, unit: "seconds, at most 7 days" };
+    /// `timeouts.grace`: SIGTERM to SIGKILL.
+    pub const GRACE_SECONDS: Bound = Bound { min: 0, max: 3600, unit: "seconds, at most 1 hour" };
+    /// `iterations.iters` (`-n`).
+    pub const ITERS: Bound = Bound { min: 1, max: 1_000_000, unit: "iterations" };
+    /// `iterations.warmup` (`-w`).
+    pub const WARMUP: Bound = Bound { min: 0, max: 1_000_000, unit: "iterations" };
+    /// `sizes[]`, in bytes after the K/M/G suffix (1 TiB = `1024G`).
+    pub const SIZE_BYTES: Bound = Bound { min: 0, max: 1 << 40, unit: "bytes, at most 1024G" };
+    /// Collective, variant, launcher and config names: short enough that a
+    /// trial's file name (`Collective.size.variant.profdata`) stays under the
+    /// 255-byte limit of a file name.
+    pub const NAME_BYTES: usize = 100;
+    /// Collectives × sizes × variants: the plan is built in memory at every
+    /// start (even `--list`).
+    pub const TRIALS: usize = 10_000;
+    /// The longest file name most file systems accept.
+    pub const FILE_NAME_BYTES: usize = 255;
+}
+
+/// Deserializes any JSON number and checks it against `bound`, so that a
+/// negative, fractional or huge value gets the accepted range in its error
+/// rather than serde's bare "expected u64".
+fn bounded<'de, D: Deserializer<'de>>(d: D, bound: Bound) -> Result<u64, D::Error> {
+    struct V(Bound);
+    impl V {
+        fn out_of_range<E: de::Error>(&self, got: impl std::fmt::Display) -> E {
+            E::custom(format!("expected {}, got {got}", self.0))
+        }
+    }
+    impl<'de> Visitor<'de> for V {
+        type Value = u64;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}", self.0)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+            if (self.0.min..=self.0.max).contains(&v) { Ok(v) } else { Err(self.out_of_range(v)) }
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+            match u64::try_from(v) {
+                Ok(v) => self.visit_u64(v),
+                Err(_) => Err(self.out_of_range(v)),
+            }
+        }
+        fn visit_u128<E: de::Error>(self, v: u128) -> Result<u64, E> {
+            match u64::try_from(v) {
+                Ok(v) => self.visit_u64(v),
+                Err(_) => Err(self.out_of_range(v)),
+            }
+        }
+        fn visit_i128<E: de::Error>(self, v: i128) -> Result<u64, E> {
+            match u64::try_from(v) {
+                Ok(v) => self.visit_u64(v),
+                Err(_) => Err(self.out_of_range(v)),
+            }
+        }
+        /// JSON integers beyond u64 arrive here too (serde_json reads them as
+        /// floats), as do `2.5` and `1e30`: none is an integer in range.
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
+            Err(self.out_of_range(format_args!("{v:?}")))
+        }
+    }
+    d.deserialize_any(V(bound))
+}
+
+/// Field deserializers for `#[serde(deserialize_with)]`, one per bound.
+macro_rules! bounded_fields {
+    ($($name:ident: $ty:ty = $bound:expr;)*) => {$(
+        fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
+            bounded(d, $bound).and_then(|n| <$ty>::try_from(n).map_err(de::Error::custom))
+        }
+    )*};
+}
+
+bounded_fields! {
+    capacity: usize = limits::CAPACITY;
+    ranks: usize = limits::RANKS;
+    timeout_seconds: u64 = limits::TIMEOUT_SECONDS;
+    grace_seconds: u64 = limits::GRACE_SECONDS;
+    iters: u32 = limits::ITERS;
+    warmup: u32 = limits::WARMUP;
+}
+
+fn optional_ranks<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    ranks(d).map(Some)
+}
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -37,6 +154,7 @@ pub struct Config {
     pub tests: TestsBuild,
     pub launchers: BTreeMap<String, LauncherConfig>,
     /// Most ranks that may run at once on this machine (GPUs, or cores).
+    #[serde(deserialize_with = "capacity")]
     pub capacity: usize,
     /// What a trial runs with unless its variant says otherwise.
     pub launch: LaunchDefaults,
@@ -278,13 +396,16 @@ pub struct LauncherConfig {
 #[serde(deny_unknown_fields)]
 pub struct LaunchDefaults {
     pub launcher: String,
+    #[serde(deserialize_with = "ranks")]
     pub ranks: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Iterations {
+    #[serde(deserialize_with = "iters")]
     pub iters: u32,
+    #[serde(deserialize_with = "warmup")]
     pub warmup: u32,
     /// Under coverage, run `-n 1 -w 0` instead: coverage needs one pass
     /// through the code, not stable timings. `CCL_COV_TRIM_ITERATIONS`
@@ -320,7 +441,7 @@ pub struct Variant {
     pub name: String,
     #[serde(default)]
     pub launcher: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_ranks")]
     pub ranks: Option<usize>,
     #[serde(default)]
     pub env: Env,
@@ -334,8 +455,10 @@ pub struct Variant {
 #[serde(deny_unknown_fields)]
 pub struct Timeouts {
     /// Seconds a trial may run.
+    #[serde(deserialize_with = "timeout_seconds")]
     pub default: u64,
     /// Seconds between SIGTERM and SIGKILL.
+    #[serde(deserialize_with = "grace_seconds")]
     pub grace: u64,
     /// Later rules win over earlier ones.
     #[serde(default)]
@@ -360,6 +483,7 @@ pub struct TimeoutRule {
     pub size: Option<String>,
     #[serde(default)]
     pub variant: Option<String>,
+    #[serde(deserialize_with = "timeout_seconds")]
     pub seconds: u64,
 }
 
@@ -430,6 +554,9 @@ pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedC
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && path.ends_with(DEFAULT_CONFIG_PATH) => {
             DEFAULT_CONFIG_TEXT.to_string()
         }
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            bail!("{}: not valid JSON: the file is not UTF-8 text ({e})", path.display())
+        }
         Err(e) => {
             bail!("cannot read config {}: {e} (set CCL_COV_CONFIG to an existing configs/*.json)", path.display())
         }
@@ -444,6 +571,17 @@ pub fn load_str(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -
     };
     let mut value: Value =
         serde_json::from_str(text).map_err(|e| Error::new(format!("{}: not valid JSON: {e}", path.display())))?;
+    if !value.is_object() {
+        let kind = match value {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "an array",
+            Value::Object(_) => "an object",
+        };
+        return Err(at("", &format!("expected a JSON object (the config), got {kind}")));
+    }
     expand_strings(&mut value, &mut String::new(), env).map_err(|(p, e)| at(&p, &e))?;
     let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
         let json_path = e.path().to_string();
@@ -454,14 +592,20 @@ pub fn load_str(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -
     Ok(LoadedConfig { path: path.to_path_buf(), dir, config })
 }
 
+/// Expands `${VAR}` in every string value, and rejects NUL characters in
+/// values and keys: they cannot reach an argv, an environment or a path.
 fn expand_strings(
     value: &mut Value,
     json_path: &mut String,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(), (String, expand::ExpandError)> {
+) -> Result<(), Invalid> {
+    const NUL: &str = "contains a NUL character, which no argument, environment variable or path can hold";
     match value {
         Value::String(s) => {
-            *s = expand::expand(s, env).map_err(|e| (json_path.clone(), e))?;
+            *s = expand::expand(s, env).map_err(|e| invalid(json_path.clone(), e.to_string()))?;
+            if s.contains('\0') {
+                return Err(invalid(json_path.clone(), format!("the value {NUL}")));
+            }
         }
         Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
@@ -478,6 +622,9 @@ fn expand_strings(
                     json_path.push('.');
                 }
                 json_path.push_str(key);
+                if key.contains('\0') {
+                    return Err(invalid(json_path.clone(), format!("the key {NUL}")));
+                }
                 expand_strings(item, json_path, env)?;
                 json_path.truncate(len);
             }
@@ -493,21 +640,69 @@ fn invalid(path: impl Into<String>, msg: impl Into<String>) -> Invalid {
     (path.into(), msg.into())
 }
 
-/// A name that appears in trial names and file names.
+/// A name that appears in trial names and file names: no `/`, `::`, control
+/// characters or leading dot, and short enough for a file name.
 fn check_name(path: &str, name: &str) -> Result<(), Invalid> {
     let ok = !name.is_empty()
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
         && !name.starts_with('.');
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
+    if !ok {
+        return Err(invalid(
             path,
             format!(
-                "{name:?} is not a usable name: expected ASCII letters, digits, '_', '-' or '.' (it becomes part of trial and file names)"
+                "{name:?} is not a usable name: expected ASCII letters, digits, '_', '-' or '.', not starting with '.' (it becomes part of trial and file names)"
             ),
-        ))
+        ));
     }
+    if name.len() > limits::NAME_BYTES {
+        return Err(invalid(
+            path,
+            format!(
+                "a name of {} bytes is too long: expected at most {} (it becomes part of file names)",
+                name.len(),
+                limits::NAME_BYTES
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An environment map: names a process can be given (no `=`, not empty),
+/// values with only the allowed placeholders.
+fn check_env(path: &str, env: &Env, allowed: &[&str]) -> Result<(), Invalid> {
+    for key in env.keys() {
+        if key.is_empty() || key.contains('=') {
+            return Err(invalid(
+                format!("{path}.{key}"),
+                format!("{key:?} is not an environment variable name: expected a non-empty name without '='"),
+            ));
+        }
+    }
+    check_templates(path, keyed(env), allowed)
+}
+
+/// The byte count of a size such as `1K`, `64M` or `1024` (K/M/G are powers
+/// of 1024, as nccl-tests reads them).
+fn size_bytes(size: &str) -> Result<u64, SizeError> {
+    let digits = size.trim_end_matches(['K', 'M', 'G']);
+    let well_formed =
+        !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && size.len() - digits.len() <= 1;
+    if !well_formed {
+        return Err(SizeError::Malformed);
+    }
+    let shift = match size.as_bytes().last() {
+        Some(b'K') => 10,
+        Some(b'M') => 20,
+        Some(b'G') => 30,
+        _ => 0,
+    };
+    digits.parse::<u64>().ok().and_then(|n| n.checked_mul(1u64 << shift)).ok_or(SizeError::TooLarge)
+}
+
+enum SizeError {
+    Malformed,
+    /// More bytes than a u64 holds.
+    TooLarge,
 }
 
 fn check_unique<'a>(path: &str, names: impl Iterator<Item = &'a str>) -> Result<BTreeSet<&'a str>, Invalid> {
@@ -566,7 +761,7 @@ fn check_steps(path: &str, steps: &[Step]) -> Result<(), Invalid> {
             (None, false) => {}
         }
         check_templates(&format!("{at}.argv"), indexed(&step.argv), BUILD_PLACEHOLDERS)?;
-        check_templates(&format!("{at}.env"), keyed(&step.env), BUILD_PLACEHOLDERS)?;
+        check_env(&format!("{at}.env"), &step.env, BUILD_PLACEHOLDERS)?;
         if let Some(cwd) = &step.cwd {
             check_templates(&format!("{at}.cwd"), std::iter::once((String::new(), cwd.as_str())), BUILD_PLACEHOLDERS)?;
         }
@@ -627,7 +822,7 @@ fn validate(c: &Config) -> Result<(), Invalid> {
     launcher_known("launch.launcher".into(), &c.launch.launcher)?;
     ranks_fit("launch.ranks".into(), c.launch.ranks)?;
 
-    check_templates("env", keyed(&c.env), TRIAL_PLACEHOLDERS)?;
+    check_env("env", &c.env, TRIAL_PLACEHOLDERS)?;
     check_templates("args", indexed(&c.args), TRIAL_PLACEHOLDERS)?;
 
     if c.collectives.is_empty() {
@@ -640,25 +835,42 @@ fn validate(c: &Config) -> Result<(), Invalid> {
             return Err(invalid(format!("{at}.binary"), "expected the test binary's name"));
         }
         check_templates(&format!("{at}.args"), indexed(&coll.args), TRIAL_PLACEHOLDERS)?;
-        check_templates(&format!("{at}.env"), keyed(&coll.env), TRIAL_PLACEHOLDERS)?;
+        check_env(&format!("{at}.env"), &coll.env, TRIAL_PLACEHOLDERS)?;
     }
 
     if c.sizes.is_empty() {
         return Err(invalid("sizes", "expected at least one size such as \"1K\""));
     }
     let mut sizes = BTreeSet::new();
+    let mut by_bytes: HashMap<u64, usize> = HashMap::new();
     for (i, size) in c.sizes.iter().enumerate() {
-        let digits = size.trim_end_matches(['K', 'M', 'G']);
-        let well_formed =
-            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && size.len() - digits.len() <= 1;
-        if !well_formed {
-            return Err(invalid(
-                format!("sizes[{i}]"),
-                format!("{size:?} is not a size: expected digits with an optional K, M or G suffix"),
-            ));
+        let at = format!("sizes[{i}]");
+        let bytes = match size_bytes(size) {
+            Ok(bytes) => bytes,
+            Err(SizeError::Malformed) => {
+                return Err(invalid(
+                    at,
+                    format!("{size:?} is not a size: expected digits with an optional K, M or G suffix"),
+                ));
+            }
+            Err(SizeError::TooLarge) => {
+                return Err(invalid(at, format!("{size:?} is too large: expected {}", limits::SIZE_BYTES)));
+            }
+        };
+        if !(limits::SIZE_BYTES.min..=limits::SIZE_BYTES.max).contains(&bytes) {
+            return Err(invalid(at, format!("{size:?} is {bytes} bytes: expected {}", limits::SIZE_BYTES)));
         }
         if !sizes.insert(size.as_str()) {
-            return Err(invalid(format!("sizes[{i}]"), format!("duplicate size {size:?}")));
+            return Err(invalid(at, format!("duplicate size {size:?}")));
+        }
+        if let Some(first) = by_bytes.insert(bytes, i) {
+            return Err(invalid(
+                at,
+                format!(
+                    "{size:?} is the same size as sizes[{first}] {:?} ({bytes} bytes): a duplicate trial",
+                    c.sizes[first]
+                ),
+            ));
         }
     }
 
@@ -672,7 +884,7 @@ fn validate(c: &Config) -> Result<(), Invalid> {
             ranks_fit(format!("{at}.ranks"), r)?;
         }
         check_templates(&format!("{at}.args"), indexed(&v.args), TRIAL_PLACEHOLDERS)?;
-        check_templates(&format!("{at}.env"), keyed(&v.env), TRIAL_PLACEHOLDERS)?;
+        check_env(&format!("{at}.env"), &v.env, TRIAL_PLACEHOLDERS)?;
     }
 
     if c.timeouts.default == 0 {
@@ -698,6 +910,89 @@ fn validate(c: &Config) -> Result<(), Invalid> {
             if rule.seconds == 0 {
                 return Err(invalid(format!("{at}.seconds"), "expected at least 1 second"));
             }
+        }
+    }
+    check_trial_files(c)
+}
+
+/// The JSON paths and texts of a trial's name parts, in name order.
+fn trial_parts<'c>(c: &'c Config, t: &crate::plan::TrialSpec) -> Vec<(String, &'c str)> {
+    let size = c.sizes.iter().position(|s| *s == t.size).unwrap_or_default();
+    let mut parts = vec![
+        (format!("collectives[{}].name", t.collective), c.collectives[t.collective].name.as_str()),
+        (format!("sizes[{size}]"), c.sizes[size].as_str()),
+    ];
+    if let Some(v) = t.variant {
+        parts.push((format!("variants[{v}].name"), c.variants[v].name.as_str()));
+    }
+    parts
+}
+
+/// Two trials must never share a log, a result or a profile folder, whatever
+/// their names: trial names are `Collective::size[::variant]` but file names
+/// join the parts with `.`, so `A.1K` × `1K` × `x` and `A` × `1K` × `1K.x`
+/// would both write `A.1K.1K.x`, and variant `ring.profdata` would put its
+/// raw profiles where variant `ring`'s merged profile goes. Names are
+/// compared ignoring case, so a workspace on a case-insensitive file system
+/// (or copied to one as a CI artifact) is safe too. No trial file may be one
+/// of the workspace's own (`results/run.json`, `results/junit.xml`).
+fn check_trial_files(c: &Config) -> Result<(), Invalid> {
+    let variants = c.variants.len().max(1);
+    let count = c.collectives.len().checked_mul(c.sizes.len()).and_then(|n| n.checked_mul(variants));
+    if count.is_none_or(|n| n > limits::TRIALS) {
+        return Err(invalid(
+            "collectives",
+            format!(
+                "{} collectives × {} sizes × {} variants is more than {} trials",
+                c.collectives.len(),
+                c.sizes.len(),
+                variants,
+                limits::TRIALS
+            ),
+        ));
+    }
+    let trials = crate::plan::plan(c);
+    let parts = |t: &crate::plan::TrialSpec| trial_parts(c, t);
+    let describe = |t: &crate::plan::TrialSpec| {
+        let paths: Vec<String> = parts(t).into_iter().map(|(p, _)| p).collect();
+        format!("{:?} ({})", t.name, paths.join(", "))
+    };
+    let reserved: BTreeSet<String> = crate::workspace::RESERVED_FILES.iter().map(|f| f.to_lowercase()).collect();
+    let mut owners: HashMap<String, usize> = HashMap::new();
+    for (i, trial) in trials.iter().enumerate() {
+        if let Err(why) = crate::workspace::check_slug(&trial.slug) {
+            let (path, _) = parts(trial).swap_remove(0);
+            return Err(invalid(path, format!("{why}; trial {}", describe(trial))));
+        }
+        for file in crate::workspace::trial_files(&trial.slug) {
+            let key = file.to_lowercase();
+            if reserved.contains(&key) {
+                let (path, _) = parts(trial).swap_remove(0);
+                return Err(invalid(
+                    path,
+                    format!(
+                        "trial {} would write {file}, which the workspace keeps for itself: rename it",
+                        describe(trial)
+                    ),
+                ));
+            }
+            let Some(first) = owners.insert(key, i).filter(|&owner| owner != i) else { continue };
+            let earlier = &trials[first];
+            // Report at the first part in which the later trial differs.
+            let path = parts(trial)
+                .into_iter()
+                .zip(parts(earlier))
+                .find(|((_, a), (_, b))| a != b)
+                .map_or_else(|| parts(trial).swap_remove(0).0, |((p, _), _)| p);
+            return Err(invalid(
+                path,
+                format!(
+                    "trials {} and {} would share the workspace file {file} (file names join the name's parts with '.', \
+                     compared ignoring case): rename one of them",
+                    describe(earlier),
+                    describe(trial)
+                ),
+            ));
         }
     }
     Ok(())
@@ -831,7 +1126,123 @@ mod tests {
         let mut v = default_value();
         v.as_object_mut().unwrap().remove("capacity");
         let err = load_value(&v).unwrap_err().to_string();
-        assert!(err.contains("missing field `capacity`"), "{err}");
+        assert!(err.starts_with("/cfg/test.json: $: missing field `capacity`"), "at the root: {err}");
+
+        let mut v = default_value();
+        v["launch"].as_object_mut().unwrap().remove("ranks");
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(err.starts_with("/cfg/test.json: launch: missing field `ranks`"), "at `launch`: {err}");
+
+        let mut v = default_value();
+        v["variants"][2]["env"] = serde_json::json!({});
+        v["library"]["steps"][1].as_object_mut().unwrap().remove("name");
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(err.starts_with("/cfg/test.json: library.steps[1]: missing field `name`"), "{err}");
+    }
+
+    #[test]
+    fn numbers_out_of_range_name_path_and_range() {
+        use serde_json::json;
+        let cases: Vec<(&str, Value, &str)> = vec![
+            ("capacity", json!(0), "expected an integer in 1..=4096 (ranks), got 0"),
+            ("capacity", json!(4097), "1..=4096"),
+            ("capacity", json!(-1), "got -1"),
+            ("capacity", json!(2.5), "got 2.5"),
+            ("capacity", json!(1e30), "got 1e30"),
+            ("capacity", json!("4"), "invalid type: string \"4\", expected an integer in 1..=4096"),
+            ("timeouts.default", json!(604_801), "1..=604800 (seconds, at most 7 days), got 604801"),
+            ("timeouts.grace", json!(3601), "0..=3600"),
+            ("iterations.iters", json!(0), "1..=1000000"),
+            ("iterations.warmup", json!(1_000_001), "0..=1000000"),
+            ("launch.ranks", json!(u64::MAX), "got 18446744073709551615"),
+        ];
+        for (path, value, needle) in cases {
+            let mut v = default_value();
+            let (parent, field) = path.rsplit_once('.').map_or(("", path), |(p, f)| (p, f));
+            let target = if parent.is_empty() { &mut v } else { &mut v[parent] };
+            target[field] = value;
+            let err = load_value(&v).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("/cfg/test.json: {path}: ")), "expected path {path} in: {err}");
+            assert!(err.contains(needle), "expected {needle:?} in: {err}");
+        }
+        // Beyond u64: serde_json reads it as a float; still an error with the range.
+        let text = DEFAULT_CONFIG_TEXT.replace("\"capacity\": 4", "\"capacity\": 18446744073709551616");
+        let err = load_str(&text, Path::new("/c.json"), &no_env).unwrap_err().to_string();
+        assert!(err.starts_with("/c.json: capacity: expected an integer in 1..=4096"), "{err}");
+    }
+
+    #[test]
+    fn sizes_are_bounded_and_compared_by_bytes() {
+        let cases = [
+            (serde_json::json!(["1K", "1024"]), "sizes[1]", "same size as sizes[0]"),
+            (serde_json::json!(["1025G"]), "sizes[0]", "expected an integer in 0..=1099511627776"),
+            (serde_json::json!(["99999999999999999999K"]), "sizes[0]", "too large"),
+        ];
+        for (sizes, path, needle) in cases {
+            let mut v = default_value();
+            v["sizes"] = sizes;
+            let err = load_value(&v).unwrap_err().to_string();
+            assert!(err.contains(&format!(": {path}: ")) && err.contains(needle), "{path} {needle:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn trials_sharing_a_file_name_are_an_error_naming_both() {
+        let mut v = default_value();
+        v["collectives"][1]["name"] = "AllReduce.1K".into();
+        v["variants"][0]["name"] = "1K.direct".into();
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(
+            err.contains("\"AllReduce::1K::1K.direct\" (collectives[0].name, sizes[0], variants[0].name)"),
+            "{err}"
+        );
+        assert!(
+            err.contains("\"AllReduce.1K::1K::direct\" (collectives[1].name, sizes[0], variants[1].name)"),
+            "{err}"
+        );
+        assert!(err.contains("profiles/AllReduce.1K.1K.direct"), "{err}");
+
+        // A raw-profile folder where another trial's merged profile goes.
+        let mut v = default_value();
+        v["variants"][1]["name"] = "ring.profdata".into();
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(err.contains(": variants[1].name: trials"), "{err}");
+        assert!(err.contains("profiles/AllReduce.1K.ring.profdata"), "{err}");
+
+        // Case only.
+        let mut v = default_value();
+        v["collectives"][1]["name"] = "allreduce".into();
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(err.contains(": collectives[1].name: trials \"AllReduce::1K::ring\""), "{err}");
+    }
+
+    #[test]
+    fn long_names_and_too_many_trials_are_errors() {
+        let mut v = default_value();
+        v["variants"][0]["name"] = "v".repeat(101).into();
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(err.contains(": variants[0].name: a name of 101 bytes is too long: expected at most 100"), "{err}");
+
+        let mut v = default_value();
+        v["sizes"] = (0..3000).map(|i| Value::from(i.to_string())).collect();
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(
+            err.contains(": collectives: 7 collectives × 3000 sizes × 4 variants is more than 10000 trials"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn nul_characters_and_bad_env_names_are_errors() {
+        let mut v = default_value();
+        v["args"][0] = "a\u{0}b".into();
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(err.contains(": args[0]: the value contains a NUL character"), "{err}");
+
+        let mut v = default_value();
+        v["env"]["A=B"] = "x".into();
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(err.contains(": env.A=B: \"A=B\" is not an environment variable name"), "{err}");
     }
 
     #[test]

@@ -19,7 +19,12 @@ pub enum ExpandError {
     Unterminated { at: usize },
     BadName { text: String },
     Unsupported { text: String },
+    TooDeep { at: usize },
 }
+
+/// How deeply defaults may nest (`${A:-${B:-...}}`): each level recurses, so
+/// an unbounded depth could overflow the stack on a hostile config.
+pub const MAX_DEPTH: usize = 16;
 
 impl fmt::Display for ExpandError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -35,6 +40,9 @@ impl fmt::Display for ExpandError {
             ExpandError::BadName { text } => {
                 write!(f, "`${{{text}}}` is not a variable reference (names are [A-Za-z_][A-Za-z0-9_]*)")
             }
+            ExpandError::TooDeep { at } => {
+                write!(f, "`${{` at byte {at} nests defaults more than {MAX_DEPTH} deep")
+            }
             ExpandError::Unsupported { text } => write!(
                 f,
                 "`${{{text}}}` uses an operator ccl-coverage does not support \
@@ -47,7 +55,7 @@ impl fmt::Display for ExpandError {
 /// Expands `input`, looking variables up with `lookup`.
 pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ExpandError> {
     let mut out = String::with_capacity(input.len());
-    expand_into(input, 0, lookup, &mut out)?;
+    expand_into(input, 0, 0, lookup, &mut out)?;
     Ok(out)
 }
 
@@ -56,6 +64,7 @@ pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<St
 fn expand_into(
     text: &str,
     base: usize,
+    depth: usize,
     lookup: &dyn Fn(&str) -> Option<String>,
     out: &mut String,
 ) -> Result<(), ExpandError> {
@@ -68,12 +77,17 @@ fn expand_into(
                 i += 2;
             }
             (b'$', Some(b'{')) => {
+                if depth >= MAX_DEPTH {
+                    return Err(ExpandError::TooDeep { at: base + i });
+                }
                 let close = matching_brace(text, i + 2).ok_or(ExpandError::Unterminated { at: base + i })?;
-                substitute(&text[i + 2..close], base + i + 2, lookup, out)?;
+                substitute(&text[i + 2..close], base + i + 2, depth + 1, lookup, out)?;
                 i = close + 1;
             }
             _ => {
-                let ch = text[i..].chars().next().expect("in bounds");
+                // `i` is always at a character boundary: it only moves past
+                // ASCII bytes and whole characters.
+                let Some(ch) = text[i..].chars().next() else { break };
                 out.push(ch);
                 i += ch.len_utf8();
             }
@@ -111,6 +125,7 @@ fn matching_brace(text: &str, start: usize) -> Option<usize> {
 fn substitute(
     body: &str,
     base: usize,
+    depth: usize,
     lookup: &dyn Fn(&str) -> Option<String>,
     out: &mut String,
 ) -> Result<(), ExpandError> {
@@ -136,15 +151,14 @@ fn substitute(
         return Err(ExpandError::BadName { text: body.to_string() });
     };
     match (value, default) {
-        (Some(v), Some(_)) if empty_is_unset && v.is_empty() => {
-            let (d, offset) = default.expect("matched Some");
-            expand_into(d, base + offset, lookup, out)
+        (Some(v), Some((d, offset))) if empty_is_unset && v.is_empty() => {
+            expand_into(d, base + offset, depth, lookup, out)
         }
         (Some(v), _) => {
             out.push_str(&v);
             Ok(())
         }
-        (None, Some((d, offset))) => expand_into(d, base + offset, lookup, out),
+        (None, Some((d, offset))) => expand_into(d, base + offset, depth, lookup, out),
         (None, None) => Err(ExpandError::Unset { name: name.to_string() }),
     }
 }
@@ -221,6 +235,16 @@ mod tests {
         assert!(matches!(run("${1A}", &[]).unwrap_err(), ExpandError::BadName { .. }));
         assert!(matches!(run("${A:=x}", &[]).unwrap_err(), ExpandError::Unsupported { .. }));
         assert!(matches!(run("${A:+x}", &[]).unwrap_err(), ExpandError::Unsupported { .. }));
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let deep = |n: usize| format!("{}x{}", "${A:-".repeat(n), "}".repeat(n));
+        assert_eq!(run(&deep(MAX_DEPTH), &[]).unwrap(), "x");
+        let err = run(&deep(MAX_DEPTH + 1), &[]).unwrap_err();
+        assert!(matches!(err, ExpandError::TooDeep { .. }), "{err:?}");
+        // Far beyond any stack: an error, not a crash.
+        assert!(run(&deep(200_000), &[]).is_err());
     }
 
     #[test]

@@ -179,7 +179,8 @@ fn junit(record: &RunRecord) -> Result<String> {
         };
         let mut case = TestCase::new(t.trial.clone(), status);
         case.set_classname(format!("ccl-coverage.{}", record.config));
-        case.set_time(Duration::from_secs_f64(t.duration_s));
+        // A record read back from the workspace may hold anything; this must not panic.
+        case.set_time(Duration::try_from_secs_f64(t.duration_s).unwrap_or_default());
         suite.add_test_case(case);
     }
     let mut report = Report::new("ccl-coverage");

@@ -19,6 +19,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 const POLL: Duration = Duration::from_millis(20);
+/// How long past the grace period a stopping supervisor may take.
+const STOP_SLACK: Duration = Duration::from_secs(15);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
@@ -94,8 +96,9 @@ pub fn run(
             cmd.display()
         ))
     })?;
-    let deadline = started + launch.timeout;
-    let mut next_beat = started + heartbeat_every;
+    // A deadline past what `Instant` can hold is no deadline.
+    let deadline = started.checked_add(launch.timeout);
+    let mut next_beat = started.checked_add(heartbeat_every);
     let mut stop: Option<Stopping> = None;
     let status = loop {
         if let Some(status) = child.try_wait().map_err(|e| Error::new(format!("waiting for {}: {e}", cmd.program())))? {
@@ -106,20 +109,20 @@ pub fn run(
             None => {
                 let why = match interrupt::requested() {
                     Some(signal) => Some(Stopping::Interrupted(signal, now)),
-                    None if now >= deadline => Some(Stopping::TimedOut(now)),
+                    None if deadline.is_some_and(|d| now >= d) => Some(Stopping::TimedOut(now)),
                     None => None,
                 };
                 if let Some(why) = why {
                     ask_to_stop(&mut child);
                     stop = Some(why);
-                } else if now >= next_beat {
+                } else if next_beat.is_some_and(|b| now >= b) {
                     heartbeat(now - started);
-                    next_beat += heartbeat_every;
+                    next_beat = next_beat.and_then(|b| b.checked_add(heartbeat_every));
                 }
             }
             // A supervisor that does not finish in time is killed; the
             // backstop below then stops the trial.
-            Some(s) if now > s.since() + launch.grace + supervisor::REAP_LIMIT + Duration::from_secs(5) => {
+            Some(s) if now.saturating_duration_since(s.since()) > launch.grace.saturating_add(STOP_SLACK) => {
                 let _ = child.kill();
                 break child.wait().map_err(|e| Error::new(format!("waiting for {}: {e}", cmd.program())))?;
             }

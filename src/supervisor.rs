@@ -126,7 +126,7 @@ fn supervise(spec: &Spec) -> Report {
                     report.stopped = Some(cause);
                     report.killed_with = Some("SIGTERM".into());
                     tree.signal(libc::SIGTERM);
-                    stop_at = Some(Instant::now() + grace);
+                    stop_at = Some(Instant::now().checked_add(grace).unwrap_or_else(Instant::now));
                 }
             }
             Some(deadline) => {

@@ -59,6 +59,41 @@ impl Protected {
 /// folder is adopted rather than refused.
 const LEGACY_ENTRIES: [&str; 7] = ["build.json", "profiles", "quarantine", "logs", "results", "report", ".lock"];
 
+/// Files of the workspace that no trial may write, relative to its root.
+pub const RESERVED_FILES: &[&str] = &["results/run.json", "results/junit.xml", "build.json", ".lock"];
+
+/// Every file and folder the trial with file name `slug` owns, relative to
+/// the workspace root (what `trial_profiles`, `trial_profdata`,
+/// `trial_quarantine`, `trial_log` and `trial_result` return). Config
+/// validation checks that no two trials share one.
+pub fn trial_files(slug: &str) -> [String; 5] {
+    [
+        format!("profiles/{slug}"),
+        format!("profiles/{slug}.profdata"),
+        format!("quarantine/{slug}"),
+        format!("logs/{slug}.log"),
+        format!("results/{slug}.json"),
+    ]
+}
+
+/// Whether `slug` is one safe file name component: not empty, no `/`, no
+/// control character, no leading `.` (so not `.` or `..`), and short enough
+/// for its longest use (`<slug>.profdata`).
+pub fn check_slug(slug: &str) -> std::result::Result<(), String> {
+    const LONGEST_SUFFIX: usize = ".profdata".len();
+    if slug.is_empty() || slug.starts_with('.') || slug.contains('/') || slug.chars().any(char::is_control) {
+        return Err(format!("the trial's file name {slug:?} is not a safe file name"));
+    }
+    if slug.len() + LONGEST_SUFFIX > crate::config::limits::FILE_NAME_BYTES {
+        return Err(format!(
+            "the trial's file name is {} bytes long: expected at most {} (shorten the names)",
+            slug.len(),
+            crate::config::limits::FILE_NAME_BYTES - LONGEST_SUFFIX
+        ));
+    }
+    Ok(())
+}
+
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
@@ -434,6 +469,35 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trial_files_are_what_the_workspace_writes() {
+        let ws = Workspace::new(Path::new("/ws")).unwrap();
+        let files = trial_files("A.1K.x");
+        let paths = [
+            ws.trial_profiles("A.1K.x"),
+            crate::profiles::trial_profdata(&ws, "A.1K.x"),
+            ws.trial_quarantine("A.1K.x"),
+            ws.trial_log("A.1K.x"),
+            ws.trial_result("A.1K.x"),
+        ];
+        for (file, path) in files.iter().zip(paths) {
+            assert_eq!(ws.root().join(file), path);
+        }
+        assert!(!files.iter().any(|f| RESERVED_FILES.contains(&f.as_str())));
+        // A slug `run` would be the run record's file.
+        assert!(trial_files("run").iter().any(|f| RESERVED_FILES.contains(&f.as_str())));
+    }
+
+    #[test]
+    fn slugs_must_be_one_safe_file_name() {
+        assert!(check_slug("AllReduce.1K.ring").is_ok());
+        for bad in ["", ".", "..", ".hidden", "a/b", "a\nb", "a\u{7f}"] {
+            assert!(check_slug(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_slug(&"x".repeat(246)).is_ok());
+        assert!(check_slug(&"x".repeat(247)).unwrap_err().contains("at most 246"));
+    }
     use std::os::unix::fs::symlink;
 
     fn setup() -> (tempfile::TempDir, Workspace) {
