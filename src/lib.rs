@@ -24,6 +24,7 @@ pub mod plan;
 pub mod process;
 pub mod profiles;
 pub mod rccl;
+pub mod redact;
 pub mod report;
 pub mod results;
 pub mod run;
