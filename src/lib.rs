@@ -27,6 +27,7 @@ pub mod process;
 pub mod proctree;
 pub mod profiles;
 pub mod rccl;
+pub mod redact;
 pub mod report;
 pub mod results;
 pub mod run;

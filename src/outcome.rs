@@ -4,7 +4,7 @@
 //! summary line did not test what it was asked to.
 
 use crate::perf::PerfReport;
-use crate::process::describe_status;
+use crate::process::{describe_status, signal_name};
 use crate::run::{Ending, Finished};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -65,10 +65,15 @@ pub fn judge(finished: &Finished, perf: &PerfReport, timeout: Duration) -> Verdi
     };
     if !status.success() {
         let detail = wrong_data().map(|w| format!(": {w}")).unwrap_or_default();
-        return fail(format!("{}{detail}", describe_status(status)));
+        return fail(format!("{}{}{detail}", describe_status(status), signal_hint(status.code())));
     }
     if let Some(wrong) = wrong_data() {
         return fail(format!("exit status 0, but the output reports wrong results: {wrong}"));
+    }
+    if perf.out_of_bounds.is_none() && perf.rows.is_empty() {
+        // A silent run (output lost, or a rank that never got to print) must
+        // not read like a table cut short.
+        return fail("exit status 0, but the output has no perf table (no result rows, no `# Out of bounds values` line): the test reported nothing".into());
     }
     if perf.out_of_bounds.is_none() {
         return fail("exit status 0, but the output has no `# Out of bounds values` line: the test did not finish its result table".into());
@@ -77,6 +82,17 @@ pub fn judge(finished: &Finished, perf: &PerfReport, timeout: Duration) -> Verdi
         return fail(format!("{} processes of the trial could not be killed", finished.survivors));
     }
     Verdict { status: Status::Passed, reason: String::new() }
+}
+
+/// `mpirun`, `srun` and shells report a rank killed by signal N as exit
+/// status 128 + N: name the signal, or an MPI abort reads like any exit code.
+fn signal_hint(code: Option<i32>) -> String {
+    match code {
+        Some(code) if code > 128 && signal_name(code - 128) != "signal" => {
+            format!(" (128 + {}, as launchers report a process killed by {})", code - 128, signal_name(code - 128))
+        }
+        _ => String::new(),
+    }
 }
 
 #[cfg(test)]
@@ -124,10 +140,27 @@ mod tests {
     }
 
     #[test]
+    fn launcher_exit_codes_name_the_signal() {
+        let v = judge(&exited(134), &PerfReport::default(), Duration::ZERO);
+        assert_eq!(v.reason, "exit status 134 (128 + 6, as launchers report a process killed by SIGABRT)");
+        assert_eq!(judge(&exited(3), &PerfReport::default(), Duration::ZERO).reason, "exit status 3");
+        assert_eq!(judge(&exited(200), &PerfReport::default(), Duration::ZERO).reason, "exit status 200");
+    }
+
+    #[test]
     fn missing_summary_fails() {
         let v = judge(&exited(0), &parse(ROW_OK), Duration::from_secs(1));
         assert_eq!(v.status, Status::Failed);
         assert!(v.reason.contains("no `# Out of bounds values` line"), "{}", v.reason);
+    }
+
+    #[test]
+    fn silent_exit_zero_fails_as_a_missing_table() {
+        // CCL_FAULT=no-output: the header got out, then nothing.
+        let v = judge(&exited(0), &parse("# ccl-tests version 1.0\n#  size count\n"), Duration::from_secs(1));
+        assert_eq!(v.status, Status::Failed);
+        assert!(v.reason.contains("no perf table (no result rows"), "{}", v.reason);
+        assert_eq!(judge(&exited(0), &PerfReport::default(), Duration::ZERO).status, Status::Failed);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! reports the full command line and what the command printed.
 
 use crate::error::{Error, Result};
+use crate::redact;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -83,7 +84,15 @@ impl Cmd {
         std::iter::once(self.program.clone()).chain(self.args.iter().cloned()).collect()
     }
 
-    /// The command as a shell line a person can paste: `cd DIR && K=V prog args`.
+    /// The argv as it may be recorded: secrets masked (see [`crate::redact`]).
+    /// `argv()` is what runs; this is what logs, results and messages show.
+    pub fn argv_redacted(&self) -> Vec<String> {
+        redact::argv(&self.argv())
+    }
+
+    /// The command as a shell line a person can paste: `cd DIR && K=V prog args`,
+    /// with secrets masked, since every log, record and error message that
+    /// shows a command shows this line.
     pub fn display(&self) -> String {
         let mut parts = Vec::new();
         if let Some(dir) = &self.cwd {
@@ -94,9 +103,9 @@ impl Cmd {
             parts.extend(self.env_remove.iter().map(|k| format!("-u {}", shell_quote(k))));
         }
         for (k, v) in &self.env {
-            parts.push(format!("{k}={}", shell_quote(v)));
+            parts.push(format!("{k}={}", shell_quote(&redact::value(k, v))));
         }
-        parts.extend(self.argv().iter().map(|a| shell_quote(a)));
+        parts.extend(self.argv_redacted().iter().map(|a| shell_quote(a)));
         parts.join(" ")
     }
 
@@ -242,6 +251,21 @@ mod tests {
             cmd.display(),
             "cd '/w d' && env -u __LLVM_PROFILE_RT_INIT_ONCE A='x y' mpirun -np 4 'it'\\''s here' 'a b'"
         );
+    }
+
+    #[test]
+    fn display_masks_secrets_but_the_command_keeps_them() {
+        let cmd = Cmd::new("mpirun")
+            .args(["-genv", "MY_TOKEN", "t0k", "--db=postgres://u:pw@h/db"])
+            .env("API_KEY", "k3y")
+            .env(crate::launch::TRIAL_TOKEN_VAR, "1-2-3");
+        assert_eq!(
+            cmd.display(),
+            "API_KEY='***' CCL_COV_TRIAL_TOKEN=1-2-3 mpirun -genv MY_TOKEN '***' '--db=postgres://u:***@h/db'"
+        );
+        assert_eq!(cmd.argv_redacted(), ["mpirun", "-genv", "MY_TOKEN", "***", "--db=postgres://u:***@h/db"]);
+        assert_eq!(cmd.argv()[3], "t0k", "what runs is unchanged");
+        assert_eq!(cmd.get_env()[0].1, "k3y");
     }
 
     #[test]

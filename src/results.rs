@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::fixture::BuildManifest;
 use crate::outcome::Status;
 use crate::perf::PerfReport;
+use crate::redact;
 use crate::workspace::{self, Workspace};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -56,8 +57,21 @@ pub struct TrialResult {
 }
 
 impl TrialResult {
+    /// The record with secrets masked in its command, argv and environment
+    /// (see [`crate::redact`]); `run.json` and JUnit are built from the
+    /// written records, so they never see the real values either.
+    pub fn redacted(&self) -> TrialResult {
+        TrialResult {
+            command: redact::shell_line(&self.command),
+            argv: redact::argv(&self.argv),
+            env: redact::env(&self.env),
+            ..self.clone()
+        }
+    }
+
+    /// Writes `results/<slug>.json`, redacted whatever the caller filled in.
     pub fn write(&self, ws: &Workspace) -> Result<()> {
-        let text = serde_json::to_string_pretty(self).expect("result serializes");
+        let text = serde_json::to_string_pretty(&self.redacted()).expect("result serializes");
         workspace::write_atomic(&ws.trial_result(&self.slug), text.as_bytes())
     }
 }
@@ -136,7 +150,13 @@ pub fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Re
     let lock = File::create(ws.lock_file())
         .map_err(|e| Error::new(format!("cannot create {}: {e}", ws.lock_file().display())))?;
     lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", ws.lock_file().display())))?;
-    let trials = load_all(ws, &manifest.build_id, &info.planned)?;
+    // Records written by an older harness may predate redaction.
+    let trials: Vec<TrialResult> =
+        load_all(ws, &manifest.build_id, &info.planned)?.iter().map(TrialResult::redacted).collect();
+    let mut build = manifest.clone();
+    for step in &mut build.steps {
+        step.command = redact::shell_line(&step.command);
+    }
     let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
     let record = RunRecord {
         schema_version: 1,
@@ -146,7 +166,7 @@ pub fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Re
         host: info.host.clone(),
         gpus: info.gpus.clone(),
         library_git_sha: info.library_git_sha.clone(),
-        build: manifest.clone(),
+        build,
         started_at: trials.iter().map(|t| t.started_at.clone()).min(),
         finished_at: crate::host::now(),
         summary: Summary {

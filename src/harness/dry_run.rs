@@ -9,6 +9,7 @@ use crate::fixture::BuildPlan;
 use crate::launch;
 use crate::plan::TrialSpec;
 use crate::process::shell_quote;
+use crate::redact;
 use libtest_mimic::{Arguments, Trial};
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -51,7 +52,7 @@ pub fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
     let cached = if plan.is_cached() { " (cached: would be reused)" } else { "" };
     let _ = writeln!(w, "build {} in {}{cached}", manifest.build_id, manifest.build_dir.display());
     for (i, step) in manifest.steps.iter().enumerate() {
-        let _ = writeln!(w, "  step {}: {}\n    {}", i + 1, step.name, step.command);
+        let _ = writeln!(w, "  step {}: {}\n    {}", i + 1, step.name, redact::shell_line(&step.command));
     }
     if manifest.existing_build {
         let _ = writeln!(w, "  library: the existing build {} is used as it is", manifest.build_dir.display());
@@ -78,10 +79,11 @@ pub fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
             launch.timeout.as_secs(),
             launch.grace.as_secs()
         );
-        let argv: Vec<String> = launch.cmd.argv().iter().map(|a| shell_quote(a)).collect();
+        // Dry-run output lands in CI logs: secrets are masked as in every record.
+        let argv: Vec<String> = launch.cmd.argv_redacted().iter().map(|a| shell_quote(a)).collect();
         let _ = writeln!(w, "  argv: {}", argv.join(" "));
         for (k, v) in launch.env.iter().filter(|(k, _)| k != launch::TRIAL_TOKEN_VAR) {
-            let _ = writeln!(w, "  env: {k}={}", shell_quote(v));
+            let _ = writeln!(w, "  env: {k}={}", shell_quote(&redact::value(k, v)));
         }
         let _ = writeln!(w, "  env removed: {}", launch::PROFILE_INIT_ONCE);
         let _ = writeln!(w, "  cwd: {}", launch.cmd.get_cwd().map(|p| p.display().to_string()).unwrap_or_default());

@@ -1,0 +1,102 @@
+//! The fixture's fault kinds for a rank that dies or goes silent, each run
+//! through the threads launcher and through `mpirun` (3 ranks): every trial
+//! fails with a verdict that names the cause, in bounded time, and leaves no
+//! process behind.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+use support::{harness, only, processes_mentioning, result, setup};
+
+/// The harness is killed past this; the trials' own timeout is much smaller.
+const LIMIT: Duration = Duration::from_secs(480);
+const TIMEOUT_S: u64 = 20;
+
+/// (fault, faulty rank, what the threads trial's reason says, what the MPI one's says).
+const FAULTS: &[(&str, u32, &str, &str)] = &[
+    (
+        "abort",
+        1,
+        "killed by signal 6 (SIGABRT)",
+        "exit status 134 (128 + 6, as launchers report a process killed by SIGABRT)",
+    ),
+    ("exit-nonzero", 1, "exit status 3", "exit status 3"),
+    (
+        "no-output",
+        0,
+        "exit status 0, but the output has no perf table",
+        "exit status 0, but the output has no perf table",
+    ),
+    ("init-death", 1, "exit status 1", "exit status 1"),
+];
+
+fn variants() -> Value {
+    let mut out = Vec::new();
+    for (fault, rank, _, _) in FAULTS {
+        let env = json!({"CCL_FAULT": fault, "CCL_FAULT_RANK": rank.to_string(), "CCL_INIT_TIMEOUT_S": "4"});
+        out.push(json!({"name": fault, "ranks": 3, "env": env}));
+        out.push(json!({"name": format!("{fault}-mpi"), "launcher": "mpi", "ranks": 3, "env": env}));
+    }
+    // Open MPI tears the job down when a rank exits nonzero; told not to, the
+    // surviving ranks are left waiting in init and must give up by themselves.
+    out.push(json!({
+        "name": "init-death-mpi-noabort", "launcher": "mpi-noabort", "ranks": 3,
+        "env": {"CCL_FAULT": "init-death", "CCL_FAULT_RANK": "1", "CCL_INIT_TIMEOUT_S": "4"}
+    }));
+    Value::Array(out)
+}
+
+#[test]
+fn dying_and_silent_ranks_fail_with_the_cause_in_bounded_time() {
+    let s = setup(|v| {
+        only(v, "AllReduce", &["1K"], variants());
+        let mut noabort = v["launchers"]["mpi"].clone();
+        noabort["args"].as_array_mut().unwrap().extend([
+            json!("--mca"),
+            json!("orte_abort_on_non_zero_status"),
+            json!("0"),
+        ]);
+        v["launchers"]["mpi-noabort"] = noabort;
+        v["timeouts"] = json!({"default": TIMEOUT_S, "grace": 2});
+    });
+    let ran = harness(&s, "collectives", &["--test-threads", "2"], LIMIT);
+    let out = ran.text();
+    assert!(!ran.success, "every trial fails: {out}");
+    let mut wrong = Vec::new();
+    for (fault, _, threads_reason, mpi_reason) in FAULTS {
+        for (slug, expected) in
+            [(format!("AllReduce.1K.{fault}"), threads_reason), (format!("AllReduce.1K.{fault}-mpi"), mpi_reason)]
+        {
+            let r = result(&s, &slug);
+            let reason = r["reason"].as_str().unwrap_or_default();
+            eprintln!("{slug}: {} {reason}", r["status"]);
+            if r["status"] != "FAILED" || !reason.starts_with(expected) {
+                wrong.push(format!("{slug}: {} {reason:?}, expected FAILED {expected:?}", r["status"]));
+            }
+            let took = r["duration_s"].as_f64().unwrap();
+            assert!(took < TIMEOUT_S as f64, "{slug} took {took}s");
+        }
+    }
+    assert!(wrong.is_empty(), "wrong verdicts:\n{}\n{out}", wrong.join("\n"));
+
+    // The silent trial's log has the command and the perf binary's header (printed
+    // before init), but no result row and no summary.
+    let silent = std::fs::read_to_string(s.ws.join("logs/AllReduce.1K.no-output.log")).unwrap();
+    assert!(!silent.contains("Out of bounds") && !silent.contains("float"), "{silent}");
+
+    // Left waiting by a rank that died in init, the others give up on their
+    // own, say why, and remove the shared segment.
+    let r = result(&s, "AllReduce.1K.init-death-mpi-noabort");
+    assert_eq!(r["status"], "FAILED", "{r}");
+    let log = std::fs::read_to_string(s.ws.join("logs/AllReduce.1K.init-death-mpi-noabort.log")).unwrap();
+    assert!(log.contains("rank 1: CCL_FAULT=init-death: leaving during communicator init"), "{log}");
+    let gave_up = log.lines().find(|l| l.contains("of 3 ranks joined") && l.contains("did a rank die during init?"));
+    let gave_up = gave_up.unwrap_or_else(|| panic!("no rank gave up on init: {log}"));
+    let segment = gave_up.split_whitespace().find(|w| w.starts_with("/ccl-")).expect("the segment is named");
+    assert!(!Path::new("/dev/shm").join(&segment[1..]).exists(), "{segment} is left in /dev/shm");
+
+    let survivors = processes_mentioning(&s.ws.display().to_string());
+    assert!(survivors.is_empty(), "processes of the trials survive: {survivors:?}");
+}

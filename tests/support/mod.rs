@@ -1,0 +1,157 @@
+//! Shared by the end-to-end tests that run the real `ccl-coverage` binary on
+//! a config derived from `configs/local.json` in a temporary workspace (the
+//! same pattern as `tests/harness_e2e.rs`), with a hard limit on how long the
+//! harness may run.
+#![allow(dead_code)]
+
+use serde_json::{Value, json};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub ws: PathBuf,
+    /// Extra environment for the harness process.
+    pub env: Vec<(String, String)>,
+}
+
+/// A config like `configs/local.json` (sources as absolute paths, so the
+/// build key matches the main suite's), edited by `edit`.
+pub fn setup(edit: impl FnOnce(&mut Value)) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let mut v: Value = serde_json::from_str(&fs::read_to_string(root().join("configs/local.json")).unwrap()).unwrap();
+    v["library"]["source_dir"] = json!(root().join("tests/fixtures").display().to_string());
+    v["tests"]["source_dir"] = json!(root().join("tests/fixtures/ccl-tests").display().to_string());
+    v["report"]["snapshot"] = json!(false);
+    edit(&mut v);
+    let config = dir.path().join("config.json");
+    fs::write(&config, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let ws = dir.path().join("ws");
+    Setup { dir, config, ws, env: Vec::new() }
+}
+
+/// Keeps only `collective`, with `sizes` and `variants`.
+pub fn only(v: &mut Value, collective: &str, sizes: &[&str], variants: Value) {
+    let keep: Vec<Value> =
+        v["collectives"].as_array().unwrap().iter().filter(|c| c["name"] == collective).cloned().collect();
+    v["collectives"] = Value::Array(keep);
+    v["sizes"] = json!(sizes);
+    v["variants"] = variants;
+}
+
+pub struct Ran {
+    pub success: bool,
+    /// stdout, then stderr.
+    pub stdout: String,
+    pub stderr: String,
+    pub took: Duration,
+}
+
+impl Ran {
+    pub fn text(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// Runs the harness binary hermetically (no inherited `CCL_COV_*` switch)
+/// and kills it if it runs past `limit`: a hung harness must fail the test,
+/// not hang it. Output goes to files, so a full pipe cannot stall it.
+pub fn harness(s: &Setup, subcommand: &str, args: &[&str], limit: Duration) -> Ran {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CCL_COV_") || key == "GITHUB_STEP_SUMMARY" {
+            cmd.env_remove(key);
+        }
+    }
+    let out_path = s.dir.path().join(format!("harness-{}.out", std::process::id()));
+    let err_path = s.dir.path().join(format!("harness-{}.err", std::process::id()));
+    cmd.arg(subcommand)
+        .args(args)
+        .env("CCL_COV_CONFIG", &s.config)
+        .env("CCL_COV_WORKSPACE", &s.ws)
+        .env("CARGO_MANIFEST_DIR", root())
+        .current_dir(root())
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&out_path).unwrap())
+        .stderr(fs::File::create(&err_path).unwrap());
+    for (k, v) in &s.env {
+        cmd.env(k, v);
+    }
+    let started = Instant::now();
+    let mut child = cmd.spawn().unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let read = |p: &Path| String::from_utf8_lossy(&fs::read(p).unwrap_or_default()).into_owned();
+    let ran = Ran {
+        success: status.is_some_and(|s| s.success()),
+        stdout: read(&out_path),
+        stderr: read(&err_path),
+        took: started.elapsed(),
+    };
+    let _ = fs::remove_file(&out_path);
+    let _ = fs::remove_file(&err_path);
+    assert!(status.is_some(), "the harness ran past {limit:?} and was killed:\n{}", ran.text());
+    ran
+}
+
+pub fn result(s: &Setup, slug: &str) -> Value {
+    let path = s.ws.join("results").join(format!("{slug}.json"));
+    serde_json::from_str(&fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+/// Every file under `dir`, recursively.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).unwrap().flatten() {
+            let meta = fs::symlink_metadata(entry.path()).unwrap();
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                out.push(entry.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Live processes whose environment mentions `needle` (a workspace path).
+pub fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let stat = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        if stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')) {
+            continue;
+        }
+        let environ = fs::read(entry.path().join("environ")).unwrap_or_default();
+        if environ.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+            found.push(format!(
+                "{name}: {}",
+                fs::read_to_string(entry.path().join("cmdline")).unwrap_or_default().replace('\0', " ")
+            ));
+        }
+    }
+    found
+}
