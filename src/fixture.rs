@@ -432,18 +432,7 @@ fn inspect_existing(ctx: &Context, vars: &Vars, dir: &Path) -> Result<Vec<Object
 /// A file's identity for the build key: its content hash, so a rebuild in
 /// place gives a new build id and retires the old profiles.
 fn file_identity(path: &Path) -> Result<String> {
-    let mut file = File::open(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let n = std::io::Read::read(&mut file, &mut buffer)
-            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-    }
-    Ok(format!("{} {}", path.display(), hasher.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()))
+    Ok(format!("{} {}", path.display(), workspace::sha256_file(path)?))
 }
 
 /// A folder's identity: its files' names, sizes and modification times.

@@ -95,6 +95,50 @@ fn signal_hint(code: Option<i32>) -> String {
     }
 }
 
+/// What a trial left for coverage: enough to tell whether coverage was lost.
+#[derive(Debug, Clone)]
+pub struct ProfileEvidence<'a> {
+    /// Raw profiles found in the trial's profile folder when it ended.
+    pub raw: usize,
+    /// Processes of the instrumented program that should each have written one.
+    pub expected: usize,
+    pub dir: &'a std::path::Path,
+    pub merge_error: Option<&'a str>,
+    /// Raw profiles set aside as unreadable.
+    pub quarantined: &'a [String],
+}
+
+/// Under coverage, a trial that lost coverage does not pass: its profiles
+/// were not written, some rank's is missing, or they could not be merged.
+/// A failed verdict keeps its own reason.
+pub fn judge_coverage(verdict: Verdict, evidence: &ProfileEvidence) -> Verdict {
+    if verdict.status != Status::Passed {
+        return verdict;
+    }
+    let dir = evidence.dir.display();
+    let reason = if evidence.raw == 0 {
+        format!(
+            "coverage lost: the trial passed but wrote no coverage profile in {dir} (a process that ends through _exit writes none; is the instrumented library the one loaded? check LD_LIBRARY_PATH)"
+        )
+    } else if evidence.raw < evidence.expected {
+        format!(
+            "coverage lost: only {} of {} ranks wrote a coverage profile in {dir} (a rank that ends through _exit or is killed writes none)",
+            evidence.raw, evidence.expected
+        )
+    } else if let Some(error) = evidence.merge_error {
+        format!("coverage lost: its profiles could not be merged: {error}")
+    } else if !evidence.quarantined.is_empty() {
+        format!(
+            "coverage lost: {} of its raw profiles were unreadable and moved to quarantine: {}",
+            evidence.quarantined.len(),
+            evidence.quarantined.join(", ")
+        )
+    } else {
+        return verdict;
+    };
+    Verdict { status: Status::Failed, reason }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,5 +225,33 @@ mod tests {
         let v = judge(&f, &PerfReport::default(), Duration::from_secs(30));
         assert_eq!(v.status, Status::Interrupted);
         assert_eq!(v.reason, "INTERRUPTED by SIGINT after 2.5s (stopped with SIGTERM)");
+    }
+
+    fn evidence(raw: usize, expected: usize) -> ProfileEvidence<'static> {
+        ProfileEvidence {
+            raw,
+            expected,
+            dir: std::path::Path::new("/ws/profiles/T"),
+            merge_error: None,
+            quarantined: &[],
+        }
+    }
+
+    #[test]
+    fn lost_coverage_fails_a_passing_trial_and_says_why() {
+        let passed = || Verdict { status: Status::Passed, reason: String::new() };
+        assert_eq!(judge_coverage(passed(), &evidence(3, 3)).status, Status::Passed);
+        let none = judge_coverage(passed(), &evidence(0, 1));
+        assert_eq!(none.status, Status::Failed);
+        assert!(none.reason.contains("wrote no coverage profile in /ws/profiles/T"), "{}", none.reason);
+        let some = judge_coverage(passed(), &evidence(2, 3));
+        assert!(some.reason.contains("only 2 of 3 ranks"), "{}", some.reason);
+        let merge = ProfileEvidence { merge_error: Some("llvm-profdata: boom"), ..evidence(3, 3) };
+        assert!(judge_coverage(passed(), &merge).reason.contains("could not be merged: llvm-profdata: boom"));
+        let bad = ["/ws/quarantine/T/a.profraw".to_string()];
+        let quarantined = ProfileEvidence { quarantined: &bad, ..evidence(3, 3) };
+        assert!(judge_coverage(passed(), &quarantined).reason.contains("1 of its raw profiles were unreadable"));
+        let failed = Verdict { status: Status::Failed, reason: "exit status 1".into() };
+        assert_eq!(judge_coverage(failed.clone(), &evidence(0, 3)), failed, "a failure keeps its own reason");
     }
 }

@@ -18,6 +18,7 @@ use crate::results::TrialResult;
 use crate::toolchain::Toolchain;
 use crate::workspace::{self, Area, Workspace};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -36,6 +37,9 @@ pub struct TrialMerge {
     pub merged: usize,
     pub quarantined: Vec<Quarantined>,
     pub seconds: f64,
+    /// SHA-256 of the merged profile as written, checked before a report uses it.
+    #[serde(default)]
+    pub sha256: Option<String>,
 }
 
 /// The raw `.profraw` files directly in `dir`, sorted.
@@ -71,13 +75,77 @@ pub fn trial_profdata(ws: &Workspace, slug: &str) -> PathBuf {
     ws.area(Area::Profiles).join(format!("{slug}.profdata"))
 }
 
-/// Every profile input of the trials in `results`.
-pub fn collect(ws: &Workspace, results: &[TrialResult]) -> Result<Vec<PathBuf>> {
-    let mut all = Vec::new();
-    for result in results {
-        all.extend(trial_inputs(ws, &result.slug)?);
+/// SHA-256 of each raw profile left in `dir`, by file name.
+pub fn raw_checksums(dir: &Path) -> Result<BTreeMap<String, String>> {
+    let mut sums = BTreeMap::new();
+    for file in raw_files(dir)? {
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        sums.insert(name, workspace::sha256_file(&file)?);
     }
-    Ok(all)
+    Ok(sums)
+}
+
+/// The profiles a report may use, after checking each against the checksum
+/// its trial recorded.
+#[derive(Debug, Default)]
+pub struct Verified {
+    pub inputs: Vec<PathBuf>,
+    /// Altered (or never recorded) profiles, moved to quarantine.
+    pub quarantined: Vec<Quarantined>,
+    /// Profiles a trial recorded that are no longer there.
+    pub missing: Vec<String>,
+}
+
+/// Every profile input of the trials in `results`, checked: a profile whose
+/// content differs from what its trial recorded (or that no trial recorded)
+/// moves to `quarantine/<trial>/` and is named; a recorded one that is gone
+/// is listed as missing.
+pub fn verified_inputs(ws: &Workspace, results: &[TrialResult]) -> Result<Verified> {
+    let mut verified = Verified::default();
+    for result in results {
+        let slug = &result.slug;
+        let merged = trial_profdata(ws, slug);
+        let recorded_merge = result.merge.as_ref().filter(|m| m.profdata.is_some());
+        let checks: Vec<(PathBuf, Option<&String>)> = if merged.is_file() {
+            vec![(merged.clone(), recorded_merge.and_then(|m| m.sha256.as_ref()))]
+        } else {
+            if recorded_merge.is_some() {
+                verified.missing.push(format!("{}: its merged profile {} is gone", result.trial, merged.display()));
+            }
+            let raw = raw_files(&ws.trial_profiles(slug))?;
+            if raw.is_empty() && recorded_merge.is_none() && !result.raw_sha256.is_empty() {
+                verified.missing.push(format!(
+                    "{}: its {} raw profiles in {} are gone",
+                    result.trial,
+                    result.raw_sha256.len(),
+                    ws.trial_profiles(slug).display()
+                ));
+            }
+            raw.into_iter()
+                .map(|f| {
+                    let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                    (f, result.raw_sha256.get(&name))
+                })
+                .collect()
+        };
+        for (file, recorded) in checks {
+            let actual = workspace::sha256_file(&file)?;
+            let why = match recorded {
+                Some(sum) if *sum == actual => {
+                    verified.inputs.push(file);
+                    continue;
+                }
+                Some(sum) => format!("altered after its trial wrote it (sha256 recorded {sum}, now {actual})"),
+                None => format!("not recorded by trial {} (no checksum), so not trusted", result.trial),
+            };
+            let dir = ws.trial_quarantine(slug);
+            workspace::create_dir(&dir)?;
+            let to = dir.join(file.file_name().expect("a file"));
+            ws.rename(&file, &to)?;
+            verified.quarantined.push(Quarantined { file: to, reason: why });
+        }
+    }
+    Ok(verified)
 }
 
 /// Merges a finished trial's raw profiles into `profiles/<trial>.profdata`,
@@ -97,11 +165,13 @@ pub fn merge_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, keep_raw: 
             }
         }
     }
+    let sha256 = if merged > 0 { Some(workspace::sha256_file(&output)?) } else { None };
     Ok(TrialMerge {
         profdata: (merged > 0).then_some(output),
         merged,
         quarantined,
         seconds: started.elapsed().as_secs_f64(),
+        sha256,
     })
 }
 

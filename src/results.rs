@@ -51,6 +51,9 @@ pub struct TrialResult {
     /// The trial's incremental merge, when it ran.
     pub merge: Option<crate::profiles::TrialMerge>,
     pub merge_error: Option<String>,
+    /// SHA-256 of the raw profiles left unmerged, by file name.
+    #[serde(default)]
+    pub raw_sha256: std::collections::BTreeMap<String, String>,
     /// Processes still alive after the trial's main process exited.
     pub leftovers: usize,
     pub perf: PerfReport,

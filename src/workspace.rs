@@ -432,6 +432,24 @@ pub fn normalize(path: &Path) -> PathBuf {
     out
 }
 
+/// The SHA-256 of a file, in hex: recorded when a profile is written and
+/// checked before a report uses it.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut file = fs::File::open(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buffer)
+            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// The bits taken away from the modes of everything the harness and its
 /// trials create: the user's umask, always with group and world write.
 static UMASK: AtomicU32 = AtomicU32::new(0o022);

@@ -241,7 +241,7 @@ fn report_without_a_run_says_what_to_run_first() {
     let out = harness(&s, "report", &["--exact", "report::merge"]);
     let log = text(&out);
     assert!(!out.status.success(), "{log}");
-    assert!(log.contains(&format!("no build recorded in {}", s.ws.display())), "{log}");
+    assert!(log.contains(&format!("{} is not a ccl-coverage workspace", s.ws.display())), "{log}");
     assert!(log.contains("run `cargo test --test collectives` first"), "{log}");
 }
 
@@ -395,8 +395,12 @@ fn bad_profiles_are_quarantined_and_the_rest_is_still_reported() {
         );
     });
     let out = harness(&s, "collectives", &[]);
-    assert!(out.status.success(), "the trials themselves pass: {}", text(&out));
+    assert!(!out.status.success(), "a trial that lost a profile fails: {}", text(&out));
+    assert_eq!(result(&s, "Broadcast.1K.good")["status"], "PASSED");
     let truncated = result(&s, "Broadcast.1K.truncated");
+    assert_eq!(truncated["status"], "FAILED", "{truncated}");
+    let reason = truncated["reason"].as_str().unwrap();
+    assert!(reason.starts_with("coverage lost: 1 of its raw profiles were unreadable"), "{reason}");
     let quarantined = truncated["merge"]["quarantined"].as_array().unwrap();
     assert_eq!(quarantined.len(), 1, "{truncated}");
     let moved = PathBuf::from(quarantined[0]["file"].as_str().unwrap());
@@ -414,7 +418,7 @@ fn bad_profiles_are_quarantined_and_the_rest_is_still_reported() {
     let log = text(&report);
     assert!(!report.status.success(), "{log}");
     assert!(
-        log.contains("report::profiles") && log.contains("unreadable raw profiles were moved to quarantine"),
+        log.contains("report::profiles") && log.contains("profiles were unreadable or altered and moved to quarantine"),
         "{log}"
     );
     assert!(log.contains("vm-999-garbage.profraw"), "the garbled file is named: {log}");
@@ -430,7 +434,7 @@ fn bad_profiles_are_quarantined_and_the_rest_is_still_reported() {
 }
 
 #[test]
-fn a_passing_trial_without_a_profile_is_flagged_and_timeouts_give_no_coverage() {
+fn a_trial_without_a_profile_fails_and_timeouts_give_no_coverage() {
     let mut s = setup(|v| {
         only(
             v,
@@ -449,8 +453,10 @@ fn a_passing_trial_without_a_profile_is_flagged_and_timeouts_give_no_coverage() 
     let log = text(&out);
     assert!(log.contains("AllReduce::1K::hang still running after 1s (timeout 3s)"), "heartbeat: {log}");
     let noflush = result(&s, "AllReduce.1K.noflush");
-    assert_eq!(noflush["status"], "PASSED");
+    assert_eq!(noflush["status"], "FAILED", "coverage loss is a failure: {noflush}");
+    assert!(noflush["reason"].as_str().unwrap().starts_with("coverage lost: the trial passed but wrote no coverage profile"));
     assert_eq!(noflush["no_profile"], true, "{noflush}");
+    assert!(log.contains("AllReduce::1K::noflush ... FAILED"), "{log}");
     let report = harness(&s, "report", &[]);
     let log = text(&report);
     assert!(!report.status.success());

@@ -3,6 +3,7 @@
 //! reuses) it, every other trial waits for it, and a failed build fails every
 //! trial with the build's own error.
 
+use crate::config::LauncherKind;
 use crate::context::Context;
 use crate::error::Error;
 use crate::fixture::{self, BuildManifest, BuildPlan};
@@ -125,15 +126,24 @@ impl Shared {
         let slots = Slots::new(ctx.state_dir.join("slots"), ctx.config().capacity);
         let profile_dir = ws.trial_profiles(&spec.slug);
         let log = ws.trial_log(&spec.slug);
-        let merge_now = || -> (usize, Option<profiles::TrialMerge>, Option<String>) {
+        let merge_now = || -> MergeOutcome {
             let raw = profiles::raw_files(&profile_dir).map(|f| f.len()).unwrap_or(0);
-            if !manifest.coverage || !ctx.incremental_merge || raw == 0 {
-                return (raw, None, None);
+            let mut outcome = MergeOutcome { raw, ..MergeOutcome::default() };
+            if !manifest.coverage {
+                return outcome;
             }
-            match profiles::merge_trial(ws, &manifest.toolchain, &spec.slug, ctx.keep_raw) {
-                Ok(m) => (raw, Some(m), None),
-                Err(e) => (raw, None, Some(e.to_string())),
+            if ctx.incremental_merge && raw > 0 {
+                match profiles::merge_trial(ws, &manifest.toolchain, &spec.slug, ctx.keep_raw) {
+                    Ok(m) => outcome.merge = Some(m),
+                    Err(e) => outcome.error = Some(e.to_string()),
+                }
             }
+            // What is left raw is recorded too, so the report can tell it was not altered.
+            match profiles::raw_checksums(&profile_dir) {
+                Ok(sums) => outcome.raw_sha256 = sums,
+                Err(e) => outcome.error = Some(e.to_string()),
+            }
+            outcome
         };
         let (launch, finished, started_at, started_unix_ms, merged) = {
             let held = slots.acquire(spec.ranks).map_err(fail)?;
@@ -161,10 +171,29 @@ impl Shared {
         };
         // With overlap the slots are free now: the next trial runs while this
         // one's profiles merge.
-        let (raw_profiles, merge, merge_error) = merged.unwrap_or_else(merge_now);
+        let MergeOutcome { raw: raw_profiles, merge, error: merge_error, raw_sha256 } =
+            merged.unwrap_or_else(merge_now);
         let output = std::fs::read_to_string(&log).unwrap_or_default();
         let perf = perf::parse(&output);
-        let verdict = outcome::judge(&finished, &perf, launch.timeout);
+        let mut verdict = outcome::judge(&finished, &perf, launch.timeout);
+        if manifest.coverage {
+            let quarantined: Vec<String> = merge
+                .iter()
+                .flat_map(|m| m.quarantined.iter().map(|q| format!("{} ({})", q.file.display(), q.reason)))
+                .collect();
+            let expected = match spec.launcher(ctx.config()).kind {
+                LauncherKind::Direct => 1,
+                LauncherKind::Mpirun | LauncherKind::Srun => spec.ranks,
+            };
+            let evidence = outcome::ProfileEvidence {
+                raw: raw_profiles,
+                expected,
+                dir: &profile_dir,
+                merge_error: merge_error.as_deref(),
+                quarantined: &quarantined,
+            };
+            verdict = outcome::judge_coverage(verdict, &evidence);
+        }
         let (exit_code, signal) = match &finished.ending {
             Ending::Exited(s) => {
                 use std::os::unix::process::ExitStatusExt;
@@ -201,6 +230,7 @@ impl Shared {
             no_profile: manifest.coverage && exit_code == Some(0) && raw_profiles == 0,
             merge,
             merge_error,
+            raw_sha256,
             leftovers: finished.leftovers,
             perf,
         };
@@ -218,6 +248,16 @@ impl Shared {
             indent_tail(&output, TAIL_LINES)
         )))
     }
+}
+
+/// What merging a finished trial's raw profiles gave.
+#[derive(Default)]
+struct MergeOutcome {
+    /// Raw profiles the trial left.
+    raw: usize,
+    merge: Option<profiles::TrialMerge>,
+    error: Option<String>,
+    raw_sha256: std::collections::BTreeMap<String, String>,
 }
 
 /// A trial that has not started when the run is interrupted does not start.

@@ -48,6 +48,8 @@ struct Merged {
 struct Health {
     quarantined: Vec<Quarantined>,
     merge_errors: Vec<String>,
+    /// Profiles a trial recorded that are gone.
+    missing: Vec<String>,
     no_profile: Vec<String>,
     /// Timed out or killed by a signal: their processes wrote no profile.
     no_coverage: Vec<String>,
@@ -146,7 +148,8 @@ impl Shared {
             )));
         }
         let results = results::load_all(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
-        let inputs = profiles::collect(ws, &results)?;
+        let verified = profiles::verified_inputs(ws, &results)?;
+        let inputs = verified.inputs;
         if inputs.is_empty() {
             return Err(Error::new(format!(
                 "no profiles for build {} under {}; run `cargo test --test collectives` first",
@@ -177,7 +180,8 @@ impl Shared {
                 ws.area(Area::Quarantine).display()
             )));
         }
-        let mut health = Health { quarantined: quarantined_now, ..Health::default() };
+        let mut health = Health { quarantined: quarantined_now, missing: verified.missing, ..Health::default() };
+        health.quarantined.extend(verified.quarantined);
         for r in &results {
             if let Some(m) = &r.merge {
                 health.quarantined.extend(m.quarantined.iter().cloned());
@@ -222,7 +226,7 @@ impl Shared {
         let mut problems = Vec::new();
         if !h.quarantined.is_empty() {
             problems.push(format!(
-                "{} unreadable raw profiles were moved to quarantine (reports use the rest):\n{}",
+                "{} profiles were unreadable or altered and moved to quarantine (reports use the rest):\n{}",
                 h.quarantined.len(),
                 h.quarantined
                     .iter()
@@ -234,6 +238,9 @@ impl Shared {
         if !h.merge_errors.is_empty() {
             problems.push(format!("merging failed for: {}", h.merge_errors.join("; ")));
         }
+        if !h.missing.is_empty() {
+            problems.push(format!("profiles vanished after their trials wrote them: {}", h.missing.join("; ")));
+        }
         if !h.no_profile.is_empty() {
             problems.push(format!(
                 "these trials exited 0 but left no profile (is the instrumented library the one loaded? check LD_LIBRARY_PATH): {}",
@@ -243,7 +250,10 @@ impl Shared {
         if !h.no_coverage.is_empty() {
             problems.push(format!("no coverage from these trials (timed out or killed): {}", h.no_coverage.join("; ")));
         }
-        let failing = !h.quarantined.is_empty() || !h.merge_errors.is_empty() || !h.no_profile.is_empty();
+        let failing = !h.quarantined.is_empty()
+            || !h.merge_errors.is_empty()
+            || !h.missing.is_empty()
+            || !h.no_profile.is_empty();
         if !failing {
             return Ok(Completion::Completed);
         }
