@@ -13,9 +13,12 @@ use crate::config::{LoadedConfig, Step};
 use crate::context::Context;
 use crate::device::{self, DeviceDecision};
 use crate::error::{Error, Result};
+use crate::interrupt;
 use crate::objects::{self, Instrumentation};
 use crate::process::Cmd;
+use crate::proctree;
 use crate::rccl;
+use crate::supervisor::Supervised;
 use crate::template::Vars;
 use crate::toolchain::{self, Toolchain};
 use crate::workspace::{self, Area, Workspace};
@@ -303,7 +306,7 @@ impl BuildPlan {
             }
             std::fs::write(&log, format!("$ {}\n", cmd.display()))
                 .map_err(|e| Error::new(format!("cannot write {}: {e}", log.display())))?;
-            cmd.run_logged(&log).map_err(|e| e.context(format!("build step {name:?} failed")))?;
+            run_step(ctx, cmd, &log).map_err(|e| e.context(format!("build step {name:?} failed")))?;
             let seconds = step_started.elapsed().as_secs_f64();
             eprintln!("ccl-coverage:   [{}/{total}] {name}: {seconds:.1}s", i + 1);
             records.push(StepRecord { name: name.clone(), command: cmd.display(), seconds });
@@ -475,6 +478,47 @@ fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
         (Some(b'?'), Some(_)) => wildcard(&pattern[1..], &text[1..]),
         (Some(p), Some(t)) if p == t => wildcard(&pattern[1..], &text[1..]),
         _ => false,
+    }
+}
+
+/// Runs one build step under a supervisor, like a trial: an interrupted or
+/// killed harness stops it (and everything it started) instead of leaving a
+/// compiler running, and the cache, which has no manifest yet, is never used
+/// half-built.
+fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
+    let token = proctree::new_token();
+    let cmd = cmd.clone().env(proctree::TRIAL_TOKEN_VAR, token.clone());
+    let grace = std::time::Duration::from_secs(ctx.config().timeouts.grace);
+    let mut step = Supervised::spawn(&ctx.supervisor, &cmd, &token, log, grace)?;
+    let status = loop {
+        if let Some(status) = step.try_wait()? {
+            break status;
+        }
+        if interrupt::requested().is_some() {
+            step.stop();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let (report, _) = step.finish(status)?;
+    if report.stopped.is_some() {
+        bail!(
+            "interrupted by {}: {} was stopped; the build is not cached and resumes on the next run",
+            interrupt::describe(),
+            cmd.display()
+        );
+    }
+    match report.wait_status.map(<std::process::ExitStatus as std::os::unix::process::ExitStatusExt>::from_raw) {
+        Some(status) if status.success() => Ok(()),
+        status => {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            bail!(
+                "command failed ({}): {}\nlast lines of {}:\n{}",
+                status.map_or_else(|| "no exit status".into(), crate::process::describe_status),
+                cmd.display(),
+                log.display(),
+                crate::process::indent_tail(&text, crate::process::TAIL_LINES)
+            )
+        }
     }
 }
 

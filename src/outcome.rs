@@ -106,6 +106,10 @@ pub struct ProfileEvidence<'a> {
     pub merge_error: Option<&'a str>,
     /// Raw profiles set aside as unreadable.
     pub quarantined: &'a [String],
+    /// What the profile runtime printed when it failed to write (`LLVM Profile Error: …`).
+    pub runtime_errors: &'a [String],
+    /// Bytes free on the profile folder's filesystem, when known.
+    pub free_bytes: Option<u64>,
 }
 
 /// Under coverage, a trial that lost coverage does not pass: its profiles
@@ -136,6 +140,13 @@ pub fn judge_coverage(verdict: Verdict, evidence: &ProfileEvidence) -> Verdict {
     } else {
         return verdict;
     };
+    let mut reason = reason;
+    if evidence.free_bytes == Some(0) {
+        reason.push_str(&format!("; the filesystem of {dir} is full (no space left on device)"));
+    }
+    if !evidence.runtime_errors.is_empty() {
+        reason.push_str(&format!("; the profile runtime said: {}", evidence.runtime_errors.join(" | ")));
+    }
     Verdict { status: Status::Failed, reason }
 }
 
@@ -234,6 +245,8 @@ mod tests {
             dir: std::path::Path::new("/ws/profiles/T"),
             merge_error: None,
             quarantined: &[],
+            runtime_errors: &[],
+            free_bytes: None,
         }
     }
 
@@ -251,6 +264,16 @@ mod tests {
         let bad = ["/ws/quarantine/T/a.profraw".to_string()];
         let quarantined = ProfileEvidence { quarantined: &bad, ..evidence(3, 3) };
         assert!(judge_coverage(passed(), &quarantined).reason.contains("1 of its raw profiles were unreadable"));
+        let said = ["LLVM Profile Error: Failed to write file \"x\": No space left on device".to_string()];
+        let full = ProfileEvidence { runtime_errors: &said, free_bytes: Some(0), ..evidence(0, 1) };
+        let reason = judge_coverage(passed(), &full).reason;
+        assert!(reason.contains("is full (no space left on device)"), "{reason}");
+        assert!(
+            reason.ends_with(
+                "the profile runtime said: LLVM Profile Error: Failed to write file \"x\": No space left on device"
+            ),
+            "{reason}"
+        );
         let failed = Verdict { status: Status::Failed, reason: "exit status 1".into() };
         assert_eq!(judge_coverage(failed.clone(), &evidence(0, 3)), failed, "a failure keeps its own reason");
     }

@@ -4,7 +4,6 @@
 
 use crate::error::{Error, Result};
 use crate::redact;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Default)]
@@ -150,34 +149,6 @@ impl Cmd {
         )))
     }
 
-    /// Runs to completion with stdout and stderr appended to `log`.
-    pub fn run_logged(&self, log: &Path) -> Result<()> {
-        let file = File::options()
-            .create(true)
-            .append(true)
-            .open(log)
-            .map_err(|e| Error::new(format!("cannot open log {}: {e}", log.display())))?;
-        let status = self
-            .expression()
-            .stdout_file(file.try_clone().map_err(|e| Error::new(e.to_string()))?)
-            .stderr_file(file)
-            .unchecked()
-            .run()
-            .map_err(|e| self.cannot_start(e))?
-            .status;
-        if status.success() {
-            return Ok(());
-        }
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        Err(Error::new(format!(
-            "command failed ({}): {}\nlast lines of {}:\n{}",
-            describe_status(status),
-            self.display(),
-            log.display(),
-            indent_tail(&text, TAIL_LINES)
-        )))
-    }
-
     fn cannot_start(&self, e: std::io::Error) -> Error {
         let hint = if e.kind() == std::io::ErrorKind::NotFound {
             format!(" ({} is not installed or not on PATH)", self.program)
@@ -281,20 +252,6 @@ mod tests {
     fn missing_program_says_so() {
         let msg = Cmd::new("ccl-coverage-no-such-tool").read().unwrap_err().to_string();
         assert!(msg.contains("not installed or not on PATH"), "{msg}");
-    }
-
-    #[test]
-    fn logged_failure_shows_log_tail() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("step.log");
-        let err = Cmd::new("sh")
-            .args(["-c", "for i in $(seq 100); do echo line$i; done; exit 1"])
-            .run_logged(&log)
-            .unwrap_err();
-        let msg = err.to_string();
-        assert!(msg.contains("line100") && !msg.contains("line50\n"), "{msg}");
-        assert!(msg.contains("earlier lines"), "{msg}");
-        assert!(msg.contains(&log.display().to_string()), "{msg}");
     }
 
     #[test]

@@ -13,12 +13,19 @@
 //!   then SIGKILL ([`crate::proctree`]);
 //! - once the trial's main process has exited, kills what it left behind and
 //!   reports, as one JSON line on its stdout, how the trial ended.
+//!
+//! [`Supervised`] is the harness's side: trials (`run.rs`) and build steps
+//! (`fixture.rs`) both run through it.
 
+use crate::bail;
+use crate::error::{Error, Result};
+use crate::process::Cmd;
 use crate::proctree::{TRIAL_TOKEN_VAR, Tree};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Set (to a JSON [`Spec`]) in the environment of a supervisor process.
@@ -28,6 +35,118 @@ pub const STOP: u8 = b'T';
 /// How long SIGKILLed processes may take to disappear.
 pub const REAP_LIMIT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(20);
+/// How long past the grace period a stopping supervisor may take before the
+/// harness kills it and stops the processes itself.
+const STOP_SLACK: Duration = Duration::from_secs(15);
+
+/// A command running under its supervisor: the harness's end of the lifeline.
+pub struct Supervised {
+    child: Child,
+    display: String,
+    log: PathBuf,
+    token: String,
+    grace: Duration,
+    stop_asked: Option<Instant>,
+}
+
+impl Supervised {
+    /// Starts `exe` as the supervisor of `cmd` (which carries the marker
+    /// `token`), in a session of its own, with all output appended to `log`.
+    pub fn spawn(exe: &Path, cmd: &Cmd, token: &str, log: &Path, grace: Duration) -> Result<Supervised> {
+        let spec = Spec {
+            argv: cmd.argv(),
+            cwd: cmd.get_cwd().map(Path::to_path_buf),
+            log: log.to_path_buf(),
+            grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+        };
+        let err = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| Error::new(format!("cannot open {}: {e}", log.display())))?;
+        let mut command = Command::new(exe);
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(err);
+        for (k, v) in cmd.get_env() {
+            command.env(k, v);
+        }
+        for k in cmd.get_env_remove() {
+            command.env_remove(k);
+        }
+        command.env(SUPERVISE_VAR, serde_json::to_string(&spec).expect("spec serializes"));
+        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().map_err(|e| {
+            Error::new(format!("cannot start the supervisor {}: {e} (for {})", exe.display(), cmd.display()))
+        })?;
+        Ok(Supervised {
+            child,
+            display: cmd.display(),
+            log: log.to_path_buf(),
+            token: token.to_string(),
+            grace,
+            stop_asked: None,
+        })
+    }
+
+    /// The supervisor's exit status once it is done. One that does not
+    /// finish stopping in time is killed (the backstop in [`Self::finish`]
+    /// then stops the processes).
+    pub fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
+        let waited = self.child.try_wait().map_err(|e| Error::new(format!("waiting for {}: {e}", self.display)))?;
+        if waited.is_some() {
+            return Ok(waited);
+        }
+        if self.stop_asked.is_some_and(|at| at.elapsed() > self.grace.saturating_add(STOP_SLACK)) {
+            let _ = self.child.kill();
+            return self.child.wait().map(Some).map_err(|e| Error::new(format!("waiting for {}: {e}", self.display)));
+        }
+        Ok(None)
+    }
+
+    /// Asks the supervisor to stop the command (SIGTERM, grace, SIGKILL).
+    pub fn stop(&mut self) {
+        if self.stop_asked.is_some() {
+            return;
+        }
+        self.stop_asked = Some(Instant::now());
+        if let Some(lifeline) = self.child.stdin.as_mut() {
+            // A supervisor that already ended has nothing left to stop.
+            let _ = lifeline.write_all(&[STOP]).and_then(|()| lifeline.flush());
+        }
+    }
+
+    /// The supervisor's report, and how many processes the harness still had
+    /// to kill itself (0 unless the supervisor failed).
+    pub fn finish(mut self, status: ExitStatus) -> Result<(Report, usize)> {
+        let mut text = String::new();
+        let report = match self.child.stdout.take() {
+            Some(mut out) => {
+                out.read_to_string(&mut text).ok().and_then(|_| serde_json::from_str(text.lines().last()?).ok())
+            }
+            None => None,
+        };
+        let backstop = Tree::new(self.child.id() as libc::pid_t, &self.token).wait_gone(REAP_LIMIT, &mut || {});
+        let Some(report): Option<Report> = report else {
+            bail!(
+                "the supervisor ended ({}) without saying how {} ended; see {}",
+                crate::process::describe_status(status),
+                self.display,
+                self.log.display()
+            );
+        };
+        if let Some(why) = &report.spawn_error {
+            bail!("cannot run {}: {why}", self.display);
+        }
+        Ok((report, backstop))
+    }
+}
 
 /// What to supervise.
 #[derive(Debug, Clone, Serialize, Deserialize)]

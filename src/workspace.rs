@@ -185,7 +185,8 @@ impl Workspace {
                 Some(marker) => return self.check_config(&marker, config, config_path),
                 None => {
                     let entries = self.entries()?;
-                    let legacy = !entries.is_empty() && entries.iter().all(|e| LEGACY_ENTRIES.contains(&e.as_str()));
+                    let legacy =
+                        entries.iter().all(|e| LEGACY_ENTRIES.contains(&e.as_str())) && self.has_build_record();
                     if legacy {
                         eprintln!(
                             "ccl-coverage: adopting {} as a workspace: it holds only what an older ccl-coverage wrote there",
@@ -274,6 +275,14 @@ impl Workspace {
             );
         }
         Ok(())
+    }
+
+    /// Whether `build.json` is a build record (older versions wrote one first).
+    fn has_build_record(&self) -> bool {
+        fs::read_to_string(self.build_manifest())
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .is_some_and(|v| v.get("build_id").is_some_and(serde_json::Value::is_string))
     }
 
     fn read_marker(&self) -> Result<Option<Marker>> {
@@ -464,6 +473,37 @@ pub fn restrict_umask() {
     // SAFETY: as above.
     unsafe { libc::umask(mask) };
     UMASK.store(mask, Ordering::SeqCst);
+}
+
+/// Gives every folder and file under `dir` the modes the harness's own get
+/// (folders `0777`, files `0666`, less the umask): tools such as `llvm-cov`
+/// create theirs with modes of their own.
+pub fn normalize_modes(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mask = UMASK.load(Ordering::SeqCst);
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o777 & !mask))
+        .map_err(|e| Error::new(format!("cannot set the mode of {}: {e}", dir.display())))?;
+    normalize_modes_under(dir, mask)
+}
+
+fn normalize_modes_under(dir: &Path, mask: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let entries = fs::read_dir(dir).map_err(|e| Error::new(format!("cannot list {}: {e}", dir.display())))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let meta =
+            fs::symlink_metadata(&path).map_err(|e| Error::new(format!("cannot inspect {}: {e}", path.display())))?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mode = if meta.is_dir() { 0o777 & !mask } else { 0o666 & !mask };
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::new(format!("cannot set the mode of {}: {e}", path.display())))?;
+        if meta.is_dir() {
+            normalize_modes_under(&path, mask)?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes `contents` to `path` atomically (temporary file, then rename), so a

@@ -454,7 +454,12 @@ fn a_trial_without_a_profile_fails_and_timeouts_give_no_coverage() {
     assert!(log.contains("AllReduce::1K::hang still running after 1s (timeout 3s)"), "heartbeat: {log}");
     let noflush = result(&s, "AllReduce.1K.noflush");
     assert_eq!(noflush["status"], "FAILED", "coverage loss is a failure: {noflush}");
-    assert!(noflush["reason"].as_str().unwrap().starts_with("coverage lost: the trial passed but wrote no coverage profile"));
+    assert!(
+        noflush["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("coverage lost: the trial passed but wrote no coverage profile")
+    );
     assert_eq!(noflush["no_profile"], true, "{noflush}");
     assert!(log.contains("AllReduce::1K::noflush ... FAILED"), "{log}");
     let report = harness(&s, "report", &[]);

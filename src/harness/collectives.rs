@@ -88,7 +88,7 @@ impl Shared {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare_fixture()))
                 .unwrap_or_else(|p| Err(Error::new(format!("the build panicked: {}", panic_text(&*p)))))
         });
-        built.as_ref().map_err(|e| Failed::from(format!("the shared build failed, so this trial did not run:\n{e}")))
+        built.as_ref().map_err(|e| Failed::from(e.to_string()))
     }
 
     fn prepare_fixture(&self) -> Result<BuildManifest, Error> {
@@ -99,10 +99,18 @@ impl Shared {
             ctx.loaded.path.display(),
             ctx.workspace.root().display()
         );
-        let plan = BuildPlan::new(ctx)?;
+        let build_failed = |e: Error| Error::new(format!("the shared build failed, so this trial did not run:\n{e}"));
+        let plan = BuildPlan::new(ctx).map_err(build_failed)?;
         eprintln!("ccl-coverage: device coverage: {}", plan.device.summary());
-        let manifest = plan.build(ctx)?;
-        fixture::adopt(&ctx.workspace, &manifest)?;
+        let manifest = plan.build(ctx).map_err(build_failed)?;
+        // The build is fine; what fails here is the workspace (full, read-only).
+        fixture::adopt(&ctx.workspace, &manifest).map_err(|e| {
+            Error::new(format!(
+                "cannot record build {} in the workspace {}, so this trial did not run:\n{e}",
+                manifest.build_id,
+                ctx.workspace.root().display()
+            ))
+        })?;
         Ok(manifest)
     }
 
@@ -185,12 +193,16 @@ impl Shared {
                 LauncherKind::Direct => 1,
                 LauncherKind::Mpirun | LauncherKind::Srun => spec.ranks,
             };
+            let runtime_errors: Vec<String> =
+                output.lines().filter(|l| l.contains("LLVM Profile Error")).take(3).map(String::from).collect();
             let evidence = outcome::ProfileEvidence {
                 raw: raw_profiles,
                 expected,
                 dir: &profile_dir,
                 merge_error: merge_error.as_deref(),
                 quarantined: &quarantined,
+                runtime_errors: &runtime_errors,
+                free_bytes: host::free_bytes(&profile_dir),
             };
             verdict = outcome::judge_coverage(verdict, &evidence);
         }

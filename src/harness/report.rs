@@ -308,10 +308,9 @@ impl Shared {
     }
 
     fn html(&self, merged: &Merged) -> Result<(), Failed> {
-        let index = merged
-            .inputs
-            .html(&self.report_dir().join("html"))
-            .map_err(|e| failed("llvm-cov show -format=html", &e))?;
+        let dir = self.report_dir().join("html");
+        let index = merged.inputs.html(&dir).map_err(|e| failed("llvm-cov show -format=html", &e))?;
+        workspace::normalize_modes(&dir).map_err(|e| failed("setting the report's modes", &e))?;
         eprintln!("ccl-coverage: HTML report: {}", index.display());
         Ok(())
     }

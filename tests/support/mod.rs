@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn root() -> PathBuf {
@@ -48,6 +48,8 @@ pub fn only(v: &mut Value, collective: &str, sizes: &[&str], variants: Value) {
 
 pub struct Ran {
     pub success: bool,
+    /// The exit code; `None` when a signal ended the harness.
+    pub code: Option<i32>,
     /// stdout, then stderr.
     pub stdout: String,
     pub stderr: String,
@@ -60,54 +62,90 @@ impl Ran {
     }
 }
 
-/// Runs the harness binary hermetically (no inherited `CCL_COV_*` switch)
-/// and kills it if it runs past `limit`: a hung harness must fail the test,
-/// not hang it. Output goes to files, so a full pipe cannot stall it.
-pub fn harness(s: &Setup, subcommand: &str, args: &[&str], limit: Duration) -> Ran {
+/// A harness started in the background, output going to files (so a full
+/// pipe cannot stall it).
+pub struct Running {
+    pub child: Child,
+    out: PathBuf,
+    err: PathBuf,
+    started: Instant,
+}
+
+/// The harness command, hermetic: no `CCL_COV_*` switch of the caller leaks in.
+pub fn command(s: &Setup, subcommand: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
     for (key, _) in std::env::vars() {
-        if key.starts_with("CCL_COV_") || key == "GITHUB_STEP_SUMMARY" {
+        if key.starts_with("CCL_COV_") || key == "GITHUB_STEP_SUMMARY" || key == "NEXTEST_RUN_ID" {
             cmd.env_remove(key);
         }
     }
-    let out_path = s.dir.path().join(format!("harness-{}.out", std::process::id()));
-    let err_path = s.dir.path().join(format!("harness-{}.err", std::process::id()));
     cmd.arg(subcommand)
         .args(args)
         .env("CCL_COV_CONFIG", &s.config)
         .env("CCL_COV_WORKSPACE", &s.ws)
         .env("CARGO_MANIFEST_DIR", root())
         .current_dir(root())
-        .stdin(Stdio::null())
-        .stdout(fs::File::create(&out_path).unwrap())
-        .stderr(fs::File::create(&err_path).unwrap());
+        .stdin(Stdio::null());
     for (k, v) in &s.env {
         cmd.env(k, v);
     }
-    let started = Instant::now();
-    let mut child = cmd.spawn().unwrap();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let read = |p: &Path| String::from_utf8_lossy(&fs::read(p).unwrap_or_default()).into_owned();
-    let ran = Ran {
-        success: status.is_some_and(|s| s.success()),
-        stdout: read(&out_path),
-        stderr: read(&err_path),
-        took: started.elapsed(),
-    };
-    let _ = fs::remove_file(&out_path);
-    let _ = fs::remove_file(&err_path);
-    assert!(status.is_some(), "the harness ran past {limit:?} and was killed:\n{}", ran.text());
-    ran
+    cmd
+}
+
+/// Starts `cmd` with its output in files under `s.dir`.
+pub fn spawn(s: &Setup, mut cmd: Command) -> Running {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    let out = s.dir.path().join(format!("harness-{}-{n}.out", std::process::id()));
+    let err = s.dir.path().join(format!("harness-{}-{n}.err", std::process::id()));
+    cmd.stdout(fs::File::create(&out).unwrap()).stderr(fs::File::create(&err).unwrap());
+    Running { child: cmd.spawn().unwrap(), out, err, started: Instant::now() }
+}
+
+impl Running {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// What it printed so far.
+    pub fn text_so_far(&self) -> String {
+        let read = |p: &Path| String::from_utf8_lossy(&fs::read(p).unwrap_or_default()).into_owned();
+        format!("{}{}", read(&self.out), read(&self.err))
+    }
+
+    /// Waits for it to end, killing it (and failing the test) past `limit`.
+    pub fn wait(mut self, limit: Duration) -> Ran {
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if self.started.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let read = |p: &Path| String::from_utf8_lossy(&fs::read(p).unwrap_or_default()).into_owned();
+        let ran = Ran {
+            success: status.is_some_and(|s| s.success()),
+            code: status.and_then(|s| s.code()),
+            stdout: read(&self.out),
+            stderr: read(&self.err),
+            took: self.started.elapsed(),
+        };
+        let _ = fs::remove_file(&self.out);
+        let _ = fs::remove_file(&self.err);
+        assert!(status.is_some(), "the harness ran past {limit:?} and was killed:\n{}", ran.text());
+        ran
+    }
+}
+
+/// Runs the harness binary hermetically and kills it if it runs past
+/// `limit`: a hung harness must fail the test, not hang it.
+pub fn harness(s: &Setup, subcommand: &str, args: &[&str], limit: Duration) -> Ran {
+    spawn(s, command(s, subcommand, args)).wait(limit)
 }
 
 pub fn result(s: &Setup, slug: &str) -> Value {
