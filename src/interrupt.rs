@@ -23,7 +23,13 @@ pub fn install() {
             Ok(mut signals) => {
                 std::thread::spawn(move || {
                     for sig in signals.forever() {
-                        on_signal(sig, crate::process::signal_name(sig));
+                        if !first(sig, crate::process::signal_name(sig)) {
+                            eprintln!(
+                                "ccl-coverage: {} again: exiting now; the trial supervisors stop what still runs",
+                                crate::process::signal_name(sig)
+                            );
+                            std::process::exit(128 + sig);
+                        }
                     }
                 });
             }
@@ -35,15 +41,15 @@ pub fn install() {
     });
 }
 
-fn on_signal(sig: i32, what: &str) {
-    if SIGNAL.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+/// Records the interruption; false if the run was already interrupted.
+fn first(sig: i32, what: &str) -> bool {
+    let first = SIGNAL.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+    if first {
         eprintln!(
             "ccl-coverage: {what}: stopping the running trials (SIGTERM, grace period, SIGKILL); send it again to exit at once"
         );
-    } else {
-        eprintln!("ccl-coverage: {what} again: exiting now; the trial supervisors stop what still runs");
-        std::process::exit(128 + sig);
     }
+    first
 }
 
 /// cargo does not forward SIGTERM to the test binary it runs, and dies of
@@ -59,8 +65,10 @@ fn watch_cargo_parent() {
         loop {
             std::thread::sleep(Duration::from_millis(100));
             // SAFETY: as above.
+            // Ctrl-C reaches cargo and this binary together: cargo's death
+            // then is the same interruption, not a second one.
             if unsafe { libc::getppid() } != parent {
-                on_signal(libc::SIGTERM, "cargo (our parent) is gone");
+                first(libc::SIGTERM, "cargo (our parent) is gone");
                 return;
             }
         }

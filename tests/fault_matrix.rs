@@ -66,10 +66,7 @@ fn start_hung_mpi(s: &Setup, extra: &[(&str, &str)]) -> Running {
         cmd.env(k, v);
     }
     let running = spawn(s, cmd);
-    let needle = s.ws.join("profiles/AllReduce.1K.mpihang").display().to_string();
-    wait_until("the mpi trial's ranks", Duration::from_secs(120), || {
-        processes_mentioning(&needle).iter().filter(|p| p.contains("all_reduce_perf")).count() >= 3
-    });
+    wait_for_hung_ranks(s);
     running
 }
 
@@ -134,17 +131,39 @@ fn sigterm_stops_mpi_ranks_within_the_grace_period_and_keeps_results() {
     interrupted_by(libc::SIGTERM, "SIGTERM");
 }
 
-/// cargo dies of SIGTERM without passing it on; the test binary notices its
-/// parent is gone. A shell named `cargo` stands in for cargo here.
 #[test]
-fn cargo_killed_with_sigterm_stops_the_trials_too() {
+fn sighup_stops_mpi_ranks_within_the_grace_period_and_keeps_results() {
+    let _shared = shared();
+    interrupted_by(libc::SIGHUP, "SIGHUP");
+}
+
+/// Ctrl-C in a terminal signals the whole foreground process group: cargo
+/// and the test binary together (cargo dies of it).
+#[test]
+fn ctrl_c_to_the_cargo_process_group_stops_the_trials() {
     let _shared = shared();
     let s = interruptible();
-    let fake_cargo = s.dir.path().join("cargo");
-    std::os::unix::fs::symlink("/bin/sh", &fake_cargo).unwrap();
+    let running = spawn(&s, fake_cargo(&s, true));
+    wait_for_hung_ranks(&s);
+    signal(-running.pid(), libc::SIGINT);
+    let gone = time_until_gone(&s, Duration::from_secs(GRACE_S + 10));
+    eprintln!("Ctrl-C to cargo's group: last trial process gone {:.2}s after the signal", gone.as_secs_f64());
+    assert!(gone < Duration::from_secs(GRACE_S + 3), "took {gone:?}");
+    running.wait(Duration::from_secs(30));
+    assert_eq!(result(&s, "AllReduce.1K.mpihang")["status"], "INTERRUPTED");
+    assert_eq!(result(&s, "AllReduce.1K.done")["status"], "PASSED");
+}
+
+/// A shell named `cargo` that runs the harness as its child, as cargo runs a
+/// test binary; in a process group of its own when `own_group`.
+fn fake_cargo(s: &Setup, own_group: bool) -> Command {
+    let fake = s.dir.path().join("cargo");
+    if !fake.exists() {
+        std::os::unix::fs::symlink("/bin/sh", &fake).unwrap();
+    }
     // The harness's own command, run by the fake cargo: same program, arguments and environment.
-    let inner = command(&s, "collectives", &["--test-threads", "1"]);
-    let mut outer = Command::new(&fake_cargo);
+    let inner = command(s, "collectives", &["--test-threads", "1"]);
+    let mut outer = Command::new(&fake);
     outer.args(["-c", "\"$@\" & wait", "cargo"]).arg(inner.get_program()).args(inner.get_args()).current_dir(root());
     for (k, v) in inner.get_envs() {
         match v {
@@ -152,11 +171,27 @@ fn cargo_killed_with_sigterm_stops_the_trials_too() {
             None => outer.env_remove(k),
         };
     }
-    let running = spawn(&s, outer);
+    if own_group {
+        std::os::unix::process::CommandExt::process_group(&mut outer, 0);
+    }
+    outer
+}
+
+fn wait_for_hung_ranks(s: &Setup) {
     let needle = s.ws.join("profiles/AllReduce.1K.mpihang").display().to_string();
     wait_until("the mpi trial's ranks", Duration::from_secs(120), || {
         processes_mentioning(&needle).iter().filter(|p| p.contains("all_reduce_perf")).count() >= 3
     });
+}
+
+/// cargo dies of SIGTERM without passing it on; the test binary notices its
+/// parent is gone. A shell named `cargo` stands in for cargo here.
+#[test]
+fn cargo_killed_with_sigterm_stops_the_trials_too() {
+    let _shared = shared();
+    let s = interruptible();
+    let running = spawn(&s, fake_cargo(&s, false));
+    wait_for_hung_ranks(&s);
     signal(running.pid(), libc::SIGTERM);
     let gone = time_until_gone(&s, Duration::from_secs(GRACE_S + 10));
     eprintln!("cargo SIGTERM: last trial process gone {:.2}s after the signal", gone.as_secs_f64());
