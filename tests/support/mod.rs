@@ -116,6 +116,10 @@ impl Running {
 
     /// Waits for it to end, killing it (and failing the test) past `limit`.
     pub fn wait(mut self, limit: Duration) -> Ran {
+        self.wait_mut(limit)
+    }
+
+    fn wait_mut(&mut self, limit: Duration) -> Ran {
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 break Some(status);
@@ -139,6 +143,17 @@ impl Running {
         let _ = fs::remove_file(&self.err);
         assert!(status.is_some(), "the harness ran past {limit:?} and was killed:\n{}", ran.text());
         ran
+    }
+}
+
+/// A test that fails before it waits must not leave its harness running:
+/// killing it (SIGKILL) makes its trial supervisors stop the trials.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
