@@ -487,7 +487,7 @@ fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
 /// half-built.
 fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
     let token = proctree::new_token();
-    let cmd = cmd.clone().env(proctree::TRIAL_TOKEN_VAR, token.clone());
+    let cmd = cmd.clone().env(crate::env_names::TRIAL_TOKEN, token.clone());
     let grace = std::time::Duration::from_secs(ctx.config().timeouts.grace);
     let mut step = Supervised::spawn(&ctx.supervisor, &cmd, &token, log, grace)?;
     let status = loop {
@@ -572,7 +572,7 @@ fn step_cmd(step: &Step, vars: &Vars, rccl: rccl::Coverage) -> Result<Cmd> {
         Some(dir) => vars.render(dir)?,
         None => vars.get("build_dir").unwrap_or_default().to_string(),
     };
-    Ok(cmd.cwd(cwd).env_remove("__LLVM_PROFILE_RT_INIT_ONCE"))
+    Ok(cmd.cwd(cwd).env_remove(crate::env_names::PROFILE_INIT_ONCE))
 }
 
 fn slug(name: &str) -> String {
@@ -618,6 +618,43 @@ pub fn hash_tree(root: &Path, exclude: &[String]) -> Result<String> {
     Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// A manifest for unit tests of later stages.
+#[cfg(test)]
+pub(crate) fn test_manifest(build_id: &str) -> BuildManifest {
+    let tool =
+        crate::toolchain::Tool { path: "/llvm/bin/clang".into(), version: "clang version 22".into(), major: 22 };
+    BuildManifest {
+        build_id: build_id.into(),
+        config: "t".into(),
+        build_dir: "/b".into(),
+        cache_dir: "/b".into(),
+        existing_build: false,
+        bin_dir: "/b/bin".into(),
+        library_src: "/src".into(),
+        tests_src: "/src/tests".into(),
+        coverage: true,
+        objects: Vec::new(),
+        device_objects: Vec::new(),
+        toolchain: Toolchain {
+            cc: tool.clone(),
+            cxx: tool.clone(),
+            llvm_bin: "/llvm/bin".into(),
+            llvm_profdata: tool.clone(),
+            llvm_cov: tool,
+        },
+        device: DeviceDecision {
+            requested: crate::config::DeviceMode::Auto,
+            enabled: false,
+            reason: "r".into(),
+            target: None,
+            runtime: None,
+        },
+        coverage_flags: Vec::new(),
+        steps: Vec::new(),
+        built_at: String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,46 +676,11 @@ mod tests {
         assert_ne!(hash_tree(root, &["build".into()]).unwrap(), base);
     }
 
-    fn manifest(build_id: &str) -> BuildManifest {
-        let tool =
-            crate::toolchain::Tool { path: "/llvm/bin/clang".into(), version: "clang version 22".into(), major: 22 };
-        BuildManifest {
-            build_id: build_id.into(),
-            config: "t".into(),
-            build_dir: "/b".into(),
-            cache_dir: "/b".into(),
-            existing_build: false,
-            bin_dir: "/b/bin".into(),
-            library_src: "/src".into(),
-            tests_src: "/src/tests".into(),
-            coverage: true,
-            objects: Vec::new(),
-            device_objects: Vec::new(),
-            toolchain: Toolchain {
-                cc: tool.clone(),
-                cxx: tool.clone(),
-                llvm_bin: "/llvm/bin".into(),
-                llvm_profdata: tool.clone(),
-                llvm_cov: tool,
-            },
-            device: DeviceDecision {
-                requested: crate::config::DeviceMode::Auto,
-                enabled: false,
-                reason: "r".into(),
-                target: None,
-                runtime: None,
-            },
-            coverage_flags: Vec::new(),
-            steps: Vec::new(),
-            built_at: String::new(),
-        }
-    }
-
     #[test]
     fn a_new_build_invalidates_profiles_and_reports_of_the_old_one() {
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::new(&dir.path().join("ws")).unwrap();
-        adopt(&ws, &manifest("aaaa")).unwrap();
+        adopt(&ws, &test_manifest("aaaa")).unwrap();
         let profile = ws.trial_profiles("T").join("x.profraw");
         let report = ws.report_dir().join("summary.json");
         let log = ws.trial_log("T");
@@ -686,9 +688,9 @@ mod tests {
             workspace::create_dir(file.parent().unwrap()).unwrap();
             std::fs::write(file, "x").unwrap();
         }
-        adopt(&ws, &manifest("aaaa")).unwrap();
+        adopt(&ws, &test_manifest("aaaa")).unwrap();
         assert!(profile.exists() && report.exists(), "same build keeps its profiles");
-        adopt(&ws, &manifest("bbbb")).unwrap();
+        adopt(&ws, &test_manifest("bbbb")).unwrap();
         assert!(!profile.exists() && !report.exists(), "profiles of the old build were kept");
         assert!(log.exists(), "logs are not the harness's to delete");
         assert_eq!(BuildManifest::read(&ws.build_manifest()).unwrap().build_id, "bbbb");

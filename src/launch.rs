@@ -4,6 +4,7 @@
 //! working directory and the timeout.
 
 use crate::bail;
+use crate::env_names::{PROFILE_FILE, PROFILE_INIT_ONCE, TRIAL_TOKEN};
 use crate::config::{Config, LauncherConfig, LauncherKind, MpiFlavor};
 use crate::context::Context;
 use crate::error::Result;
@@ -14,10 +15,6 @@ use crate::template::Vars;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Inherited from an instrumented parent, it makes the profile runtime skip
-/// creating the profile directory (design.md §6): never pass it on.
-pub const PROFILE_INIT_ONCE: &str = "__LLVM_PROFILE_RT_INIT_ONCE";
-pub use crate::proctree::TRIAL_TOKEN_VAR;
 
 #[derive(Debug, Clone)]
 pub struct TrialLaunch {
@@ -66,14 +63,14 @@ pub fn prepare(
             env.push((k.clone(), vars.render(v)?));
         }
     }
-    env.retain(|(key, _)| key != "LLVM_PROFILE_FILE" && key != TRIAL_TOKEN_VAR);
+    env.retain(|(key, _)| key != PROFILE_FILE && key != TRIAL_TOKEN);
     // Without coverage nothing is instrumented, and upstream does not set it
     // either: an instrumented process would pay for writing a profile.
     if manifest.coverage {
         let profile_file = profile_dir.join(&config.coverage.profile_pattern);
-        env.push(("LLVM_PROFILE_FILE".into(), profile_file.display().to_string()));
+        env.push((PROFILE_FILE.into(), profile_file.display().to_string()));
     }
-    env.push((TRIAL_TOKEN_VAR.into(), token.clone()));
+    env.push((TRIAL_TOKEN.into(), token.clone()));
 
     let launcher_args = vars.render_all(&launcher.args)?;
     let argv = command_line(

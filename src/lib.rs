@@ -12,6 +12,7 @@
 pub mod config;
 pub mod context;
 pub mod device;
+pub mod env_names;
 pub mod error;
 pub mod expand;
 pub mod fixture;

@@ -229,7 +229,7 @@ mod tests {
         let cmd = Cmd::new("mpirun")
             .args(["-genv", "MY_TOKEN", "t0k", "--db=postgres://u:pw@h/db"])
             .env("API_KEY", "k3y")
-            .env(crate::launch::TRIAL_TOKEN_VAR, "1-2-3");
+            .env(crate::env_names::TRIAL_TOKEN, "1-2-3");
         assert_eq!(
             cmd.display(),
             "API_KEY='***' CCL_COV_TRIAL_TOKEN=1-2-3 mpirun -genv MY_TOKEN '***' '--db=postgres://u:***@h/db'"

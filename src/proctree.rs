@@ -10,11 +10,10 @@
 //! and start time), so a later run can tell the leftovers of a dead run from
 //! the trials of a live one: see [`sweep_orphans`].
 
+use crate::env_names::TRIAL_TOKEN;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// Marks every process of one trial, so none escapes the kill.
-pub const TRIAL_TOKEN_VAR: &str = "CCL_COV_TRIAL_TOKEN";
 
 const POLL: Duration = Duration::from_millis(20);
 
@@ -31,7 +30,7 @@ pub struct Tree {
 impl Tree {
     /// The processes in session `session` (none if negative) or carrying `token`.
     pub fn new(session: libc::pid_t, token: &str) -> Tree {
-        Tree { session, marker: format!("{TRIAL_TOKEN_VAR}={token}").into_bytes(), exclude: None }
+        Tree { session, marker: format!("{TRIAL_TOKEN}={token}").into_bytes(), exclude: None }
     }
 
     /// Leaves `pid` out of every scan.
@@ -151,7 +150,7 @@ pub struct Orphan {
 /// longer running (killed with SIGKILL, say, before its supervisors could
 /// act), and kills them: SIGTERM, `grace`, then SIGKILL. Returns what it found.
 pub fn sweep_orphans(grace: Duration) -> Vec<Orphan> {
-    let prefix = format!("{TRIAL_TOKEN_VAR}=");
+    let prefix = format!("{TRIAL_TOKEN}=");
     let mut by_token: BTreeMap<String, Vec<Orphan>> = BTreeMap::new();
     for pid in all_pids() {
         let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };

@@ -14,7 +14,6 @@
 use crate::bail;
 use crate::error::{Error, Result};
 use crate::process::Cmd;
-use crate::results::TrialResult;
 use crate::toolchain::Toolchain;
 use crate::workspace::{self, Area, Workspace};
 use serde::{Deserialize, Serialize};
@@ -75,6 +74,50 @@ pub fn trial_profdata(ws: &Workspace, slug: &str) -> PathBuf {
     ws.area(Area::Profiles).join(format!("{slug}.profdata"))
 }
 
+/// What a finished trial's profiles came to.
+#[derive(Debug, Clone, Default)]
+pub struct MergeOutcome {
+    /// The trial's raw-profile folder.
+    pub dir: PathBuf,
+    /// Raw profiles the trial left.
+    pub raw: usize,
+    /// Its incremental merge, when it ran.
+    pub merge: Option<TrialMerge>,
+    pub error: Option<String>,
+    /// Checksums of the raw profiles left unmerged, by file name.
+    pub raw_sha256: BTreeMap<String, String>,
+}
+
+impl MergeOutcome {
+    /// `path (why)` of each raw profile set aside as unreadable.
+    pub fn quarantined(&self) -> Vec<String> {
+        self.merge
+            .iter()
+            .flat_map(|m| m.quarantined.iter().map(|q| format!("{} ({})", q.file.display(), q.reason)))
+            .collect()
+    }
+}
+
+/// Counts a finished trial's raw profiles and, under coverage, merges them
+/// (`incremental`) and records checksums of what is left raw, so the report
+/// can tell that nothing was altered.
+pub fn finish_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, incremental: bool, keep_raw: bool) -> MergeOutcome {
+    let dir = ws.trial_profiles(slug);
+    let raw = raw_files(&dir).map(|f| f.len()).unwrap_or(0);
+    let mut outcome = MergeOutcome { dir: dir.clone(), raw, ..MergeOutcome::default() };
+    if incremental && raw > 0 {
+        match merge_trial(ws, toolchain, slug, keep_raw) {
+            Ok(m) => outcome.merge = Some(m),
+            Err(e) => outcome.error = Some(e.to_string()),
+        }
+    }
+    match raw_checksums(&dir) {
+        Ok(sums) => outcome.raw_sha256 = sums,
+        Err(e) => outcome.error = Some(e.to_string()),
+    }
+    outcome
+}
+
 /// SHA-256 of each raw profile left in `dir`, by file name.
 pub fn raw_checksums(dir: &Path) -> Result<BTreeMap<String, String>> {
     let mut sums = BTreeMap::new();
@@ -96,16 +139,27 @@ pub struct Verified {
     pub missing: Vec<String>,
 }
 
-/// Every profile input of the trials in `results`, checked: a profile whose
-/// content differs from what its trial recorded (or that no trial recorded)
-/// moves to `quarantine/<trial>/` and is named; a recorded one that is gone
-/// is listed as missing.
-pub fn verified_inputs(ws: &Workspace, results: &[TrialResult]) -> Result<Verified> {
+/// What a trial recorded about the profiles it stored.
+#[derive(Debug, Clone, Copy)]
+pub struct Recorded<'a> {
+    pub trial: &'a str,
+    pub slug: &'a str,
+    /// Set when the trial merged its profiles: the merged profile's checksum.
+    pub merge: Option<&'a TrialMerge>,
+    /// Checksums of the raw profiles it left unmerged, by file name.
+    pub raw_sha256: &'a BTreeMap<String, String>,
+}
+
+/// Every profile input of `trials`, checked: a profile whose content differs
+/// from what its trial recorded (or that no trial recorded) moves to
+/// `quarantine/<trial>/` and is named; a recorded one that is gone is listed
+/// as missing.
+pub fn verified_inputs(ws: &Workspace, trials: &[Recorded]) -> Result<Verified> {
     let mut verified = Verified::default();
-    for result in results {
-        let slug = &result.slug;
+    for result in trials {
+        let slug = result.slug;
         let merged = trial_profdata(ws, slug);
-        let recorded_merge = result.merge.as_ref().filter(|m| m.profdata.is_some());
+        let recorded_merge = result.merge.filter(|m| m.profdata.is_some());
         let checks: Vec<(PathBuf, Option<&String>)> = if merged.is_file() {
             vec![(merged.clone(), recorded_merge.and_then(|m| m.sha256.as_ref()))]
         } else {
@@ -240,7 +294,7 @@ pub fn merge(toolchain: &Toolchain, inputs: &[PathBuf], list_file: &Path, output
         .arg(format!("--input-files={}", list_file.display()))
         .arg("-o")
         .arg(output.display().to_string())
-        .env_remove(crate::launch::PROFILE_INIT_ONCE)
+        .env_remove(crate::env_names::PROFILE_INIT_ONCE)
         .read()
         .map(drop)
 }

@@ -8,7 +8,7 @@
 //!   [`SECRET_WORDS`]; conservative on purpose: `KEYBOARD` is masked too, since
 //!   a false positive costs a little readability and a false negative leaks.
 //!   The one exception is the harness's own trial marker
-//!   ([`crate::launch::TRIAL_TOKEN_VAR`]): it is no secret, and tools find a
+//!   ([`crate::env_names::TRIAL_TOKEN`]): it is no secret, and tools find a
 //!   trial's processes by it, so records must show it;
 //! - the password of a URL or DSN, anywhere in a value or argument:
 //!   `postgres://user:pw@host/db` becomes `postgres://user:***@host/db`.
@@ -17,7 +17,7 @@
 //! (also `-x NAME=VALUE`, `--password=VALUE`), MPICH's `-genv NAME VALUE` /
 //! `-env NAME VALUE`, and srun's `--export=A=1,B=2`.
 
-use crate::launch::TRIAL_TOKEN_VAR;
+use crate::env_names::TRIAL_TOKEN;
 
 /// What a secret is replaced with.
 pub const MASK: &str = "***";
@@ -27,7 +27,7 @@ pub const SECRET_WORDS: &[&str] = &["TOKEN", "PASSWORD", "PASSWD", "SECRET", "KE
 
 /// Whether the value of variable (or option) `name` is a secret.
 pub fn is_secret_name(name: &str) -> bool {
-    if name == TRIAL_TOKEN_VAR {
+    if name == TRIAL_TOKEN {
         return false;
     }
     let upper = name.to_ascii_uppercase();
@@ -134,7 +134,7 @@ mod tests {
         }
         // Conservative: a name that merely contains KEY is masked as well.
         assert_eq!(value("KEYBOARD", "us"), MASK);
-        assert_eq!(value(TRIAL_TOKEN_VAR, "123-abc-0"), "123-abc-0");
+        assert_eq!(value(TRIAL_TOKEN, "123-abc-0"), "123-abc-0");
         assert_eq!(value("CCL_ALGO", "ring"), "ring");
         assert_eq!(value("MY_TOKEN", ""), "", "an empty value hides nothing");
     }
@@ -172,8 +172,8 @@ mod tests {
 
     #[test]
     fn the_trial_marker_stays_visible_in_argv() {
-        let marker = format!("{TRIAL_TOKEN_VAR}=1-2-3");
-        assert_eq!(v(&["-genv", TRIAL_TOKEN_VAR, "1-2-3", &marker]), ["-genv", TRIAL_TOKEN_VAR, "1-2-3", &marker]);
+        let marker = format!("{TRIAL_TOKEN}=1-2-3");
+        assert_eq!(v(&["-genv", TRIAL_TOKEN, "1-2-3", &marker]), ["-genv", TRIAL_TOKEN, "1-2-3", &marker]);
     }
 
     #[test]

@@ -5,9 +5,13 @@
 use crate::bail;
 use crate::error::{Error, Result};
 use crate::fixture::BuildManifest;
+use crate::outcome::Status;
 use crate::process::Cmd;
+use crate::profiles::Quarantined;
+use crate::results::TrialResult;
 use crate::workspace;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -238,6 +242,149 @@ fn relative(path: &str, roots: &[&Path]) -> String {
         .map_or_else(|| path.to_string(), |rel| rel.display().to_string())
 }
 
+/// What a report cannot vouch for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Health {
+    /// Unreadable, altered or unrecorded profiles, moved to quarantine.
+    pub quarantined: Vec<Quarantined>,
+    pub merge_errors: Vec<String>,
+    /// Profiles a trial recorded that are gone.
+    pub missing: Vec<String>,
+    /// Trials that exited 0 but left no profile.
+    pub no_profile: Vec<String>,
+    /// Timed out, interrupted or killed by a signal: their processes wrote no profile.
+    pub no_coverage: Vec<String>,
+}
+
+impl Health {
+    /// From the trials' records, plus what the report itself found
+    /// (`quarantined`, `missing`) while checking and merging profiles.
+    pub fn new(results: &[TrialResult], quarantined: Vec<Quarantined>, missing: Vec<String>) -> Health {
+        let mut health = Health { quarantined, missing, ..Health::default() };
+        for r in results {
+            if let Some(m) = &r.merge {
+                health.quarantined.extend(m.quarantined.iter().cloned());
+            }
+            if let Some(e) = &r.merge_error {
+                health.merge_errors.push(format!("{}: {e}", r.trial));
+            }
+            if r.no_profile {
+                health.no_profile.push(r.trial.clone());
+            }
+            if matches!(r.status, Status::Timeout | Status::Interrupted) || r.signal.is_some() {
+                health.no_coverage.push(format!("{} ({})", r.trial, r.reason));
+            }
+        }
+        health
+    }
+
+    /// Why the report's profiles cannot be trusted, or `None` if they can.
+    /// Trials without coverage because they timed out are said, not failed.
+    pub fn problems(&self) -> Option<String> {
+        let mut problems = Vec::new();
+        if !self.quarantined.is_empty() {
+            let files: Vec<String> =
+                self.quarantined.iter().map(|q| format!("    {}: {}", q.file.display(), q.reason)).collect();
+            problems.push(format!(
+                "{} profiles were unreadable or altered and moved to quarantine (reports use the rest):\n{}",
+                self.quarantined.len(),
+                files.join("\n")
+            ));
+        }
+        if !self.merge_errors.is_empty() {
+            problems.push(format!("merging failed for: {}", self.merge_errors.join("; ")));
+        }
+        if !self.missing.is_empty() {
+            problems.push(format!("profiles vanished after their trials wrote them: {}", self.missing.join("; ")));
+        }
+        if !self.no_profile.is_empty() {
+            problems.push(format!(
+                "these trials exited 0 but left no profile (is the instrumented library the one loaded? check LD_LIBRARY_PATH): {}",
+                self.no_profile.join(", ")
+            ));
+        }
+        if problems.is_empty() {
+            return None;
+        }
+        if !self.no_coverage.is_empty() {
+            problems.push(format!("no coverage from these trials (timed out or killed): {}", self.no_coverage.join("; ")));
+        }
+        Some(problems.join("\n"))
+    }
+}
+
+/// `report/meta.json`: which build, trials and runs a report came from, and
+/// what it could not vouch for.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReportMeta {
+    pub build_id: String,
+    pub generated_at: String,
+    pub device_coverage: String,
+    pub profiles_merged: usize,
+    pub trials: Vec<MetaTrial>,
+    pub quarantined: Vec<Quarantined>,
+    pub missing: Vec<String>,
+    pub no_coverage_from: Vec<String>,
+    pub exited_0_without_profile: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MetaTrial {
+    pub trial: String,
+    pub run_id: String,
+    pub status: Status,
+}
+
+impl ReportMeta {
+    pub fn new(manifest: &BuildManifest, results: &[TrialResult], profiles_merged: usize, health: &Health) -> ReportMeta {
+        ReportMeta {
+            build_id: manifest.build_id.clone(),
+            generated_at: crate::host::now(),
+            device_coverage: manifest.device.summary(),
+            profiles_merged,
+            trials: results
+                .iter()
+                .map(|r| MetaTrial { trial: r.trial.clone(), run_id: r.run_id.clone(), status: r.status })
+                .collect(),
+            quarantined: health.quarantined.clone(),
+            missing: health.missing.clone(),
+            no_coverage_from: health.no_coverage.clone(),
+            exited_0_without_profile: health.no_profile.clone(),
+        }
+    }
+}
+
+/// `report/summary.md`: totals, the device-coverage decision, the trials'
+/// outcomes and runs, and what the report could not vouch for.
+pub fn markdown(config: &str, manifest: &BuildManifest, summary_json: &str, results: &[TrialResult], health: &Health) -> Result<String> {
+    let mut md = format!("## Coverage: {config} (build {})\n\n", manifest.build_id);
+    md.push_str("| | covered | total | % |\n|---|---:|---:|---:|\n");
+    for (metric, covered, count) in percentages(summary_json)? {
+        md.push_str(&format!("| {metric} | {covered} | {count} | {:.2} |\n", percent(covered, count)));
+    }
+    md.push_str(&format!("\nDevice coverage: {}\n\n", manifest.device.summary()));
+    let count = |s: Status| results.iter().filter(|r| r.status == s).count();
+    let runs: BTreeSet<&str> = results.iter().map(|r| r.run_id.as_str()).collect();
+    md.push_str(&format!(
+        "Trials: {} passed, {} failed, {} timed out, {} interrupted (runs {}).\n",
+        count(Status::Passed),
+        count(Status::Failed),
+        count(Status::Timeout),
+        count(Status::Interrupted),
+        runs.into_iter().collect::<Vec<_>>().join(", ")
+    ));
+    if !health.quarantined.is_empty() {
+        md.push_str(&format!("\nQuarantined profiles: {}\n", health.quarantined.len()));
+    }
+    if !health.missing.is_empty() {
+        md.push_str(&format!("\nVanished profiles: {}\n", health.missing.join("; ")));
+    }
+    if !health.no_coverage.is_empty() {
+        md.push_str(&format!("\nNo coverage from: {}\n", health.no_coverage.join("; ")));
+    }
+    Ok(md)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,5 +437,63 @@ mod tests {
                 "-ignore-filename-regex=^/usr/|tmpxft_"
             ]
         );
+    }
+
+    fn trial(name: &str, status: &str, reason: &str) -> TrialResult {
+        serde_json::from_value(json!({
+            "trial": name, "slug": name.replace("::", "."), "collective": "AllReduce", "size": "1K",
+            "variant": null, "build_id": "b", "run_id": "r1", "status": status, "reason": reason,
+            "exit_code": 0, "signal": null, "started_at": "", "started_unix_ms": 0, "duration_s": 1.0,
+            "timeout_s": 60, "launcher": "threads", "ranks": 1, "command": "", "argv": [], "env": [],
+            "cwd": "/", "log": "/l", "profile_dir": "/p", "profiles": 1, "no_profile": false,
+            "merge": null, "merge_error": null, "leftovers": 0, "perf": {"rows": [], "out_of_bounds": null}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn health_fails_only_on_untrusted_or_missing_profiles() {
+        let timed_out = trial("A::1K::t", "TIMEOUT", "TIMEOUT after 3s");
+        let health = Health::new(std::slice::from_ref(&timed_out), Vec::new(), Vec::new());
+        assert_eq!(health.no_coverage, ["A::1K::t (TIMEOUT after 3s)"]);
+        assert_eq!(health.problems(), None, "a timeout alone is said, not failed");
+        let bad = Quarantined { file: "/ws/quarantine/A.1K/x.profraw".into(), reason: "truncated".into() };
+        let health = Health::new(&[timed_out], vec![bad], vec!["A::1K::b: gone".into()]);
+        let problems = health.problems().unwrap();
+        assert!(problems.starts_with("1 profiles were unreadable or altered"), "{problems}");
+        assert!(problems.contains("    /ws/quarantine/A.1K/x.profraw: truncated"), "{problems}");
+        assert!(problems.contains("profiles vanished after their trials wrote them: A::1K::b: gone"), "{problems}");
+        assert!(problems.ends_with("no coverage from these trials (timed out or killed): A::1K::t (TIMEOUT after 3s)"));
+        let mut no_profile = trial("A::1K::n", "FAILED", "coverage lost");
+        no_profile.no_profile = true;
+        assert!(Health::new(&[no_profile], Vec::new(), Vec::new()).problems().unwrap().contains("left no profile"));
+    }
+
+    #[test]
+    fn markdown_gives_totals_outcomes_and_doubts() {
+        let summary = json!({"data": [{"files": [], "totals": {
+            "lines": {"covered": 3, "count": 4}, "functions": {"covered": 1, "count": 2},
+            "regions": {"covered": 0, "count": 0}, "branches": {"covered": 1, "count": 4}
+        }}]})
+        .to_string();
+        let results = [trial("A::1K::a", "PASSED", ""), trial("A::1K::i", "INTERRUPTED", "INTERRUPTED by SIGINT")];
+        let health = Health::new(&results, Vec::new(), Vec::new());
+        let md = markdown("local", &crate::fixture::test_manifest("b1"), &summary, &results, &health).unwrap();
+        assert!(md.starts_with("## Coverage: local (build b1)\n"), "{md}");
+        assert!(md.contains("| lines | 3 | 4 | 75.00 |"), "{md}");
+        assert!(md.contains("Trials: 1 passed, 0 failed, 0 timed out, 1 interrupted (runs r1)."), "{md}");
+        assert!(md.contains("No coverage from: A::1K::i (INTERRUPTED by SIGINT)"), "{md}");
+    }
+
+    #[test]
+    fn meta_names_the_build_trials_and_doubts() {
+        let results = [trial("A::1K::a", "PASSED", "")];
+        let health = Health { missing: vec!["x".into()], ..Health::default() };
+        let meta = ReportMeta::new(&crate::fixture::test_manifest("b1"), &results, 7, &health);
+        let v = serde_json::to_value(&meta).unwrap();
+        assert_eq!(v["build_id"], "b1");
+        assert_eq!(v["profiles_merged"], 7);
+        assert_eq!(v["trials"], json!([{"trial": "A::1K::a", "run_id": "r1", "status": "PASSED"}]));
+        assert_eq!(v["missing"], json!(["x"]));
     }
 }

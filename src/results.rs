@@ -5,7 +5,11 @@
 
 use crate::error::{Error, Result};
 use crate::fixture::BuildManifest;
-use crate::outcome::Status;
+use crate::config::Config;
+use crate::outcome::{Status, Verdict};
+use crate::plan::TrialSpec;
+use crate::profiles::MergeOutcome;
+use crate::run::Execution;
 use crate::perf::PerfReport;
 use crate::redact;
 use crate::workspace::{self, Workspace};
@@ -59,7 +63,77 @@ pub struct TrialResult {
     pub perf: PerfReport,
 }
 
+/// Which trial a record is of: the plan's entry, the build and the run.
+#[derive(Debug, Clone, Copy)]
+pub struct TrialIdentity<'a> {
+    pub spec: &'a TrialSpec,
+    pub config: &'a Config,
+    pub manifest: &'a BuildManifest,
+    pub run_id: &'a str,
+}
+
 impl TrialResult {
+    /// The record of a finished trial, from every stage's output.
+    pub fn new(
+        id: TrialIdentity,
+        execution: &Execution,
+        verdict: &Verdict,
+        profiles: MergeOutcome,
+        perf: PerfReport,
+    ) -> TrialResult {
+        let TrialIdentity { spec, config, manifest, run_id } = id;
+        let (exit_code, signal) = execution.exit();
+        let cmd = &execution.launch.cmd;
+        TrialResult {
+            trial: spec.name.clone(),
+            slug: spec.slug.clone(),
+            collective: spec.collective(config).name.clone(),
+            size: spec.size.clone(),
+            variant: spec.variant(config).map(|v| v.name.clone()),
+            build_id: manifest.build_id.clone(),
+            run_id: run_id.to_string(),
+            status: verdict.status,
+            reason: verdict.reason.clone(),
+            exit_code,
+            signal,
+            started_at: execution.started_at.clone(),
+            started_unix_ms: execution.started_unix_ms,
+            duration_s: execution.finished.duration.as_secs_f64(),
+            timeout_s: execution.launch.timeout.as_secs(),
+            launcher: spec.launcher.clone(),
+            ranks: spec.ranks,
+            command: cmd.display(),
+            argv: cmd.argv(),
+            env: execution.launch.env.clone(),
+            cwd: cmd.get_cwd().map(std::path::Path::to_path_buf).unwrap_or_default(),
+            log: execution.log.clone(),
+            profile_dir: profiles.dir.clone(),
+            profiles: profiles.raw,
+            no_profile: manifest.coverage && exit_code == Some(0) && profiles.raw == 0,
+            merge: profiles.merge,
+            merge_error: profiles.error,
+            raw_sha256: profiles.raw_sha256,
+            leftovers: execution.finished.leftovers,
+            perf,
+        }
+    }
+
+    /// What libtest shows for a trial that did not pass: the verdict, the
+    /// command (redacted), the log and its last lines; `None` if it passed.
+    pub fn failure_message(&self, output: &str) -> Option<String> {
+        if self.status == Status::Passed {
+            return None;
+        }
+        Some(format!(
+            "{}: {}\ncommand: {}\nlog: {}\nlast lines of the log:\n{}",
+            self.status.as_str(),
+            self.reason,
+            redact::shell_line(&self.command),
+            self.log.display(),
+            crate::process::indent_tail(output, crate::process::TAIL_LINES)
+        ))
+    }
+
     /// The record with secrets masked in its command, argv and environment
     /// (see [`crate::redact`]); `run.json` and JUnit are built from the
     /// written records, so they never see the real values either.
@@ -69,6 +143,16 @@ impl TrialResult {
             argv: redact::argv(&self.argv),
             env: redact::env(&self.env),
             ..self.clone()
+        }
+    }
+
+    /// What the trial recorded about its stored profiles, for the report's checks.
+    pub fn recorded_profiles(&self) -> crate::profiles::Recorded<'_> {
+        crate::profiles::Recorded {
+            trial: &self.trial,
+            slug: &self.slug,
+            merge: self.merge.as_ref(),
+            raw_sha256: &self.raw_sha256,
         }
     }
 

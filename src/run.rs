@@ -11,7 +11,7 @@ use crate::interrupt;
 use crate::launch::TrialLaunch;
 use crate::supervisor::{StopCause, Supervised};
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -41,6 +41,45 @@ pub struct Finished {
     /// Processes that were still alive after everything; always 0 unless the
     /// kernel refused to kill them.
     pub survivors: usize,
+}
+
+/// What happened while a trial held its rank slots: the command that ran,
+/// when, and how it ended.
+#[derive(Debug, Clone)]
+pub struct Execution {
+    pub launch: TrialLaunch,
+    pub finished: Finished,
+    pub log: PathBuf,
+    /// RFC 3339 start time, and the same in milliseconds since the epoch.
+    pub started_at: String,
+    pub started_unix_ms: u64,
+}
+
+impl Execution {
+    /// The exit code and the signal of a trial that ended on its own.
+    pub fn exit(&self) -> (Option<i32>, Option<i32>) {
+        match &self.finished.ending {
+            Ending::Exited(s) => (s.code(), s.signal()),
+            Ending::TimedOut { .. } | Ending::Interrupted { .. } => (None, None),
+        }
+    }
+}
+
+/// Writes the command line at the head of `log`, runs the trial (see
+/// [`run`]), and records when it started.
+pub fn execute(
+    launch: TrialLaunch,
+    log: &Path,
+    supervisor_exe: &Path,
+    heartbeat_every: Duration,
+    heartbeat: &dyn Fn(Duration),
+) -> Result<Execution> {
+    std::fs::write(log, format!("$ {}\n", launch.cmd.display()))
+        .map_err(|e| Error::new(format!("cannot write {}: {e}", log.display())))?;
+    let started_at = crate::host::now();
+    let started_unix_ms = crate::host::unix_ms();
+    let finished = run(&launch, log, supervisor_exe, heartbeat_every, heartbeat)?;
+    Ok(Execution { launch, finished, log: log.to_path_buf(), started_at, started_unix_ms })
 }
 
 /// Runs `launch` under a supervisor started from `supervisor_exe`, appending

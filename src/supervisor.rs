@@ -20,7 +20,8 @@
 use crate::bail;
 use crate::error::{Error, Result};
 use crate::process::Cmd;
-use crate::proctree::{TRIAL_TOKEN_VAR, Tree};
+use crate::env_names::{SUPERVISE, TRIAL_TOKEN};
+use crate::proctree::Tree;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
@@ -28,8 +29,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// Set (to a JSON [`Spec`]) in the environment of a supervisor process.
-pub const SUPERVISE_VAR: &str = "CCL_COV_SUPERVISE";
 /// The byte the harness writes on the lifeline to stop the trial.
 pub const STOP: u8 = b'T';
 /// How long SIGKILLed processes may take to disappear.
@@ -72,7 +71,7 @@ impl Supervised {
         for k in cmd.get_env_remove() {
             command.env_remove(k);
         }
-        command.env(SUPERVISE_VAR, serde_json::to_string(&spec).expect("spec serializes"));
+        command.env(SUPERVISE, serde_json::to_string(&spec).expect("spec serializes"));
         // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
         unsafe {
             command.pre_exec(|| {
@@ -187,10 +186,10 @@ pub struct Report {
 /// Runs the supervisor if this process was started as one; every entry point
 /// of the crate calls this first.
 pub fn run_if_requested() -> Option<ExitCode> {
-    let spec = std::env::var_os(SUPERVISE_VAR)?;
+    let spec = std::env::var_os(SUPERVISE)?;
     let report = match serde_json::from_str::<Spec>(&spec.to_string_lossy()) {
         Ok(spec) => supervise(&spec),
-        Err(e) => Report { spawn_error: Some(format!("bad {SUPERVISE_VAR}: {e}")), ..Report::default() },
+        Err(e) => Report { spawn_error: Some(format!("bad {SUPERVISE}: {e}")), ..Report::default() },
     };
     let mut line = serde_json::to_string(&report).unwrap_or_default();
     line.push('\n');
@@ -202,7 +201,7 @@ pub fn run_if_requested() -> Option<ExitCode> {
 fn supervise(spec: &Spec) -> Report {
     // SAFETY: prctl with these arguments only sets a flag of this process.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    let token = std::env::var(TRIAL_TOKEN_VAR).unwrap_or_default();
+    let token = std::env::var(TRIAL_TOKEN).unwrap_or_default();
     // SAFETY: getpid cannot fail.
     let me = unsafe { libc::getpid() };
     let tree = Tree::new(me, &token);
@@ -212,7 +211,7 @@ fn supervise(spec: &Spec) -> Report {
     };
     let Some((program, args)) = spec.argv.split_first() else { return spawn_failed("empty command line".into()) };
     let mut command = Command::new(program);
-    command.args(args).env_remove(SUPERVISE_VAR).stdin(Stdio::null());
+    command.args(args).env_remove(SUPERVISE).stdin(Stdio::null());
     match (log.try_clone(), log.try_clone()) {
         (Ok(out), Ok(err)) => command.stdout(out).stderr(err),
         (Err(e), _) | (_, Err(e)) => return spawn_failed(format!("cannot share {}: {e}", spec.log.display())),

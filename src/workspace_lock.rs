@@ -65,7 +65,7 @@ impl WorkspaceLock {
     /// Takes `ws` for this process, sharing it only with processes of the
     /// same nextest run (`NEXTEST_RUN_ID`).
     pub fn acquire(ws: &Workspace) -> Result<WorkspaceLock> {
-        Self::acquire_as(ws, std::env::var("NEXTEST_RUN_ID").ok().filter(|r| !r.is_empty()))
+        Self::acquire_as(ws, std::env::var(crate::env_names::NEXTEST_RUN_ID).ok().filter(|r| !r.is_empty()))
     }
 
     pub fn acquire_as(ws: &Workspace, run_id: Option<String>) -> Result<WorkspaceLock> {

@@ -3,10 +3,11 @@
 //! alive is checked by an independent `/proc` scan for the trial's marker,
 //! not by the code under test, and every test has a hard time limit.
 
-use ccl_coverage::launch::{TRIAL_TOKEN_VAR, TrialLaunch};
+use ccl_coverage::env_names::{SUPERVISE, TRIAL_TOKEN};
+use ccl_coverage::launch::TrialLaunch;
 use ccl_coverage::process::Cmd;
 use ccl_coverage::run::{self, Ending, Finished};
-use ccl_coverage::supervisor::{self, Report, SUPERVISE_VAR, Spec, StopCause};
+use ccl_coverage::supervisor::{self, Report, Spec, StopCause};
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -36,7 +37,7 @@ fn unique_token() -> String {
 fn launch(script: &str, timeout_ms: u64, grace_ms: u64) -> TrialLaunch {
     let token = unique_token();
     TrialLaunch {
-        cmd: Cmd::new("sh").args(["-c", script]).env(TRIAL_TOKEN_VAR, token.clone()),
+        cmd: Cmd::new("sh").args(["-c", script]).env(TRIAL_TOKEN, token.clone()),
         env: Vec::new(),
         timeout: Duration::from_millis(timeout_ms),
         grace: Duration::from_millis(grace_ms),
@@ -47,7 +48,7 @@ fn launch(script: &str, timeout_ms: u64, grace_ms: u64) -> TrialLaunch {
 /// Live processes whose environment holds `CCL_COV_TRIAL_TOKEN=<token>`,
 /// found without the crate's own process-tree code.
 fn alive_with_token(token: &str) -> Vec<String> {
-    let needle = format!("{TRIAL_TOKEN_VAR}={token}");
+    let needle = format!("{TRIAL_TOKEN}={token}");
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -126,7 +127,7 @@ fn leftovers_after_exit_are_killed_and_counted() {
 #[test]
 fn a_program_that_cannot_start_is_an_error_naming_it() {
     let mut l = launch("", 5000, 100);
-    l.cmd = Cmd::new("/nonexistent/ccl-perf").env(TRIAL_TOKEN_VAR, l.token.clone());
+    l.cmd = Cmd::new("/nonexistent/ccl-perf").env(TRIAL_TOKEN, l.token.clone());
     let err = within(Duration::from_secs(20), move || {
         let dir = tempfile::tempdir().unwrap();
         run::run(&l, &dir.path().join("t.log"), supervisor_exe(), Duration::from_secs(3600), &|_| {})
@@ -150,8 +151,8 @@ fn the_supervisor_stops_the_trial_when_the_harness_goes_away() {
     };
     let mut child = Command::new(supervisor_exe());
     child
-        .env(SUPERVISE_VAR, serde_json::to_string(&spec).unwrap())
-        .env(TRIAL_TOKEN_VAR, &token)
+        .env(SUPERVISE, serde_json::to_string(&spec).unwrap())
+        .env(TRIAL_TOKEN, &token)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
     // SAFETY: setsid is async-signal-safe.

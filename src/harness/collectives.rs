@@ -13,10 +13,9 @@ use crate::launch;
 use crate::outcome;
 use crate::perf;
 use crate::plan::{self, TrialSpec};
-use crate::process::{TAIL_LINES, indent_tail};
 use crate::profiles;
-use crate::results::{self, RunInfo, TrialResult};
-use crate::run::{self, Ending};
+use crate::results::{self, RunInfo, TrialIdentity, TrialResult};
+use crate::run;
 use crate::slots::Slots;
 use crate::workspace::Area;
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -132,144 +131,61 @@ impl Shared {
         let ws = &ctx.workspace;
         let fail = |e: Error| Failed::from(e.to_string());
         let slots = Slots::new(ctx.state_dir.join("slots"), ctx.config().capacity);
-        let profile_dir = ws.trial_profiles(&spec.slug);
         let log = ws.trial_log(&spec.slug);
-        let merge_now = || -> MergeOutcome {
-            let raw = profiles::raw_files(&profile_dir).map(|f| f.len()).unwrap_or(0);
-            let mut outcome = MergeOutcome { raw, ..MergeOutcome::default() };
-            if !manifest.coverage {
-                return outcome;
-            }
-            if ctx.incremental_merge && raw > 0 {
-                match profiles::merge_trial(ws, &manifest.toolchain, &spec.slug, ctx.keep_raw) {
-                    Ok(m) => outcome.merge = Some(m),
-                    Err(e) => outcome.error = Some(e.to_string()),
-                }
-            }
-            // What is left raw is recorded too, so the report can tell it was not altered.
-            match profiles::raw_checksums(&profile_dir) {
-                Ok(sums) => outcome.raw_sha256 = sums,
-                Err(e) => outcome.error = Some(e.to_string()),
-            }
-            outcome
+        let finish = || {
+            let incremental = manifest.coverage && ctx.incremental_merge;
+            profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, incremental, ctx.keep_raw)
         };
-        let (launch, finished, started_at, started_unix_ms, merged) = {
+        let (execution, merged) = {
             let held = slots.acquire(spec.ranks).map_err(fail)?;
             not_interrupted()?;
+            let profile_dir = ws.trial_profiles(&spec.slug);
             // Old profiles of this trial would be merged with the new ones.
             ws.clear(Area::Profiles, &profile_dir).map_err(fail)?;
             ws.remove(Area::Profiles, &profiles::trial_profdata(ws, &spec.slug)).map_err(fail)?;
             ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug)).map_err(fail)?;
             let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices())).map_err(fail)?;
-            std::fs::write(&log, format!("$ {}\n", launch.cmd.display()))
-                .map_err(|e| Failed::from(format!("cannot write {}: {e}", log.display())))?;
-            let started_at = host::now();
-            let started_unix_ms = host::unix_ms();
-            let finished = run::run(&launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
-                eprintln!(
-                    "ccl-coverage: {} still running after {}s (timeout {}s)",
-                    spec.name,
-                    elapsed.as_secs(),
-                    launch.timeout.as_secs()
-                );
+            let timeout = launch.timeout.as_secs();
+            let execution = run::execute(launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
+                eprintln!("ccl-coverage: {} still running after {}s (timeout {timeout}s)", spec.name, elapsed.as_secs());
             })
             .map_err(fail)?;
-            let merged = (!ctx.merge_overlap).then(merge_now);
-            (launch, finished, started_at, started_unix_ms, merged)
+            (execution, (!ctx.merge_overlap).then(finish))
         };
         // With overlap the slots are free now: the next trial runs while this
         // one's profiles merge.
-        let MergeOutcome { raw: raw_profiles, merge, error: merge_error, raw_sha256 } =
-            merged.unwrap_or_else(merge_now);
+        let merged = merged.unwrap_or_else(finish);
         let output = std::fs::read_to_string(&log).unwrap_or_default();
         let perf = perf::parse(&output);
-        let mut verdict = outcome::judge(&finished, &perf, launch.timeout);
+        let mut verdict = outcome::judge(&execution.finished, &perf, execution.launch.timeout);
         if manifest.coverage {
-            let quarantined: Vec<String> = merge
-                .iter()
-                .flat_map(|m| m.quarantined.iter().map(|q| format!("{} ({})", q.file.display(), q.reason)))
-                .collect();
             let expected = match spec.launcher(ctx.config()).kind {
                 LauncherKind::Direct => 1,
                 LauncherKind::Mpirun | LauncherKind::Srun => spec.ranks,
             };
+            let quarantined = merged.quarantined();
             let runtime_errors: Vec<String> =
                 output.lines().filter(|l| l.contains("LLVM Profile Error")).take(3).map(String::from).collect();
             let evidence = outcome::ProfileEvidence {
-                raw: raw_profiles,
+                raw: merged.raw,
                 expected,
-                dir: &profile_dir,
-                merge_error: merge_error.as_deref(),
+                dir: &merged.dir,
+                merge_error: merged.error.as_deref(),
                 quarantined: &quarantined,
                 runtime_errors: &runtime_errors,
-                free_bytes: host::free_bytes(&profile_dir),
+                free_bytes: host::free_bytes(&merged.dir),
             };
             verdict = outcome::judge_coverage(verdict, &evidence);
         }
-        let (exit_code, signal) = match &finished.ending {
-            Ending::Exited(s) => {
-                use std::os::unix::process::ExitStatusExt;
-                (s.code(), s.signal())
-            }
-            Ending::TimedOut { .. } | Ending::Interrupted { .. } => (None, None),
-        };
-        let config = ctx.config();
-        let result = TrialResult {
-            trial: spec.name.clone(),
-            slug: spec.slug.clone(),
-            collective: spec.collective(config).name.clone(),
-            size: spec.size.clone(),
-            variant: spec.variant(config).map(|v| v.name.clone()),
-            build_id: manifest.build_id.clone(),
-            run_id: self.run_id.clone(),
-            status: verdict.status,
-            reason: verdict.reason.clone(),
-            exit_code,
-            signal,
-            started_at,
-            started_unix_ms,
-            duration_s: finished.duration.as_secs_f64(),
-            timeout_s: launch.timeout.as_secs(),
-            launcher: spec.launcher.clone(),
-            ranks: spec.ranks,
-            command: launch.cmd.display(),
-            argv: launch.cmd.argv(),
-            env: launch.env.clone(),
-            cwd: launch.cmd.get_cwd().map(std::path::Path::to_path_buf).unwrap_or_default(),
-            log: log.clone(),
-            profile_dir: profile_dir.clone(),
-            profiles: raw_profiles,
-            no_profile: manifest.coverage && exit_code == Some(0) && raw_profiles == 0,
-            merge,
-            merge_error,
-            raw_sha256,
-            leftovers: finished.leftovers,
-            perf,
-        };
+        let id = TrialIdentity { spec, config: ctx.config(), manifest, run_id: &self.run_id };
+        let result = TrialResult::new(id, &execution, &verdict, merged, perf);
         result.write(ws).map_err(fail)?;
         results::write_run(ws, manifest, self.run_info()).map_err(fail)?;
-        if verdict.status == outcome::Status::Passed {
-            return Ok(());
+        match result.failure_message(&output) {
+            None => Ok(()),
+            Some(message) => Err(Failed::from(message)),
         }
-        Err(Failed::from(format!(
-            "{}: {}\ncommand: {}\nlog: {}\nlast lines of the log:\n{}",
-            verdict.status.as_str(),
-            verdict.reason,
-            launch.cmd.display(),
-            log.display(),
-            indent_tail(&output, TAIL_LINES)
-        )))
     }
-}
-
-/// What merging a finished trial's raw profiles gave.
-#[derive(Default)]
-struct MergeOutcome {
-    /// Raw profiles the trial left.
-    raw: usize,
-    merge: Option<profiles::TrialMerge>,
-    error: Option<String>,
-    raw_sha256: std::collections::BTreeMap<String, String>,
 }
 
 /// A trial that has not started when the run is interrupted does not start.

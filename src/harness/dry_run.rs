@@ -82,10 +82,10 @@ pub fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
         // Dry-run output lands in CI logs: secrets are masked as in every record.
         let argv: Vec<String> = launch.cmd.argv_redacted().iter().map(|a| shell_quote(a)).collect();
         let _ = writeln!(w, "  argv: {}", argv.join(" "));
-        for (k, v) in launch.env.iter().filter(|(k, _)| k != launch::TRIAL_TOKEN_VAR) {
+        for (k, v) in launch.env.iter().filter(|(k, _)| k != crate::env_names::TRIAL_TOKEN) {
             let _ = writeln!(w, "  env: {k}={}", shell_quote(&redact::value(k, v)));
         }
-        let _ = writeln!(w, "  env removed: {}", launch::PROFILE_INIT_ONCE);
+        let _ = writeln!(w, "  env removed: {}", crate::env_names::PROFILE_INIT_ONCE);
         let _ = writeln!(w, "  cwd: {}", launch.cmd.get_cwd().map(|p| p.display().to_string()).unwrap_or_default());
     }
     Ok(out)

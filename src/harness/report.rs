@@ -9,10 +9,9 @@ use crate::config::process_env;
 use crate::context::Context;
 use crate::error::Error;
 use crate::fixture::BuildManifest;
-use crate::outcome::Status;
 use crate::plan;
-use crate::profiles::{self, Quarantined};
-use crate::report::{self, ReportInputs};
+use crate::profiles;
+use crate::report::{self, Health, ReportInputs, ReportMeta};
 use crate::results::{self, TrialResult};
 use crate::workspace::{self, Area};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
@@ -41,18 +40,6 @@ struct Merged {
     results: Vec<TrialResult>,
     inputs: ReportInputs,
     health: Health,
-}
-
-/// What the report cannot vouch for.
-#[derive(Default)]
-struct Health {
-    quarantined: Vec<Quarantined>,
-    merge_errors: Vec<String>,
-    /// Profiles a trial recorded that are gone.
-    missing: Vec<String>,
-    no_profile: Vec<String>,
-    /// Timed out or killed by a signal: their processes wrote no profile.
-    no_coverage: Vec<String>,
 }
 
 /// `llvm-cov export -summary-only` over all objects, and the host and device
@@ -148,7 +135,8 @@ impl Shared {
             )));
         }
         let results = results::load_all(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
-        let verified = profiles::verified_inputs(ws, &results)?;
+        let recorded: Vec<_> = results.iter().map(TrialResult::recorded_profiles).collect();
+        let verified = profiles::verified_inputs(ws, &recorded)?;
         let inputs = verified.inputs;
         if inputs.is_empty() {
             return Err(Error::new(format!(
@@ -180,35 +168,13 @@ impl Shared {
                 ws.area(Area::Quarantine).display()
             )));
         }
-        let mut health = Health { quarantined: quarantined_now, missing: verified.missing, ..Health::default() };
-        health.quarantined.extend(verified.quarantined);
-        for r in &results {
-            if let Some(m) = &r.merge {
-                health.quarantined.extend(m.quarantined.iter().cloned());
-            }
-            if let Some(e) = &r.merge_error {
-                health.merge_errors.push(format!("{}: {e}", r.trial));
-            }
-            if r.no_profile {
-                health.no_profile.push(r.trial.clone());
-            }
-            if r.status == Status::Timeout || r.signal.is_some() {
-                health.no_coverage.push(format!("{} ({})", r.trial, r.reason));
-            }
-        }
-        let meta = json!({
-            "build_id": manifest.build_id,
-            "generated_at": crate::host::now(),
-            "device_coverage": manifest.device.summary(),
-            "profiles_merged": merged_inputs,
-            "trials": results.iter().map(|r| json!({"trial": r.trial, "run_id": r.run_id, "status": r.status})).collect::<Vec<_>>(),
-            "quarantined": health.quarantined,
-            "no_coverage_from": health.no_coverage,
-            "exited_0_without_profile": health.no_profile,
-        });
+        let mut quarantined = quarantined_now;
+        quarantined.extend(verified.quarantined);
+        let health = Health::new(&results, quarantined, verified.missing);
+        let meta = ReportMeta::new(&manifest, &results, merged_inputs, &health);
         workspace::write_atomic(
             &report_dir.join("meta.json"),
-            serde_json::to_string_pretty(&meta).expect("json").as_bytes(),
+            serde_json::to_string_pretty(&meta).expect("meta serializes").as_bytes(),
         )?;
         let config = self.ctx.config();
         let title = format!("ccl-coverage: {} (build {})", config.name, manifest.build_id);
@@ -219,45 +185,13 @@ impl Shared {
     /// Fails when profiles had to be quarantined or a trial that passed left
     /// none; the reports above are written from the good data either way.
     fn health(&self, merged: &Merged) -> Result<Completion, Failed> {
-        let h = &merged.health;
-        for line in &h.no_coverage {
+        for line in &merged.health.no_coverage {
             eprintln!("ccl-coverage: no coverage from this trial: {line}");
         }
-        let mut problems = Vec::new();
-        if !h.quarantined.is_empty() {
-            problems.push(format!(
-                "{} profiles were unreadable or altered and moved to quarantine (reports use the rest):\n{}",
-                h.quarantined.len(),
-                h.quarantined
-                    .iter()
-                    .map(|q| format!("    {}: {}", q.file.display(), q.reason))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            ));
+        match merged.health.problems() {
+            None => Ok(Completion::Completed),
+            Some(problems) => Err(Failed::from(problems)),
         }
-        if !h.merge_errors.is_empty() {
-            problems.push(format!("merging failed for: {}", h.merge_errors.join("; ")));
-        }
-        if !h.missing.is_empty() {
-            problems.push(format!("profiles vanished after their trials wrote them: {}", h.missing.join("; ")));
-        }
-        if !h.no_profile.is_empty() {
-            problems.push(format!(
-                "these trials exited 0 but left no profile (is the instrumented library the one loaded? check LD_LIBRARY_PATH): {}",
-                h.no_profile.join(", ")
-            ));
-        }
-        if !h.no_coverage.is_empty() {
-            problems.push(format!("no coverage from these trials (timed out or killed): {}", h.no_coverage.join("; ")));
-        }
-        let failing = !h.quarantined.is_empty()
-            || !h.merge_errors.is_empty()
-            || !h.missing.is_empty()
-            || !h.no_profile.is_empty();
-        if !failing {
-            return Ok(Completion::Completed);
-        }
-        Err(Failed::from(problems.join("\n")))
     }
 
     fn summary(&self) -> Result<&Summary, Failed> {
@@ -322,31 +256,8 @@ impl Shared {
     /// `report/summary.md`, also appended to `$GITHUB_STEP_SUMMARY` when set.
     fn markdown(&self, merged: &Merged) -> Result<(), Failed> {
         let summary = self.summary()?;
-        let m = &merged.manifest;
-        let mut md = format!("## Coverage: {} (build {})\n\n", self.ctx.config().name, m.build_id);
-        md.push_str("| | covered | total | % |\n|---|---:|---:|---:|\n");
-        for (metric, covered, count) in
-            report::percentages(&summary.all).map_err(|e| failed("reading the summary", &e))?
-        {
-            md.push_str(&format!("| {metric} | {covered} | {count} | {:.2} |\n", report::percent(covered, count)));
-        }
-        md.push_str(&format!("\nDevice coverage: {}\n\n", m.device.summary()));
-        let count = |s: Status| merged.results.iter().filter(|r| r.status == s).count();
-        let runs: BTreeSet<&str> = merged.results.iter().map(|r| r.run_id.as_str()).collect();
-        md.push_str(&format!(
-            "Trials: {} passed, {} failed, {} timed out (runs {}).\n",
-            count(Status::Passed),
-            count(Status::Failed),
-            count(Status::Timeout),
-            runs.into_iter().collect::<Vec<_>>().join(", ")
-        ));
-        let h = &merged.health;
-        if !h.quarantined.is_empty() {
-            md.push_str(&format!("\nQuarantined profiles: {}\n", h.quarantined.len()));
-        }
-        if !h.no_coverage.is_empty() {
-            md.push_str(&format!("\nNo coverage from: {}\n", h.no_coverage.join("; ")));
-        }
+        let md = report::markdown(&self.ctx.config().name, &merged.manifest, &summary.all, &merged.results, &merged.health)
+            .map_err(|e| failed("reading the summary", &e))?;
         let out = self.report_dir().join("summary.md");
         workspace::write_atomic(&out, md.as_bytes()).map_err(|e| failed("writing summary.md", &e))?;
         if let Some(step_summary) = process_env("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {
