@@ -45,6 +45,16 @@ fn variants() -> Value {
         "name": "init-death-mpi-noabort", "launcher": "mpi-noabort", "ranks": 3,
         "env": {"CCL_FAULT": "init-death", "CCL_FAULT_RANK": "1", "CCL_INIT_TIMEOUT_S": "4"}
     }));
+    // Rank 0 dies before creating the segment: the others wait for it to appear.
+    out.push(json!({
+        "name": "init-death-rank0-mpi-noabort", "launcher": "mpi-noabort", "ranks": 3,
+        "env": {"CCL_FAULT": "init-death", "CCL_FAULT_RANK": "0", "CCL_INIT_TIMEOUT_S": "4"}
+    }));
+    // Stopped by the trial's timeout while rank 0 waits in init.
+    out.push(json!({
+        "name": "init-stopped-mpi-noabort", "launcher": "mpi-noabort", "ranks": 3,
+        "env": {"CCL_FAULT": "init-death", "CCL_FAULT_RANK": "1", "CCL_INIT_TIMEOUT_S": "600"}
+    }));
     Value::Array(out)
 }
 
@@ -59,7 +69,10 @@ fn dying_and_silent_ranks_fail_with_the_cause_in_bounded_time() {
             json!("0"),
         ]);
         v["launchers"]["mpi-noabort"] = noabort;
-        v["timeouts"] = json!({"default": TIMEOUT_S, "grace": 2});
+        v["timeouts"] = json!({
+            "default": TIMEOUT_S, "grace": 2,
+            "overrides": [{"variant": "init-stopped-mpi-noabort", "seconds": 4}]
+        });
     });
     let ran = harness(&s, "collectives", &["--test-threads", "2"], LIMIT);
     let out = ran.text();
@@ -96,6 +109,25 @@ fn dying_and_silent_ranks_fail_with_the_cause_in_bounded_time() {
     let gave_up = gave_up.unwrap_or_else(|| panic!("no rank gave up on init: {log}"));
     let segment = gave_up.split_whitespace().find(|w| w.starts_with("/ccl-")).expect("the segment is named");
     assert!(!Path::new("/dev/shm").join(&segment[1..]).exists(), "{segment} is left in /dev/shm");
+
+    let r = result(&s, "AllReduce.1K.init-death-rank0-mpi-noabort");
+    assert_eq!(r["status"], "FAILED", "{r}");
+    let log = std::fs::read_to_string(s.ws.join("logs/AllReduce.1K.init-death-rank0-mpi-noabort.log")).unwrap();
+    assert!(log.contains("did not appear") && log.contains("did rank 0 die during init?"), "{log}");
+
+    // The perf binary removes rank 0's segment when SIGTERM ends it in init.
+    let r = result(&s, "AllReduce.1K.init-stopped-mpi-noabort");
+    assert_eq!(r["status"], "TIMEOUT", "{r}");
+    let log = std::fs::read_to_string(s.ws.join("logs/AllReduce.1K.init-stopped-mpi-noabort.log")).unwrap();
+    let rank0 = log.lines().find(|l| l.starts_with("#  Rank  0 Group")).unwrap_or_else(|| panic!("no rank 0: {log}"));
+    let pid = rank0.split_whitespace().nth(6).expect("rank 0's pid");
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&format!("ccl-{pid}-")))
+        .collect();
+    assert!(left.is_empty(), "rank 0 (pid {pid}) left {left:?} in /dev/shm");
 
     let survivors = processes_mentioning(&s.ws.display().to_string());
     assert!(survivors.is_empty(), "processes of the trials survive: {survivors:?}");

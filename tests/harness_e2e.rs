@@ -365,6 +365,26 @@ fn an_existing_instrumented_build_is_used_and_identified_by_its_objects() {
     assert!(log.contains("unset CCL_COV_BUILD_DIR"), "{log}");
 }
 
+/// The fixture's CMakeLists add -Wall -Wextra (as warnings, not errors); its
+/// build logs, which hold the compiler's output, must show none.
+#[test]
+fn the_fixture_builds_without_a_compiler_warning() {
+    let s = setup(|v| only(v, "Reduce", &["1K"], json!([{"name": "ring", "env": {"CCL_ALGO": "ring"}}])));
+    let out = harness(&s, "collectives", &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let manifest: Value = serde_json::from_str(&fs::read_to_string(s.ws.join("build.json")).unwrap()).unwrap();
+    let logs = PathBuf::from(manifest["cache_dir"].as_str().unwrap()).join("logs");
+    let mut steps = 0;
+    let mut warnings = Vec::new();
+    for entry in fs::read_dir(&logs).unwrap().flatten() {
+        steps += 1;
+        let log = fs::read_to_string(entry.path()).unwrap();
+        warnings.extend(log.lines().filter(|l| l.contains("warning:")).map(String::from));
+    }
+    assert_eq!(steps, 6, "one log per build step in {}", logs.display());
+    assert!(warnings.is_empty(), "{} warnings:\n{}", warnings.len(), warnings.join("\n"));
+}
+
 fn report_files_exist(ws: &Path) {
     for file in [
         "report/html/index.html",
