@@ -112,92 +112,18 @@ impl BuildPlan {
     pub fn new(ctx: &Context) -> Result<BuildPlan> {
         let loaded = &ctx.loaded;
         let config = &loaded.config;
-        let toolchain = toolchain::resolve(&config.toolchain, &crate::config::process_env)?;
-        let device = if ctx.coverage {
-            device::decide(ctx.device_mode, &config.coverage.device, &toolchain.cxx)?
-        } else {
-            DeviceDecision {
-                requested: ctx.device_mode,
-                enabled: false,
-                reason: "coverage is off (CCL_COV_COVERAGE=off)".into(),
-                target: config.coverage.device.target.clone(),
-                runtime: None,
-            }
-        };
-        let coverage_flags =
-            if ctx.coverage { device::coverage_flags(&config.coverage.host_flags, &device) } else { Vec::new() };
-        let rccl = if ctx.coverage { rccl::Coverage::On { full: device.enabled } } else { rccl::Coverage::Off };
-        let mut vars = build_vars(loaded, &toolchain, &coverage_flags, ctx.jobs);
-
-        let mut hasher = Sha256::new();
-        let mut feed = |label: &str, value: &str| {
-            hasher.update(label.as_bytes());
-            hasher.update([0]);
-            hasher.update(value.as_bytes());
-            hasher.update([0]);
-        };
-        feed("harness", env!("CARGO_PKG_VERSION"));
-        feed("cc", &format!("{} {}", toolchain.cc.path.display(), toolchain.cc.version));
-        feed("cxx", &format!("{} {}", toolchain.cxx.path.display(), toolchain.cxx.version));
-        feed("coverage", &format!("{} {}", ctx.coverage, coverage_flags.join(" ")));
-        feed("device", &device.enabled.to_string());
-
-        let existing_objects = match &ctx.existing_build {
-            Some(dir) => {
-                vars.set("build_dir", dir.display().to_string());
-                let objects = inspect_existing(ctx, &vars, dir)?;
-                for object in &objects {
-                    feed("existing object", &file_identity(&object.path)?);
-                }
-                Some(objects)
-            }
-            None => {
-                vars.set("build_dir", BUILD_DIR_MARK);
-                for step in &config.library.steps {
-                    feed("library step", &step_cmd(step, &vars, rccl)?.display());
-                }
-                for object in &config.library.objects {
-                    feed("object", &vars.render(object)?);
-                }
-                feed("library_src", &hash_tree(&loaded.library_src(), &config.library.hash_exclude)?);
-                None
-            }
-        };
-        match &ctx.existing_tests {
-            Some(dir) => feed("existing tests", &dir_identity(dir)?),
-            None => {
-                for step in &config.tests.steps {
-                    feed("tests step", &step_cmd(step, &vars, rccl)?.display());
-                }
-                feed("bin_dir", &vars.render(&config.tests.bin_dir)?);
-                feed("tests_src", &hash_tree(&loaded.tests_src(), &config.tests.hash_exclude)?);
-            }
-        }
-        let key: String = hasher.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
+        let resolved = Resolved::new(config, ctx.coverage, ctx.device_mode, &crate::config::process_env)?;
+        let mut vars = build_vars(loaded, &resolved.toolchain, &resolved.coverage_flags, ctx.jobs);
+        let (key, existing_objects) = build_key(ctx, &resolved, &mut vars)?;
         let cache_dir = ctx.state_dir.join("builds").join(&key);
         let build_dir = ctx.existing_build.clone().unwrap_or_else(|| cache_dir.clone());
         vars.set("build_dir", build_dir.display().to_string());
-
-        let mut steps = Vec::new();
-        if ctx.existing_build.is_none() {
-            for step in &config.library.steps {
-                steps.push((step.name.clone(), step_cmd(step, &vars, rccl)?));
-            }
-        }
-        let bin_dir = match &ctx.existing_tests {
-            Some(dir) => dir.clone(),
-            None => {
-                for step in &config.tests.steps {
-                    steps.push((step.name.clone(), step_cmd(step, &vars, rccl)?));
-                }
-                PathBuf::from(vars.render(&config.tests.bin_dir)?)
-            }
-        };
+        let (steps, bin_dir) = render_steps(ctx, &vars, resolved.rccl)?;
         Ok(BuildPlan {
-            toolchain,
-            device,
+            toolchain: resolved.toolchain,
+            device: resolved.device,
             coverage: ctx.coverage,
-            coverage_flags,
+            coverage_flags: resolved.coverage_flags,
             key,
             build_dir,
             cache_dir,
@@ -408,6 +334,136 @@ pub fn select_device_objects(patterns: &[PathBuf], device: &DeviceDecision) -> R
 }
 
 /// Inspects the objects of an existing build: each must exist and carry
+/// The toolchain and the device-coverage decision: what the build will be
+/// made with, from the config and an environment lookup (the process's, or
+/// a fake one in tests).
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub toolchain: Toolchain,
+    pub device: DeviceDecision,
+    /// `{coverage_flags}`: host flags, plus the device forms when device coverage is on.
+    pub coverage_flags: Vec<String>,
+    pub rccl: rccl::Coverage,
+}
+
+impl Resolved {
+    pub fn new(
+        config: &crate::config::Config,
+        coverage: bool,
+        device_mode: crate::config::DeviceMode,
+        env: toolchain::Lookup,
+    ) -> Result<Resolved> {
+        let toolchain = toolchain::resolve(&config.toolchain, env)?;
+        let device = if coverage {
+            device::decide(device_mode, &config.coverage.device, &toolchain.cxx)?
+        } else {
+            DeviceDecision {
+                requested: device_mode,
+                enabled: false,
+                reason: "coverage is off (CCL_COV_COVERAGE=off)".into(),
+                target: config.coverage.device.target.clone(),
+                runtime: None,
+            }
+        };
+        let coverage_flags =
+            if coverage { device::coverage_flags(&config.coverage.host_flags, &device) } else { Vec::new() };
+        let rccl = if coverage { rccl::Coverage::On { full: device.enabled } } else { rccl::Coverage::Off };
+        Ok(Resolved { toolchain, device, coverage_flags, rccl })
+    }
+}
+
+/// The build's cache key: a hash of labelled values, each ended by a NUL so
+/// that no two sequences of values hash alike.
+struct BuildKey(Sha256);
+
+impl BuildKey {
+    fn new() -> BuildKey {
+        BuildKey(Sha256::new())
+    }
+
+    fn feed(&mut self, label: &str, value: &str) {
+        self.0.update(label.as_bytes());
+        self.0.update([0]);
+        self.0.update(value.as_bytes());
+        self.0.update([0]);
+    }
+
+    fn finish(self) -> String {
+        self.0.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The key covers what changes the result: the harness, the toolchain, the
+/// coverage mode, the resolved build commands (with `{build_dir}` left as a
+/// mark, so the key does not depend on where the cache lives) and the
+/// sources, or the identity of existing builds. Existing objects are
+/// inspected on the way and returned.
+fn build_key(ctx: &Context, resolved: &Resolved, vars: &mut Vars) -> Result<(String, Option<Vec<ObjectRecord>>)> {
+    let loaded = &ctx.loaded;
+    let config = &loaded.config;
+    let tc = &resolved.toolchain;
+    let mut key = BuildKey::new();
+    key.feed("harness", env!("CARGO_PKG_VERSION"));
+    key.feed("cc", &format!("{} {}", tc.cc.path.display(), tc.cc.version));
+    key.feed("cxx", &format!("{} {}", tc.cxx.path.display(), tc.cxx.version));
+    key.feed("coverage", &format!("{} {}", ctx.coverage, resolved.coverage_flags.join(" ")));
+    key.feed("device", &resolved.device.enabled.to_string());
+    let existing_objects = match &ctx.existing_build {
+        Some(dir) => {
+            vars.set("build_dir", dir.display().to_string());
+            let objects = inspect_existing(ctx, vars, dir)?;
+            for object in &objects {
+                key.feed("existing object", &file_identity(&object.path)?);
+            }
+            Some(objects)
+        }
+        None => {
+            vars.set("build_dir", BUILD_DIR_MARK);
+            for step in &config.library.steps {
+                key.feed("library step", &step_cmd(step, vars, resolved.rccl)?.display());
+            }
+            for object in &config.library.objects {
+                key.feed("object", &vars.render(object)?);
+            }
+            key.feed("library_src", &hash_tree(&loaded.library_src(), &config.library.hash_exclude)?);
+            None
+        }
+    };
+    match &ctx.existing_tests {
+        Some(dir) => key.feed("existing tests", &dir_identity(dir)?),
+        None => {
+            for step in &config.tests.steps {
+                key.feed("tests step", &step_cmd(step, vars, resolved.rccl)?.display());
+            }
+            key.feed("bin_dir", &vars.render(&config.tests.bin_dir)?);
+            key.feed("tests_src", &hash_tree(&loaded.tests_src(), &config.tests.hash_exclude)?);
+        }
+    }
+    Ok((key.finish(), existing_objects))
+}
+
+/// The build steps to run, library first (none for a part that an existing
+/// build replaces), and the test binaries' folder.
+fn render_steps(ctx: &Context, vars: &Vars, rccl: rccl::Coverage) -> Result<(Vec<(String, Cmd)>, PathBuf)> {
+    let config = &ctx.loaded.config;
+    let mut steps = Vec::new();
+    if ctx.existing_build.is_none() {
+        for step in &config.library.steps {
+            steps.push((step.name.clone(), step_cmd(step, vars, rccl)?));
+        }
+    }
+    let bin_dir = match &ctx.existing_tests {
+        Some(dir) => dir.clone(),
+        None => {
+            for step in &config.tests.steps {
+                steps.push((step.name.clone(), step_cmd(step, vars, rccl)?));
+            }
+            PathBuf::from(vars.render(&config.tests.bin_dir)?)
+        }
+    };
+    Ok((steps, bin_dir))
+}
+
 /// coverage mapping, else the error says how to get one that does.
 fn inspect_existing(ctx: &Context, vars: &Vars, dir: &Path) -> Result<Vec<ObjectRecord>> {
     if !dir.is_dir() {
@@ -621,8 +677,7 @@ pub fn hash_tree(root: &Path, exclude: &[String]) -> Result<String> {
 /// A manifest for unit tests of later stages.
 #[cfg(test)]
 pub(crate) fn test_manifest(build_id: &str) -> BuildManifest {
-    let tool =
-        crate::toolchain::Tool { path: "/llvm/bin/clang".into(), version: "clang version 22".into(), major: 22 };
+    let tool = crate::toolchain::Tool { path: "/llvm/bin/clang".into(), version: "clang version 22".into(), major: 22 };
     BuildManifest {
         build_id: build_id.into(),
         config: "t".into(),
@@ -713,5 +768,32 @@ mod tests {
     fn missing_source_folder_is_an_error() {
         let err = hash_tree(Path::new("/no/such/src"), &[]).unwrap_err().to_string();
         assert!(err.contains("source folder /no/such/src does not exist"), "{err}");
+    }
+
+    /// The stage reads only the environment it is given: here one where
+    /// `CXX` names a compiler that is not clang, and one without it.
+    #[test]
+    fn the_toolchain_and_device_decision_come_from_the_given_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = r#"{"name": "t", "toolchain": {"cc": "${LLVM}/clang", "cxx": "${LLVM}/clang++"},
+            "library": {"source_dir": ".", "steps": [{"name": "s", "argv": ["true"]}], "objects": ["{build_dir}/libx.so"]},
+            "tests": {"source_dir": ".", "steps": [{"name": "t", "argv": ["true"]}], "bin_dir": "{build_dir}"},
+            "launchers": {"threads": {"kind": "direct"}}, "capacity": 1, "launch": {"launcher": "threads", "ranks": 1},
+            "collectives": [{"name": "AllReduce", "binary": "all_reduce_perf"}], "sizes": ["1K"]}"#;
+        let llvm = "/usr/lib/llvm-22/bin".to_string();
+        let config_env = |name: &str| (name == "LLVM").then(|| llvm.clone());
+        let loaded = crate::config::load_str(text, &dir.path().join("t.json"), &config_env).unwrap();
+        let config = &loaded.config;
+        let none = |_: &str| None;
+        let off = Resolved::new(config, false, crate::config::DeviceMode::Auto, &none).unwrap();
+        assert_eq!(off.device.reason, "coverage is off (CCL_COV_COVERAGE=off)");
+        assert!(off.coverage_flags.is_empty());
+        let on = Resolved::new(config, true, crate::config::DeviceMode::Auto, &none).unwrap();
+        assert!(!on.device.enabled, "a config without a device target is host-only");
+        assert_eq!(on.coverage_flags, config.coverage.host_flags);
+        assert_eq!(on.toolchain.cxx.major, 22);
+        let missing = |name: &str| (name == "CXX").then(|| "/nonexistent/clang++".to_string());
+        let err = Resolved::new(config, true, crate::config::DeviceMode::Auto, &missing).unwrap_err().to_string();
+        assert!(err.contains("(from $CXX)"), "{err}");
     }
 }

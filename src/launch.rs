@@ -4,9 +4,9 @@
 //! working directory and the timeout.
 
 use crate::bail;
-use crate::env_names::{PROFILE_FILE, PROFILE_INIT_ONCE, TRIAL_TOKEN};
 use crate::config::{Config, LauncherConfig, LauncherKind, MpiFlavor};
 use crate::context::Context;
+use crate::env_names::{PROFILE_FILE, PROFILE_INIT_ONCE, TRIAL_TOKEN};
 use crate::error::Result;
 use crate::fixture::BuildManifest;
 use crate::plan::TrialSpec;
@@ -14,7 +14,6 @@ use crate::process::Cmd;
 use crate::template::Vars;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
 
 #[derive(Debug, Clone)]
 pub struct TrialLaunch {

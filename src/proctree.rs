@@ -14,7 +14,6 @@ use crate::env_names::TRIAL_TOKEN;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-
 const POLL: Duration = Duration::from_millis(20);
 
 /// The processes of one trial.

@@ -101,7 +101,13 @@ impl MergeOutcome {
 /// Counts a finished trial's raw profiles and, under coverage, merges them
 /// (`incremental`) and records checksums of what is left raw, so the report
 /// can tell that nothing was altered.
-pub fn finish_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, incremental: bool, keep_raw: bool) -> MergeOutcome {
+pub fn finish_trial(
+    ws: &Workspace,
+    toolchain: &Toolchain,
+    slug: &str,
+    incremental: bool,
+    keep_raw: bool,
+) -> MergeOutcome {
     let dir = ws.trial_profiles(slug);
     let raw = raw_files(&dir).map(|f| f.len()).unwrap_or(0);
     let mut outcome = MergeOutcome { dir: dir.clone(), raw, ..MergeOutcome::default() };

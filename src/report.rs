@@ -11,8 +11,8 @@ use crate::profiles::Quarantined;
 use crate::results::TrialResult;
 use crate::workspace;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// What every llvm-cov invocation of one report shares.
@@ -307,7 +307,8 @@ impl Health {
             return None;
         }
         if !self.no_coverage.is_empty() {
-            problems.push(format!("no coverage from these trials (timed out or killed): {}", self.no_coverage.join("; ")));
+            problems
+                .push(format!("no coverage from these trials (timed out or killed): {}", self.no_coverage.join("; ")));
         }
         Some(problems.join("\n"))
     }
@@ -336,7 +337,12 @@ pub struct MetaTrial {
 }
 
 impl ReportMeta {
-    pub fn new(manifest: &BuildManifest, results: &[TrialResult], profiles_merged: usize, health: &Health) -> ReportMeta {
+    pub fn new(
+        manifest: &BuildManifest,
+        results: &[TrialResult],
+        profiles_merged: usize,
+        health: &Health,
+    ) -> ReportMeta {
         ReportMeta {
             build_id: manifest.build_id.clone(),
             generated_at: crate::host::now(),
@@ -356,7 +362,13 @@ impl ReportMeta {
 
 /// `report/summary.md`: totals, the device-coverage decision, the trials'
 /// outcomes and runs, and what the report could not vouch for.
-pub fn markdown(config: &str, manifest: &BuildManifest, summary_json: &str, results: &[TrialResult], health: &Health) -> Result<String> {
+pub fn markdown(
+    config: &str,
+    manifest: &BuildManifest,
+    summary_json: &str,
+    results: &[TrialResult],
+    health: &Health,
+) -> Result<String> {
     let mut md = format!("## Coverage: {config} (build {})\n\n", manifest.build_id);
     md.push_str("| | covered | total | % |\n|---|---:|---:|---:|\n");
     for (metric, covered, count) in percentages(summary_json)? {

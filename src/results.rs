@@ -3,15 +3,15 @@
 //! interrupted or the coverage report later fails (upstream exits before
 //! writing its results when coverage fails).
 
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::fixture::BuildManifest;
-use crate::config::Config;
 use crate::outcome::{Status, Verdict};
+use crate::perf::PerfReport;
 use crate::plan::TrialSpec;
 use crate::profiles::MergeOutcome;
-use crate::run::Execution;
-use crate::perf::PerfReport;
 use crate::redact;
+use crate::run::Execution;
 use crate::workspace::{self, Workspace};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;

@@ -18,9 +18,9 @@
 //! (`fixture.rs`) both run through it.
 
 use crate::bail;
+use crate::env_names::{SUPERVISE, TRIAL_TOKEN};
 use crate::error::{Error, Result};
 use crate::process::Cmd;
-use crate::env_names::{SUPERVISE, TRIAL_TOKEN};
 use crate::proctree::Tree;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};

@@ -32,7 +32,7 @@ pub struct Toolchain {
     pub llvm_cov: Tool,
 }
 
-type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// Resolves the toolchain from `config`, with `CC`, `CXX`, `LLVM_PROFDATA`
 /// and `LLVM_COV` from `env` taking precedence.

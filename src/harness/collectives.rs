@@ -147,7 +147,11 @@ impl Shared {
             let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices())).map_err(fail)?;
             let timeout = launch.timeout.as_secs();
             let execution = run::execute(launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
-                eprintln!("ccl-coverage: {} still running after {}s (timeout {timeout}s)", spec.name, elapsed.as_secs());
+                eprintln!(
+                    "ccl-coverage: {} still running after {}s (timeout {timeout}s)",
+                    spec.name,
+                    elapsed.as_secs()
+                );
             })
             .map_err(fail)?;
             (execution, (!ctx.merge_overlap).then(finish))

@@ -256,8 +256,9 @@ impl Shared {
     /// `report/summary.md`, also appended to `$GITHUB_STEP_SUMMARY` when set.
     fn markdown(&self, merged: &Merged) -> Result<(), Failed> {
         let summary = self.summary()?;
-        let md = report::markdown(&self.ctx.config().name, &merged.manifest, &summary.all, &merged.results, &merged.health)
-            .map_err(|e| failed("reading the summary", &e))?;
+        let md =
+            report::markdown(&self.ctx.config().name, &merged.manifest, &summary.all, &merged.results, &merged.health)
+                .map_err(|e| failed("reading the summary", &e))?;
         let out = self.report_dir().join("summary.md");
         workspace::write_atomic(&out, md.as_bytes()).map_err(|e| failed("writing summary.md", &e))?;
         if let Some(step_summary) = process_env("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {
