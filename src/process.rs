@@ -4,14 +4,16 @@
 
 use crate::error::{Error, Result};
 use crate::redact;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Default)]
 pub struct Cmd {
-    program: String,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
-    env_remove: Vec<String>,
+    program: OsString,
+    args: Vec<OsString>,
+    /// What the command changes in the inherited environment, in the order
+    /// first named: `Some` sets a variable, `None` removes it.
+    env: Vec<(OsString, Option<OsString>)>,
     cwd: Option<PathBuf>,
 }
 
@@ -19,38 +21,45 @@ pub struct Cmd {
 pub const TAIL_LINES: usize = 30;
 
 impl Cmd {
-    pub fn new(program: impl Into<String>) -> Self {
+    pub fn new(program: impl Into<OsString>) -> Self {
         Cmd { program: program.into(), ..Default::default() }
     }
 
     /// A command from an argv vector; `None` if it is empty.
     pub fn from_argv(argv: &[String]) -> Option<Self> {
         let (program, args) = argv.split_first()?;
-        Some(Cmd::new(program.clone()).args(args.iter().cloned()))
+        Some(Cmd::new(program).args(args))
     }
 
-    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.args.push(arg.into());
         self
     }
 
-    pub fn args(mut self, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
+    pub fn args(mut self, args: impl IntoIterator<Item = impl Into<OsString>>) -> Self {
         self.args.extend(args.into_iter().map(Into::into));
         self
     }
 
-    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.env.push((key.into(), value.into()));
-        self
+    /// Sets `key`; a later setting (or removal) of the same key replaces it.
+    pub fn env(self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env_entry(key.into(), Some(value.into()))
     }
 
-    pub fn envs(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
-        self.env.extend(vars);
-        self
+    pub fn envs(self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        vars.into_iter().fold(self, |cmd, (k, v)| cmd.env(k, v))
     }
 
-    pub fn env_remove(mut self, key: impl Into<String>) -> Self {
-        self.env_remove.push(key.into());
+    /// Removes `key` from what the command inherits.
+    pub fn env_remove(self, key: impl Into<OsString>) -> Self {
+        self.env_entry(key.into(), None)
+    }
+
+    fn env_entry(mut self, key: OsString, value: Option<OsString>) -> Self {
+        match self.env.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = value,
+            None => self.env.push((key, value)),
+        }
         self
     }
 
@@ -59,28 +68,26 @@ impl Cmd {
         self
     }
 
-    pub fn program(&self) -> &str {
+    pub fn program(&self) -> &OsStr {
         &self.program
     }
 
-    pub fn get_args(&self) -> &[String] {
+    pub fn get_args(&self) -> &[OsString] {
         &self.args
     }
 
-    pub fn get_env(&self) -> &[(String, String)] {
+    /// The environment changes: `Some` sets, `None` removes.
+    pub fn get_envs(&self) -> &[(OsString, Option<OsString>)] {
         &self.env
-    }
-
-    pub fn get_env_remove(&self) -> &[String] {
-        &self.env_remove
     }
 
     pub fn get_cwd(&self) -> Option<&Path> {
         self.cwd.as_deref()
     }
 
+    /// The argv as text, for records (a non-UTF-8 argument is shown lossily).
     pub fn argv(&self) -> Vec<String> {
-        std::iter::once(self.program.clone()).chain(self.args.iter().cloned()).collect()
+        std::iter::once(&self.program).chain(&self.args).map(|a| a.to_string_lossy().into_owned()).collect()
     }
 
     /// The argv as it may be recorded: secrets masked (see [`crate::redact`]).
@@ -97,12 +104,21 @@ impl Cmd {
         if let Some(dir) = &self.cwd {
             parts.push(format!("cd {} &&", shell_quote(&dir.display().to_string())));
         }
-        if !self.env_remove.is_empty() {
+        let removed: Vec<String> = self
+            .env
+            .iter()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| format!("-u {}", shell_quote(&k.to_string_lossy())))
+            .collect();
+        if !removed.is_empty() {
             parts.push("env".into());
-            parts.extend(self.env_remove.iter().map(|k| format!("-u {}", shell_quote(k))));
+            parts.extend(removed);
         }
         for (k, v) in &self.env {
-            parts.push(format!("{k}={}", shell_quote(&redact::value(k, v))));
+            if let Some(v) = v {
+                let (k, v) = (k.to_string_lossy(), v.to_string_lossy());
+                parts.push(format!("{k}={}", shell_quote(&redact::value(&k, &v))));
+            }
         }
         parts.extend(self.argv_redacted().iter().map(|a| shell_quote(a)));
         parts.join(" ")
@@ -111,10 +127,10 @@ impl Cmd {
     fn expression(&self) -> duct::Expression {
         let mut expr = duct::cmd(&self.program, &self.args);
         for (k, v) in &self.env {
-            expr = expr.env(k, v);
-        }
-        for k in &self.env_remove {
-            expr = expr.env_remove(k);
+            expr = match v {
+                Some(v) => expr.env(k, v),
+                None => expr.env_remove(k),
+            };
         }
         if let Some(dir) = &self.cwd {
             expr = expr.dir(dir);
@@ -151,7 +167,7 @@ impl Cmd {
 
     fn cannot_start(&self, e: std::io::Error) -> Error {
         let hint = if e.kind() == std::io::ErrorKind::NotFound {
-            format!(" ({} is not installed or not on PATH)", self.program)
+            format!(" ({} is not installed or not on PATH)", self.program.to_string_lossy())
         } else {
             String::new()
         };
@@ -236,7 +252,7 @@ mod tests {
         );
         assert_eq!(cmd.argv_redacted(), ["mpirun", "-genv", "MY_TOKEN", "***", "--db=postgres://u:***@h/db"]);
         assert_eq!(cmd.argv()[3], "t0k", "what runs is unchanged");
-        assert_eq!(cmd.get_env()[0].1, "k3y");
+        assert_eq!(cmd.get_envs()[0].1.as_deref(), Some(std::ffi::OsStr::new("k3y")));
     }
 
     #[test]
@@ -260,5 +276,29 @@ mod tests {
         let out = Cmd::new("sh").args(["-c", "echo $CCL_X; pwd"]).env("CCL_X", "v a l").cwd(dir.path()).read().unwrap();
         let canon = dir.path().canonicalize().unwrap();
         assert_eq!(out, format!("v a l\n{}\n", canon.display()));
+    }
+
+    #[test]
+    fn the_environment_is_a_map_of_set_and_removed_names() {
+        let cmd = Cmd::new("prog").env("A", "1").env_remove("B").env("A", "2").env("B", "3").env_remove("A");
+        let envs: Vec<(String, Option<String>)> = cmd
+            .get_envs()
+            .iter()
+            .map(|(k, v)| (k.to_string_lossy().into_owned(), v.as_ref().map(|v| v.to_string_lossy().into_owned())))
+            .collect();
+        assert_eq!(envs, [("A".to_string(), None), ("B".to_string(), Some("3".to_string()))]);
+        assert_eq!(cmd.display(), "env -u A B=3 prog");
+    }
+
+    #[test]
+    fn arguments_need_not_be_text() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let name = std::ffi::OsStr::from_bytes(b"caf\xe9");
+        std::fs::write(dir.path().join(name), "x").unwrap();
+        // `ls` fails on a name that does not exist, such as a lossy copy of this one.
+        let out = Cmd::new("ls").arg(dir.path().join(name)).read().unwrap();
+        assert!(out.ends_with("caf\u{fffd}\n"), "{out}");
+        assert!(Cmd::new("ls").arg(dir.path().join("caf\u{fffd}")).read().is_err());
     }
 }

@@ -280,9 +280,9 @@ pub fn merge_checked(
 
 /// Whether llvm-profdata can read `input` on its own.
 fn check(toolchain: &Toolchain, input: &Path) -> std::result::Result<(), String> {
-    Cmd::new(toolchain.llvm_profdata.path.display().to_string())
+    Cmd::new(&toolchain.llvm_profdata.path)
         .args(["merge", "-sparse", "-o", "/dev/null"])
-        .arg(input.display().to_string())
+        .arg(input)
         .read()
         .map(drop)
         .map_err(|e| {
@@ -295,11 +295,11 @@ fn check(toolchain: &Toolchain, input: &Path) -> std::result::Result<(), String>
 pub fn merge(toolchain: &Toolchain, inputs: &[PathBuf], list_file: &Path, output: &Path) -> Result<()> {
     let list: String = inputs.iter().map(|p| format!("{}\n", p.display())).collect();
     workspace::write_atomic(list_file, list.as_bytes())?;
-    Cmd::new(toolchain.llvm_profdata.path.display().to_string())
+    Cmd::new(&toolchain.llvm_profdata.path)
         .args(["merge", "-sparse"])
         .arg(format!("--input-files={}", list_file.display()))
         .arg("-o")
-        .arg(output.display().to_string())
+        .arg(output)
         .env_remove(crate::env_names::PROFILE_INIT_ONCE)
         .read()
         .map(drop)

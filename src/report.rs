@@ -57,14 +57,13 @@ impl ReportInputs {
 
     /// `llvm-cov <subcommand> -instr-profile=P <obj0> -object <obj1> ... [-ignore-filename-regex=R]`.
     fn cmd(&self, subcommand: &str) -> Cmd {
-        let mut cmd = Cmd::new(self.llvm_cov.display().to_string())
-            .arg(subcommand)
-            .arg(format!("-instr-profile={}", self.profdata.display()));
+        let mut cmd =
+            Cmd::new(&self.llvm_cov).arg(subcommand).arg(format!("-instr-profile={}", self.profdata.display()));
         for (i, object) in self.objects.iter().enumerate() {
             if i > 0 {
                 cmd = cmd.arg("-object");
             }
-            cmd = cmd.arg(object.display().to_string());
+            cmd = cmd.arg(object);
         }
         if !self.ignore.is_empty() {
             cmd = cmd.arg(format!("-ignore-filename-regex={}", self.ignore.join("|")));

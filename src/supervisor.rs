@@ -53,7 +53,6 @@ impl Supervised {
     /// `token`), in a session of its own, with all output appended to `log`.
     pub fn spawn(exe: &Path, cmd: &Cmd, token: &str, log: &Path, grace: Duration) -> Result<Supervised> {
         let spec = Spec {
-            argv: cmd.argv(),
             cwd: cmd.get_cwd().map(Path::to_path_buf),
             log: log.to_path_buf(),
             grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
@@ -64,12 +63,12 @@ impl Supervised {
             .open(log)
             .map_err(|e| Error::new(format!("cannot open {}: {e}", log.display())))?;
         let mut command = Command::new(exe);
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(err);
-        for (k, v) in cmd.get_env() {
-            command.env(k, v);
-        }
-        for k in cmd.get_env_remove() {
-            command.env_remove(k);
+        command.arg(cmd.program()).args(cmd.get_args()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(err);
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => command.env(k, v),
+                None => command.env_remove(k),
+            };
         }
         command.env(SUPERVISE, serde_json::to_string(&spec).expect("spec serializes"));
         // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
@@ -147,10 +146,10 @@ impl Supervised {
     }
 }
 
-/// What to supervise.
+/// How to supervise; the command itself is the supervisor's argv after
+/// its own name, so that no argument needs to be text.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Spec {
-    pub argv: Vec<String>,
     pub cwd: Option<PathBuf>,
     /// The trial's output goes here (appended).
     pub log: PathBuf,
@@ -188,7 +187,7 @@ pub struct Report {
 pub fn run_if_requested() -> Option<ExitCode> {
     let spec = std::env::var_os(SUPERVISE)?;
     let report = match serde_json::from_str::<Spec>(&spec.to_string_lossy()) {
-        Ok(spec) => supervise(&spec),
+        Ok(spec) => supervise(&spec, std::env::args_os().skip(1).collect()),
         Err(e) => Report { spawn_error: Some(format!("bad {SUPERVISE}: {e}")), ..Report::default() },
     };
     let mut line = serde_json::to_string(&report).unwrap_or_default();
@@ -198,7 +197,7 @@ pub fn run_if_requested() -> Option<ExitCode> {
     Some(ExitCode::SUCCESS)
 }
 
-fn supervise(spec: &Spec) -> Report {
+fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     // SAFETY: prctl with these arguments only sets a flag of this process.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let token = std::env::var(TRIAL_TOKEN).unwrap_or_default();
@@ -209,7 +208,7 @@ fn supervise(spec: &Spec) -> Report {
         Ok(log) => log,
         Err(e) => return spawn_failed(format!("cannot open {}: {e}", spec.log.display())),
     };
-    let Some((program, args)) = spec.argv.split_first() else { return spawn_failed("empty command line".into()) };
+    let Some((program, args)) = argv.split_first() else { return spawn_failed("empty command line".into()) };
     let mut command = Command::new(program);
     command.args(args).env_remove(SUPERVISE).stdin(Stdio::null());
     match (log.try_clone(), log.try_clone()) {
@@ -223,7 +222,7 @@ fn supervise(spec: &Spec) -> Report {
         Ok(child) => child,
         Err(e) => {
             let hint = if e.kind() == std::io::ErrorKind::NotFound { " (not installed or not on PATH?)" } else { "" };
-            return spawn_failed(format!("cannot start {program}: {e}{hint}"));
+            return spawn_failed(format!("cannot start {}: {e}{hint}", program.to_string_lossy()));
         }
     };
     let main = child.id() as libc::pid_t;

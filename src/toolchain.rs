@@ -97,7 +97,7 @@ fn compiler(what: &str, var: &str, field: &str, configured: &str, fallbacks: &[S
             tried.join("; ")
         );
     };
-    let text = Cmd::new(path.display().to_string()).arg("--version").read()?;
+    let text = Cmd::new(&path).arg("--version").read()?;
     let first = text.lines().next().unwrap_or_default().to_string();
     let Some(major) = major_after(&text, "clang version ") else {
         bail!(
@@ -141,7 +141,7 @@ fn major_after(text: &str, marker: &str) -> Option<u32> {
 /// `merge --version`.
 fn tool_version(path: &Path) -> Option<(u32, String)> {
     for args in [&["--version"][..], &["merge", "--version"][..]] {
-        if let Ok(text) = Cmd::new(path.display().to_string()).args(args.iter().copied()).read()
+        if let Ok(text) = Cmd::new(&path).args(args.iter().copied()).read()
             && let Some(major) = major_after(&text, "LLVM version ")
         {
             let line = text.lines().find(|l| l.contains("LLVM version ")).unwrap_or_default();

@@ -143,14 +143,10 @@ fn a_program_that_cannot_start_is_an_error_naming_it() {
 fn the_supervisor_stops_the_trial_when_the_harness_goes_away() {
     let token = unique_token();
     let dir = tempfile::tempdir().unwrap();
-    let spec = Spec {
-        argv: vec!["sh".into(), "-c".into(), "trap '' TERM; (trap '' TERM; exec setsid sleep 600) & sleep 600".into()],
-        cwd: None,
-        log: dir.path().join("t.log"),
-        grace_ms: 500,
-    };
+    let spec = Spec { cwd: None, log: dir.path().join("t.log"), grace_ms: 500 };
     let mut child = Command::new(supervisor_exe());
     child
+        .args(["sh", "-c", "trap '' TERM; (trap '' TERM; exec setsid sleep 600) & sleep 600"])
         .env(SUPERVISE, serde_json::to_string(&spec).unwrap())
         .env(TRIAL_TOKEN, &token)
         .stdin(Stdio::piped())
