@@ -47,6 +47,15 @@ mod tests {
         assert!(!found.is_instrumented());
     }
 
+    /// Committed test data, built from `instrumented.c` beside it (the command is in that file).
+    #[test]
+    fn an_instrumented_object_is_recognised() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/objects/instrumented.o");
+        let found = inspect(&path).unwrap();
+        assert_eq!(found, Instrumentation { coverage_mapping: true, counters: true });
+        assert!(found.is_instrumented());
+    }
+
     #[test]
     fn non_elf_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();

@@ -215,4 +215,53 @@ mod tests {
         assert_eq!(stat_of(pid).unwrap().start_time, start);
         assert_ne!(new_token(), token, "every trial gets its own token");
     }
+
+    /// A child that is killed and reaped when the test ends, pass or fail.
+    struct Child(std::process::Child);
+
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn wait_for(what: &str, mut found: impl FnMut() -> bool) {
+        let end = Instant::now() + Duration::from_secs(10);
+        while !found() {
+            assert!(Instant::now() < end, "{what} was not found within 10s");
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// The session alone finds a process that carries no marker.
+    #[test]
+    fn the_session_alone_finds_a_process() {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("30").env_remove(TRIAL_TOKEN);
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let child = Child(cmd.spawn().unwrap());
+        let pid = child.0.id() as libc::pid_t;
+        let tree = Tree::new(pid, "no-process-has-this-token");
+        wait_for("the session's process", || tree.members() == [pid]);
+    }
+
+    /// The marker alone finds a process outside the session (one that ran
+    /// `setsid` itself, as MPI launchers' daemons may).
+    #[test]
+    fn the_marker_alone_finds_a_process() {
+        let token = format!("marker-test-{}", std::process::id());
+        let child = Child(std::process::Command::new("sleep").arg("30").env(TRIAL_TOKEN, &token).spawn().unwrap());
+        let pid = child.0.id() as libc::pid_t;
+        let tree = Tree::new(-1, &token);
+        wait_for("the marked process", || tree.members() == [pid]);
+        assert!(!Tree::new(-1, &format!("{token}-other")).members().contains(&pid), "the whole marker must match");
+    }
 }

@@ -613,10 +613,38 @@ mod tests {
 
     #[test]
     fn atomic_write_replaces_whole_files() {
+        use std::sync::atomic::{AtomicBool, Ordering};
         let (_d, ws) = setup();
         let path = ws.results_dir().join("run.json");
-        write_atomic(&path, b"one").unwrap();
-        write_atomic(&path, b"two").unwrap();
-        assert_eq!(fs::read_to_string(&path).unwrap(), "two");
+        // A reader racing a writer sees one whole version or the other, never
+        // an empty or half-written file (which a plain truncate-and-write shows).
+        let versions = [vec![b'a'; 1 << 20], vec![b'b'; 1 << 20]];
+        write_atomic(&path, &versions[0]).unwrap();
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (path, done) = (path.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0;
+                while !done.load(Ordering::SeqCst) || reads == 0 {
+                    let seen = fs::read(&path).unwrap();
+                    assert!(
+                        seen.len() == 1 << 20 && (seen[0] == b'a' || seen[0] == b'b'),
+                        "torn read: {} bytes",
+                        seen.len()
+                    );
+                    assert!(seen.iter().all(|&b| b == seen[0]), "mixed versions");
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        for i in 0..50 {
+            write_atomic(&path, &versions[i % 2]).unwrap();
+        }
+        done.store(true, Ordering::SeqCst);
+        assert!(reader.join().unwrap() > 0);
+        assert_eq!(fs::read(&path).unwrap(), versions[1]);
+        let left: Vec<_> = fs::read_dir(ws.results_dir()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left, ["run.json"], "no temporary file is left behind");
     }
 }
