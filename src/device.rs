@@ -7,7 +7,8 @@
 //! AMDGPU device profile runtime. CUDA/NVPTX device code is instrumented by no
 //! compiler today. Whether the compiler instruments device code is read from
 //! what it does, not from whether it accepts the flags: clang 19 accepts them
-//! and silently leaves device code alone (design.md §3).
+//! and silently leaves device code alone (docs/architecture.md, "Toolchain
+//! and profile runtime").
 //!
 //! AUTO falls back to host-only and says why; ON turns a blocker into an
 //! error that says what to change; OFF never instruments device code.

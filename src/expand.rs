@@ -1,7 +1,7 @@
 //! `${VAR}` / `${VAR:-default}` expansion of config values.
 //!
 //! Bash-compatible where it matters and stricter where upstream was silently
-//! wrong (see `upstream-runner.md` §3):
+//! wrong (docs/architecture.md, "Variable expansion"):
 //! - `${VAR}` is the value (empty if set to empty); an **unset** `${VAR}` is an
 //!   error naming the variable, never left as literal text.
 //! - `${VAR:-default}` uses the default when VAR is unset **or empty**;

@@ -1,5 +1,6 @@
-//! Building RCCL through its `install.sh` with coverage (upstream-runner.md
-//! §4.1), with upstream's rules and without its quoting bugs:
+//! Building RCCL through its `install.sh` with coverage, with upstream's
+//! rules (docs/architecture.md, "The upstream RCCL test runner") and without
+//! its quoting bugs:
 //! - coverage on: `--debug` unless `--debug` or `--debug-fast` is there,
 //!   `--enable-code-coverage`, never the strict `--enable-full-coverage`
 //!   (it turns an unsupported toolchain into a configure failure instead of
