@@ -2,25 +2,30 @@
 //!
 //! Loading is three steps, each with errors that name the file and the JSON
 //! path: parse JSON; expand `${VAR}` in every string value (`expand.rs`);
-//! deserialize into these structs (unknown keys rejected) and check what
-//! serde cannot (names, references, placeholders).
+//! deserialize into these structs (unknown keys rejected), whose values check
+//! themselves (`config/values.rs`, the bounded numbers and lists below); then check
+//! what no single value can: references between sections and trial names.
 
 use crate::bail;
 use crate::error::{Error, Result};
 use crate::expand;
-use crate::template::{self, BUILD_PLACEHOLDERS, TRIAL_PLACEHOLDERS};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+mod values;
+pub use values::{Build, BuildTemplate, EnvName, Name, Placeholders, Size, Template, Trial, TrialTemplate};
+
 /// The embedded default: the CPU fixture, runnable on any Linux machine.
 pub const DEFAULT_CONFIG_TEXT: &str = include_str!("../configs/local.json");
 /// Where the default config lives, relative to the project root.
 pub const DEFAULT_CONFIG_PATH: &str = "configs/local.json";
 
-pub type Env = BTreeMap<String, String>;
+/// The environment a build step (`Env<BuildTemplate>`) or a trial
+/// (`Env<TrialTemplate>`) adds.
+pub type Env<T> = BTreeMap<EnvName, T>;
 
 /// The accepted range of a number in a config, checked while deserializing so
 /// that the error names the JSON path, and so that nothing downstream (a
@@ -138,11 +143,48 @@ fn optional_ranks<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::E
     ranks(d).map(Some)
 }
 
+/// Field deserializers for `#[serde(deserialize_with)]` of lists that must
+/// not be empty, each saying what it expected.
+macro_rules! non_empty_fields {
+    ($($name:ident: $ty:ty = $expected:literal;)*) => {$(
+        fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<$ty>, D::Error> {
+            let items = Vec::<$ty>::deserialize(d)?;
+            if items.is_empty() { Err(de::Error::custom(concat!("expected ", $expected))) } else { Ok(items) }
+        }
+    )*};
+}
+
+non_empty_fields! {
+    steps: Step = "at least one build step";
+    argv: BuildTemplate = "a non-empty argv (program first), or rccl_install";
+    objects: BuildTemplate = "at least one instrumented object";
+    collectives: Collective = "at least one collective";
+    sizes: Size = "at least one size such as \"1K\"";
+}
+
+/// A test binary, relative to `tests.bin_dir` unless absolute.
+fn binary<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let binary = String::deserialize(d)?;
+    if binary.is_empty() { Err(de::Error::custom("expected the test binary's name")) } else { Ok(binary) }
+}
+
+/// `gfx*` (AMD) or `sm_*`/`compute_*` (NVIDIA): what device coverage can
+/// instrument.
+fn gpu_target<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let target = Option::<String>::deserialize(d)?;
+    match target {
+        Some(t) if !["gfx", "sm_", "compute_"].iter().any(|p| t.starts_with(p)) => Err(de::Error::custom(format!(
+            "{t:?} is not a GPU architecture: expected gfx* (AMD) or sm_*/compute_* (NVIDIA)"
+        ))),
+        _ => Ok(target),
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Names the workspace (`target/ccl-coverage/<name>`) and the report.
-    pub name: String,
+    pub name: Name,
     #[serde(default)]
     pub description: String,
     pub toolchain: ToolchainConfig,
@@ -152,7 +194,7 @@ pub struct Config {
     pub library: LibraryBuild,
     /// The test binaries: built without instrumentation, linked to the library.
     pub tests: TestsBuild,
-    pub launchers: BTreeMap<String, LauncherConfig>,
+    pub launchers: BTreeMap<Name, LauncherConfig>,
     /// Most ranks that may run at once on this machine (GPUs, or cores).
     #[serde(deserialize_with = "capacity")]
     pub capacity: usize,
@@ -160,14 +202,16 @@ pub struct Config {
     pub launch: LaunchDefaults,
     /// Environment of every trial.
     #[serde(default)]
-    pub env: Env,
+    pub env: Env<TrialTemplate>,
     /// Arguments every test binary gets (before size, collective and variant args).
     #[serde(default)]
-    pub args: Vec<String>,
+    pub args: Vec<TrialTemplate>,
     #[serde(default)]
     pub iterations: Iterations,
+    #[serde(deserialize_with = "collectives")]
     pub collectives: Vec<Collective>,
-    pub sizes: Vec<String>,
+    #[serde(deserialize_with = "sizes")]
+    pub sizes: Vec<Size>,
     #[serde(default)]
     pub variants: Vec<Variant>,
     #[serde(default)]
@@ -270,7 +314,7 @@ pub struct DeviceConfig {
     pub mode: DeviceMode,
     /// The GPU architecture device code is built for: `gfx942` (HIP) or
     /// `sm_90` (CUDA); none means there is no device code to instrument.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "gpu_target")]
     pub target: Option<String>,
     /// The ROCm installation whose version gates AMDGPU device coverage.
     #[serde(default)]
@@ -282,7 +326,7 @@ pub struct DeviceConfig {
     /// Device code objects for llvm-cov (`*` allowed in the file name), used
     /// only while device coverage is on and only if they carry coverage mapping.
     #[serde(default)]
-    pub objects: Vec<String>,
+    pub objects: Vec<BuildTemplate>,
 }
 
 impl Default for DeviceConfig {
@@ -292,35 +336,60 @@ impl Default for DeviceConfig {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "StepFields")]
 pub struct Step {
     pub name: String,
     /// The command; exactly one of `argv` and `rccl_install`.
-    #[serde(default)]
-    pub argv: Vec<String>,
+    pub argv: Vec<BuildTemplate>,
     /// RCCL's install.sh, with the coverage flags and CMake options the
     /// harness resolves (see `rccl.rs`).
-    #[serde(default)]
     pub rccl_install: Option<RcclInstall>,
-    #[serde(default)]
-    pub env: Env,
+    pub env: Env<BuildTemplate>,
     /// Working directory; the build directory when unset.
+    pub cwd: Option<BuildTemplate>,
+}
+
+/// A [`Step`] before its command is checked: the fields check themselves,
+/// but only the whole step knows whether it has exactly one command.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepFields {
+    name: String,
+    #[serde(default, deserialize_with = "argv")]
+    argv: Vec<BuildTemplate>,
     #[serde(default)]
-    pub cwd: Option<String>,
+    rccl_install: Option<RcclInstall>,
+    #[serde(default)]
+    env: Env<BuildTemplate>,
+    #[serde(default)]
+    cwd: Option<BuildTemplate>,
+}
+
+impl TryFrom<StepFields> for Step {
+    type Error = &'static str;
+
+    fn try_from(f: StepFields) -> Result<Step, Self::Error> {
+        let StepFields { name, argv, rccl_install, env, cwd } = f;
+        match (argv.is_empty(), &rccl_install) {
+            (true, None) => Err("expected argv (program first) or rccl_install"),
+            (false, Some(_)) => Err("expected either argv or rccl_install, not both"),
+            _ => Ok(Step { name, argv, rccl_install, env, cwd }),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RcclInstall {
-    pub script: String,
+    pub script: BuildTemplate,
     #[serde(default)]
-    pub flags: Vec<String>,
+    pub flags: Vec<BuildTemplate>,
     /// CMake options for `--cmake-options`; one string may hold several,
     /// quoted as install.sh will see them.
     #[serde(default)]
-    pub cmake_options: Vec<String>,
+    pub cmake_options: Vec<BuildTemplate>,
     #[serde(default)]
-    pub jobs: Option<String>,
+    pub jobs: Option<BuildTemplate>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -332,9 +401,11 @@ pub struct LibraryBuild {
     /// build folders, for example). Hidden entries are always left out.
     #[serde(default)]
     pub hash_exclude: Vec<String>,
+    #[serde(deserialize_with = "steps")]
     pub steps: Vec<Step>,
     /// Objects the report covers. Each must carry coverage mapping.
-    pub objects: Vec<String>,
+    #[serde(deserialize_with = "objects")]
+    pub objects: Vec<BuildTemplate>,
     /// An instrumented build to use instead of building (`{build_dir}`);
     /// `CCL_COV_BUILD_DIR` overrides it.
     #[serde(default)]
@@ -347,9 +418,10 @@ pub struct TestsBuild {
     pub source_dir: String,
     #[serde(default)]
     pub hash_exclude: Vec<String>,
+    #[serde(deserialize_with = "steps")]
     pub steps: Vec<Step>,
     /// Where the test binaries land.
-    pub bin_dir: String,
+    pub bin_dir: BuildTemplate,
     /// Already-built test binaries to use instead of running `steps`;
     /// `CCL_COV_TESTS_DIR` overrides it.
     #[serde(default)]
@@ -376,25 +448,51 @@ pub enum MpiFlavor {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "LauncherFields")]
 pub struct LauncherConfig {
     pub kind: LauncherKind,
     /// Launcher program; `mpirun` / `srun` by default.
-    #[serde(default)]
     pub program: Option<String>,
-    #[serde(default)]
     pub flavor: MpiFlavor,
     /// Launcher arguments, before the test binary.
-    #[serde(default)]
-    pub args: Vec<String>,
+    pub args: Vec<TrialTemplate>,
     /// Appended to the test binary's arguments (`-t {ranks}`, `-g 1`).
+    pub program_args: Vec<TrialTemplate>,
+}
+
+/// A [`LauncherConfig`] before its kind and its fields are checked together.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LauncherFields {
+    kind: LauncherKind,
     #[serde(default)]
-    pub program_args: Vec<String>,
+    program: Option<String>,
+    #[serde(default)]
+    flavor: MpiFlavor,
+    #[serde(default)]
+    args: Vec<TrialTemplate>,
+    #[serde(default)]
+    program_args: Vec<TrialTemplate>,
+}
+
+impl TryFrom<LauncherFields> for LauncherConfig {
+    type Error = &'static str;
+
+    fn try_from(f: LauncherFields) -> Result<LauncherConfig, Self::Error> {
+        if f.kind == LauncherKind::Direct && (!f.args.is_empty() || f.program.is_some()) {
+            return Err(
+                "a direct launcher runs the test binary itself: it takes no program or args (use program_args)",
+            );
+        }
+        let LauncherFields { kind, program, flavor, args, program_args } = f;
+        Ok(LauncherConfig { kind, program, flavor, args, program_args })
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LaunchDefaults {
+    /// A key of `launchers` (checked by `validate`, which lists them).
     pub launcher: String,
     #[serde(deserialize_with = "ranks")]
     pub ranks: usize,
@@ -423,13 +521,14 @@ impl Default for Iterations {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Collective {
-    pub name: String,
+    pub name: Name,
     /// Test binary, relative to `tests.bin_dir` unless absolute.
+    #[serde(deserialize_with = "binary")]
     pub binary: String,
     #[serde(default)]
-    pub args: Vec<String>,
+    pub args: Vec<TrialTemplate>,
     #[serde(default)]
-    pub env: Env,
+    pub env: Env<TrialTemplate>,
     /// Marks its trials ignored (run with `--ignored` / `--include-ignored`).
     #[serde(default)]
     pub ignore: bool,
@@ -438,15 +537,15 @@ pub struct Collective {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Variant {
-    pub name: String,
+    pub name: Name,
     #[serde(default)]
     pub launcher: Option<String>,
     #[serde(default, deserialize_with = "optional_ranks")]
     pub ranks: Option<usize>,
     #[serde(default)]
-    pub env: Env,
+    pub env: Env<TrialTemplate>,
     #[serde(default)]
-    pub args: Vec<String>,
+    pub args: Vec<TrialTemplate>,
     #[serde(default)]
     pub ignore: bool,
 }
@@ -640,284 +739,116 @@ fn invalid(path: impl Into<String>, msg: impl Into<String>) -> Invalid {
     (path.into(), msg.into())
 }
 
-/// A name that appears in trial names and file names: no `/`, `::`, control
-/// characters or leading dot, and short enough for a file name.
-fn check_name(path: &str, name: &str) -> Result<(), Invalid> {
-    let ok = !name.is_empty()
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-        && !name.starts_with('.');
-    if !ok {
-        return Err(invalid(
-            path,
-            format!(
-                "{name:?} is not a usable name: expected ASCII letters, digits, '_', '-' or '.', not starting with '.' (it becomes part of trial and file names)"
-            ),
-        ));
-    }
-    if name.len() > limits::NAME_BYTES {
-        return Err(invalid(
-            path,
-            format!(
-                "a name of {} bytes is too long: expected at most {} (it becomes part of file names)",
-                name.len(),
-                limits::NAME_BYTES
-            ),
-        ));
-    }
-    Ok(())
+/// What no single value can check: names that must be defined or unique,
+/// ranks within the capacity, and trials whose files must not collide.
+fn validate(c: &Config) -> Result<(), Invalid> {
+    check_launch(c)?;
+    let collectives = unique_names("collectives", c.collectives.iter().map(|x| &x.name))?;
+    let sizes = unique_sizes(&c.sizes)?;
+    let variants = check_variants(c)?;
+    check_timeouts(&c.timeouts, &collectives, &sizes, &variants)?;
+    check_trial_files(c)
 }
 
-/// An environment map: names a process can be given (no `=`, not empty),
-/// values with only the allowed placeholders.
-fn check_env(path: &str, env: &Env, allowed: &[&str]) -> Result<(), Invalid> {
-    for key in env.keys() {
-        if key.is_empty() || key.contains('=') {
-            return Err(invalid(
-                format!("{path}.{key}"),
-                format!("{key:?} is not an environment variable name: expected a non-empty name without '='"),
-            ));
-        }
+/// Listing the defined launchers says how to fix a typo.
+fn launcher_known(c: &Config, path: String, name: &str) -> Result<(), Invalid> {
+    if c.launchers.contains_key(name) {
+        return Ok(());
     }
-    check_templates(path, keyed(env), allowed)
+    let known: Vec<&str> = c.launchers.keys().map(Name::as_str).collect();
+    Err(invalid(path, format!("unknown launcher {name:?}; defined in `launchers`: {known:?}")))
 }
 
-/// The byte count of a size such as `1K`, `64M` or `1024` (K/M/G are powers
-/// of 1024, as nccl-tests reads them).
-fn size_bytes(size: &str) -> Result<u64, SizeError> {
-    let digits = size.trim_end_matches(['K', 'M', 'G']);
-    let well_formed =
-        !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && size.len() - digits.len() <= 1;
-    if !well_formed {
-        return Err(SizeError::Malformed);
+/// A trial holds a slot per rank, and only `capacity` slots exist.
+fn ranks_fit(c: &Config, path: String, ranks: usize) -> Result<(), Invalid> {
+    if ranks <= c.capacity {
+        return Ok(());
     }
-    let shift = match size.as_bytes().last() {
-        Some(b'K') => 10,
-        Some(b'M') => 20,
-        Some(b'G') => 30,
-        _ => 0,
-    };
-    digits.parse::<u64>().ok().and_then(|n| n.checked_mul(1u64 << shift)).ok_or(SizeError::TooLarge)
+    Err(invalid(path, format!("expected 1..={} ranks (the config's capacity), got {ranks}", c.capacity)))
 }
 
-enum SizeError {
-    Malformed,
-    /// More bytes than a u64 holds.
-    TooLarge,
+/// `launch`: the default launcher exists and its ranks fit.
+fn check_launch(c: &Config) -> Result<(), Invalid> {
+    launcher_known(c, "launch.launcher".into(), &c.launch.launcher)?;
+    ranks_fit(c, "launch.ranks".into(), c.launch.ranks)
 }
 
-fn check_unique<'a>(path: &str, names: impl Iterator<Item = &'a str>) -> Result<BTreeSet<&'a str>, Invalid> {
+/// `collectives` and `variants`: a name names one entry.
+fn unique_names<'a>(path: &str, names: impl Iterator<Item = &'a Name>) -> Result<BTreeSet<&'a str>, Invalid> {
     let mut seen = BTreeSet::new();
     for (i, name) in names.enumerate() {
-        check_name(&format!("{path}[{i}].name"), name)?;
-        if !seen.insert(name) {
+        if !seen.insert(name.as_str()) {
             return Err(invalid(format!("{path}[{i}].name"), format!("duplicate name {name:?}")));
         }
     }
     Ok(seen)
 }
 
-fn check_templates<'a>(
-    path: &str,
-    texts: impl Iterator<Item = (String, &'a str)>,
-    allowed: &[&str],
-) -> Result<(), Invalid> {
-    for (suffix, text) in texts {
-        template::check(text, allowed).map_err(|e| invalid(format!("{path}{suffix}"), e.to_string()))?;
-    }
-    Ok(())
-}
-
-fn indexed(items: &[String]) -> impl Iterator<Item = (String, &str)> {
-    items.iter().enumerate().map(|(i, s)| (format!("[{i}]"), s.as_str()))
-}
-
-fn keyed(env: &Env) -> impl Iterator<Item = (String, &str)> {
-    env.iter().map(|(k, v)| (format!(".{k}"), v.as_str()))
-}
-
-fn check_steps(path: &str, steps: &[Step]) -> Result<(), Invalid> {
-    if steps.is_empty() {
-        return Err(invalid(path, "expected at least one build step"));
-    }
-    for (i, step) in steps.iter().enumerate() {
-        let at = format!("{path}[{i}]");
-        match (&step.rccl_install, step.argv.is_empty()) {
-            (None, true) => {
-                return Err(invalid(
-                    format!("{at}.argv"),
-                    "expected a non-empty argv (program first), or rccl_install",
-                ));
-            }
-            (Some(_), false) => return Err(invalid(at, "expected either argv or rccl_install, not both")),
-            (Some(r), true) => {
-                let texts = std::iter::once((".script".to_string(), r.script.as_str()))
-                    .chain(r.flags.iter().enumerate().map(|(k, f)| (format!(".flags[{k}]"), f.as_str())))
-                    .chain(
-                        r.cmake_options.iter().enumerate().map(|(k, o)| (format!(".cmake_options[{k}]"), o.as_str())),
-                    )
-                    .chain(r.jobs.iter().map(|j| (".jobs".to_string(), j.as_str())));
-                check_templates(&format!("{at}.rccl_install"), texts, BUILD_PLACEHOLDERS)?;
-            }
-            (None, false) => {}
-        }
-        check_templates(&format!("{at}.argv"), indexed(&step.argv), BUILD_PLACEHOLDERS)?;
-        check_env(&format!("{at}.env"), &step.env, BUILD_PLACEHOLDERS)?;
-        if let Some(cwd) = &step.cwd {
-            check_templates(&format!("{at}.cwd"), std::iter::once((String::new(), cwd.as_str())), BUILD_PLACEHOLDERS)?;
-        }
-    }
-    Ok(())
-}
-
-fn validate(c: &Config) -> Result<(), Invalid> {
-    check_name("name", &c.name)?;
-    if c.capacity == 0 {
-        return Err(invalid("capacity", "expected at least 1 rank"));
-    }
-    if let Some(target) = &c.coverage.device.target {
-        let known = ["gfx", "sm_", "compute_"].iter().any(|p| target.starts_with(p));
-        if !known {
-            return Err(invalid(
-                "coverage.device.target",
-                format!("{target:?} is not a GPU architecture: expected gfx* (AMD) or sm_*/compute_* (NVIDIA)"),
-            ));
-        }
-    }
-    check_templates("coverage.device.objects", indexed(&c.coverage.device.objects), BUILD_PLACEHOLDERS)?;
-    check_steps("library.steps", &c.library.steps)?;
-    check_steps("tests.steps", &c.tests.steps)?;
-    if c.library.objects.is_empty() {
-        return Err(invalid("library.objects", "expected at least one instrumented object"));
-    }
-    check_templates("library.objects", indexed(&c.library.objects), BUILD_PLACEHOLDERS)?;
-    check_templates("tests.bin_dir", std::iter::once((String::new(), c.tests.bin_dir.as_str())), BUILD_PLACEHOLDERS)?;
-
-    for (name, launcher) in &c.launchers {
-        let at = format!("launchers.{name}");
-        check_name(&at, name)?;
-        check_templates(&format!("{at}.args"), indexed(&launcher.args), TRIAL_PLACEHOLDERS)?;
-        check_templates(&format!("{at}.program_args"), indexed(&launcher.program_args), TRIAL_PLACEHOLDERS)?;
-        if launcher.kind == LauncherKind::Direct && (!launcher.args.is_empty() || launcher.program.is_some()) {
-            return Err(invalid(
-                at,
-                "a direct launcher runs the test binary itself: it takes no program or args (use program_args)",
-            ));
-        }
-    }
-    let launcher_known = |path: String, name: &str| -> Result<(), Invalid> {
-        if c.launchers.contains_key(name) {
-            Ok(())
-        } else {
-            let known: Vec<&str> = c.launchers.keys().map(String::as_str).collect();
-            Err(invalid(path, format!("unknown launcher {name:?}; defined in `launchers`: {known:?}")))
-        }
-    };
-    let ranks_fit = |path: String, ranks: usize| -> Result<(), Invalid> {
-        if ranks == 0 || ranks > c.capacity {
-            Err(invalid(path, format!("expected 1..={} ranks (the config's capacity), got {ranks}", c.capacity)))
-        } else {
-            Ok(())
-        }
-    };
-    launcher_known("launch.launcher".into(), &c.launch.launcher)?;
-    ranks_fit("launch.ranks".into(), c.launch.ranks)?;
-
-    check_env("env", &c.env, TRIAL_PLACEHOLDERS)?;
-    check_templates("args", indexed(&c.args), TRIAL_PLACEHOLDERS)?;
-
-    if c.collectives.is_empty() {
-        return Err(invalid("collectives", "expected at least one collective"));
-    }
-    let collectives = check_unique("collectives", c.collectives.iter().map(|x| x.name.as_str()))?;
-    for (i, coll) in c.collectives.iter().enumerate() {
-        let at = format!("collectives[{i}]");
-        if coll.binary.is_empty() {
-            return Err(invalid(format!("{at}.binary"), "expected the test binary's name"));
-        }
-        check_templates(&format!("{at}.args"), indexed(&coll.args), TRIAL_PLACEHOLDERS)?;
-        check_env(&format!("{at}.env"), &coll.env, TRIAL_PLACEHOLDERS)?;
-    }
-
-    if c.sizes.is_empty() {
-        return Err(invalid("sizes", "expected at least one size such as \"1K\""));
-    }
-    let mut sizes = BTreeSet::new();
+/// `sizes`: each once, by bytes too (`1K` and `1024` would be one trial twice).
+fn unique_sizes(sizes: &[Size]) -> Result<BTreeSet<&str>, Invalid> {
     let mut by_bytes: HashMap<u64, usize> = HashMap::new();
-    for (i, size) in c.sizes.iter().enumerate() {
-        let at = format!("sizes[{i}]");
-        let bytes = match size_bytes(size) {
-            Ok(bytes) => bytes,
-            Err(SizeError::Malformed) => {
-                return Err(invalid(
-                    at,
-                    format!("{size:?} is not a size: expected digits with an optional K, M or G suffix"),
-                ));
-            }
-            Err(SizeError::TooLarge) => {
-                return Err(invalid(at, format!("{size:?} is too large: expected {}", limits::SIZE_BYTES)));
-            }
+    for (i, size) in sizes.iter().enumerate() {
+        let Some(first) = by_bytes.insert(size.bytes(), i) else { continue };
+        let msg = if sizes[first] == *size {
+            format!("duplicate size {size:?}")
+        } else {
+            format!(
+                "{size:?} is the same size as sizes[{first}] {:?} ({} bytes): a duplicate trial",
+                sizes[first],
+                size.bytes()
+            )
         };
-        if !(limits::SIZE_BYTES.min..=limits::SIZE_BYTES.max).contains(&bytes) {
-            return Err(invalid(at, format!("{size:?} is {bytes} bytes: expected {}", limits::SIZE_BYTES)));
-        }
-        if !sizes.insert(size.as_str()) {
-            return Err(invalid(at, format!("duplicate size {size:?}")));
-        }
-        if let Some(first) = by_bytes.insert(bytes, i) {
-            return Err(invalid(
-                at,
-                format!(
-                    "{size:?} is the same size as sizes[{first}] {:?} ({bytes} bytes): a duplicate trial",
-                    c.sizes[first]
-                ),
-            ));
-        }
+        return Err(invalid(format!("sizes[{i}]"), msg));
     }
+    Ok(sizes.iter().map(Size::as_str).collect())
+}
 
-    let variants = check_unique("variants", c.variants.iter().map(|v| v.name.as_str()))?;
+/// `variants`: unique names, launchers that exist, ranks that fit.
+fn check_variants(c: &Config) -> Result<BTreeSet<&str>, Invalid> {
+    let names = unique_names("variants", c.variants.iter().map(|v| &v.name))?;
     for (i, v) in c.variants.iter().enumerate() {
-        let at = format!("variants[{i}]");
         if let Some(l) = &v.launcher {
-            launcher_known(format!("{at}.launcher"), l)?;
+            launcher_known(c, format!("variants[{i}].launcher"), l)?;
         }
         if let Some(r) = v.ranks {
-            ranks_fit(format!("{at}.ranks"), r)?;
+            ranks_fit(c, format!("variants[{i}].ranks"), r)?;
         }
-        check_templates(&format!("{at}.args"), indexed(&v.args), TRIAL_PLACEHOLDERS)?;
-        check_env(&format!("{at}.env"), &v.env, TRIAL_PLACEHOLDERS)?;
     }
+    Ok(names)
+}
 
-    if c.timeouts.default == 0 {
-        return Err(invalid("timeouts.default", "expected a timeout of at least 1 second"));
-    }
-    for (table, rules) in [("overrides", &c.timeouts.overrides), ("device_coverage", &c.timeouts.device_coverage)] {
+/// `timeouts`: a rule names only collectives, sizes and variants that exist,
+/// else it silently never applies.
+fn check_timeouts(
+    t: &Timeouts,
+    collectives: &BTreeSet<&str>,
+    sizes: &BTreeSet<&str>,
+    variants: &BTreeSet<&str>,
+) -> Result<(), Invalid> {
+    for (table, rules) in [("overrides", &t.overrides), ("device_coverage", &t.device_coverage)] {
         for (i, rule) in rules.iter().enumerate() {
-            let at = format!("timeouts.{table}[{i}]");
             for (field, value, known) in [
-                ("collective", &rule.collective, &collectives),
-                ("size", &rule.size, &sizes),
-                ("variant", &rule.variant, &variants),
+                ("collective", &rule.collective, collectives),
+                ("size", &rule.size, sizes),
+                ("variant", &rule.variant, variants),
             ] {
                 if let Some(v) = value
                     && !known.contains(v.as_str())
                 {
                     return Err(invalid(
-                        format!("{at}.{field}"),
+                        format!("timeouts.{table}[{i}].{field}"),
                         format!("{v:?} names no {field} of this config; known: {known:?}"),
                     ));
                 }
             }
-            if rule.seconds == 0 {
-                return Err(invalid(format!("{at}.seconds"), "expected at least 1 second"));
-            }
         }
     }
-    check_trial_files(c)
+    Ok(())
 }
 
 /// The JSON paths and texts of a trial's name parts, in name order.
 fn trial_parts<'c>(c: &'c Config, t: &crate::plan::TrialSpec) -> Vec<(String, &'c str)> {
-    let size = c.sizes.iter().position(|s| *s == t.size).unwrap_or_default();
+    let size = c.sizes.iter().position(|s| s.as_str() == t.size).unwrap_or_default();
     let mut parts = vec![
         (format!("collectives[{}].name", t.collective), c.collectives[t.collective].name.as_str()),
         (format!("sizes[{size}]"), c.sizes[size].as_str()),
@@ -1031,7 +962,7 @@ mod tests {
     #[test]
     fn embedded_default_loads() {
         let loaded = load_str(DEFAULT_CONFIG_TEXT, Path::new("/p/configs/local.json"), &no_env).unwrap();
-        assert_eq!(loaded.config.name, "local");
+        assert_eq!(loaded.config.name.as_str(), "local");
         assert_eq!(loaded.dir, Path::new("/p/configs"));
         assert_eq!(loaded.library_src(), Path::new("/p/tests/fixtures"), "relative to the config, normalised");
     }
@@ -1069,7 +1000,7 @@ mod tests {
         let mut v = default_value();
         v["env"]["PLACE"] = Value::String("${HOME}/${NOPE:-d}".into());
         let loaded = load_value(&v).unwrap();
-        assert_eq!(loaded.config.env["PLACE"], "/home/x/d");
+        assert_eq!(loaded.config.env["PLACE"].as_str(), "/home/x/d");
     }
 
     #[test]
@@ -1243,6 +1174,21 @@ mod tests {
         v["env"]["A=B"] = "x".into();
         let err = load_value(&v).unwrap_err().to_string();
         assert!(err.contains(": env.A=B: \"A=B\" is not an environment variable name"), "{err}");
+    }
+
+    #[test]
+    fn a_step_has_exactly_one_command() {
+        let mut v = default_value();
+        v["library"]["steps"][0]["rccl_install"] = serde_json::json!({"script": "{library_src}/install.sh"});
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(err.contains(": library.steps[0]: expected either argv or rccl_install, not both"), "{err}");
+
+        v["library"]["steps"][0].as_object_mut().unwrap().remove("argv");
+        assert!(load_value(&v).is_ok(), "rccl_install alone is a command");
+
+        v["library"]["steps"][0].as_object_mut().unwrap().remove("rccl_install");
+        let err = load_value(&v).unwrap_err().to_string();
+        assert!(err.contains(": library.steps[0]: expected argv (program first) or rccl_install"), "{err}");
     }
 
     #[test]

@@ -68,7 +68,7 @@ impl Context {
         let state_dir = target.join("ccl-coverage");
         let workspace = match env("CCL_COV_WORKSPACE").filter(|v| !v.is_empty()) {
             Some(ws) => Workspace::new(&absolute(&root, Path::new(&ws)))?,
-            None => Workspace::new(&state_dir.join(&loaded.config.name))?,
+            None => Workspace::new(&state_dir.join(loaded.config.name.as_str()))?,
         };
         let device_mode = device::requested_mode(&loaded.config.coverage.device, &env)?;
         let dry_run = env("CCL_COV_DRY_RUN").is_some_and(|v| !v.is_empty() && v != "0");

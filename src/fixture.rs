@@ -171,7 +171,7 @@ impl BuildPlan {
     ) -> BuildManifest {
         BuildManifest {
             build_id: self.key.clone(),
-            config: ctx.loaded.config.name.clone(),
+            config: ctx.loaded.config.name.to_string(),
             build_dir: self.build_dir.clone(),
             cache_dir: self.cache_dir.clone(),
             existing_build: self.existing_build,
@@ -622,7 +622,7 @@ fn step_cmd(step: &Step, vars: &Vars, rccl: rccl::Coverage) -> Result<Cmd> {
     };
     let mut cmd = Cmd::from_argv(&argv).expect("config validation requires a command");
     for (k, v) in &step.env {
-        cmd = cmd.env(k.clone(), vars.render(v)?);
+        cmd = cmd.env(k.as_str(), vars.render(v)?);
     }
     let cwd = match &step.cwd {
         Some(dir) => vars.render(dir)?,

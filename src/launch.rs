@@ -58,8 +58,8 @@ pub fn prepare(
     let maps = std::iter::once(&config.env).chain(std::iter::once(&collective.env)).chain(variant.map(|v| &v.env));
     for map in maps {
         for (k, v) in map {
-            env.retain(|(key, _): &(String, String)| key != k);
-            env.push((k.clone(), vars.render(v)?));
+            env.retain(|(key, _): &(String, String)| key != k.as_str());
+            env.push((k.to_string(), vars.render(v)?));
         }
     }
     env.retain(|(key, _)| key != PROFILE_FILE && key != TRIAL_TOKEN);

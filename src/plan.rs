@@ -29,7 +29,7 @@ impl TrialSpec {
     }
 
     pub fn launcher<'c>(&self, config: &'c Config) -> &'c LauncherConfig {
-        &config.launchers[&self.launcher]
+        &config.launchers[self.launcher.as_str()]
     }
 
     /// The timeout: the default, then matching `overrides`, then (with device
@@ -66,7 +66,7 @@ pub fn plan(config: &Config) -> Vec<TrialSpec> {
                     name: parts.join("::"),
                     slug: parts.join("."),
                     collective: ci,
-                    size: size.clone(),
+                    size: size.to_string(),
                     variant: vi,
                     launcher: variant
                         .and_then(|v| v.launcher.clone())

@@ -121,8 +121,9 @@ fn split_keeping_quotes(text: &str) -> Result<Vec<String>> {
 mod tests {
     use super::*;
 
-    fn strings(items: &[&str]) -> Vec<String> {
-        items.iter().map(|s| s.to_string()).collect()
+    /// Strings, or templates checked as the config loader checks them.
+    fn strings<T: TryFrom<String, Error: std::fmt::Debug>>(items: &[&str]) -> Vec<T> {
+        items.iter().map(|s| T::try_from(s.to_string()).unwrap()).collect()
     }
 
     // Upstream: test_coverage_report_selects_auto_full_coverage (both seeds).
@@ -180,10 +181,10 @@ mod tests {
     #[test]
     fn whole_command_line() {
         let spec = RcclInstall {
-            script: "{library_src}/install.sh".into(),
+            script: "{library_src}/install.sh".to_string().try_into().unwrap(),
             flags: strings(&["-t", "--enable-mpi-tests", "--no_clean"]),
             cmake_options: strings(&["-DBITCODE_LIB_ARCH=gfx942"]),
-            jobs: Some("{jobs}".into()),
+            jobs: Some("{jobs}".to_string().try_into().unwrap()),
         };
         let mut vars = Vars::default();
         vars.set("library_src", "/src/rccl").set("jobs", "64");

@@ -87,9 +87,9 @@ impl TrialResult {
         TrialResult {
             trial: spec.name.clone(),
             slug: spec.slug.clone(),
-            collective: spec.collective(config).name.clone(),
+            collective: spec.collective(config).name.to_string(),
             size: spec.size.clone(),
-            variant: spec.variant(config).map(|v| v.name.clone()),
+            variant: spec.variant(config).map(|v| v.name.to_string()),
             build_id: manifest.build_id.clone(),
             run_id: run_id.to_string(),
             status: verdict.status,

@@ -114,8 +114,8 @@ impl Vars {
         Ok(out)
     }
 
-    pub fn render_all(&self, texts: &[String]) -> Result<Vec<String>> {
-        texts.iter().map(|t| self.render(t)).collect()
+    pub fn render_all<T: AsRef<str>>(&self, texts: &[T]) -> Result<Vec<String>> {
+        texts.iter().map(|t| self.render(t.as_ref())).collect()
     }
 }
 
