@@ -619,7 +619,7 @@ pub fn hash_tree(root: &Path, exclude: &[String]) -> Result<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -639,7 +639,7 @@ mod tests {
         assert_ne!(hash_tree(root, &["build".into()]).unwrap(), base);
     }
 
-    fn manifest(build_id: &str) -> BuildManifest {
+    pub(crate) fn manifest(build_id: &str) -> BuildManifest {
         let tool =
             crate::toolchain::Tool { path: "/llvm/bin/clang".into(), version: "clang version 22".into(), major: 22 };
         BuildManifest {

@@ -15,7 +15,7 @@ use crate::perf;
 use crate::plan::{self, TrialSpec};
 use crate::process::{TAIL_LINES, indent_tail};
 use crate::profiles;
-use crate::results::{self, RunInfo, TrialResult};
+use crate::results::{RunInfo, RunWriter, TrialResult};
 use crate::run::{self, Ending};
 use crate::slots::Slots;
 use crate::workspace::Area;
@@ -28,6 +28,7 @@ struct Shared {
     run_id: String,
     fixture: OnceLock<Result<BuildManifest, Error>>,
     info: OnceLock<RunInfo>,
+    results: RunWriter,
 }
 
 pub fn main() -> ExitCode {
@@ -57,6 +58,7 @@ pub fn main_with(args: Arguments) -> ExitCode {
     };
     let shared = Arc::new(Shared {
         run_id: format!("{}-{}", host::now(), std::process::id()),
+        results: RunWriter::new(ctx.workspace.clone()),
         ctx,
         fixture: OnceLock::new(),
         info: OnceLock::new(),
@@ -70,6 +72,7 @@ pub fn main_with(args: Arguments) -> ExitCode {
         })
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
+    let written = shared.results.finish().inspect_err(|e| eprintln!("ccl-coverage: {e}"));
     if let Some(code) = interrupt::exit_code() {
         eprintln!(
             "ccl-coverage: interrupted by {}: results of the trials that ended are in {}",
@@ -77,6 +80,9 @@ pub fn main_with(args: Arguments) -> ExitCode {
             shared.ctx.workspace.results_dir().display()
         );
         return ExitCode::from(code);
+    }
+    if written.is_err() {
+        return ExitCode::FAILURE;
     }
     conclusion.exit_code()
 }
@@ -246,8 +252,7 @@ impl Shared {
             leftovers: finished.leftovers,
             perf,
         };
-        result.write(ws).map_err(fail)?;
-        results::write_run(ws, manifest, self.run_info()).map_err(fail)?;
+        self.results.record(&result, manifest, self.run_info()).map_err(fail)?;
         if verdict.status == outcome::Status::Passed {
             return Ok(());
         }
