@@ -4,6 +4,7 @@
 //!
 //!   cargo bench --bench harness -- profiles   # ≥ 4,000 raw profiles: incremental vs end-of-run merging
 //!   cargo bench --bench harness -- trimming   # `-n 1 -w 0` under coverage vs the configured iterations
+//!   cargo bench --bench harness -- handover   # rank slots: release → next waiter running
 //!
 //! Each measurement uses its own temporary workspace; the fixture build is
 //! shared with the test suite through the on-disk cache (build it first with
@@ -227,6 +228,33 @@ fn trimming(dir: &Path) -> Value {
     json!({ "passes": passes, "trial_time_speedup": speedup })
 }
 
+/// Rank-slot hand-over latency: a waiter blocked on a full capacity, from
+/// the holder's release to the waiter holding the slots. Hand-over used to
+/// poll every 25 ms.
+fn handover(dir: &Path) -> Value {
+    let slots = Arc::new(ccl_coverage::slots::Slots::new(dir.join("slots"), 4));
+    let mut micros: Vec<f64> = (0..200)
+        .map(|i| {
+            let holder = slots.acquire(4).unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let waiter = slots.clone();
+            std::thread::spawn(move || {
+                let guard = waiter.acquire(1 + i % 4).unwrap();
+                tx.send(Instant::now()).unwrap();
+                drop(guard);
+            });
+            std::thread::sleep(Duration::from_millis(5));
+            let released = Instant::now();
+            drop(holder);
+            let granted = rx.recv_timeout(Duration::from_secs(10)).expect("the waiter got its slots");
+            (granted - released).as_secs_f64() * 1e6
+        })
+        .collect();
+    micros.sort_by(f64::total_cmp);
+    let at = |q: f64| micros[((micros.len() - 1) as f64 * q) as usize];
+    json!({"handovers": micros.len(), "median_us": at(0.5), "p90_us": at(0.9), "max_us": at(1.0)})
+}
+
 fn main() {
     let which: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let wanted = |name: &str| which.is_empty() || which.iter().any(|w| w == name);
@@ -237,6 +265,9 @@ fn main() {
     }
     if wanted("trimming") {
         out.insert("trimming".into(), trimming(dir.path()));
+    }
+    if wanted("handover") {
+        out.insert("handover".into(), handover(dir.path()));
     }
     println!("{}", serde_json::to_string_pretty(&Value::Object(out)).unwrap());
 }

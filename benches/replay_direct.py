@@ -2,8 +2,13 @@
 """Replays the trials recorded in a workspace's results/run.json directly, without
 the harness: the same argv, environment and working directory, one after the
 other, with raw profiles written to a scratch folder (so the instrumented
-library pays the same profile-writing cost). Prints the harness's summed trial
-wall time, the direct wall time and their ratio, as JSON.
+library pays the same profile-writing cost). Prints, as JSON, the harness's
+summed trial wall time, the direct wall time and their ratio; and the harness's
+span (first trial's start to last trial's end), which also counts what happens
+between trials (slot hand-over, result writes), against the direct wall time,
+and the time between trials (span minus trial time): the span figures mean
+something only when the harness ran trials one at a time (each takes the whole
+rank capacity, or `--test-threads 1`).
 
 Usage: benches/replay_direct.py <workspace> [--filter SUBSTRING]
 
@@ -48,9 +53,15 @@ def main():
     shutil.rmtree(scratch, ignore_errors=True)
     harness = sum(r["harness_s"] for r in rows)
     direct = sum(r["direct_s"] for r in rows)
+    chosen = [t for t in run["trials"] if needle in t["trial"]]
+    span = (max(t["started_unix_ms"] / 1000 + t["duration_s"] for t in chosen)
+            - min(t["started_unix_ms"] / 1000 for t in chosen)) if chosen else 0
     print(json.dumps({"trials": rows, "harness_total_s": round(harness, 3),
                       "direct_total_s": round(direct, 3),
-                      "ratio": round(harness / direct, 4) if direct else None}, indent=1))
+                      "ratio": round(harness / direct, 4) if direct else None,
+                      "harness_span_s": round(span, 3),
+                      "between_trials_s": round(span - harness, 3),
+                      "span_ratio": round(span / direct, 4) if direct else None}, indent=1))
 
 
 if __name__ == "__main__":

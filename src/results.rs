@@ -1,5 +1,6 @@
-//! Run results: one JSON record per trial, plus `run.json` and `junit.xml`
-//! regenerated after every trial, so they exist even if the run is
+//! Run results: one JSON record per trial, written atomically as the trial
+//! ends, plus `run.json` and `junit.xml`, views of those records kept current
+//! during the run ([`RunWriter`]), so they exist even if the run is
 //! interrupted or the coverage report later fails (upstream exits before
 //! writing its results when coverage fails).
 
@@ -17,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrialResult {
@@ -221,6 +223,7 @@ pub struct RunRecord {
 }
 
 /// Static facts of a run that every rewrite of `run.json` repeats.
+#[derive(Clone)]
 pub struct RunInfo {
     pub config_path: PathBuf,
     pub description: String,
@@ -231,12 +234,198 @@ pub struct RunInfo {
     pub planned: BTreeSet<String>,
 }
 
+/// Records finished trials and keeps `run.json` and `junit.xml` current
+/// without rewriting them after every trial.
+///
+/// The per-trial records are the journal: each is one atomic write of its
+/// own file, so recording a trial costs the same whatever the run's size, and
+/// after a SIGKILL every trial that ended is readable (`load_all`, which
+/// `coverage_report` uses). `run.json` and `junit.xml` are views rebuilt from
+/// those records, which costs O(trials); rebuilding them after every trial
+/// made a run O(trials²). So they are rebuilt, always atomically and under the
+/// workspace's `.lock`:
+///
+/// - at once when a trial ends and `run.json` is older than the interval (the
+///   first trial's result is there before the next one starts), otherwise
+///   by a background thread once the interval has passed: they lag the
+///   records by at most the interval;
+/// - the interval is 1 s, or 20 times what the last rebuild took, so
+///   rebuilding takes at most 5 % of one core however many trials there are;
+/// - at the end of the run (interrupted or not) by the last process that
+///   recorded a trial: each holds `.writers.lock` shared while it runs, and on
+///   finishing, under `.lock`, lets go of it and rebuilds only if it can then
+///   take it exclusively. The processes of one nextest run (one trial each)
+///   thus rebuild only when `run.json` is older than the interval (its age is
+///   shared, being the file's), and leave the final rebuild to the last of
+///   them instead of each paying O(trials) at its end.
+///
+/// A separate journal (one `run.jsonl` line per trial) was not needed: it would
+/// duplicate the per-trial files, which the report reads anyway.
+pub struct RunWriter {
+    shared: Arc<WriterShared>,
+    flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+struct WriterShared {
+    ws: Workspace,
+    state: Mutex<WriterState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct WriterState {
+    /// The build and run facts, from the first trial recorded.
+    run: Option<Arc<(BuildManifest, RunInfo)>>,
+    /// Records written since the views were last rebuilt.
+    dirty: bool,
+    interval: Duration,
+    stopping: bool,
+    /// `.writers.lock`, held shared from the first trial recorded.
+    writers: Option<File>,
+}
+
+/// Shortest time between two rebuilds of `run.json`.
+const MIN_INTERVAL: Duration = Duration::from_secs(1);
+
+impl RunWriter {
+    pub fn new(ws: Workspace) -> RunWriter {
+        let state = WriterState { interval: MIN_INTERVAL, ..WriterState::default() };
+        RunWriter {
+            shared: Arc::new(WriterShared { ws, state: Mutex::new(state), wake: Condvar::new() }),
+            flusher: Mutex::new(None),
+        }
+    }
+
+    /// Writes `results/<slug>.json` and schedules `run.json` and `junit.xml`.
+    pub fn record(&self, result: &TrialResult, manifest: &BuildManifest, info: &RunInfo) -> Result<()> {
+        let shared = &self.shared;
+        result.write(&shared.ws)?;
+        let interval = {
+            let mut state = shared.lock();
+            if state.writers.is_none() {
+                let file = open_lock(&shared.ws.writers_lock_file())?;
+                file.lock_shared().map_err(|e| lock_error(&shared.ws.writers_lock_file(), e))?;
+                state.writers = Some(file);
+            }
+            if state.run.is_none() {
+                state.run = Some(Arc::new((manifest.clone(), info.clone())));
+            }
+            state.dirty = true;
+            state.interval
+        };
+        if shared.until_due(interval).is_zero() {
+            return shared.rebuild();
+        }
+        let mut flusher = self.flusher.lock().unwrap_or_else(|p| p.into_inner());
+        if flusher.is_none() {
+            let shared = shared.clone();
+            let thread = std::thread::Builder::new()
+                .name("ccl-cov-run-json".into())
+                .spawn(move || shared.flush_in_background())
+                .map_err(|e| Error::new(format!("cannot start the thread that writes run.json: {e}")))?;
+            *flusher = Some(thread);
+        }
+        shared.wake.notify_all();
+        Ok(())
+    }
+
+    /// Ends this process's part of the run: rebuilds `run.json` and
+    /// `junit.xml` if no other process of the run is still recording.
+    pub fn finish(&self) -> Result<()> {
+        let shared = &self.shared;
+        shared.lock().stopping = true;
+        shared.wake.notify_all();
+        if let Some(thread) = self.flusher.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = thread.join();
+        }
+        let (Some(writers), Some(run)) = ({
+            let mut state = shared.lock();
+            (state.writers.take(), state.run.clone())
+        }) else {
+            return Ok(());
+        };
+        let _lock = lock_workspace(&shared.ws)?;
+        writers.unlock().map_err(|e| lock_error(&shared.ws.writers_lock_file(), e))?;
+        if writers.try_lock().is_err() {
+            return Ok(());
+        }
+        write_run(&shared.ws, &run.0, &run.1)
+    }
+}
+
+impl WriterShared {
+    fn lock(&self) -> MutexGuard<'_, WriterState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How long until `run.json` is `interval` old (it may have been rebuilt
+    /// by another process of the run).
+    fn until_due(&self, interval: Duration) -> Duration {
+        let age = std::fs::metadata(self.ws.results_dir().join("run.json"))
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok());
+        age.map_or(Duration::ZERO, |age| interval.saturating_sub(age))
+    }
+
+    /// Rebuilds the views from the records, and times it to set the interval.
+    fn rebuild(&self) -> Result<()> {
+        let run = {
+            let mut state = self.lock();
+            state.dirty = false;
+            state.run.clone().expect("a trial was recorded")
+        };
+        let started = Instant::now();
+        let written = lock_workspace(&self.ws).and_then(|_lock| write_run(&self.ws, &run.0, &run.1));
+        self.lock().interval = MIN_INTERVAL.max(started.elapsed() * 20);
+        written
+    }
+
+    fn flush_in_background(&self) {
+        let mut state = self.lock();
+        while !state.stopping {
+            if !state.dirty {
+                state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            let wait = self.until_due(state.interval);
+            if !wait.is_zero() {
+                state = self.wake.wait_timeout(state, wait).unwrap_or_else(|p| p.into_inner()).0;
+                continue;
+            }
+            drop(state);
+            // The end of the run tries again.
+            if let Err(e) = self.rebuild() {
+                eprintln!("ccl-coverage: cannot update run.json: {e}");
+            }
+            state = self.lock();
+        }
+    }
+}
+
+fn open_lock(path: &std::path::Path) -> Result<File> {
+    File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::new(format!("cannot create {}: {e}", path.display())))
+}
+
+fn lock_error(path: &std::path::Path, e: std::io::Error) -> Error {
+    Error::new(format!("cannot lock {}: {e}", path.display()))
+}
+
+/// The workspace's `.lock`, held while `run.json` is rebuilt.
+fn lock_workspace(ws: &Workspace) -> Result<File> {
+    let lock = open_lock(&ws.lock_file())?;
+    lock.lock().map_err(|e| lock_error(&ws.lock_file(), e))?;
+    Ok(lock)
+}
+
 /// Rewrites `results/run.json` and `results/junit.xml` from the trial records
-/// of the current build, under the workspace lock.
-pub fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result<()> {
-    let lock = File::create(ws.lock_file())
-        .map_err(|e| Error::new(format!("cannot create {}: {e}", ws.lock_file().display())))?;
-    lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", ws.lock_file().display())))?;
+/// of the current build; the caller holds the workspace's `.lock`.
+fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result<()> {
     // Records written by an older harness may predate redaction.
     let trials: Vec<TrialResult> =
         load_all(ws, &manifest.build_id, &info.planned)?.iter().map(TrialResult::redacted).collect();
@@ -293,4 +482,118 @@ fn junit(record: &RunRecord) -> Result<String> {
     let mut report = Report::new("ccl-coverage");
     report.add_test_suite(suite);
     report.to_string().map_err(|e| Error::new(format!("cannot write JUnit XML: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn setup() -> (tempfile::TempDir, Workspace, BuildManifest, RunInfo) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(&dir.path().join("ws")).unwrap();
+        ws.create().unwrap();
+        let info = RunInfo {
+            config_path: "/c.json".into(),
+            description: String::new(),
+            host: "h".into(),
+            gpus: Vec::new(),
+            library_git_sha: None,
+            planned: (0..100).map(trial_name).collect(),
+        };
+        (dir, ws, crate::fixture::test_manifest("b1"), info)
+    }
+
+    fn trial_name(i: usize) -> String {
+        format!("T::{i}")
+    }
+
+    fn trial(i: usize) -> TrialResult {
+        TrialResult {
+            trial: trial_name(i),
+            slug: format!("T.{i}"),
+            collective: "T".into(),
+            size: i.to_string(),
+            variant: None,
+            build_id: "b1".into(),
+            run_id: "r".into(),
+            status: Status::Passed,
+            reason: String::new(),
+            exit_code: Some(0),
+            signal: None,
+            started_at: String::new(),
+            started_unix_ms: 0,
+            duration_s: 0.1,
+            timeout_s: 10,
+            launcher: "l".into(),
+            ranks: 1,
+            command: "t".into(),
+            argv: vec!["t".into()],
+            env: Vec::new(),
+            cwd: "/".into(),
+            log: "/l".into(),
+            profile_dir: "/p".into(),
+            profiles: 1,
+            no_profile: false,
+            merge: None,
+            merge_error: None,
+            raw_sha256: Default::default(),
+            leftovers: 0,
+            perf: PerfReport::default(),
+        }
+    }
+
+    /// Trials in `run.json`, and whether `junit.xml` agrees.
+    fn trials_in_views(ws: &Workspace) -> Option<usize> {
+        let run: Value =
+            serde_json::from_str(&std::fs::read_to_string(ws.results_dir().join("run.json")).ok()?).unwrap();
+        let count = run["trials"].as_array().unwrap().len();
+        let junit = std::fs::read_to_string(ws.results_dir().join("junit.xml")).unwrap();
+        assert!(junit.contains(&format!("tests=\"{count}\"")), "{junit}");
+        Some(count)
+    }
+
+    #[test]
+    fn views_are_rebuilt_at_once_then_at_most_every_interval_and_at_the_end() {
+        let (_d, ws, manifest, info) = setup();
+        let writer = RunWriter::new(ws.clone());
+        writer.record(&trial(0), &manifest, &info).unwrap();
+        assert_eq!(trials_in_views(&ws), Some(1), "the first trial is in run.json at once");
+        for i in 1..50 {
+            writer.record(&trial(i), &manifest, &info).unwrap();
+        }
+        let shown = trials_in_views(&ws).unwrap();
+        assert!(shown < 50, "run.json was rewritten after every trial");
+        assert!(ws.trial_result("T.49").exists(), "each trial's record is written at once");
+        // With no further trial, the background thread catches up within the interval.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while trials_in_views(&ws) != Some(50) {
+            assert!(Instant::now() < deadline, "run.json never caught up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        writer.record(&trial(50), &manifest, &info).unwrap();
+        writer.finish().unwrap();
+        assert_eq!(trials_in_views(&ws), Some(51), "complete at the end");
+    }
+
+    #[test]
+    fn only_the_last_process_of_a_run_rebuilds_the_views_at_its_end() {
+        let (_d, ws, manifest, info) = setup();
+        // Two writers lock like two processes: an flock belongs to an open file.
+        let (a, b) = (RunWriter::new(ws.clone()), RunWriter::new(ws.clone()));
+        a.record(&trial(0), &manifest, &info).unwrap();
+        b.record(&trial(1), &manifest, &info).unwrap();
+        std::fs::remove_file(ws.results_dir().join("run.json")).unwrap();
+        a.finish().unwrap();
+        assert_eq!(trials_in_views(&ws), None, "b still runs, so a leaves run.json to it");
+        b.finish().unwrap();
+        assert_eq!(trials_in_views(&ws), Some(2));
+    }
+
+    #[test]
+    fn a_process_that_recorded_nothing_writes_nothing() {
+        let (_d, ws, _, _) = setup();
+        RunWriter::new(ws.clone()).finish().unwrap();
+        assert!(!ws.results_dir().join("run.json").exists());
+    }
 }

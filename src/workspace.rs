@@ -60,7 +60,7 @@ impl Protected {
 const LEGACY_ENTRIES: [&str; 7] = ["build.json", "profiles", "quarantine", "logs", "results", "report", ".lock"];
 
 /// Files of the workspace that no trial may write, relative to its root.
-pub const RESERVED_FILES: &[&str] = &["results/run.json", "results/junit.xml", "build.json", ".lock"];
+pub const RESERVED_FILES: &[&str] = &["results/run.json", "results/junit.xml", "build.json", ".lock", ".writers.lock"];
 
 /// Every file and folder the trial with file name `slug` owns, relative to
 /// the workspace root (what `trial_profiles`, `trial_profdata`,
@@ -167,6 +167,12 @@ impl Workspace {
 
     pub fn lock_file(&self) -> PathBuf {
         self.root.join(".lock")
+    }
+
+    /// Held shared by each process recording trials, so the last one can tell
+    /// it is last (`results::RunWriter`).
+    pub fn writers_lock_file(&self) -> PathBuf {
+        self.root.join(".writers.lock")
     }
 
     pub fn marker_file(&self) -> PathBuf {

@@ -14,7 +14,7 @@ use crate::outcome;
 use crate::perf;
 use crate::plan::{self, TrialSpec};
 use crate::profiles;
-use crate::results::{self, RunInfo, TrialIdentity, TrialResult};
+use crate::results::{RunInfo, RunWriter, TrialIdentity, TrialResult};
 use crate::run;
 use crate::slots::Slots;
 use crate::workspace::Area;
@@ -27,6 +27,7 @@ struct Shared {
     run_id: String,
     fixture: OnceLock<Result<BuildManifest, Error>>,
     info: OnceLock<RunInfo>,
+    results: RunWriter,
 }
 
 pub fn main() -> ExitCode {
@@ -56,6 +57,7 @@ pub fn main_with(args: Arguments) -> ExitCode {
     };
     let shared = Arc::new(Shared {
         run_id: format!("{}-{}", host::now(), std::process::id()),
+        results: RunWriter::new(ctx.workspace.clone()),
         ctx,
         fixture: OnceLock::new(),
         info: OnceLock::new(),
@@ -69,6 +71,7 @@ pub fn main_with(args: Arguments) -> ExitCode {
         })
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
+    let written = shared.results.finish().inspect_err(|e| eprintln!("ccl-coverage: {e}"));
     if let Some(code) = interrupt::exit_code() {
         eprintln!(
             "ccl-coverage: interrupted by {}: results of the trials that ended are in {}",
@@ -76,6 +79,9 @@ pub fn main_with(args: Arguments) -> ExitCode {
             shared.ctx.workspace.results_dir().display()
         );
         return ExitCode::from(code);
+    }
+    if written.is_err() {
+        return ExitCode::FAILURE;
     }
     conclusion.exit_code()
 }
@@ -183,8 +189,7 @@ impl Shared {
         }
         let id = TrialIdentity { spec, config: ctx.config(), manifest, run_id: &self.run_id };
         let result = TrialResult::new(id, &execution, &verdict, merged, perf);
-        result.write(ws).map_err(fail)?;
-        results::write_run(ws, manifest, self.run_info()).map_err(fail)?;
+        self.results.record(&result, manifest, self.run_info()).map_err(fail)?;
         match result.failure_message(&output) {
             None => Ok(()),
             Some(message) => Err(Failed::from(message)),
