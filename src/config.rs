@@ -72,8 +72,6 @@ pub mod limits {
     /// Collectives × sizes × variants: the plan is built in memory at every
     /// start (even `--list`).
     pub const TRIALS: usize = 10_000;
-    /// The longest file name most file systems accept.
-    pub const FILE_NAME_BYTES: usize = 255;
 }
 
 /// Deserializes any JSON number and checks it against `bound`, so that a
@@ -664,10 +662,13 @@ pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedC
 }
 
 /// Parses, expands and checks config text said to come from `path`.
+/// An error in the config at `path`, at `json_path` (`$` for the whole).
+pub fn error_at(path: &Path, json_path: &str, msg: &dyn std::fmt::Display) -> Error {
+    Error::new(format!("{}: {}: {msg}", path.display(), if json_path.is_empty() { "$" } else { json_path }))
+}
+
 pub fn load_str(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
-    let at = |json_path: &str, msg: &dyn std::fmt::Display| {
-        Error::new(format!("{}: {}: {msg}", path.display(), if json_path.is_empty() { "$" } else { json_path }))
-    };
+    let at = |json_path: &str, msg: &dyn std::fmt::Display| error_at(path, json_path, msg);
     let mut value: Value =
         serde_json::from_str(text).map_err(|e| Error::new(format!("{}: not valid JSON: {e}", path.display())))?;
     if !value.is_object() {
@@ -747,7 +748,7 @@ fn validate(c: &Config) -> Result<(), Invalid> {
     let sizes = unique_sizes(&c.sizes)?;
     let variants = check_variants(c)?;
     check_timeouts(&c.timeouts, &collectives, &sizes, &variants)?;
-    check_trial_files(c)
+    check_trial_count(c)
 }
 
 /// Listing the defined launchers says how to fix a typo.
@@ -847,27 +848,10 @@ fn check_timeouts(
 }
 
 /// The JSON paths and texts of a trial's name parts, in name order.
-fn trial_parts<'c>(c: &'c Config, t: &crate::plan::TrialSpec) -> Vec<(String, &'c str)> {
-    let size = c.sizes.iter().position(|s| s.as_str() == t.size).unwrap_or_default();
-    let mut parts = vec![
-        (format!("collectives[{}].name", t.collective), c.collectives[t.collective].name.as_str()),
-        (format!("sizes[{size}]"), c.sizes[size].as_str()),
-    ];
-    if let Some(v) = t.variant {
-        parts.push((format!("variants[{v}].name"), c.variants[v].name.as_str()));
-    }
-    parts
-}
-
-/// Two trials must never share a log, a result or a profile folder, whatever
-/// their names: trial names are `Collective::size[::variant]` but file names
-/// join the parts with `.`, so `A.1K` × `1K` × `x` and `A` × `1K` × `1K.x`
-/// would both write `A.1K.1K.x`, and variant `ring.profdata` would put its
-/// raw profiles where variant `ring`'s merged profile goes. Names are
-/// compared ignoring case, so a workspace on a case-insensitive file system
-/// (or copied to one as a CI artifact) is safe too. No trial file may be one
-/// of the workspace's own (`results/run.json`, `results/junit.xml`).
-fn check_trial_files(c: &Config) -> Result<(), Invalid> {
+/// At most `limits::TRIALS` trials: the plan is built in memory at every
+/// start. (Whether the trials' files stay apart is the plan's check,
+/// `plan::check`.)
+fn check_trial_count(c: &Config) -> Result<(), Invalid> {
     let variants = c.variants.len().max(1);
     let count = c.collectives.len().checked_mul(c.sizes.len()).and_then(|n| n.checked_mul(variants));
     if count.is_none_or(|n| n > limits::TRIALS) {
@@ -881,50 +865,6 @@ fn check_trial_files(c: &Config) -> Result<(), Invalid> {
                 limits::TRIALS
             ),
         ));
-    }
-    let trials = crate::plan::plan(c);
-    let parts = |t: &crate::plan::TrialSpec| trial_parts(c, t);
-    let describe = |t: &crate::plan::TrialSpec| {
-        let paths: Vec<String> = parts(t).into_iter().map(|(p, _)| p).collect();
-        format!("{:?} ({})", t.name, paths.join(", "))
-    };
-    let reserved: BTreeSet<String> = crate::workspace::RESERVED_FILES.iter().map(|f| f.to_lowercase()).collect();
-    let mut owners: HashMap<String, usize> = HashMap::new();
-    for (i, trial) in trials.iter().enumerate() {
-        if let Err(why) = crate::workspace::check_slug(&trial.slug) {
-            let (path, _) = parts(trial).swap_remove(0);
-            return Err(invalid(path, format!("{why}; trial {}", describe(trial))));
-        }
-        for file in crate::workspace::trial_files(&trial.slug) {
-            let key = file.to_lowercase();
-            if reserved.contains(&key) {
-                let (path, _) = parts(trial).swap_remove(0);
-                return Err(invalid(
-                    path,
-                    format!(
-                        "trial {} would write {file}, which the workspace keeps for itself: rename it",
-                        describe(trial)
-                    ),
-                ));
-            }
-            let Some(first) = owners.insert(key, i).filter(|&owner| owner != i) else { continue };
-            let earlier = &trials[first];
-            // Report at the first part in which the later trial differs.
-            let path = parts(trial)
-                .into_iter()
-                .zip(parts(earlier))
-                .find(|((_, a), (_, b))| a != b)
-                .map_or_else(|| parts(trial).swap_remove(0).0, |((p, _), _)| p);
-            return Err(invalid(
-                path,
-                format!(
-                    "trials {} and {} would share the workspace file {file} (file names join the name's parts with '.', \
-                     compared ignoring case): rename one of them",
-                    describe(earlier),
-                    describe(trial)
-                ),
-            ));
-        }
     }
     Ok(())
 }
@@ -1115,36 +1055,6 @@ mod tests {
             let err = load_value(&v).unwrap_err().to_string();
             assert!(err.contains(&format!(": {path}: ")) && err.contains(needle), "{path} {needle:?}: {err}");
         }
-    }
-
-    #[test]
-    fn trials_sharing_a_file_name_are_an_error_naming_both() {
-        let mut v = default_value();
-        v["collectives"][1]["name"] = "AllReduce.1K".into();
-        v["variants"][0]["name"] = "1K.direct".into();
-        let err = load_value(&v).unwrap_err().to_string();
-        assert!(
-            err.contains("\"AllReduce::1K::1K.direct\" (collectives[0].name, sizes[0], variants[0].name)"),
-            "{err}"
-        );
-        assert!(
-            err.contains("\"AllReduce.1K::1K::direct\" (collectives[1].name, sizes[0], variants[1].name)"),
-            "{err}"
-        );
-        assert!(err.contains("profiles/AllReduce.1K.1K.direct"), "{err}");
-
-        // A raw-profile folder where another trial's merged profile goes.
-        let mut v = default_value();
-        v["variants"][1]["name"] = "ring.profdata".into();
-        let err = load_value(&v).unwrap_err().to_string();
-        assert!(err.contains(": variants[1].name: trials"), "{err}");
-        assert!(err.contains("profiles/AllReduce.1K.ring.profdata"), "{err}");
-
-        // Case only.
-        let mut v = default_value();
-        v["collectives"][1]["name"] = "allreduce".into();
-        let err = load_value(&v).unwrap_err().to_string();
-        assert!(err.contains(": collectives[1].name: trials \"AllReduce::1K::ring\""), "{err}");
     }
 
     #[test]

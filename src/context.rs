@@ -64,6 +64,7 @@ impl Context {
             None => root.join(config::DEFAULT_CONFIG_PATH),
         };
         let loaded = config::load(&config_path, &config::config_env(&root))?;
+        crate::plan::check(&loaded)?;
         let target = env("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| absolute(&root, Path::new(&t)));
         let state_dir = target.join("ccl-coverage");
         let workspace = match env("CCL_COV_WORKSPACE").filter(|v| !v.is_empty()) {

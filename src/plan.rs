@@ -2,7 +2,9 @@
 //! `Collective::size[::variant]`. Planning reads only the config, so listing
 //! trials is instant and builds nothing.
 
-use crate::config::{Collective, Config, LauncherConfig, Variant};
+use crate::config::{self, Collective, Config, LauncherConfig, LoadedConfig, Variant};
+use crate::error::Result;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
@@ -80,6 +82,77 @@ pub fn plan(config: &Config) -> Vec<TrialSpec> {
     trials
 }
 
+fn trial_parts<'c>(c: &'c Config, t: &TrialSpec) -> Vec<(String, &'c str)> {
+    let size = c.sizes.iter().position(|s| s.as_str() == t.size).unwrap_or_default();
+    let mut parts = vec![
+        (format!("collectives[{}].name", t.collective), c.collectives[t.collective].name.as_str()),
+        (format!("sizes[{size}]"), c.sizes[size].as_str()),
+    ];
+    if let Some(v) = t.variant {
+        parts.push((format!("variants[{v}].name"), c.variants[v].name.as_str()));
+    }
+    parts
+}
+
+/// Two trials must never share a log, a result or a profile folder, whatever
+/// their names: trial names are `Collective::size[::variant]` but file names
+/// join the parts with `.`, so `A.1K` × `1K` × `x` and `A` × `1K` × `1K.x`
+/// would both write `A.1K.1K.x`, and variant `ring.profdata` would put its
+/// raw profiles where variant `ring`'s merged profile goes. Names are
+/// compared ignoring case, so a workspace on a case-insensitive file system
+/// (or copied to one as a CI artifact) is safe too. No trial file may be one
+/// of the workspace's own (`results/run.json`, `results/junit.xml`). The
+/// error names the config file and the JSON path of the name to change.
+pub fn check(loaded: &LoadedConfig) -> Result<()> {
+    let c = &loaded.config;
+    let invalid = |json_path: String, msg: String| config::error_at(&loaded.path, &json_path, &msg);
+    let trials = plan(c);
+    let parts = |t: &TrialSpec| trial_parts(c, t);
+    let describe = |t: &TrialSpec| {
+        let paths: Vec<String> = parts(t).into_iter().map(|(p, _)| p).collect();
+        format!("{:?} ({})", t.name, paths.join(", "))
+    };
+    let reserved: BTreeSet<String> = crate::workspace::RESERVED_FILES.iter().map(|f| f.to_lowercase()).collect();
+    let mut owners: HashMap<String, usize> = HashMap::new();
+    for (i, trial) in trials.iter().enumerate() {
+        if let Err(why) = crate::workspace::check_slug(&trial.slug) {
+            let (path, _) = parts(trial).swap_remove(0);
+            return Err(invalid(path, format!("{why}; trial {}", describe(trial))));
+        }
+        for file in crate::workspace::trial_files(&trial.slug) {
+            let key = file.to_lowercase();
+            if reserved.contains(&key) {
+                let (path, _) = parts(trial).swap_remove(0);
+                return Err(invalid(
+                    path,
+                    format!(
+                        "trial {} would write {file}, which the workspace keeps for itself: rename it",
+                        describe(trial)
+                    ),
+                ));
+            }
+            let Some(first) = owners.insert(key, i).filter(|&owner| owner != i) else { continue };
+            let earlier = &trials[first];
+            // Report at the first part in which the later trial differs.
+            let path = parts(trial)
+                .into_iter()
+                .zip(parts(earlier))
+                .find(|((_, a), (_, b))| a != b)
+                .map_or_else(|| parts(trial).swap_remove(0).0, |((p, _), _)| p);
+            return Err(invalid(
+                path,
+                format!(
+                    "trials {} and {} would share the workspace file {file} (file names join the name's parts with '.', \
+                     compared ignoring case): rename one of them",
+                    describe(earlier),
+                    describe(trial)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The names of every trial of the config, ignored ones included.
 pub fn names(config: &Config) -> std::collections::BTreeSet<String> {
     plan(config).into_iter().map(|t| t.name).collect()
@@ -90,6 +163,43 @@ mod tests {
     use super::*;
     use crate::config::{DEFAULT_CONFIG_TEXT, TimeoutRule, load_str};
     use std::path::Path;
+
+    /// Loads `v` and checks its plan, as the harness does.
+    fn checked(v: &serde_json::Value) -> Result<LoadedConfig> {
+        let loaded = load_str(&v.to_string(), Path::new("/p/configs/local.json"), &|_| None)?;
+        check(&loaded)?;
+        Ok(loaded)
+    }
+
+    #[test]
+    fn trials_sharing_a_file_name_are_an_error_naming_both() {
+        let mut v: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG_TEXT).unwrap();
+        v["collectives"][1]["name"] = "AllReduce.1K".into();
+        v["variants"][0]["name"] = "1K.direct".into();
+        let err = checked(&v).unwrap_err().to_string();
+        assert!(
+            err.contains("\"AllReduce::1K::1K.direct\" (collectives[0].name, sizes[0], variants[0].name)"),
+            "{err}"
+        );
+        assert!(
+            err.contains("\"AllReduce.1K::1K::direct\" (collectives[1].name, sizes[0], variants[1].name)"),
+            "{err}"
+        );
+        assert!(err.contains("profiles/AllReduce.1K.1K.direct"), "{err}");
+
+        // A raw-profile folder where another trial's merged profile goes.
+        let mut v: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG_TEXT).unwrap();
+        v["variants"][1]["name"] = "ring.profdata".into();
+        let err = checked(&v).unwrap_err().to_string();
+        assert!(err.contains(": variants[1].name: trials"), "{err}");
+        assert!(err.contains("profiles/AllReduce.1K.ring.profdata"), "{err}");
+
+        // Case only.
+        let mut v: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG_TEXT).unwrap();
+        v["collectives"][1]["name"] = "allreduce".into();
+        let err = checked(&v).unwrap_err().to_string();
+        assert!(err.contains(": collectives[1].name: trials \"AllReduce::1K::ring\""), "{err}");
+    }
 
     fn local() -> Config {
         load_str(DEFAULT_CONFIG_TEXT, Path::new("/p/configs/local.json"), &|_| None).unwrap().config

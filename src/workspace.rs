@@ -24,6 +24,9 @@ use std::fs;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// The longest file name most file systems accept.
+pub const FILE_NAME_BYTES: usize = 255;
+
 /// The file that makes a folder a workspace of ours.
 pub const MARKER: &str = ".ccl-coverage-workspace";
 
@@ -84,11 +87,11 @@ pub fn check_slug(slug: &str) -> std::result::Result<(), String> {
     if slug.is_empty() || slug.starts_with('.') || slug.contains('/') || slug.chars().any(char::is_control) {
         return Err(format!("the trial's file name {slug:?} is not a safe file name"));
     }
-    if slug.len() + LONGEST_SUFFIX > crate::config::limits::FILE_NAME_BYTES {
+    if slug.len() + LONGEST_SUFFIX > FILE_NAME_BYTES {
         return Err(format!(
             "the trial's file name is {} bytes long: expected at most {} (shorten the names)",
             slug.len(),
-            crate::config::limits::FILE_NAME_BYTES - LONGEST_SUFFIX
+            FILE_NAME_BYTES - LONGEST_SUFFIX
         ));
     }
     Ok(())

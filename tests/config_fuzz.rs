@@ -96,7 +96,7 @@ fn no_env(_: &str) -> Option<String> {
 /// Loads `text`; an error must name the file. A config that loads must keep
 /// every promise the harness relies on later.
 fn check_load(text: &str) -> Result<(), TestCaseError> {
-    match config::load_str(text, Path::new(FILE), &no_env) {
+    match config::load_str(text, Path::new(FILE), &no_env).and_then(|loaded| plan::check(&loaded).map(|()| loaded)) {
         Ok(loaded) => check_loaded(&loaded.config),
         Err(e) => {
             prop_assert!(e.to_string().starts_with(&format!("{FILE}: ")), "error without the file: {e}");
