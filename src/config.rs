@@ -612,7 +612,7 @@ impl Default for ReportConfig {
 
 /// System, CUDA and ROCm headers, and nvcc's temporary host files.
 fn default_ignore() -> Vec<String> {
-    ["^/usr/", "^/opt/rocm", "(^|/)tmpxft_[^/]*$", "cudafe1"].iter().map(|s| s.to_string()).collect()
+    ["^/usr/", "^/opt/rocm", "(^|/)tmpxft_[^/]*$", "cudafe1"].iter().map(ToString::to_string).collect()
 }
 
 fn yes() -> bool {

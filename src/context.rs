@@ -87,7 +87,7 @@ impl Context {
                 Ok(n) if n > 0 => n,
                 _ => bail!("CCL_COV_JOBS={v:?} is not a positive number"),
             },
-            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            None => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
         };
         let trim_iterations = switch("CCL_COV_TRIM_ITERATIONS", loaded.config.iterations.trim_under_coverage)?;
         let incremental_merge = switch("CCL_COV_INCREMENTAL_MERGE", true)?;

@@ -264,7 +264,7 @@ pub fn rocm_version(rocm: &Path) -> std::result::Result<(u32, u32, u32), Vec<Pat
 /// `6.2.0-66` → (6, 2, 0).
 fn parse_dotted(text: &str) -> Option<(u32, u32, u32)> {
     let core: String = text.trim().chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
-    let mut parts = core.split('.').map(|p| p.parse::<u32>());
+    let mut parts = core.split('.').map(str::parse::<u32>);
     Some((parts.next()?.ok()?, parts.next()?.ok()?, parts.next().unwrap_or(Ok(0)).ok()?))
 }
 

@@ -408,36 +408,32 @@ fn build_key(ctx: &Context, resolved: &Resolved, vars: &mut Vars) -> Result<(Str
     key.feed("cxx", &format!("{} {}", tc.cxx.path.display(), tc.cxx.version));
     key.feed("coverage", &format!("{} {}", ctx.coverage, resolved.coverage_flags.join(" ")));
     key.feed("device", &resolved.device.enabled.to_string());
-    let existing_objects = match &ctx.existing_build {
-        Some(dir) => {
-            vars.set("build_dir", dir.display().to_string());
-            let objects = inspect_existing(ctx, vars, dir)?;
-            for object in &objects {
-                key.feed("existing object", &file_identity(&object.path)?);
-            }
-            Some(objects)
+    let existing_objects = if let Some(dir) = &ctx.existing_build {
+        vars.set("build_dir", dir.display().to_string());
+        let objects = inspect_existing(ctx, vars, dir)?;
+        for object in &objects {
+            key.feed("existing object", &file_identity(&object.path)?);
         }
-        None => {
-            vars.set("build_dir", BUILD_DIR_MARK);
-            for step in &config.library.steps {
-                key.feed("library step", &step_cmd(step, vars, resolved.rccl)?.display());
-            }
-            for object in &config.library.objects {
-                key.feed("object", &vars.render(object)?);
-            }
-            key.feed("library_src", &hash_tree(&loaded.library_src(), &config.library.hash_exclude)?);
-            None
+        Some(objects)
+    } else {
+        vars.set("build_dir", BUILD_DIR_MARK);
+        for step in &config.library.steps {
+            key.feed("library step", &step_cmd(step, vars, resolved.rccl)?.display());
         }
+        for object in &config.library.objects {
+            key.feed("object", &vars.render(object)?);
+        }
+        key.feed("library_src", &hash_tree(&loaded.library_src(), &config.library.hash_exclude)?);
+        None
     };
-    match &ctx.existing_tests {
-        Some(dir) => key.feed("existing tests", &dir_identity(dir)?),
-        None => {
-            for step in &config.tests.steps {
-                key.feed("tests step", &step_cmd(step, vars, resolved.rccl)?.display());
-            }
-            key.feed("bin_dir", &vars.render(&config.tests.bin_dir)?);
-            key.feed("tests_src", &hash_tree(&loaded.tests_src(), &config.tests.hash_exclude)?);
+    if let Some(dir) = &ctx.existing_tests {
+        key.feed("existing tests", &dir_identity(dir)?);
+    } else {
+        for step in &config.tests.steps {
+            key.feed("tests step", &step_cmd(step, vars, resolved.rccl)?.display());
         }
+        key.feed("bin_dir", &vars.render(&config.tests.bin_dir)?);
+        key.feed("tests_src", &hash_tree(&loaded.tests_src(), &config.tests.hash_exclude)?);
     }
     Ok((key.finish(), existing_objects))
 }
@@ -452,14 +448,13 @@ fn render_steps(ctx: &Context, vars: &Vars, rccl: rccl::Coverage) -> Result<(Vec
             steps.push((step.name.clone(), step_cmd(step, vars, rccl)?));
         }
     }
-    let bin_dir = match &ctx.existing_tests {
-        Some(dir) => dir.clone(),
-        None => {
-            for step in &config.tests.steps {
-                steps.push((step.name.clone(), step_cmd(step, vars, rccl)?));
-            }
-            PathBuf::from(vars.render(&config.tests.bin_dir)?)
+    let bin_dir = if let Some(dir) = &ctx.existing_tests {
+        dir.clone()
+    } else {
+        for step in &config.tests.steps {
+            steps.push((step.name.clone(), step_cmd(step, vars, rccl)?));
         }
+        PathBuf::from(vars.render(&config.tests.bin_dir)?)
     };
     Ok((steps, bin_dir))
 }
@@ -646,9 +641,9 @@ pub fn hash_tree(root: &Path, exclude: &[String]) -> Result<String> {
     while let Some(dir) = stack.pop() {
         let mut entries: Vec<_> = std::fs::read_dir(&dir)
             .map_err(|e| Error::new(format!("cannot list {}: {e}", dir.display())))?
-            .filter_map(|e| e.ok())
+            .filter_map(std::result::Result::ok)
             .collect();
-        entries.sort_by_key(|e| e.file_name());
+        entries.sort_by_key(std::fs::DirEntry::file_name);
         for entry in entries.into_iter().rev() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
@@ -677,7 +672,7 @@ pub fn hash_tree(root: &Path, exclude: &[String]) -> Result<String> {
 /// A manifest for unit tests of later stages.
 #[cfg(test)]
 pub(crate) fn test_manifest(build_id: &str) -> BuildManifest {
-    let tool = crate::toolchain::Tool { path: "/llvm/bin/clang".into(), version: "clang version 22".into(), major: 22 };
+    let tool = toolchain::Tool { path: "/llvm/bin/clang".into(), version: "clang version 22".into(), major: 22 };
     BuildManifest {
         build_id: build_id.into(),
         config: "t".into(),

@@ -36,8 +36,8 @@ pub fn free_bytes(path: &std::path::Path) -> Option<u64> {
     // SAFETY: statvfs writes only into `stat`; an all-zero statvfs is a valid value.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c_path` is a valid C string and `stat` a valid out pointer.
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
+    if unsafe { libc::statvfs(c_path.as_ptr(), &raw mut stat) } != 0 {
         return None;
     }
-    Some(u64::from(stat.f_bavail).saturating_mul(stat.f_frsize))
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }

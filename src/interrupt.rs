@@ -34,7 +34,7 @@ pub fn install() {
                 });
             }
             Err(e) => {
-                eprintln!("ccl-coverage: cannot install signal handlers ({e}); Ctrl-C will not stop trials cleanly")
+                eprintln!("ccl-coverage: cannot install signal handlers ({e}); Ctrl-C will not stop trials cleanly");
             }
         }
         watch_cargo_parent();

@@ -56,7 +56,7 @@ pub fn judge(finished: &Finished, perf: &PerfReport, timeout: Duration) -> Verdi
                 status: Status::Interrupted,
                 reason: format!(
                     "INTERRUPTED by {} after {:.1}s (stopped with {killed})",
-                    crate::process::signal_name(*signal),
+                    signal_name(*signal),
                     finished.duration.as_secs_f64()
                 ),
             };

@@ -154,7 +154,7 @@ pub fn check(loaded: &LoadedConfig) -> Result<()> {
 }
 
 /// The names of every trial of the config, ignored ones included.
-pub fn names(config: &Config) -> std::collections::BTreeSet<String> {
+pub fn names(config: &Config) -> BTreeSet<String> {
     plan(config).into_iter().map(|t| t.name).collect()
 }
 

@@ -252,7 +252,7 @@ mod tests {
         );
         assert_eq!(cmd.argv_redacted(), ["mpirun", "-genv", "MY_TOKEN", "***", "--db=postgres://u:***@h/db"]);
         assert_eq!(cmd.argv()[3], "t0k", "what runs is unchanged");
-        assert_eq!(cmd.get_envs()[0].1.as_deref(), Some(std::ffi::OsStr::new("k3y")));
+        assert_eq!(cmd.get_envs()[0].1.as_deref(), Some(OsStr::new("k3y")));
     }
 
     #[test]
@@ -294,7 +294,7 @@ mod tests {
     fn arguments_need_not_be_text() {
         use std::os::unix::ffi::OsStrExt;
         let dir = tempfile::tempdir().unwrap();
-        let name = std::ffi::OsStr::from_bytes(b"caf\xe9");
+        let name = OsStr::from_bytes(b"caf\xe9");
         std::fs::write(dir.path().join(name), "x").unwrap();
         // `ls` fails on a name that does not exist, such as a lossy copy of this one.
         let out = Cmd::new("ls").arg(dir.path().join(name)).read().unwrap();

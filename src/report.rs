@@ -416,9 +416,8 @@ mod tests {
             percentages(EXPORT).unwrap(),
             [("lines", 7, 11), ("functions", 2, 3), ("regions", 4, 6), ("branches", 1, 4)]
         );
-        fn bars(lines: &'static str) -> impl Fn(&str) -> Option<String> {
-            move |name| (name == "CCL_COV_FAIL_UNDER_LINES").then(|| lines.to_string())
-        }
+        let bars =
+            |lines: &'static str| move |name: &str| (name == "CCL_COV_FAIL_UNDER_LINES").then(|| lines.to_string());
         assert_eq!(check_bars(EXPORT, &|_| None).unwrap(), None);
         assert_eq!(check_bars(EXPORT, &bars("60")).unwrap(), Some(vec![]));
         let short = check_bars(EXPORT, &bars("70")).unwrap().unwrap();

@@ -17,7 +17,7 @@ use crate::workspace::{self, Workspace};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -107,7 +107,7 @@ impl TrialResult {
             command: cmd.display(),
             argv: cmd.argv(),
             env: execution.launch.env.clone(),
-            cwd: cmd.get_cwd().map(std::path::Path::to_path_buf).unwrap_or_default(),
+            cwd: cmd.get_cwd().map(Path::to_path_buf).unwrap_or_default(),
             log: execution.log.clone(),
             profile_dir: profiles.dir.clone(),
             profiles: profiles.raw,
@@ -179,7 +179,8 @@ pub fn load_all(ws: &Workspace, build_id: &str, planned: &BTreeSet<String>) -> R
     for entry in entries.flatten() {
         let path = entry.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if !name.ends_with(".json") || name == "run.json" {
+        let json = Path::new(name).extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        if !json || name == "run.json" {
             continue;
         }
         let Ok(text) = std::fs::read_to_string(&path) else { continue };
@@ -316,7 +317,7 @@ impl RunWriter {
         if shared.until_due(interval).is_zero() {
             return shared.rebuild();
         }
-        let mut flusher = self.flusher.lock().unwrap_or_else(|p| p.into_inner());
+        let mut flusher = self.flusher.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if flusher.is_none() {
             let shared = shared.clone();
             let thread = std::thread::Builder::new()
@@ -335,7 +336,7 @@ impl RunWriter {
         let shared = &self.shared;
         shared.lock().stopping = true;
         shared.wake.notify_all();
-        if let Some(thread) = self.flusher.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(thread) = self.flusher.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
             let _ = thread.join();
         }
         let (Some(writers), Some(run)) = ({
@@ -355,7 +356,7 @@ impl RunWriter {
 
 impl WriterShared {
     fn lock(&self) -> MutexGuard<'_, WriterState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// How long until `run.json` is `interval` old (it may have been rebuilt
@@ -385,12 +386,12 @@ impl WriterShared {
         let mut state = self.lock();
         while !state.stopping {
             if !state.dirty {
-                state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+                state = self.wake.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
                 continue;
             }
             let wait = self.until_due(state.interval);
             if !wait.is_zero() {
-                state = self.wake.wait_timeout(state, wait).unwrap_or_else(|p| p.into_inner()).0;
+                state = self.wake.wait_timeout(state, wait).unwrap_or_else(std::sync::PoisonError::into_inner).0;
                 continue;
             }
             drop(state);
@@ -403,7 +404,7 @@ impl WriterShared {
     }
 }
 
-fn open_lock(path: &std::path::Path) -> Result<File> {
+fn open_lock(path: &Path) -> Result<File> {
     File::options()
         .create(true)
         .truncate(false)
@@ -412,7 +413,7 @@ fn open_lock(path: &std::path::Path) -> Result<File> {
         .map_err(|e| Error::new(format!("cannot create {}: {e}", path.display())))
 }
 
-fn lock_error(path: &std::path::Path, e: std::io::Error) -> Error {
+fn lock_error(path: &Path, e: std::io::Error) -> Error {
     Error::new(format!("cannot lock {}: {e}", path.display()))
 }
 

@@ -262,7 +262,7 @@ mod tests {
 
     /// Waits in a thread; the guard comes back on the channel with the time it
     /// was granted.
-    fn waiter(slots: &Arc<Slots>, ranks: usize) -> mpsc::Receiver<(SlotGuard, Instant)> {
+    fn waiter(slots: &Arc<Slots>, ranks: usize) -> Receiver<(SlotGuard, Instant)> {
         let (tx, rx) = mpsc::channel();
         let slots = slots.clone();
         std::thread::spawn(move || {
@@ -365,7 +365,7 @@ mod tests {
             .spawn()
             .unwrap();
         let out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let held = within(LIMIT, move || out.lines().map_while(|l| l.ok()).any(|l| l == "held"));
+        let held = within(LIMIT, move || out.lines().map_while(std::result::Result::ok).any(|l| l == "held"));
         assert!(held, "the child took its slots");
         let slots = Arc::new(Slots::new(dir.path().to_path_buf(), 4));
         let one = within(LIMIT, {

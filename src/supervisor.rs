@@ -281,7 +281,7 @@ fn reap(main: libc::pid_t, main_status: &mut Option<i32>) {
     loop {
         let mut status = 0;
         // SAFETY: waitpid writes only to `status`.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        let pid = unsafe { libc::waitpid(-1, &raw mut status, libc::WNOHANG) };
         if pid <= 0 {
             return;
         }
@@ -295,7 +295,7 @@ fn reap(main: libc::pid_t, main_status: &mut Option<i32>) {
 fn wait_for(main: libc::pid_t, main_status: &mut Option<i32>) {
     let mut status = 0;
     // SAFETY: as above.
-    if unsafe { libc::waitpid(main, &mut status, 0) } == main {
+    if unsafe { libc::waitpid(main, &raw mut status, 0) } == main {
         *main_status = Some(status);
     }
 }
@@ -304,7 +304,7 @@ fn wait_for(main: libc::pid_t, main_status: &mut Option<i32>) {
 fn lifeline() -> Option<StopCause> {
     let mut fd = libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 };
     // SAFETY: one valid pollfd, no timeout.
-    let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+    let ready = unsafe { libc::poll(&raw mut fd, 1, 0) };
     if ready <= 0 || fd.revents == 0 {
         return None;
     }

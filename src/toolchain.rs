@@ -141,7 +141,7 @@ fn major_after(text: &str, marker: &str) -> Option<u32> {
 /// `merge --version`.
 fn tool_version(path: &Path) -> Option<(u32, String)> {
     for args in [&["--version"][..], &["merge", "--version"][..]] {
-        if let Ok(text) = Cmd::new(&path).args(args.iter().copied()).read()
+        if let Ok(text) = Cmd::new(path).args(args.iter().copied()).read()
             && let Some(major) = major_after(&text, "LLVM version ")
         {
             let line = text.lines().find(|l| l.contains("LLVM version ")).unwrap_or_default();

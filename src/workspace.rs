@@ -190,9 +190,10 @@ impl Workspace {
         self.check_place(protected)?;
         match fs::symlink_metadata(&self.root) {
             Ok(meta) if !meta.is_dir() => bail!("CCL_COV_WORKSPACE={} is not a folder", self.root.display()),
-            Ok(_) => match self.read_marker()? {
-                Some(marker) => return self.check_config(&marker, config, config_path),
-                None => {
+            Ok(_) => {
+                if let Some(marker) = self.read_marker()? {
+                    return self.check_config(&marker, config, config_path);
+                } else {
                     let entries = self.entries()?;
                     let legacy =
                         entries.iter().all(|e| LEGACY_ENTRIES.contains(&e.as_str())) && self.has_build_record();
@@ -209,7 +210,7 @@ impl Workspace {
                         );
                     }
                 }
-            },
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_dir(&self.root)?,
             Err(e) => bail!("cannot inspect the workspace {}: {e}", self.root.display()),
         }
@@ -326,10 +327,7 @@ impl Workspace {
     /// Empties `path`, which must be `area` itself or inside it; the folder
     /// itself stays (or is created). Symlinks inside are removed, never followed.
     pub fn clear(&self, area: Area, path: &Path) -> Result<()> {
-        let path = match self.confined(area, path)? {
-            Some(path) => path,
-            None => return create_dir(&normalize(path)),
-        };
+        let Some(path) = self.confined(area, path)? else { return create_dir(&normalize(path)) };
         for entry in fs::read_dir(&path).map_err(|e| Error::new(format!("cannot list {}: {e}", path.display())))? {
             let entry = entry.map_err(|e| Error::new(format!("cannot list {}: {e}", path.display())))?;
             remove_no_follow(&entry.path())?;

@@ -23,7 +23,7 @@ use support::{Running, Setup, command, harness, only, processes_mentioning, resu
 static SWEEPS: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
-    SWEEPS.read().unwrap_or_else(|e| e.into_inner())
+    SWEEPS.read().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// No harness in these tests may run longer than this.
@@ -232,7 +232,7 @@ fn sigkill_of_the_harness_leaves_no_trial_process() {
 /// them and says so.
 #[test]
 fn a_new_run_kills_what_a_dead_run_left_and_says_so() {
-    let _alone = SWEEPS.write().unwrap_or_else(|e| e.into_inner());
+    let _alone = SWEEPS.write().unwrap_or_else(std::sync::PoisonError::into_inner);
     let s = interruptible();
     let running = start_hung_mpi(&s, &[]);
     let supervisors: Vec<i32> = processes_mentioning(&s.ws.display().to_string())
@@ -592,7 +592,7 @@ fn a_read_only_workspace_is_named_as_the_cause() {
 fn nothing_the_harness_creates_is_world_writable_whatever_the_umask() {
     let _shared = shared();
     let s = setup(|v| {
-        only(v, "AllReduce", &["1K"], json!([{"name": "threads"}, {"name": "mpi", "launcher": "mpi", "ranks": 2}]))
+        only(v, "AllReduce", &["1K"], json!([{"name": "threads"}, {"name": "mpi", "launcher": "mpi", "ranks": 2}]));
     });
     for sub in ["collectives", "report"] {
         let mut cmd = command(&s, sub, &[]);

@@ -16,7 +16,7 @@ fn root() -> PathBuf {
 }
 
 struct Setup {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     config: PathBuf,
     ws: PathBuf,
     /// Extra environment for the harness process.
@@ -36,7 +36,7 @@ fn setup(edit: impl FnOnce(&mut Value)) -> Setup {
     let config = dir.path().join("config.json");
     fs::write(&config, serde_json::to_string_pretty(&v).unwrap()).unwrap();
     let ws = dir.path().join("ws");
-    Setup { _dir: dir, config, ws, env: Vec::new() }
+    Setup { dir, config, ws, env: Vec::new() }
 }
 
 fn harness(s: &Setup, subcommand: &str, args: &[&str]) -> Output {
@@ -263,7 +263,7 @@ fn unset_config_variable_is_an_error_not_literal_text() {
 #[test]
 fn list_is_instant_and_builds_nothing() {
     let mut s = setup(|_| {});
-    let target = s._dir.path().join("target");
+    let target = s.dir.path().join("target");
     s.env.push(("CARGO_TARGET_DIR".into(), target.display().to_string()));
     let out = harness(&s, "collectives", &["--list"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -318,7 +318,7 @@ fn trials_never_exceed_the_rank_capacity() {
         let (start, _, _) = span(t);
         let busy: u64 =
             trials.iter().map(span).filter(|&(s0, e0, _)| s0 <= start && start < e0).map(|(_, _, r)| r).sum();
-        assert!(busy <= 4, "{} ranks running at {start} ms: {run}", busy);
+        assert!(busy <= 4, "{busy} ranks running at {start} ms: {run}");
     }
 }
 
@@ -350,7 +350,7 @@ fn an_existing_instrumented_build_is_used_and_identified_by_its_objects() {
     let mut lib = fs::OpenOptions::new().append(true).open(copy.path().join("ccl/libccl.so")).unwrap();
     std::io::Write::write_all(&mut lib, b"rebuilt").unwrap();
     let mut dry_setup =
-        Setup { _dir: tempfile::tempdir().unwrap(), config: s.config.clone(), ws: s.ws.clone(), env: s.env.clone() };
+        Setup { dir: tempfile::tempdir().unwrap(), config: s.config.clone(), ws: s.ws.clone(), env: s.env.clone() };
     dry_setup.env.push(("CCL_COV_DRY_RUN".into(), "1".into()));
     let dry = String::from_utf8(harness(&dry_setup, "collectives", &[]).stdout).unwrap();
     assert!(!dry.contains(used["build_id"].as_str().unwrap()), "same id after the library changed:\n{dry}");
@@ -498,7 +498,7 @@ fn results_exist_after_every_trial_and_reports_say_where_they_came_from() {
         only(v, "SendRecv", &["1K"], json!([{"name": "a"}, {"name": "b", "env": {"CCL_FAULT": "hang"}}]));
         v["timeouts"] = json!({"default": 4, "grace": 1});
     });
-    let step_summary = s._dir.path().join("step-summary.md");
+    let step_summary = s.dir.path().join("step-summary.md");
     fs::write(&step_summary, "earlier step\n").unwrap();
     s.env.push(("GITHUB_STEP_SUMMARY".into(), step_summary.display().to_string()));
     let mut child = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));

@@ -217,6 +217,6 @@ pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<String>()
         .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .or_else(|| payload.downcast_ref::<&str>().map(ToString::to_string))
         .unwrap_or_else(|| "(no message)".into())
 }
