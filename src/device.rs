@@ -3,12 +3,16 @@
 //!
 //! The requirements are checked in order and the first that fails is the
 //! blocker: a device target; a device linker (RCCL's `ENABLE_DEVICE_LINKER`);
-//! ROCm 7.15 or newer; a compiler that really instruments device code; the
-//! AMDGPU device profile runtime. CUDA/NVPTX device code is instrumented by no
-//! compiler today. Whether the compiler instruments device code is read from
-//! what it does, not from whether it accepts the flags: clang 19 accepts them
-//! and silently leaves device code alone (docs/architecture.md, "Toolchain
-//! and profile runtime").
+//! the gate, which is ROCm 7.15 or newer (ROCm 10.x in practice: there is no
+//! ROCm 7.15 release), or instead an upstream clang 23.1 or newer, the first
+//! upstream release that ships HIP device coverage, whatever the ROCm version
+//! of the HIP runtime; a compiler that really instruments device code; the
+//! AMDGPU device profile runtime; the host collector that drains the device
+//! counters at exit. CUDA/NVPTX device code is instrumented by no compiler
+//! today. Whether the compiler instruments device code is read from what it
+//! does, not from whether it accepts the flags: clang 19 accepts them and
+//! silently leaves device code alone (docs/architecture.md, "Toolchain and
+//! profile runtime").
 //!
 //! AUTO falls back to host-only and says why; ON turns a blocker into an
 //! error that says what to change; OFF never instruments device code.
@@ -25,9 +29,29 @@ use std::path::{Path, PathBuf};
 /// Upstream's gate: AMDGPU device coverage needs ROCm 7.15 or newer.
 pub const MIN_ROCM: (u32, u32, u32) = (7, 15, 0);
 
+/// How messages name [`MIN_ROCM`]: no 7.15 was released, TheRock went from
+/// 7.14 to 10.0.
+const MIN_ROCM_TEXT: &str = "ROCm 7.15 or newer (ROCm 10.x)";
+
+/// The first upstream LLVM release with HIP device coverage (device runtime,
+/// host collector, `-fcoverage-mapping` forwarded to the device).
+pub const MIN_UPSTREAM_CLANG: (u32, u32) = (23, 1);
+
 /// Where compiler-rt keeps the AMDGPU profile runtime, in the order tried.
 pub const DEVICE_RUNTIME_RELPATHS: [&str; 2] =
     ["lib/amdgcn-amd-amdhsa/libclang_rt.profile.a", "lib/linux/libclang_rt.profile-amdgcn.a"];
+
+/// Where compiler-rt keeps the host collector `clang_rt.profile_rocm` for
+/// this machine, in the order tried: the per-target layout (upstream's
+/// default, under both spellings of the host triple), then the old one.
+pub fn host_collector_relpaths() -> [String; 3] {
+    let arch = std::env::consts::ARCH;
+    [
+        format!("lib/{arch}-unknown-linux-gnu/libclang_rt.profile_rocm.a"),
+        format!("lib/{arch}-pc-linux-gnu/libclang_rt.profile_rocm.a"),
+        format!("lib/linux/libclang_rt.profile_rocm-{arch}.a"),
+    ]
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceDecision {
@@ -38,6 +62,9 @@ pub struct DeviceDecision {
     pub target: Option<String>,
     /// The device profile runtime, when device coverage is on.
     pub runtime: Option<PathBuf>,
+    /// The host collector linked into the library, when device coverage is on.
+    #[serde(default)]
+    pub collector: Option<PathBuf>,
 }
 
 impl DeviceDecision {
@@ -64,6 +91,7 @@ pub enum Blocker {
     RocmTooOld { rocm: PathBuf, version: String },
     NotInstrumenting { detail: String },
     NoRuntime { searched: Vec<PathBuf> },
+    NoCollector { searched: Vec<PathBuf> },
 }
 
 impl Blocker {
@@ -86,15 +114,19 @@ impl Blocker {
                 }
             ),
             Blocker::RocmTooOld { rocm, version } => format!(
-                "device coverage needs ROCm {}.{} or newer, and {} is ROCm {version}",
-                MIN_ROCM.0,
-                MIN_ROCM.1,
+                "device coverage needs {MIN_ROCM_TEXT} or an upstream clang {}.{} or newer, and {} is ROCm {version}",
+                MIN_UPSTREAM_CLANG.0,
+                MIN_UPSTREAM_CLANG.1,
                 rocm.display()
             ),
             Blocker::NotInstrumenting { detail } => format!("the compiler does not instrument device code: {detail}"),
             Blocker::NoRuntime { searched } => {
                 format!("the device profile runtime is missing: searched {}", join(searched))
             }
+            Blocker::NoCollector { searched } => format!(
+                "the host collector that drains device counters (clang_rt.profile_rocm) is missing: searched {}",
+                join(searched)
+            ),
         }
     }
 
@@ -105,13 +137,16 @@ impl Blocker {
             Blocker::Nvptx { .. } => "there is no fix today; use auto or off for NVIDIA backends",
             Blocker::LinkerDisabled => "build with the device linker (coverage.device.linker: true)",
             Blocker::RocmUnknown { .. } | Blocker::RocmTooOld { .. } => {
-                "point coverage.device.rocm_path (ROCM_PATH) at ROCm 7.15 or newer"
+                "point coverage.device.rocm_path (ROCM_PATH) at ROCm 7.15 or newer (ROCm 10.x), or use an upstream clang 23.1 or newer as toolchain.cxx / CXX"
             }
             Blocker::NotInstrumenting { .. } => {
-                "use the clang of ROCm 7.15 or newer (<rocm>/lib/llvm/bin/clang++) as toolchain.cxx / CXX"
+                "use the clang of ROCm 7.15 or newer (ROCm 10.x) (<rocm>/lib/llvm/bin/clang++) or an upstream clang 23.1 or newer as toolchain.cxx / CXX"
             }
             Blocker::NoRuntime { .. } => {
-                "use a compiler whose resource directory ships the AMDGPU profile runtime (ROCm 7.15 or newer)"
+                "use a compiler whose resource directory ships the AMDGPU profile runtime (ROCm 7.15 or newer (ROCm 10.x), or upstream LLVM 23.1 or newer)"
+            }
+            Blocker::NoCollector { .. } => {
+                "use a compiler whose resource directory ships clang_rt.profile_rocm (ROCm 7.15 or newer (ROCm 10.x), or upstream LLVM 23.1 or newer)"
             }
         }
     }
@@ -144,12 +179,13 @@ pub fn requested_mode(config: &DeviceConfig, env: &dyn Fn(&str) -> Option<String
 pub fn decide(requested: DeviceMode, config: &DeviceConfig, cxx: &Tool) -> Result<DeviceDecision> {
     let availability = check(config, cxx)?;
     let target = config.target.clone();
-    let decision = |enabled, reason: String, runtime| DeviceDecision {
+    let decision = |enabled, reason: String, found: Option<Available>| DeviceDecision {
         requested,
         enabled,
         reason,
         target: target.clone(),
-        runtime,
+        runtime: found.as_ref().map(|f| f.runtime.clone()),
+        collector: found.map(|f| f.collector),
     };
     Ok(match (requested, availability) {
         (DeviceMode::Off, Err(blocker)) => {
@@ -164,13 +200,64 @@ pub fn decide(requested: DeviceMode, config: &DeviceConfig, cxx: &Tool) -> Resul
             blocker.fix()
         ),
         (DeviceMode::Auto, Err(blocker)) => decision(false, blocker.message(), None),
-        (_, Ok(found)) => decision(true, found.detail, Some(found.runtime)),
+        (_, Ok(found)) => decision(true, found.detail.clone(), Some(found)),
     })
 }
 
 struct Available {
     runtime: PathBuf,
+    collector: PathBuf,
     detail: String,
+}
+
+/// Which way the compiler passed the gate, said in the decision.
+enum Gate {
+    Rocm { rocm: PathBuf, version: (u32, u32, u32) },
+    Upstream { version: (u32, u32) },
+}
+
+impl Gate {
+    fn describe(&self) -> String {
+        match self {
+            Gate::Rocm { rocm, version: (a, b, c) } => {
+                format!("gate passed by ROCm version: {} is ROCm {a}.{b}.{c}, {MIN_ROCM_TEXT}", rocm.display())
+            }
+            Gate::Upstream { version: (a, b) } => format!(
+                "gate passed by capability: upstream clang {a}.{b} (23.1 or newer) instruments device code and ships both runtimes, whatever the ROCm version of the HIP runtime"
+            ),
+        }
+    }
+}
+
+/// `(major, minor)` of an upstream (llvm.org or distribution) clang; `None`
+/// for AMD's clang, whose version numbers follow LLVM's main branch and do
+/// not say which device-coverage pieces it has.
+pub fn upstream_release(version_line: &str) -> Option<(u32, u32)> {
+    let lower = version_line.to_ascii_lowercase();
+    if lower.contains("amd") || lower.contains("rocm") {
+        return None;
+    }
+    let start = lower.find("clang version ")? + "clang version ".len();
+    let (major, minor, _) = parse_dotted(&lower[start..])?;
+    Some((major, minor))
+}
+
+/// The gate, or its blocker: an upstream clang 23.1 or newer passes on its
+/// own, any other compiler needs the ROCm version.
+fn gate(config: &DeviceConfig, cxx: &Tool) -> std::result::Result<Gate, Blocker> {
+    if let Some(version) = upstream_release(&cxx.version).filter(|v| *v >= MIN_UPSTREAM_CLANG) {
+        return Ok(Gate::Upstream { version });
+    }
+    let Some(rocm) = config.rocm_path.as_deref().map(PathBuf::from) else {
+        return Err(Blocker::RocmUnknown { looked: Vec::new() });
+    };
+    match rocm_version(&rocm) {
+        Err(looked) => Err(Blocker::RocmUnknown { looked }),
+        Ok(version) if version < MIN_ROCM => {
+            Err(Blocker::RocmTooOld { rocm, version: format!("{}.{}.{}", version.0, version.1, version.2) })
+        }
+        Ok(version) => Ok(Gate::Rocm { rocm, version }),
+    }
 }
 
 /// The first blocker, or what makes device coverage available. `Err` of the
@@ -194,19 +281,10 @@ fn check(config: &DeviceConfig, cxx: &Tool) -> Result<std::result::Result<Availa
     if !config.linker {
         return Ok(Err(Blocker::LinkerDisabled));
     }
-    let Some(rocm) = config.rocm_path.as_deref().map(PathBuf::from) else {
-        return Ok(Err(Blocker::RocmUnknown { looked: Vec::new() }));
+    let gate = match gate(config, cxx) {
+        Ok(gate) => gate,
+        Err(blocker) => return Ok(Err(blocker)),
     };
-    match rocm_version(&rocm) {
-        Err(looked) => return Ok(Err(Blocker::RocmUnknown { looked })),
-        Ok(version) if version < MIN_ROCM => {
-            return Ok(Err(Blocker::RocmTooOld {
-                rocm,
-                version: format!("{}.{}.{}", version.0, version.1, version.2),
-            }));
-        }
-        Ok(_) => {}
-    }
     match device_instrumented_in_plan(cxx, "hip", target, scratch.path()) {
         Err(e) => {
             return Ok(Err(Blocker::NotInstrumenting {
@@ -231,18 +309,22 @@ fn check(config: &DeviceConfig, cxx: &Tool) -> Result<std::result::Result<Availa
         Cmd::new(cxx.path.display().to_string()).args(["--target=amdgcn-amd-amdhsa", "-print-resource-dir"]).read()?;
     let resource_dir = PathBuf::from(resource_dir.trim());
     let searched: Vec<PathBuf> = DEVICE_RUNTIME_RELPATHS.iter().map(|rel| resource_dir.join(rel)).collect();
-    match searched.iter().find(|p| p.is_file()) {
-        Some(runtime) => Ok(Ok(Available {
-            runtime: runtime.clone(),
-            detail: format!(
-                "{target} device code is instrumented by {} (clang {}), device profile runtime {}",
-                cxx.path.display(),
-                cxx.major,
-                runtime.display()
-            ),
-        })),
-        None => Ok(Err(Blocker::NoRuntime { searched })),
-    }
+    let Some(runtime) = searched.iter().find(|p| p.is_file()).cloned() else {
+        return Ok(Err(Blocker::NoRuntime { searched }));
+    };
+    let searched: Vec<PathBuf> = host_collector_relpaths().iter().map(|rel| resource_dir.join(rel)).collect();
+    let Some(collector) = searched.iter().find(|p| p.is_file()).cloned() else {
+        return Ok(Err(Blocker::NoCollector { searched }));
+    };
+    let detail = format!(
+        "{target} device code is instrumented by {} (clang {}), device profile runtime {}, host collector {}; {}",
+        cxx.path.display(),
+        cxx.major,
+        runtime.display(),
+        collector.display(),
+        gate.describe()
+    );
+    Ok(Ok(Available { runtime, collector, detail }))
 }
 
 /// The ROCm version from `.info/version`, `core/.info/version` or rocm-core's
@@ -347,6 +429,33 @@ pub fn coverage_flags(host_flags: &[String], decision: &DeviceDecision) -> Vec<S
     host_flags.iter().flat_map(|f| ["-Xarch_host".to_string(), f.clone()]).collect()
 }
 
+/// `{coverage_link_flags}`: with device coverage on, the host collector and
+/// what it needs (`dlopen` of the HIP runtime, a mutex), for the library's
+/// link. The whole archive, because nothing in the library refers to the
+/// collector: it hooks in through a constructor and the exit-time write.
+pub fn link_flags(decision: &DeviceDecision) -> Vec<String> {
+    match (&decision.collector, decision.enabled) {
+        (Some(collector), true) => vec![
+            format!("-Wl,--whole-archive,{},--no-whole-archive", collector.display()),
+            "-ldl".into(),
+            "-lpthread".into(),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// Why `pattern` (`coverage.profile_pattern`) would let one device profile
+/// overwrite another, or `None`. The device write puts its target name in
+/// front of the expanded pattern and truncates, so only `%p` keeps two
+/// processes apart; `%m` merges host counters but never device ones.
+pub fn profile_pattern_problem(pattern: &str) -> Option<String> {
+    (!pattern.contains("%p")).then(|| {
+        format!(
+            "coverage.profile_pattern {pattern:?} has no %p: with device coverage on, every process writes its device profiles under the same names and the last one wins (%m merges host counters only). To fix: put %p in it, e.g. \"%h-%p-%m.profraw\""
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,6 +549,7 @@ mod tests {
             reason: String::new(),
             target: Some("gfx942".into()),
             runtime: None,
+            collector: None,
         };
         assert_eq!(
             coverage_flags(&flags, &hip_off),
@@ -449,5 +559,23 @@ mod tests {
         assert_eq!(coverage_flags(&flags, &hip_on), flags);
         let cuda = DeviceDecision { target: Some("sm_90".into()), ..hip_off };
         assert_eq!(coverage_flags(&flags, &cuda), flags);
+    }
+
+    #[test]
+    fn only_upstream_clang_versions_count_for_the_capability_gate() {
+        assert_eq!(upstream_release("clang version 23.1.0 (https://github.com/llvm/llvm-project abc)"), Some((23, 1)));
+        assert_eq!(upstream_release("Debian clang version 23.1.2 (1~deb13u1)"), Some((23, 1)));
+        assert_eq!(upstream_release("clang version 23.0.0git"), Some((23, 0)));
+        assert_eq!(upstream_release("AMD clang version 23.1.0 (rocm-10.1.0)"), None, "AMD's numbers follow main");
+        assert_eq!(upstream_release("clang version 23.1.0 (ROCm 10)"), None);
+        assert_eq!(upstream_release("g++ (Debian 12.2.0-14) 12.2.0"), None);
+    }
+
+    #[test]
+    fn the_profile_pattern_must_keep_processes_apart() {
+        assert_eq!(profile_pattern_problem("%h-%p-%m.profraw"), None);
+        let problem = profile_pattern_problem("%m.profraw").unwrap();
+        assert!(problem.starts_with("coverage.profile_pattern \"%m.profraw\" has no %p"), "{problem}");
+        assert!(problem.contains("To fix: put %p in it"), "{problem}");
     }
 }

@@ -67,6 +67,9 @@ pub struct BuildManifest {
     pub toolchain: Toolchain,
     pub device: DeviceDecision,
     pub coverage_flags: Vec<String>,
+    /// `{coverage_link_flags}`: the host collector, with device coverage on.
+    #[serde(default)]
+    pub coverage_link_flags: Vec<String>,
     pub steps: Vec<StepRecord>,
     pub built_at: String,
 }
@@ -95,6 +98,7 @@ pub struct BuildPlan {
     pub device: DeviceDecision,
     pub coverage: bool,
     pub coverage_flags: Vec<String>,
+    pub coverage_link_flags: Vec<String>,
     pub key: String,
     /// `{build_dir}`.
     pub build_dir: PathBuf,
@@ -113,7 +117,7 @@ impl BuildPlan {
         let loaded = &ctx.loaded;
         let config = &loaded.config;
         let resolved = Resolved::new(config, ctx.coverage, ctx.device_mode, &crate::config::process_env)?;
-        let mut vars = build_vars(loaded, &resolved.toolchain, &resolved.coverage_flags, ctx.jobs);
+        let mut vars = build_vars(loaded, &resolved, ctx.jobs);
         let (key, existing_objects) = build_key(ctx, &resolved, &mut vars)?;
         let cache_dir = ctx.state_dir.join("builds").join(&key);
         let build_dir = ctx.existing_build.clone().unwrap_or_else(|| cache_dir.clone());
@@ -124,6 +128,7 @@ impl BuildPlan {
             device: resolved.device,
             coverage: ctx.coverage,
             coverage_flags: resolved.coverage_flags,
+            coverage_link_flags: resolved.coverage_link_flags,
             key,
             build_dir,
             cache_dir,
@@ -184,6 +189,7 @@ impl BuildPlan {
             toolchain: self.toolchain.clone(),
             device: self.device.clone(),
             coverage_flags: self.coverage_flags.clone(),
+            coverage_link_flags: self.coverage_link_flags.clone(),
             steps,
             built_at: crate::host::now(),
         }
@@ -343,6 +349,8 @@ pub struct Resolved {
     pub device: DeviceDecision,
     /// `{coverage_flags}`: host flags, plus the device forms when device coverage is on.
     pub coverage_flags: Vec<String>,
+    /// `{coverage_link_flags}`: see [`device::link_flags`].
+    pub coverage_link_flags: Vec<String>,
     pub rccl: rccl::Coverage,
 }
 
@@ -363,12 +371,19 @@ impl Resolved {
                 reason: "coverage is off (CCL_COV_COVERAGE=off)".into(),
                 target: config.coverage.device.target.clone(),
                 runtime: None,
+                collector: None,
             }
         };
+        if device.enabled
+            && let Some(problem) = device::profile_pattern_problem(&config.coverage.profile_pattern)
+        {
+            bail!("device coverage is on ({}), but {problem}", device.reason);
+        }
         let coverage_flags =
             if coverage { device::coverage_flags(&config.coverage.host_flags, &device) } else { Vec::new() };
+        let coverage_link_flags = device::link_flags(&device);
         let rccl = if coverage { rccl::Coverage::On { full: device.enabled } } else { rccl::Coverage::Off };
-        Ok(Resolved { toolchain, device, coverage_flags, rccl })
+        Ok(Resolved { toolchain, device, coverage_flags, coverage_link_flags, rccl })
     }
 }
 
@@ -597,12 +612,14 @@ pub fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
     manifest.write(&ws.build_manifest())
 }
 
-fn build_vars(loaded: &LoadedConfig, toolchain: &Toolchain, coverage_flags: &[String], jobs: usize) -> Vars {
+fn build_vars(loaded: &LoadedConfig, resolved: &Resolved, jobs: usize) -> Vars {
+    let toolchain = &resolved.toolchain;
     let mut vars = Vars::default();
     vars.set("cc", toolchain.cc.path.display().to_string())
         .set("cxx", toolchain.cxx.path.display().to_string())
         .set("llvm_bin", toolchain.llvm_bin.display().to_string())
-        .set("coverage_flags", coverage_flags.join(" "))
+        .set("coverage_flags", resolved.coverage_flags.join(" "))
+        .set("coverage_link_flags", resolved.coverage_link_flags.join(" "))
         .set("jobs", jobs.to_string())
         .set("config_dir", loaded.dir.display().to_string())
         .set("library_src", loaded.library_src().display().to_string())
@@ -698,8 +715,10 @@ pub(crate) fn test_manifest(build_id: &str) -> BuildManifest {
             reason: "r".into(),
             target: None,
             runtime: None,
+            collector: None,
         },
         coverage_flags: Vec::new(),
+        coverage_link_flags: Vec::new(),
         steps: Vec::new(),
         built_at: String::new(),
     }

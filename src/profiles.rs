@@ -41,7 +41,10 @@ pub struct TrialMerge {
     pub sha256: Option<String>,
 }
 
-/// The raw `.profraw` files directly in `dir`, sorted.
+/// The raw `.profraw` files directly in `dir`, sorted: the host's
+/// (`<pattern>`) and the device's, which the host collector names
+/// `<target>.<pattern>` with the target ID's colons
+/// (`amdgcn-amd-amdhsa.gfx942:xnack-.0.<pattern>`).
 pub fn raw_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     match std::fs::read_dir(dir) {
@@ -200,12 +203,18 @@ pub fn verified_inputs(ws: &Workspace, trials: &[Recorded]) -> Result<Verified> 
             };
             let dir = ws.trial_quarantine(slug);
             workspace::create_dir(&dir)?;
-            let to = dir.join(file.file_name().expect("a file"));
+            let to = quarantine_path(&dir, &file);
             ws.rename(&file, &to)?;
             verified.quarantined.push(Quarantined { file: to, reason: why });
         }
     }
     Ok(verified)
+}
+
+/// Where `file` goes in the quarantine folder `dir`: under its portable
+/// name, because quarantine is what gets uploaded and inspected elsewhere.
+fn quarantine_path(dir: &Path, file: &Path) -> PathBuf {
+    dir.join(workspace::portable_name(&file.file_name().expect("a file").to_string_lossy()))
 }
 
 /// Merges a finished trial's raw profiles into `profiles/<trial>.profdata`,
@@ -262,7 +271,7 @@ pub fn merge_checked(
             Err(why) if input.extension().is_some_and(|e| e == "profraw") => {
                 let dir = quarantine_for(input);
                 workspace::create_dir(&dir)?;
-                let to = dir.join(input.file_name().expect("a file"));
+                let to = quarantine_path(&dir, input);
                 ws.rename(input, &to)?;
                 quarantined.push(Quarantined { file: to, reason: why });
             }

@@ -253,6 +253,8 @@ pub struct Health {
     pub no_profile: Vec<String>,
     /// Timed out, interrupted or killed by a signal: their processes wrote no profile.
     pub no_coverage: Vec<String>,
+    /// Killed under device coverage: `trial (why)`; see `TrialResult::device_counters_lost`.
+    pub device_counters_lost: Vec<String>,
 }
 
 impl Health {
@@ -272,6 +274,9 @@ impl Health {
             }
             if matches!(r.status, Status::Timeout | Status::Interrupted) || r.signal.is_some() {
                 health.no_coverage.push(format!("{} ({})", r.trial, r.reason));
+            }
+            if let Some(why) = &r.device_counters_lost {
+                health.device_counters_lost.push(format!("{} ({why})", r.trial));
             }
         }
         health
@@ -325,6 +330,8 @@ pub struct ReportMeta {
     pub quarantined: Vec<Quarantined>,
     pub missing: Vec<String>,
     pub no_coverage_from: Vec<String>,
+    #[serde(default)]
+    pub device_counters_lost: Vec<String>,
     pub exited_0_without_profile: Vec<String>,
 }
 
@@ -354,6 +361,7 @@ impl ReportMeta {
             quarantined: health.quarantined.clone(),
             missing: health.missing.clone(),
             no_coverage_from: health.no_coverage.clone(),
+            device_counters_lost: health.device_counters_lost.clone(),
             exited_0_without_profile: health.no_profile.clone(),
         }
     }
@@ -392,6 +400,9 @@ pub fn markdown(
     }
     if !health.no_coverage.is_empty() {
         md.push_str(&format!("\nNo coverage from: {}\n", health.no_coverage.join("; ")));
+    }
+    if !health.device_counters_lost.is_empty() {
+        md.push_str(&format!("\nDevice counters lost: {}\n", health.device_counters_lost.join("; ")));
     }
     Ok(md)
 }
@@ -493,6 +504,12 @@ mod tests {
         assert!(md.contains("| lines | 3 | 4 | 75.00 |"), "{md}");
         assert!(md.contains("Trials: 1 passed, 0 failed, 0 timed out, 1 interrupted (runs r1)."), "{md}");
         assert!(md.contains("No coverage from: A::1K::i (INTERRUPTED by SIGINT)"), "{md}");
+        assert!(!md.contains("Device counters lost"), "{md}");
+        let mut lost = trial("A::1G::t", "TIMEOUT", "TIMEOUT after 1800s");
+        lost.device_counters_lost = Some("TIMEOUT after 1800s: drained only at exit".into());
+        let health = Health::new(std::slice::from_ref(&lost), Vec::new(), Vec::new());
+        let md = markdown("local", &crate::fixture::test_manifest("b1"), &summary, &[lost], &health).unwrap();
+        assert!(md.contains("\nDevice counters lost: A::1G::t (TIMEOUT after 1800s: drained only at exit)\n"), "{md}");
     }
 
     #[test]
@@ -505,5 +522,10 @@ mod tests {
         assert_eq!(v["profiles_merged"], 7);
         assert_eq!(v["trials"], json!([{"trial": "A::1K::a", "run_id": "r1", "status": "PASSED"}]));
         assert_eq!(v["missing"], json!(["x"]));
+        assert_eq!(v["device_counters_lost"], json!([]));
+        let health = Health { device_counters_lost: vec!["A::1G (killed)".into()], ..Health::default() };
+        let v =
+            serde_json::to_value(ReportMeta::new(&crate::fixture::test_manifest("b1"), &results, 7, &health)).unwrap();
+        assert_eq!(v["device_counters_lost"], json!(["A::1G (killed)"]));
     }
 }

@@ -12,11 +12,12 @@ use crate::perf::PerfReport;
 use crate::plan::TrialSpec;
 use crate::profiles::MergeOutcome;
 use crate::redact;
-use crate::run::Execution;
+use crate::run::{Ending, Execution};
 use crate::workspace::{self, Workspace};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fs::File;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -57,6 +58,11 @@ pub struct TrialResult {
     /// The trial's incremental merge, when it ran.
     pub merge: Option<crate::profiles::TrialMerge>,
     pub merge_error: Option<String>,
+    /// Why the trial's device counters are lost, when it ran under device
+    /// coverage and was killed: the host collector drains them only at exit
+    /// and at module unload, never on a signal.
+    #[serde(default)]
+    pub device_counters_lost: Option<String>,
     /// SHA-256 of the raw profiles left unmerged, by file name.
     #[serde(default)]
     pub raw_sha256: std::collections::BTreeMap<String, String>,
@@ -72,6 +78,17 @@ pub struct TrialIdentity<'a> {
     pub config: &'a Config,
     pub manifest: &'a BuildManifest,
     pub run_id: &'a str,
+}
+
+/// Under device coverage, why a killed trial's device counters are gone.
+fn device_counters_lost(manifest: &BuildManifest, execution: &Execution, verdict: &Verdict) -> Option<String> {
+    let killed = match &execution.finished.ending {
+        Ending::TimedOut { .. } | Ending::Interrupted { .. } => true,
+        Ending::Exited(status) => status.signal().is_some(),
+    };
+    (manifest.device.enabled && killed).then(|| {
+        format!("{}: device counters are drained only when a process exits or unloads a module", verdict.reason)
+    })
 }
 
 impl TrialResult {
@@ -114,6 +131,7 @@ impl TrialResult {
             no_profile: manifest.coverage && exit_code == Some(0) && profiles.raw == 0,
             merge: profiles.merge,
             merge_error: profiles.error,
+            device_counters_lost: device_counters_lost(manifest, execution, verdict),
             raw_sha256: profiles.raw_sha256,
             leftovers: execution.finished.leftovers,
             perf,
@@ -539,6 +557,7 @@ mod tests {
             merge: None,
             merge_error: None,
             raw_sha256: Default::default(),
+            device_counters_lost: None,
             leftovers: 0,
             perf: PerfReport::default(),
         }

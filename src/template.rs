@@ -9,8 +9,18 @@ use crate::error::Result;
 use std::collections::BTreeMap;
 
 /// Placeholders a build step may use.
-pub const BUILD_PLACEHOLDERS: &[&str] =
-    &["build_dir", "cc", "config_dir", "coverage_flags", "cxx", "jobs", "library_src", "llvm_bin", "tests_src"];
+pub const BUILD_PLACEHOLDERS: &[&str] = &[
+    "build_dir",
+    "cc",
+    "config_dir",
+    "coverage_flags",
+    "coverage_link_flags",
+    "cxx",
+    "jobs",
+    "library_src",
+    "llvm_bin",
+    "tests_src",
+];
 
 /// Placeholders a trial's arguments and environment may use: the build ones
 /// plus what is known per trial.

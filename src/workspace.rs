@@ -97,6 +97,14 @@ pub fn check_slug(slug: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// `name` as it may leave the workspace (CI artifacts, archives, other file
+/// systems): `:`, which AMD device profiles carry in their target ID
+/// (`gfx942:xnack-`), is refused by artifact uploads and Windows, so it
+/// becomes `%3A`; reversible, so two names never become one.
+pub fn portable_name(name: &str) -> String {
+    name.replace(':', "%3A")
+}
+
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
@@ -653,5 +661,15 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), versions[1]);
         let left: Vec<_> = fs::read_dir(ws.results_dir()).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(left, ["run.json"], "no temporary file is left behind");
+    }
+
+    #[test]
+    fn portable_names_have_no_colons_and_stay_apart() {
+        assert_eq!(
+            portable_name("amdgcn-amd-amdhsa.gfx942:sramecc+:xnack-.0.h-1.profraw"),
+            "amdgcn-amd-amdhsa.gfx942%3Asramecc+%3Axnack-.0.h-1.profraw"
+        );
+        assert_ne!(portable_name("gfx942:xnack-"), portable_name("gfx942_xnack-"));
+        assert_eq!(portable_name("h-1-2_0.profraw"), "h-1-2_0.profraw");
     }
 }

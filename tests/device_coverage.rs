@@ -1,15 +1,19 @@
 //! Device coverage AUTO/ON/OFF against real compilers (clang 19, clang 22),
-//! a fake ROCm ≥ 7.15 layout for the positive path (a script standing in for
-//! the compiler, plus a runtime file), an old ROCm for the version gate, and
-//! the report's device-object path with a real gfx942 device ELF built by
-//! clang 22 + lld 22.
+//! fake ROCm ≥ 7.15 and upstream LLVM 23.1 layouts for the positive paths (a
+//! script standing in for the compiler, plus the runtime files), an old ROCm
+//! for the version gate, the report's device-object path with a real gfx942
+//! device ELF built by clang 22 + lld 22, and a host and a device raw profile
+//! collected, merged and reported together.
 
 use ccl_coverage::config::{DeviceConfig, DeviceMode};
 use ccl_coverage::device::{self, DeviceDecision};
 use ccl_coverage::fixture;
 use ccl_coverage::process::Cmd;
+use ccl_coverage::profiles;
 use ccl_coverage::report::{self, ReportInputs};
-use ccl_coverage::toolchain::Tool;
+use ccl_coverage::toolchain::{Tool, Toolchain};
+use ccl_coverage::workspace::Workspace;
+use object::{Object, ObjectSection};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -134,7 +138,10 @@ fn old_rocm_is_stopped_by_the_version_gate() {
     let (auto, on, _) = all_modes(&hip(rocm.path()), &clang22());
     assert_eq!(
         auto.reason,
-        format!("device coverage needs ROCm 7.15 or newer, and {} is ROCm 7.1.0", rocm.path().display())
+        format!(
+            "device coverage needs ROCm 7.15 or newer (ROCm 10.x) or an upstream clang 23.1 or newer, and {} is ROCm 7.1.0",
+            rocm.path().display()
+        )
     );
     assert!(on.unwrap_err().contains("point coverage.device.rocm_path"));
 }
@@ -164,29 +171,28 @@ fn device_elf(dir: &Path, name: &str) -> PathBuf {
     out
 }
 
-/// A ROCm ≥ 7.15 layout: a compiler script that plans instrumented device
-/// jobs, "compiles" by copying a real instrumented device object, and has the
-/// device profile runtime in its resource directory.
-#[test]
-fn fake_rocm_715_layout_turns_device_coverage_on() {
-    let rocm = rocm("7.15.0");
-    let bin = rocm.path().join("lib/llvm/bin");
+/// A compiler layout under `root`: a `lib/llvm/bin/clang++` script that
+/// prints `version`, plans instrumented device jobs, "compiles" by copying a
+/// real instrumented device object, and has a resource directory with the
+/// device profile runtime. Returns the compiler and its resource directory.
+fn fake_compiler(root: &Path, version: &str) -> (Tool, PathBuf) {
+    let bin = root.join("lib/llvm/bin");
     fs::create_dir_all(&bin).unwrap();
-    let resource = rocm.path().join("lib/llvm/lib/clang/22");
+    let resource = root.join("lib/llvm/lib/clang/23");
     let runtime = resource.join("lib/amdgcn-amd-amdhsa/libclang_rt.profile.a");
     fs::create_dir_all(runtime.parent().unwrap()).unwrap();
     fs::write(&runtime, "!<arch>\n").unwrap();
-    let elf = device_elf(rocm.path(), "prebuilt-device.o");
+    let elf = device_elf(root, "prebuilt-device.o");
     let script = format!(
         r#"#!/bin/sh
 out=""; prev=""
 for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
 case " $* " in
   *" -print-resource-dir "*) echo "{resource}" ;;
-  *" -### "*) echo ' "{bin}/clang-22" "-cc1" "-triple" "amdgcn-amd-amdhsa" "-fcuda-is-device" "-fprofile-instrument=clang" "-fcoverage-mapping"' >&2
-             echo ' "{bin}/clang-22" "-cc1" "-triple" "x86_64-unknown-linux-gnu" "-fprofile-instrument=clang"' >&2 ;;
+  *" -### "*) echo ' "{bin}/clang-23" "-cc1" "-triple" "amdgcn-amd-amdhsa" "-fcuda-is-device" "-fprofile-instrument=clang" "-fcoverage-mapping"' >&2
+             echo ' "{bin}/clang-23" "-cc1" "-triple" "x86_64-unknown-linux-gnu" "-fprofile-instrument=clang"' >&2 ;;
   *" --offload-device-only "*) cp "{elf}" "$out" ;;
-  *) echo "AMD clang version 22.0.0git (rocm-7.15)" ;;
+  *) echo "{version}" ;;
 esac
 "#,
         resource = resource.display(),
@@ -196,22 +202,101 @@ esac
     let cxx = bin.join("clang++");
     fs::write(&cxx, script).unwrap();
     fs::set_permissions(&cxx, fs::Permissions::from_mode(0o755)).unwrap();
-    let cxx = tool(&cxx.display().to_string(), 22);
+    let major = version.split("version ").nth(1).and_then(|v| v.split('.').next()).unwrap().parse().unwrap();
+    (Tool { path: cxx, version: version.into(), major }, resource)
+}
+
+/// Installs the host collector where the first candidate says.
+fn add_collector(resource: &Path) -> PathBuf {
+    let collector = resource.join(&device::host_collector_relpaths()[0]);
+    fs::create_dir_all(collector.parent().unwrap()).unwrap();
+    fs::write(&collector, "!<arch>\n").unwrap();
+    collector
+}
+
+/// ROCm 10.x (which passes the 7.15 gate): on once the host collector is
+/// there, and the decision says it passed by the ROCm version.
+#[test]
+fn fake_rocm_10_layout_turns_device_coverage_on() {
+    let rocm = rocm("10.1.0");
+    let (cxx, resource) = fake_compiler(rocm.path(), "AMD clang version 23.0.0git (rocm-10.1.0)");
+    let (auto, on, _) = all_modes(&hip(rocm.path()), &cxx);
+    assert!(!auto.enabled);
+    let searched: Vec<String> =
+        device::host_collector_relpaths().iter().map(|rel| resource.join(rel).display().to_string()).collect();
+    assert_eq!(
+        auto.reason,
+        format!(
+            "the host collector that drains device counters (clang_rt.profile_rocm) is missing: searched {}",
+            searched.join(", ")
+        )
+    );
+    assert!(on.unwrap_err().contains("ships clang_rt.profile_rocm"));
+    let collector = add_collector(&resource);
     let (auto, on, off) = all_modes(&hip(rocm.path()), &cxx);
     assert!(auto.enabled, "{auto:?}");
+    let runtime = resource.join("lib/amdgcn-amd-amdhsa/libclang_rt.profile.a");
     assert_eq!(auto.runtime.as_deref(), Some(runtime.as_path()));
-    assert!(auto.reason.contains(&format!("device profile runtime {}", runtime.display())), "{}", auto.reason);
+    assert_eq!(auto.collector.as_deref(), Some(collector.as_path()));
+    assert_eq!(
+        auto.reason,
+        format!(
+            "gfx942 device code is instrumented by {} (clang 23), device profile runtime {}, host collector {}; gate passed by ROCm version: {} is ROCm 10.1.0, ROCm 7.15 or newer (ROCm 10.x)",
+            cxx.path.display(),
+            runtime.display(),
+            collector.display(),
+            rocm.path().display()
+        )
+    );
     assert!(on.unwrap().enabled);
     assert!(off.reason.starts_with("off as requested (device coverage is available:"), "{}", off.reason);
     let flags = vec!["-fprofile-instr-generate".to_string()];
     assert_eq!(device::coverage_flags(&flags, &auto), flags, "full coverage applies the flags to both sides");
-    // compiler-rt's other layout is found as well.
+    assert_eq!(
+        device::link_flags(&auto),
+        [format!("-Wl,--whole-archive,{},--no-whole-archive", collector.display()), "-ldl".into(), "-lpthread".into()]
+    );
+    assert!(device::link_flags(&off).is_empty());
+    // compiler-rt's other device runtime layout is found as well.
     fs::remove_file(&runtime).unwrap();
     let linux = resource.join("lib/linux/libclang_rt.profile-amdgcn.a");
     fs::create_dir_all(linux.parent().unwrap()).unwrap();
     fs::write(&linux, "!<arch>\n").unwrap();
     let found = device::decide(DeviceMode::Auto, &hip(rocm.path()), &cxx).unwrap();
     assert_eq!(found.runtime.as_deref(), Some(linux.as_path()));
+}
+
+/// Upstream clang 23.1 passes by its probes whatever the ROCm of the HIP
+/// runtime (here 7.1, or none named); a 23.0 snapshot does not.
+#[test]
+fn upstream_llvm_23_1_passes_by_capability_whatever_the_rocm() {
+    let old = rocm("7.1.0");
+    let llvm = tempfile::tempdir().unwrap();
+    let (cxx, resource) =
+        fake_compiler(llvm.path(), "clang version 23.1.0 (https://github.com/llvm/llvm-project 0123abcd)");
+    let collector = add_collector(&resource);
+    let (auto, on, _) = all_modes(&hip(old.path()), &cxx);
+    assert!(auto.enabled, "{auto:?}");
+    assert_eq!(auto.collector.as_deref(), Some(collector.as_path()));
+    assert!(
+        auto.reason.ends_with("; gate passed by capability: upstream clang 23.1 (23.1 or newer) instruments device code and ships both runtimes, whatever the ROCm version of the HIP runtime"),
+        "{}",
+        auto.reason
+    );
+    assert!(on.unwrap().enabled);
+    let no_rocm = DeviceConfig { rocm_path: None, ..hip(old.path()) };
+    assert!(device::decide(DeviceMode::Auto, &no_rocm, &cxx).unwrap().enabled);
+
+    let (snapshot, _) = fake_compiler(llvm.path(), "clang version 23.0.0git (https://github.com/llvm/llvm-project)");
+    let (auto, on, _) = all_modes(&hip(old.path()), &snapshot);
+    assert_eq!(
+        auto.reason,
+        format!(
+            "device coverage needs ROCm 7.15 or newer (ROCm 10.x) or an upstream clang 23.1 or newer, and {} is ROCm 7.1.0",
+            old.path().display()
+        )
+    );
+    assert!(on.unwrap_err().contains("or use an upstream clang 23.1 or newer as toolchain.cxx / CXX"));
 }
 
 #[test]
@@ -253,6 +338,7 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
         reason: "on".into(),
         target: Some("gfx942".into()),
         runtime: None,
+        collector: None,
     };
     let selected = fixture::select_device_objects(&patterns, &on).unwrap();
     assert_eq!(
@@ -282,4 +368,145 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
     let host_totals =
         report::totals(&inputs.with_objects(vec![host]).summary_json(&d.join("host.json")).unwrap()).unwrap();
     assert_eq!(host_totals["functions"], "2/2");
+}
+
+/// Stands in for the host collector at exit: an instrumented host program
+/// (so it writes its own host profile) that hands a device image's profile
+/// sections to the profile runtime's `__llvm_write_custom_profile`, the call
+/// the ROCm collector makes after copying the sections off the GPU. The
+/// image is three little-endian u64 sizes, then data, counters and names.
+const COLLECTOR_C: &str = r#"#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int __llvm_write_custom_profile(const char *, const void *, const void *, const char *, const char *,
+                                const char *, const char *, const uint64_t *);
+int main(int argc, char **argv) {
+  if (argc != 3) return 2;
+  FILE *f = fopen(argv[2], "rb");
+  if (!f) return 3;
+  static char image[1 << 20];
+  size_t n = fread(image, 1, sizeof image, f);
+  fclose(f);
+  uint64_t sizes[3];
+  if (n < sizeof sizes) return 4;
+  memcpy(sizes, image, sizeof sizes);
+  const char *data = image + sizeof sizes, *counters = data + sizes[0], *names = counters + sizes[1];
+  return __llvm_write_custom_profile(argv[1], data, counters, counters, names, names, names + sizes[2], NULL) != 0;
+}
+"#;
+
+/// The profile sections of a device code object as the collector lays them
+/// out for the write: data records with `CounterPtr` made relative to the
+/// buffer, then the counters (every one set to 1: the kernel ran), then the
+/// names.
+fn device_image(elf: &Path) -> Vec<u8> {
+    const RECORD: usize = 64;
+    const COUNTER_PTR: usize = 16;
+    let bytes = fs::read(elf).unwrap();
+    let file = object::File::parse(&*bytes).unwrap();
+    let section = |name: &str| {
+        let s = file.section_by_name(name).unwrap_or_else(|| panic!("{name} in {}", elf.display()));
+        (s.address(), s.data().unwrap().to_vec())
+    };
+    let (data_addr, mut data) = section("__llvm_prf_data");
+    let (counters_addr, counters) = section("__llvm_prf_cnts");
+    let (_, names) = section("__llvm_prf_names");
+    for i in 0..data.len() / RECORD {
+        let at = i * RECORD + COUNTER_PTR;
+        let relative = i64::from_le_bytes(data[at..at + 8].try_into().unwrap());
+        let counter = (data_addr + (i * RECORD) as u64).wrapping_add_signed(relative);
+        let in_buffer = data.len() as i64 + (counter - counters_addr) as i64 - (i * RECORD) as i64;
+        data[at..at + 8].copy_from_slice(&in_buffer.to_le_bytes());
+    }
+    let counters: Vec<u8> = counters.chunks(8).flat_map(|_| 1u64.to_le_bytes()).collect();
+    let mut image = Vec::new();
+    for len in [data.len(), counters.len(), names.len()] {
+        image.extend((len as u64).to_le_bytes());
+    }
+    image.extend(data);
+    image.extend(counters);
+    image.extend(names);
+    image
+}
+
+/// A host raw profile and a device raw profile (named as the collector names
+/// it, with the target ID's colons) in one trial folder: both are listed,
+/// merged into the trial's profile and reported with host and device totals
+/// apart; an unreadable device profile is quarantined under a name without
+/// colons.
+#[test]
+fn host_and_device_raw_profiles_merge_and_report_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let elf = device_elf(d, "device-gfx942.elf");
+    let image = d.join("device.image");
+    fs::write(&image, device_image(&elf)).unwrap();
+    let src = d.join("collector.c");
+    fs::write(&src, COLLECTOR_C).unwrap();
+    let collector = d.join("collector");
+    Cmd::new(format!("{LLVM22}/clang"))
+        .args(["-fprofile-instr-generate", "-fcoverage-mapping", "-o"])
+        .arg(collector.display().to_string())
+        .arg(src.display().to_string())
+        .read()
+        .unwrap();
+
+    let ws = Workspace::new(&d.join("ws")).unwrap();
+    ws.create().unwrap();
+    let slug = "AllReduce.1G";
+    let trial = ws.trial_profiles(slug);
+    fs::create_dir_all(&trial).unwrap();
+    Cmd::new(collector.display().to_string())
+        .args(["amdgcn-amd-amdhsa.gfx942:xnack-", &image.display().to_string()])
+        .env("LLVM_PROFILE_FILE", trial.join("%h-%p-%m.profraw").display().to_string())
+        .read()
+        .unwrap();
+    let raw = profiles::raw_files(&trial).unwrap();
+    let names: Vec<String> = raw.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    let (device_raw, host_raw) = (&names[0], &names[1]);
+    assert_eq!(
+        device_raw.strip_prefix("amdgcn-amd-amdhsa.gfx942:xnack-."),
+        Some(host_raw.as_str()),
+        "the device write puts its target in front of the host's name"
+    );
+    let garbled = trial.join(format!("amdgcn-amd-amdhsa.gfx942:xnack-.1.{host_raw}"));
+    fs::write(&garbled, &fs::read(&raw[0]).unwrap()[..20]).unwrap();
+
+    let tool = |name: &str| Tool { path: format!("{LLVM22}/{name}").into(), version: "LLVM 22".into(), major: 22 };
+    let toolchain = Toolchain {
+        cc: tool("clang"),
+        cxx: tool("clang++"),
+        llvm_bin: LLVM22.into(),
+        llvm_profdata: tool("llvm-profdata"),
+        llvm_cov: tool("llvm-cov"),
+    };
+    let outcome = profiles::finish_trial(&ws, &toolchain, slug, true, false);
+    assert_eq!(outcome.error, None);
+    assert_eq!(outcome.raw, 3);
+    let merge = outcome.merge.unwrap();
+    assert_eq!(merge.merged, 2);
+    let quarantined: Vec<String> =
+        merge.quarantined.iter().map(|q| q.file.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(quarantined, [format!("amdgcn-amd-amdhsa.gfx942%3Axnack-.1.{host_raw}")]);
+    assert!(profiles::raw_files(&trial).unwrap().is_empty(), "merged raw profiles are removed");
+
+    let inputs = ReportInputs {
+        llvm_cov: toolchain.llvm_cov.path.clone(),
+        cxxfilt: None,
+        profdata: merge.profdata.unwrap(),
+        objects: vec![collector.clone(), elf.clone()],
+        ignore: Vec::new(),
+        title: "host+device".into(),
+    };
+    let all = inputs.summary_json(&d.join("summary.json")).unwrap();
+    assert!(all.contains("collector.c") && all.contains("kernel.hip"), "{all}");
+    assert_eq!(report::totals(&all).unwrap()["functions"], "2/2");
+    let host =
+        report::totals(&inputs.with_objects(vec![collector]).summary_json(&d.join("host.json")).unwrap()).unwrap();
+    let device = report::totals(&inputs.with_objects(vec![elf]).summary_json(&d.join("device.json")).unwrap()).unwrap();
+    assert_eq!(host["functions"], "1/1", "the collector's main");
+    assert_eq!(device["functions"], "1/1", "the kernel, from the device profile");
+    assert_eq!(device["lines"], "1/1", "{device}");
 }

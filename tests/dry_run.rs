@@ -114,17 +114,9 @@ fn settings() -> insta::Settings {
     settings
 }
 
-#[test]
-fn rccl_config_dry_run_on_a_rocm_715_layout() {
-    let mut run = Run::new();
-    let rocm = run.path("rocm");
-    fs::create_dir_all(rocm.join(".info")).unwrap();
-    fs::write(rocm.join(".info/version"), "7.15.0-1\n").unwrap();
-    let bin = rocm.join("lib/llvm/bin");
-    let resource = rocm.join("lib/llvm/lib/clang/22");
-    fs::create_dir_all(resource.join("lib/amdgcn-amd-amdhsa")).unwrap();
-    fs::write(resource.join("lib/amdgcn-amd-amdhsa/libclang_rt.profile.a"), "!<arch>\n").unwrap();
-    // The device-object probe needs a real instrumented device object.
+/// A real instrumented gfx942 device object, for the compiler scripts'
+/// device-object probe.
+fn device_object(run: &Run) -> PathBuf {
     let kernel = run.path("k.hip");
     fs::write(&kernel, "__attribute__((global)) void k(int* p) { if (p) *p = 1; }\n").unwrap();
     let object = run.path("device.o");
@@ -145,13 +137,45 @@ fn rccl_config_dry_run_on_a_rocm_715_layout() {
         .status()
         .unwrap();
     assert!(built.success());
-    let job = r#" "clang-22" "-cc1" "-triple" "amdgcn-amd-amdhsa" "-fprofile-instrument=clang""#;
+    object
+}
+
+/// What a compiler's resource directory ships for AMD device coverage.
+#[derive(Clone, Copy)]
+enum Runtimes {
+    Both,
+    None,
+}
+
+/// A compiler layout in `bin` (clang, clang++, llvm-profdata, llvm-cov) whose
+/// probes instrument device code, with `runtimes` in `resource`.
+fn amd_compiler(run: &Run, bin: &Path, resource: &Path, clang: &str, llvm: &str, runtimes: Runtimes) {
+    if let Runtimes::Both = runtimes {
+        let arch = std::env::consts::ARCH;
+        for rel in [
+            "lib/amdgcn-amd-amdhsa/libclang_rt.profile.a",
+            &format!("lib/{arch}-unknown-linux-gnu/libclang_rt.profile_rocm.a"),
+        ] {
+            fs::create_dir_all(resource.join(rel).parent().unwrap()).unwrap();
+            fs::write(resource.join(rel), "!<arch>\n").unwrap();
+        }
+    }
+    let object = device_object(run);
+    let job = r#" "clang" "-cc1" "-triple" "amdgcn-amd-amdhsa" "-fprofile-instrument=clang""#;
     for name in ["clang", "clang++"] {
-        fake_clang(&bin.join(name), "AMD clang version 22.0.0git (rocm 7.15.0)", job, &resource, Some(&object));
+        fake_clang(&bin.join(name), clang, job, resource, Some(&object));
     }
     for tool in ["llvm-profdata", "llvm-cov"] {
-        script(&bin.join(tool), "echo 'AMD LLVM version 22.0.0git'\n");
+        script(&bin.join(tool), &format!("echo '{llvm}'\n"));
     }
+}
+
+/// The RCCL config's run against a ROCm of `rocm_version` at `<tmp>/rocm`.
+fn rccl_run(rocm_version: &str) -> Run {
+    let mut run = Run::new();
+    let rocm = run.path("rocm");
+    fs::create_dir_all(rocm.join(".info")).unwrap();
+    fs::write(rocm.join(".info/version"), format!("{rocm_version}\n")).unwrap();
     for src in ["rccl", "rccl-tests"] {
         fs::create_dir_all(run.path(src)).unwrap();
     }
@@ -160,9 +184,54 @@ fn rccl_config_dry_run_on_a_rocm_715_layout() {
     run.set("RCCL_TESTS_SRC", run.path("rccl-tests").display().to_string());
     // Pin the seed's own command lines (-n 5 -w 2), not the trimmed ones.
     run.set("CCL_COV_TRIM_ITERATIONS", "off");
+    run
+}
+
+#[test]
+fn rccl_config_dry_run_on_a_rocm_715_layout() {
+    let run = rccl_run("7.15.0-1");
+    let rocm = run.path("rocm");
+    let (clang, llvm) = ("AMD clang version 22.0.0git (rocm 7.15.0)", "AMD LLVM version 22.0.0git");
+    amd_compiler(&run, &rocm.join("lib/llvm/bin"), &rocm.join("lib/llvm/lib/clang/22"), clang, llvm, Runtimes::Both);
     let text = run.dry_run("configs/mi300x_rccl.json", &["--", "1G"]);
     assert!(text.contains("device coverage: host+device (auto)"), "{text}");
+    assert!(text.contains("gate passed by ROCm version"), "{text}");
+    assert!(text.contains("-DCMAKE_SHARED_LINKER_FLAGS=-Wl,--whole-archive,"), "{text}");
     settings().bind(|| insta::assert_snapshot!("dry_run-mi300x_rccl", text));
+}
+
+/// Upstream LLVM 23.1 with both runtimes, over the HIP runtime of a ROCm
+/// older than the version gate: on by capability.
+#[test]
+fn rccl_config_dry_run_on_an_upstream_llvm_23_layout() {
+    let mut run = rccl_run("7.1.0");
+    let bin = run.path("llvm-23/bin");
+    let (clang, llvm) = ("clang version 23.1.0 (https://github.com/llvm/llvm-project)", "LLVM version 23.1.0");
+    amd_compiler(&run, &bin, &run.path("llvm-23/lib/clang/23"), clang, llvm, Runtimes::Both);
+    run.set("CC", bin.join("clang").display().to_string());
+    run.set("CXX", bin.join("clang++").display().to_string());
+    let text = run.dry_run("configs/mi300x_rccl.json", &["--", "AllReduce::1G"]);
+    assert!(text.contains("device coverage: host+device (auto)"), "{text}");
+    assert!(text.contains("gate passed by capability: upstream clang 23.1"), "{text}");
+    settings().bind(|| insta::assert_snapshot!("dry_run-mi300x_rccl-llvm23", text));
+}
+
+/// ROCm 10.1 whose compiler ships neither runtime: host-only, with every
+/// coverage flag in its `-Xarch_host` form and no link flags.
+#[test]
+fn rccl_config_dry_run_host_only_fallback() {
+    let run = rccl_run("10.1.0");
+    let rocm = run.path("rocm");
+    let (clang, llvm) = ("AMD clang version 23.0.0git (rocm-10.1.0)", "AMD LLVM version 23.0.0git");
+    amd_compiler(&run, &rocm.join("lib/llvm/bin"), &rocm.join("lib/llvm/lib/clang/23"), clang, llvm, Runtimes::None);
+    let text = run.dry_run("configs/mi300x_rccl.json", &["--", "AllReduce::1G"]);
+    assert!(text.contains("device coverage: host-only (auto): the device profile runtime is missing"), "{text}");
+    assert!(
+        text.contains("coverage flags: -Xarch_host -fprofile-instr-generate -Xarch_host -fcoverage-mapping"),
+        "{text}"
+    );
+    assert!(!text.contains("coverage link flags"), "{text}");
+    settings().bind(|| insta::assert_snapshot!("dry_run-mi300x_rccl-host-only", text));
 }
 
 /// An LLVM 19 layout and NCCL sources for the NCCL configs.

@@ -49,6 +49,9 @@ pub fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
     let _ = writeln!(w, "llvm-cov: {} ({})", tc.llvm_cov.path.display(), tc.llvm_cov.version);
     let _ = writeln!(w, "device coverage: {}", manifest.device.summary());
     let _ = writeln!(w, "coverage flags: {}", manifest.coverage_flags.join(" "));
+    if !manifest.coverage_link_flags.is_empty() {
+        let _ = writeln!(w, "coverage link flags: {}", manifest.coverage_link_flags.join(" "));
+    }
     let cached = if plan.is_cached() { " (cached: would be reused)" } else { "" };
     let _ = writeln!(w, "build {} in {}{cached}", manifest.build_id, manifest.build_dir.display());
     for (i, step) in manifest.steps.iter().enumerate() {
