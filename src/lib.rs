@@ -36,5 +36,6 @@ pub mod slots;
 pub mod supervisor;
 pub mod template;
 pub mod toolchain;
+pub mod upstream;
 pub mod workspace;
 pub mod workspace_lock;
