@@ -37,15 +37,12 @@ impl Obj {
 
     /// Returns whether the key was already there.
     pub(super) fn insert(&mut self, key: String, value: J) -> bool {
-        match self.0.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, v)) => {
-                *v = value;
-                true
-            }
-            None => {
-                self.0.push((key, value));
-                false
-            }
+        if let Some((_, v)) = self.0.iter_mut().find(|(k, _)| *k == key) {
+            *v = value;
+            true
+        } else {
+            self.0.push((key, value));
+            false
         }
     }
 

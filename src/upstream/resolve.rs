@@ -503,14 +503,15 @@ impl Resolver<'_, '_> {
                     o.insert("name".into(), J::Str(s.clone()));
                     (s.clone(), TestSrc { value: J::Obj(o), path: t.path.clone() })
                 }
-                J::Obj(o) => match o.get("name").and_then(J::as_str).filter(|n| !n.is_empty()) {
-                    Some(n) => (n.to_string(), t.clone()),
-                    None => {
+                J::Obj(o) => {
+                    if let Some(n) = o.get("name").and_then(J::as_str).filter(|n| !n.is_empty()) {
+                        (n.to_string(), t.clone())
+                    } else {
                         self.ctx
                             .warn(&t.path, "a test without a name is dropped by upstream when configurations merge");
                         continue;
                     }
-                },
+                }
                 _ => continue,
             };
             match merged.iter().position(|(n, _)| *n == name) {

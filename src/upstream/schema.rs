@@ -158,18 +158,17 @@ pub(super) fn check_root(ctx: &mut Ctx<'_>, root: &Obj) -> Result<()> {
 fn check_object(ctx: &mut Ctx<'_>, obj: &Obj, path: &str, fields: &[&[Field]]) -> Result<()> {
     for (key, value) in obj.iter() {
         let at = join(path, key);
-        match fields.iter().flat_map(|f| f.iter()).find(|(k, _)| *k == key) {
-            Some((_, kind)) => check(ctx, value, &at, *kind)?,
-            None => {
-                let known: Vec<&str> = fields.iter().flat_map(|f| f.iter()).map(|(k, _)| *k).collect();
-                ctx.warn(
-                    &at,
-                    format!(
-                        "unknown key: upstream's schema rejects it and upstream never reads it; ignored (known keys: {})",
-                        known.join(", ")
-                    ),
-                );
-            }
+        if let Some((_, kind)) = fields.iter().flat_map(|f| f.iter()).find(|(k, _)| *k == key) {
+            check(ctx, value, &at, *kind)?;
+        } else {
+            let known: Vec<&str> = fields.iter().flat_map(|f| f.iter()).map(|(k, _)| *k).collect();
+            ctx.warn(
+                &at,
+                format!(
+                    "unknown key: upstream's schema rejects it and upstream never reads it; ignored (known keys: {})",
+                    known.join(", ")
+                ),
+            );
         }
     }
     Ok(())
