@@ -9,6 +9,8 @@
 //! Each fixture is `tests/fixtures/minimal-config.json` (which must load) with
 //! one thing broken.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -41,7 +43,7 @@ fn harness_with(config: &Path, ws: &Path, args: &[&str], env: &[(&str, &str)]) -
         .env("CARGO_MANIFEST_DIR", root())
         .current_dir(root())
         .envs(env.iter().copied());
-    cmd.output().unwrap()
+    support::output_within(cmd, std::time::Duration::from_secs(120))
 }
 
 /// Every file and folder under `dir`, with file contents.

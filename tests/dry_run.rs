@@ -3,6 +3,8 @@
 //! commands, the device-coverage decision and every trial's argv,
 //! environment, working directory and timeout are pinned by snapshots.
 
+mod support;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -88,7 +90,7 @@ impl Run {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        let out = cmd.output().unwrap();
+        let out = support::output_within(cmd, std::time::Duration::from_secs(120));
         let stdout = String::from_utf8(out.stdout).unwrap();
         assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
         let key = stdout
@@ -120,7 +122,8 @@ fn device_object(run: &Run) -> PathBuf {
     let kernel = run.path("k.hip");
     fs::write(&kernel, "__attribute__((global)) void k(int* p) { if (p) *p = 1; }\n").unwrap();
     let object = run.path("device.o");
-    let built = Command::new("/usr/lib/llvm-22/bin/clang++")
+    let mut built = Command::new("/usr/lib/llvm-22/bin/clang++");
+    built
         .args([
             "-x",
             "hip",
@@ -133,10 +136,8 @@ fn device_object(run: &Run) -> PathBuf {
         .args(["-fprofile-instr-generate", "-fcoverage-mapping", "-c"])
         .arg(&kernel)
         .arg("-o")
-        .arg(&object)
-        .status()
-        .unwrap();
-    assert!(built.success());
+        .arg(&object);
+    assert!(support::output_within(built, std::time::Duration::from_secs(120)).status.success());
     object
 }
 

@@ -11,6 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::SystemTime;
 
+mod support;
+
+/// No harness run of these tests may take longer (a first run builds the fixture).
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -56,7 +61,8 @@ fn harness(s: &Setup, subcommand: &str, args: &[&str]) -> Output {
     for (k, v) in &s.env {
         cmd.env(k, v);
     }
-    cmd.output().unwrap()
+    // Generous: on a fresh checkout the first call builds the fixture.
+    support::output_within(cmd, LIMIT)
 }
 
 fn text(out: &Output) -> String {
@@ -525,7 +531,8 @@ fn results_exist_after_every_trial_and_reports_say_where_they_came_from() {
     let seen: Value = serde_json::from_str(&seen.expect("run.json written during the run")).unwrap();
     assert!(running, "the harness was still running when run.json appeared");
     assert_eq!(seen["trials"][0]["trial"], "SendRecv::1K::a");
-    assert!(child.wait().unwrap().code() != Some(0));
+    let ended = support::wait_within(&mut child, LIMIT);
+    assert!(ended.code() != Some(0));
     let junit = fs::read_to_string(s.ws.join("results/junit.xml")).unwrap();
     assert!(junit.contains("TIMEOUT"), "{junit}");
 
@@ -577,16 +584,15 @@ fn without_cargo_the_project_root_is_the_current_directory() {
     let s = setup(|v| v["name"] = json!("elsewhere"));
     fs::create_dir_all(elsewhere.path().join("configs")).unwrap();
     fs::copy(&s.config, elsewhere.path().join("configs/local.json")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"))
-        .args(["collectives", "--exact", "AllReduce::1K::ring"])
+    let mut out = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
+    out.args(["collectives", "--exact", "AllReduce::1K::ring"])
         .env_remove("CARGO_MANIFEST_DIR")
         .env_remove("CCL_COV_CONFIG")
         .env_remove("CCL_COV_WORKSPACE")
         .env_remove("CARGO_TARGET_DIR")
         .env("CCL_COV_DRY_RUN", "1")
-        .current_dir(elsewhere.path())
-        .output()
-        .unwrap();
+        .current_dir(elsewhere.path());
+    let out = support::output_within(out, LIMIT);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", text(&out));
     let here = elsewhere.path().canonicalize().unwrap();

@@ -157,6 +157,49 @@ impl Drop for Running {
     }
 }
 
+/// Waits for `child`, killing it and failing the test past `limit`.
+pub fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a child ran past {limit:?} and was killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `cmd` to the end like `Command::output`, but kills it and fails the
+/// test past `limit`: no test waits on a child without a bound.
+pub fn output_within(mut cmd: Command, limit: Duration) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    cmd.stdin(Stdio::null()).stdout(fs::File::create(&out).unwrap()).stderr(fs::File::create(&err).unwrap());
+    let mut child = cmd.spawn().unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{:?} ran past {limit:?} and was killed:\n{}{}",
+                cmd,
+                String::from_utf8_lossy(&fs::read(&out).unwrap_or_default()),
+                String::from_utf8_lossy(&fs::read(&err).unwrap_or_default())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::process::Output { status, stdout: fs::read(&out).unwrap(), stderr: fs::read(&err).unwrap() }
+}
+
 /// Runs the harness binary hermetically and kills it if it runs past
 /// `limit`: a hung harness must fail the test, not hang it.
 pub fn harness(s: &Setup, subcommand: &str, args: &[&str], limit: Duration) -> Ran {
