@@ -5,13 +5,16 @@
 # trials replayed directly for the harness's overhead.
 #
 # Usage, from the repository root:
-#   scripts/gpu-validation.sh <carry> <out> main|broken|packed
+#   scripts/gpu-validation.sh <carry> <out> main|broken|packed|interrupt
 # <carry> holds bin/collectives, bin/coverage_report, llvm19.tar.xz (clang,
 # llvm-profdata, llvm-cov of LLVM 19 with their libraries and the profile
 # runtime), nccl.tar.xz and nccl-tests.tar.xz (git archives). `broken` builds
 # NCCL without its AllGather kernels, which must make AllGather fail.
 # `packed` runs the ignored one-GPU trials twice: one at a time, then packed
 # two at a time by the GPU-slot scheduler (CUDA_VISIBLE_DEVICES={slots}).
+# `interrupt` (after `main`, same machine) sends Ctrl-C to the harness while
+# an MPI trial runs on the GPUs and times how long its processes and GPU
+# contexts outlive it (scripts/gpu-interrupt.py).
 set -uo pipefail
 carry=$1 out=$2 phase=$3
 started=$(date +%s)
@@ -45,6 +48,10 @@ if [ "$phase" = main ]; then
     python3 benches/replay_direct.py "$ws" > "$out/replay.json"
     stamp replay
   fi
+elif [ "$phase" = interrupt ]; then
+  export NCCL_ONLY_FUNCS="$kernels"
+  python3 scripts/gpu-interrupt.py "$carry/bin/collectives" "$out" SIGINT
+  stamp interrupt
 elif [ "$phase" = packed ]; then
   export NCCL_ONLY_FUNCS="$kernels"
   for threads in 1 2; do
