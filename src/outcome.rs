@@ -119,20 +119,19 @@ pub fn judge_gtest(
     timeout: Duration,
 ) -> (Verdict, Vec<Case>) {
     let mut cases: Vec<Case> = Vec::new();
-    let mut unreadable = Vec::new();
-    for text in reports {
-        match gtest_cases(text) {
-            Some(found) => {
-                for case in found {
-                    match cases.iter_mut().find(|c| c.name == case.name) {
-                        // A case fails when it fails on any rank.
-                        Some(seen) if case.status == CaseStatus::Failed => *seen = case,
-                        Some(_) => {}
-                        None => cases.push(case),
-                    }
-                }
+    // MPI ranks write their reports into one folder at the same moment, and
+    // gtest's choice of a free file name races: one rank's report may be
+    // clobbered. The readable ones decide.
+    let mut readable = 0;
+    for found in reports.iter().filter_map(|text| gtest_cases(text)) {
+        readable += 1;
+        for case in found {
+            match cases.iter_mut().find(|c| c.name == case.name) {
+                // A case fails when it fails on any rank.
+                Some(seen) if case.status == CaseStatus::Failed => *seen = case,
+                Some(_) => {}
+                None => cases.push(case),
             }
-            None => unreadable.push(()),
         }
     }
     let fail = |reason: String| Verdict { status: Status::Failed, reason };
@@ -164,7 +163,7 @@ pub fn judge_gtest(
             cases,
         );
     }
-    if reports.is_empty() || !unreadable.is_empty() {
+    if readable == 0 {
         return (fail("exit status 0, but no readable gtest JSON report was written".into()), cases);
     }
     if cases.is_empty() {
@@ -410,6 +409,55 @@ mod tests {
 
     const ROW_OK: &str = "  1024  256  float  sum  -1  1.0  1.0  1.0  0  1.0  1.0  1.0  0\n";
     const ROW_WRONG: &str = "  1024  256  float  sum  -1  1.0  1.0  1.0  3  1.0  1.0  1.0  0\n";
+
+    const GTEST_JSON: &str = r#"{"tests": 3, "testsuites": [{"name": "A", "testsuite": [
+        {"name": "ok", "status": "RUN", "result": "COMPLETED", "time": "0.5s"},
+        {"name": "skip", "status": "RUN", "result": "SKIPPED", "time": "0s"},
+        {"name": "DISABLED_x", "status": "NOTRUN", "result": "SUPPRESSED", "time": "0s"},
+        {"name": "bad", "status": "RUN", "result": "COMPLETED", "time": "0s", "failures": [{"failure": "x != y"}]}
+    ]}]}"#;
+
+    #[test]
+    fn gtest_cases_failures_and_filters() {
+        let t = Duration::from_secs(1);
+        let (v, cases) = judge_gtest(&exited(1), &[GTEST_JSON.into()], "", None, t);
+        assert_eq!(v.reason, "exit status 1: 1 test failed: A.bad");
+        assert_eq!(cases.len(), 3, "{cases:?}");
+        assert_eq!((cases[1].name.as_str(), cases[1].status), ("A.skip", CaseStatus::Skipped));
+        assert_eq!(cases[2].message, "x != y");
+        let empty = r#"{"tests": 0, "testsuites": []}"#.to_string();
+        let (v, _) = judge_gtest(&exited(0), &[empty], "", Some("Nothing.*"), t);
+        assert_eq!(v.reason, "the filter `Nothing.*` matched no test (gtest ran nothing)");
+        let (v, _) = judge_gtest(&exited(0), &[], "", None, t);
+        assert_eq!(v.reason, "exit status 0, but no readable gtest JSON report was written");
+        // One rank's clobbered report does not hide the other's.
+        let ok = GTEST_JSON.replace(r#", "failures": [{"failure": "x != y"}]"#, "");
+        let (v, _) = judge_gtest(&exited(0), &["{\"tes".into(), ok], "", None, t);
+        assert_eq!(v.status, Status::Passed, "{}", v.reason);
+    }
+
+    #[test]
+    fn a_gtest_crash_names_the_running_test() {
+        let out = "[ RUN      ] A.one\n[       OK ] A.one (0 ms)\n[ RUN      ] A.two\n";
+        let crash = Finished { ending: Ending::Exited(ExitStatusExt::from_raw(libc::SIGSEGV)), ..exited(0) };
+        let (v, _) = judge_gtest(&crash, &[], out, None, Duration::ZERO);
+        assert_eq!(v.reason, "killed by signal 11 (SIGSEGV): crashed while running A.two");
+    }
+
+    #[test]
+    fn pytest_junit_cases_and_nothing_collected() {
+        let xml = r#"<testsuites><testsuite><testcase classname="t" name="a" time="0.1"/>
+            <testcase classname="t" name="b" time="0"><failure message="assert 1 &amp;&amp; 2">x</failure></testcase>
+            <testcase classname="t" name="c"><skipped/></testcase></testsuite></testsuites>"#;
+        let (v, cases) = judge_pytest(&exited(1), Some(xml), Duration::ZERO);
+        assert_eq!(v.reason, "exit status 1: 1 test failed: t::b");
+        assert_eq!(cases[1].message, "assert 1 && 2");
+        assert_eq!(cases[2].status, CaseStatus::Skipped);
+        let (v, _) = judge_pytest(&exited(5), None, Duration::ZERO);
+        assert_eq!(v.reason, "exit status 5: pytest collected no tests");
+        let (v, _) = judge_pytest(&exited(0), Some(xml.replace("<failure", "<x").as_str()), Duration::ZERO);
+        assert_eq!(v.status, Status::Passed);
+    }
 
     #[test]
     fn clean_run_passes() {
