@@ -15,7 +15,9 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+mod overlay;
 mod values;
+pub use overlay::{Overlay, UpstreamRun, load_overlay};
 pub use values::{Build, BuildTemplate, EnvName, Name, Placeholders, Size, Template, Trial, TrialTemplate};
 
 /// The embedded default: the CPU fixture, runnable on any Linux machine.
@@ -216,6 +218,11 @@ pub struct Config {
     pub timeouts: Timeouts,
     #[serde(default)]
     pub report: ReportConfig,
+    /// Set when the config file is an upstream RCCL test_runner config: the
+    /// rest of the config then comes from the overlay (`config/overlay.rs`)
+    /// and the plan is the resolved tests.
+    #[serde(skip)]
+    pub upstream: Option<Box<UpstreamRun>>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -659,6 +666,18 @@ pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedC
         }
     };
     load_str(&text, path, env)
+}
+
+/// Loads the config at `path` in either format: an upstream RCCL
+/// test_runner config (told by its top-level keys) is combined with the
+/// overlay at `overlay`; anything else is ccl-coverage's own format.
+pub fn load_any(path: &Path, overlay: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
+    // `load` says why an unreadable file cannot be read.
+    let Ok(text) = std::fs::read_to_string(path) else { return load(path, env) };
+    match serde_json::from_str::<Value>(&text) {
+        Ok(value) if crate::upstream::is_upstream(&value) => overlay::load_upstream(path, &text, overlay, env),
+        _ => load_str(&text, path, env),
+    }
 }
 
 /// Parses, expands and checks config text said to come from `path`.

@@ -10,6 +10,11 @@ use crate::error::Result;
 use crate::workspace::Workspace;
 use std::path::{Path, PathBuf};
 
+/// The overlay laid over an upstream test_runner config, relative to the
+/// project root, unless `CCL_COV_OVERLAY` names another or the config has
+/// one beside it (`x.json` → `x.overlay.json`).
+pub const DEFAULT_OVERLAY_PATH: &str = "configs/rccl-overlay.json";
+
 #[derive(Debug, Clone)]
 pub struct Context {
     /// The ccl-coverage checkout (`CARGO_MANIFEST_DIR` under cargo, else the
@@ -24,6 +29,11 @@ pub struct Context {
     /// measure what coverage costs); on by default.
     pub coverage: bool,
     pub dry_run: bool,
+    /// `CCL_COV_DRY_RUN=json`: the dry run as one JSON document.
+    pub dry_run_json: bool,
+    /// `CCL_COV_RERUN_FAILED=1` (upstream's `--rerun-failed`): a failed
+    /// upstream trial runs once more with its `rerun_env_variables`.
+    pub rerun_failed: bool,
     /// `CCL_COV_BUILD_DIR`: an existing instrumented library build.
     pub existing_build: Option<PathBuf>,
     /// `CCL_COV_TESTS_DIR`: existing test binaries.
@@ -51,8 +61,9 @@ pub struct Context {
 }
 
 impl Context {
-    /// Reads `CCL_COV_CONFIG`, `CCL_COV_WORKSPACE`, `CCL_COV_DEVICE_COVERAGE`
-    /// and `CCL_COV_DRY_RUN` from the process environment.
+    /// Reads `CCL_COV_CONFIG` (and `CCL_COV_OVERLAY` for an upstream config),
+    /// `CCL_COV_WORKSPACE`, `CCL_COV_DEVICE_COVERAGE` and `CCL_COV_DRY_RUN`
+    /// from the process environment.
     pub fn from_env() -> Result<Context> {
         let env = config::process_env;
         let root = match env("CARGO_MANIFEST_DIR") {
@@ -63,7 +74,13 @@ impl Context {
             Some(p) => absolute(&root, Path::new(&p)),
             None => root.join(config::DEFAULT_CONFIG_PATH),
         };
-        let loaded = config::load(&config_path, &config::config_env(&root))?;
+        let overlay = match env("CCL_COV_OVERLAY").filter(|v| !v.is_empty()) {
+            Some(p) => absolute(&root, Path::new(&p)),
+            None => Some(config_path.with_extension("overlay.json"))
+                .filter(|p| p.is_file())
+                .unwrap_or_else(|| root.join(DEFAULT_OVERLAY_PATH)),
+        };
+        let loaded = config::load_any(&config_path, &overlay, &config::config_env(&root))?;
         crate::plan::check(&loaded)?;
         let target = env("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| absolute(&root, Path::new(&t)));
         let state_dir = target.join("ccl-coverage");
@@ -73,6 +90,8 @@ impl Context {
         };
         let device_mode = device::requested_mode(&loaded.config.coverage.device, &env)?;
         let dry_run = env("CCL_COV_DRY_RUN").is_some_and(|v| !v.is_empty() && v != "0");
+        let dry_run_json = env("CCL_COV_DRY_RUN").is_some_and(|v| v.eq_ignore_ascii_case("json"));
+        let rerun_failed = switch("CCL_COV_RERUN_FAILED", false)?;
         let coverage = switch("CCL_COV_COVERAGE", true)?;
         let dir_env = |var: &str, field: &Option<String>| {
             env(var)
@@ -108,6 +127,8 @@ impl Context {
             device_mode,
             coverage,
             dry_run,
+            dry_run_json,
+            rerun_failed,
             existing_build,
             existing_tests,
             jobs,

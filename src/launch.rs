@@ -1,7 +1,10 @@
 //! From a planned trial to the exact command: launcher argv (direct,
 //! `mpirun`, `srun`), the test binary's arguments, the environment the trial
 //! adds (config, collective and variant env, then `LLVM_PROFILE_FILE`), the
-//! working directory and the timeout.
+//! working directory and the timeout. An upstream test is launched as
+//! upstream's `run_test` launches it, without its shell: `mpirun` only for
+//! more than one rank, its `mpi_args`, `LD_LIBRARY_PATH` in its order, gtest's
+//! filter and JSON report, pytest in its `test_dir` with a JUnit report.
 
 use crate::bail;
 use crate::config::{Config, LauncherConfig, LauncherKind, MpiFlavor};
@@ -9,11 +12,33 @@ use crate::context::Context;
 use crate::env_names::{PROFILE_FILE, PROFILE_INIT_ONCE, TRIAL_TOKEN};
 use crate::error::Result;
 use crate::fixture::BuildManifest;
-use crate::plan::TrialSpec;
+use crate::plan::{Source, TrialSpec, UpstreamTrial};
 use crate::process::Cmd;
 use crate::template::Vars;
+use crate::upstream::{Env, Kind};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// What kind of test a trial runs, which decides its verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrialKind {
+    /// An nccl-tests style perf binary: exit status and its result table.
+    Perf,
+    /// A googletest binary: exit status and its JSON report.
+    Gtest,
+    /// A pytest suite: exit status and its JUnit XML.
+    Pytest,
+}
+
+impl TrialKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrialKind::Perf => "perf",
+            TrialKind::Gtest => "gtest",
+            TrialKind::Pytest => "pytest",
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct TrialLaunch {
@@ -23,6 +48,10 @@ pub struct TrialLaunch {
     pub timeout: Duration,
     pub grace: Duration,
     pub token: String,
+    pub kind: TrialKind,
+    /// Where the test writes its own report (gtest's JSON files, pytest's
+    /// JUnit XML): a folder of the trial's, emptied before it runs.
+    pub cases_dir: Option<PathBuf>,
 }
 
 /// The command of `spec`. `slots` are the rank slots the trial holds (for
@@ -34,11 +63,40 @@ pub fn prepare(
     profile_dir: &Path,
     slots: Option<&[usize]>,
 ) -> Result<TrialLaunch> {
+    match &spec.source {
+        Source::Matrix { .. } => prepare_matrix(ctx, manifest, spec, profile_dir, slots),
+        Source::Upstream(u) => prepare_upstream(ctx, manifest, spec, u, profile_dir, &Env::new()),
+    }
+}
+
+/// The command of a failed upstream trial's diagnostic rerun: the same,
+/// with its `rerun_env_variables` added (upstream's `--rerun-failed`).
+pub fn prepare_rerun(
+    ctx: &Context,
+    manifest: &BuildManifest,
+    spec: &TrialSpec,
+    profile_dir: &Path,
+) -> Result<Option<TrialLaunch>> {
+    match &spec.source {
+        Source::Matrix { .. } => Ok(None),
+        Source::Upstream(u) => prepare_upstream(ctx, manifest, spec, u, profile_dir, &u.test.rerun_env).map(Some),
+    }
+}
+
+fn prepare_matrix(
+    ctx: &Context,
+    manifest: &BuildManifest,
+    spec: &TrialSpec,
+    profile_dir: &Path,
+    slots: Option<&[usize]>,
+) -> Result<TrialLaunch> {
     let config = ctx.config();
     let vars = trial_vars(ctx, manifest, spec, slots);
-    let collective = spec.collective(config);
+    let Some(collective) = spec.collective(config) else { bail!("trial {} has no collective", spec.name) };
     let variant = spec.variant(config);
-    let launcher = spec.launcher(config);
+    let Some(launcher) = spec.launcher(config) else {
+        bail!("trial {}: unknown launcher {}", spec.name, spec.launcher)
+    };
 
     let binary = {
         let b = Path::new(&collective.binary);
@@ -46,7 +104,7 @@ pub fn prepare(
     };
     let mut program_args = vars.render_all(&config.args)?;
     program_args.extend(iteration_args(config, manifest.coverage && ctx.trim_iterations));
-    program_args.extend(["-b".into(), spec.size.clone(), "-e".into(), spec.size.clone()]);
+    program_args.extend(["-b".into(), spec.size().into(), "-e".into(), spec.size().into()]);
     program_args.extend(vars.render_all(&collective.args)?);
     if let Some(v) = variant {
         program_args.extend(vars.render_all(&v.args)?);
@@ -89,7 +147,128 @@ pub fn prepare(
         timeout: spec.timeout(config, manifest.device.enabled),
         grace: Duration::from_secs(config.timeouts.grace),
         token,
+        kind: TrialKind::Perf,
+        cases_dir: None,
     })
+}
+
+/// An upstream test's command. Paths under upstream's build directory are
+/// taken from the build the harness made (or adopted) instead.
+fn prepare_upstream(
+    ctx: &Context,
+    manifest: &BuildManifest,
+    spec: &TrialSpec,
+    u: &UpstreamTrial,
+    profile_dir: &Path,
+    extra_env: &Env,
+) -> Result<TrialLaunch> {
+    let config = ctx.config();
+    let Some(run) = &config.upstream else { bail!("trial {} is upstream's, but the config is not", spec.name) };
+    let test = &u.test;
+    let resolved = &run.resolved;
+    let rebase = |p: &str| match Path::new(p).strip_prefix(&resolved.build_dir) {
+        Ok(rest) => manifest.build_dir.join(rest),
+        Err(_) => PathBuf::from(p),
+    };
+    let cases_dir = ctx.workspace.trial_cases(&spec.slug);
+    let (kind, program, mut program_args, cwd) = match test.kind {
+        Kind::Pytest => {
+            let Some(dir) = &test.cwd else { bail!("trial {}: pytest test without test_dir", spec.name) };
+            let python = test.pytest.as_ref().and_then(|p| p.python_bin.clone()).unwrap_or_else(|| "python3".into());
+            let mut args: Vec<String> = vec!["-m".into(), "pytest".into(), "-p".into(), "no:cacheprovider".into()];
+            args.extend(test.pytest.iter().flat_map(|p| p.select_args.iter().cloned()));
+            args.extend(test.args.iter().cloned());
+            args.push(format!("--junitxml={}", cases_dir.join("junit.xml").display()));
+            (TrialKind::Pytest, python, args, rebase(dir))
+        }
+        Kind::Gtest | Kind::Perf => {
+            let Some(binary) = &test.binary else { bail!("trial {}: no binary", spec.name) };
+            let binary = rebase(binary);
+            let mut args = Vec::new();
+            if let Some(filter) = test.test_filter.as_ref().filter(|_| test.kind == Kind::Gtest) {
+                args.push(format!("--gtest_filter={filter}"));
+            }
+            args.extend(test.args.iter().cloned());
+            if test.kind == Kind::Gtest {
+                // A folder: gtest names the file after the binary and gives
+                // each MPI rank's report a name of its own.
+                args.push(format!("--gtest_output=json:{}/", cases_dir.display()));
+            }
+            // `<build_dir>/test`, else the build dir, else the binary's own (`run_test`).
+            let cwd = [test.cwd.as_deref().map(rebase), Some(manifest.build_dir.clone())]
+                .into_iter()
+                .flatten()
+                .find(|d| d.is_dir())
+                .or_else(|| binary.parent().map(Path::to_path_buf))
+                .unwrap_or_else(|| manifest.build_dir.clone());
+            let kind = if test.kind == Kind::Gtest { TrialKind::Gtest } else { TrialKind::Perf };
+            (kind, binary.display().to_string(), args, cwd)
+        }
+    };
+
+    let token = crate::proctree::new_token();
+    let mut merged = test.env.clone();
+    merged.extend(extra_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let mut env: Vec<(String, String)> = Vec::new();
+    env.push(("LD_LIBRARY_PATH".into(), ld_library_path(run, manifest, merged.get("LD_LIBRARY_PATH"))));
+    for (k, v) in &merged {
+        if k != "LD_LIBRARY_PATH" && k != PROFILE_FILE && k != TRIAL_TOKEN {
+            env.push((k.clone(), v.clone()));
+        }
+    }
+    if manifest.coverage {
+        let profile_file = profile_dir.join(&config.coverage.profile_pattern);
+        env.push((PROFILE_FILE.into(), profile_file.display().to_string()));
+    }
+    env.push((TRIAL_TOKEN.into(), token.clone()));
+
+    let mut argv = Vec::new();
+    if spec.ranks > 1 {
+        argv.push(spec.launcher(config).and_then(|l| l.program.clone()).unwrap_or_else(|| "mpirun".into()));
+        if is_root() {
+            argv.push("--allow-run-as-root".into());
+        }
+        argv.extend(["-np".into(), spec.ranks.to_string()]);
+        argv.extend(test.mpi_args.iter().cloned());
+        let preload = std::env::var_os("LD_PRELOAD").is_some_and(|v| !v.is_empty());
+        let forwarded = env.iter().map(|(k, _)| k.as_str()).chain(preload.then_some("LD_PRELOAD"));
+        for name in forwarded {
+            argv.extend(["-x".into(), name.to_string()]);
+        }
+    }
+    argv.push(program);
+    argv.append(&mut program_args);
+    let Some(cmd) = Cmd::from_argv(&argv) else { bail!("empty command line") };
+    let cmd = cmd.envs(env.clone()).env_remove(PROFILE_INIT_ONCE).cwd(cwd);
+    Ok(TrialLaunch {
+        cmd,
+        env,
+        timeout: spec.timeout(config, manifest.device.enabled),
+        grace: Duration::from_secs(config.timeouts.grace),
+        token,
+        kind,
+        cases_dir: (kind != TrialKind::Perf).then_some(cases_dir),
+    })
+}
+
+/// Upstream's order: the RCCL build, the test's own `LD_LIBRARY_PATH`, the
+/// caller's, `<rocm>/lib`, `<mpi_path>/lib`.
+fn ld_library_path(run: &crate::config::UpstreamRun, manifest: &BuildManifest, test: Option<&String>) -> String {
+    let paths = &run.resolved.paths;
+    let rocm = paths
+        .rocm_path
+        .clone()
+        .filter(|p| !p.is_empty())
+        .or_else(|| std::env::var("ROCM_PATH").ok().filter(|p| !p.is_empty()))
+        .unwrap_or_else(|| "/opt/rocm".into());
+    let mut parts = vec![manifest.build_dir.display().to_string()];
+    parts.extend(test.filter(|t| !t.is_empty()).cloned());
+    parts.extend(std::env::var("LD_LIBRARY_PATH").ok().filter(|p| !p.is_empty()));
+    parts.push(format!("{}/lib", rocm.trim_end_matches('/')));
+    if let Some(mpi) = paths.mpi_path.as_deref().filter(|p| !p.is_empty()) {
+        parts.push(format!("{}/lib", mpi.trim_end_matches('/')));
+    }
+    parts.join(":")
 }
 
 /// The argv of one trial: the test binary itself, or a launcher that starts

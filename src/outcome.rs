@@ -44,25 +44,10 @@ pub fn judge(finished: &Finished, perf: &PerfReport, timeout: Duration) -> Verdi
         _ if perf.wrong_rows() > 0 => Some(format!("{} result rows have a nonzero #wrong column", perf.wrong_rows())),
         _ => None,
     };
-    let status = match &finished.ending {
-        Ending::TimedOut { killed } => {
-            return Verdict {
-                status: Status::Timeout,
-                reason: format!("TIMEOUT after {}s (stopped with {killed})", timeout.as_secs()),
-            };
-        }
-        Ending::Interrupted { signal, killed } => {
-            return Verdict {
-                status: Status::Interrupted,
-                reason: format!(
-                    "INTERRUPTED by {} after {:.1}s (stopped with {killed})",
-                    signal_name(*signal),
-                    finished.duration.as_secs_f64()
-                ),
-            };
-        }
-        Ending::Exited(status) => *status,
-    };
+    if let Some(v) = stopped(finished, timeout) {
+        return v;
+    }
+    let Ending::Exited(status) = finished.ending else { return fail("no exit status".into()) };
     if !status.success() {
         let detail = wrong_data().map(|w| format!(": {w}")).unwrap_or_default();
         return fail(format!("{}{}{detail}", describe_status(status), signal_hint(status.code())));
@@ -82,6 +67,263 @@ pub fn judge(finished: &Finished, perf: &PerfReport, timeout: Duration) -> Verdi
         return fail(format!("{} processes of the trial could not be killed", finished.survivors));
     }
     Verdict { status: Status::Passed, reason: String::new() }
+}
+
+/// A timed-out or interrupted trial's verdict, whatever kind it is.
+fn stopped(finished: &Finished, timeout: Duration) -> Option<Verdict> {
+    match &finished.ending {
+        Ending::TimedOut { killed } => Some(Verdict {
+            status: Status::Timeout,
+            reason: format!("TIMEOUT after {}s (stopped with {killed})", timeout.as_secs()),
+        }),
+        Ending::Interrupted { signal, killed } => Some(Verdict {
+            status: Status::Interrupted,
+            reason: format!(
+                "INTERRUPTED by {} after {:.1}s (stopped with {killed})",
+                signal_name(*signal),
+                finished.duration.as_secs_f64()
+            ),
+        }),
+        Ending::Exited(_) => None,
+    }
+}
+
+/// One test case a trial ran (a gtest test, a pytest item).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Case {
+    /// `Suite.Test` (gtest), `module.Class::test` (pytest).
+    pub name: String,
+    pub status: CaseStatus,
+    pub time_s: f64,
+    /// The failure's text; empty when it passed.
+    #[serde(default)]
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum CaseStatus {
+    Passed,
+    Failed,
+    Skipped,
+}
+
+/// A googletest trial: its exit status and its JSON reports (one per
+/// process: MPI ranks each write one). A filter that matches no test fails;
+/// a crash names the test that was running.
+pub fn judge_gtest(
+    finished: &Finished,
+    reports: &[String],
+    output: &str,
+    filter: Option<&str>,
+    timeout: Duration,
+) -> (Verdict, Vec<Case>) {
+    let mut cases: Vec<Case> = Vec::new();
+    // MPI ranks write their reports into one folder at the same moment, and
+    // gtest's choice of a free file name races: one rank's report may be
+    // clobbered. The readable ones decide.
+    let mut readable = 0;
+    for found in reports.iter().filter_map(|text| gtest_cases(text)) {
+        readable += 1;
+        for case in found {
+            match cases.iter_mut().find(|c| c.name == case.name) {
+                // A case fails when it fails on any rank.
+                Some(seen) if case.status == CaseStatus::Failed => *seen = case,
+                Some(_) => {}
+                None => cases.push(case),
+            }
+        }
+    }
+    let fail = |reason: String| Verdict { status: Status::Failed, reason };
+    let running = running_test(output);
+    if let Some(mut v) = stopped(finished, timeout) {
+        if let Some(test) = &running {
+            v.reason.push_str(&format!(" while running {test}"));
+        }
+        return (v, cases);
+    }
+    let Ending::Exited(status) = &finished.ending else { return (fail("no exit status".into()), cases) };
+    let failed: Vec<&str> = cases.iter().filter(|c| c.status == CaseStatus::Failed).map(|c| c.name.as_str()).collect();
+    if !status.success() {
+        let what = format!("{}{}", describe_status(*status), signal_hint(status.code()));
+        let reason = if !failed.is_empty() {
+            format!("{what}: {} failed: {}", plural(failed.len(), "test"), failed.join(", "))
+        } else if let Some(test) = running {
+            format!("{what}: crashed while running {test}")
+        } else if reports.is_empty() {
+            format!("{what}, and it wrote no gtest report (it stopped before or without running a test)")
+        } else {
+            what
+        };
+        return (fail(reason), cases);
+    }
+    if !failed.is_empty() {
+        return (
+            fail(format!("exit status 0, but {} failed: {}", plural(failed.len(), "test"), failed.join(", "))),
+            cases,
+        );
+    }
+    if readable == 0 {
+        return (fail("exit status 0, but no readable gtest JSON report was written".into()), cases);
+    }
+    if cases.is_empty() {
+        let reason = match filter {
+            Some(f) => format!("the filter `{f}` matched no test (gtest ran nothing)"),
+            None => "the binary has no tests (gtest ran nothing)".into(),
+        };
+        return (fail(reason), cases);
+    }
+    if finished.survivors > 0 {
+        return (fail(format!("{} processes of the trial could not be killed", finished.survivors)), cases);
+    }
+    (Verdict { status: Status::Passed, reason: String::new() }, cases)
+}
+
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") }
+}
+
+/// The cases of a gtest JSON report (`--gtest_output=json`); `None` if it is
+/// not one. Tests that did not run (disabled, filtered) are left out.
+fn gtest_cases(text: &str) -> Option<Vec<Case>> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let mut out = Vec::new();
+    for suite in v.get("testsuites")?.as_array()? {
+        let suite_name = suite.get("name").and_then(|n| n.as_str()).unwrap_or_default();
+        for t in suite.get("testsuite").and_then(|t| t.as_array()).into_iter().flatten() {
+            if t.get("status").and_then(|s| s.as_str()) == Some("NOTRUN") {
+                continue;
+            }
+            let name = t.get("name").and_then(|n| n.as_str()).unwrap_or_default();
+            let failures: Vec<&str> = t
+                .get("failures")
+                .and_then(|f| f.as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f.get("failure").and_then(|m| m.as_str()))
+                .collect();
+            let status = if !failures.is_empty() {
+                CaseStatus::Failed
+            } else if t.get("result").and_then(|r| r.as_str()) == Some("SKIPPED") {
+                CaseStatus::Skipped
+            } else {
+                CaseStatus::Passed
+            };
+            let time_s = t
+                .get("time")
+                .and_then(|s| s.as_str())
+                .and_then(|s| s.trim_end_matches('s').parse::<f64>().ok())
+                .unwrap_or_default();
+            out.push(Case { name: format!("{suite_name}.{name}"), status, time_s, message: failures.join("\n") });
+        }
+    }
+    Some(out)
+}
+
+/// The last test gtest's output started and did not finish (`[ RUN ]`
+/// without its `[ OK ]`, `[ FAILED ]` or `[ SKIPPED ]`).
+fn running_test(output: &str) -> Option<String> {
+    let mut open: Vec<&str> = Vec::new();
+    for line in output.lines() {
+        let Some(rest) = line.trim_start().strip_prefix('[') else { continue };
+        let Some((tag, name)) = rest.split_once(']') else { continue };
+        let name = name.trim().split(' ').next().unwrap_or_default();
+        match tag.trim() {
+            "RUN" => open.push(name),
+            "OK" | "FAILED" | "SKIPPED" => open.retain(|n| *n != name),
+            _ => {}
+        }
+    }
+    open.last().map(ToString::to_string)
+}
+
+/// A pytest trial: its exit status and its JUnit XML. Exit 5 (nothing
+/// collected) fails.
+pub fn judge_pytest(finished: &Finished, junit: Option<&str>, timeout: Duration) -> (Verdict, Vec<Case>) {
+    let cases = junit.map(junit_cases).unwrap_or_default();
+    if let Some(v) = stopped(finished, timeout) {
+        return (v, cases);
+    }
+    let fail = |reason: String| Verdict { status: Status::Failed, reason };
+    let Ending::Exited(status) = &finished.ending else { return (fail("no exit status".into()), cases) };
+    let failed: Vec<&str> = cases.iter().filter(|c| c.status == CaseStatus::Failed).map(|c| c.name.as_str()).collect();
+    if status.code() == Some(5) {
+        return (fail("exit status 5: pytest collected no tests".into()), cases);
+    }
+    if !failed.is_empty() {
+        return (
+            fail(format!(
+                "{}: {} failed: {}",
+                describe_status(*status),
+                plural(failed.len(), "test"),
+                failed.join(", ")
+            )),
+            cases,
+        );
+    }
+    if !status.success() {
+        return (fail(format!("{} (pytest: an internal, usage or collection error)", describe_status(*status))), cases);
+    }
+    if junit.is_none() {
+        return (fail("exit status 0, but pytest wrote no JUnit XML report".into()), cases);
+    }
+    if finished.survivors > 0 {
+        return (fail(format!("{} processes of the trial could not be killed", finished.survivors)), cases);
+    }
+    (Verdict { status: Status::Passed, reason: String::new() }, cases)
+}
+
+/// The `<testcase>` elements of a JUnit XML file: `classname::name`, time,
+/// and whether a `<failure>`, `<error>` or `<skipped>` child is there.
+fn junit_cases(xml: &str) -> Vec<Case> {
+    let mut out = Vec::new();
+    let mut rest = xml;
+    while let Some(start) = rest.find("<testcase") {
+        let after = &rest[start + "<testcase".len()..];
+        let Some(tag_end) = after.find('>') else { break };
+        let tag = &after[..tag_end];
+        let self_closing = tag.ends_with('/');
+        let (body, next) = if self_closing {
+            ("", &after[tag_end + 1..])
+        } else {
+            match after.find("</testcase>") {
+                Some(end) => (&after[tag_end + 1..end], &after[end + "</testcase>".len()..]),
+                None => (&after[tag_end + 1..], ""),
+            }
+        };
+        let classname = xml_attr(tag, "classname");
+        let name = xml_attr(tag, "name");
+        let status = if body.contains("<failure") || body.contains("<error") {
+            CaseStatus::Failed
+        } else if body.contains("<skipped") {
+            CaseStatus::Skipped
+        } else {
+            CaseStatus::Passed
+        };
+        let message = ["<failure", "<error"]
+            .iter()
+            .find_map(|t| {
+                body.find(t).map(|i| xml_attr(&body[i..body[i..].find('>').map_or(body.len(), |e| i + e)], "message"))
+            })
+            .unwrap_or_default();
+        out.push(Case {
+            name: if classname.is_empty() { name } else { format!("{classname}::{name}") },
+            status,
+            time_s: xml_attr(tag, "time").parse().unwrap_or_default(),
+            message,
+        });
+        rest = next;
+    }
+    out
+}
+
+/// The unescaped value of attribute `key` in an XML start tag.
+fn xml_attr(tag: &str, key: &str) -> String {
+    let needle = format!(" {key}=\"");
+    let Some(i) = tag.find(&needle) else { return String::new() };
+    let value = &tag[i + needle.len()..];
+    let value = &value[..value.find('"').unwrap_or(value.len())];
+    value.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&apos;", "'").replace("&amp;", "&")
 }
 
 /// `mpirun`, `srun` and shells report a rank killed by signal N as exit
@@ -167,6 +409,55 @@ mod tests {
 
     const ROW_OK: &str = "  1024  256  float  sum  -1  1.0  1.0  1.0  0  1.0  1.0  1.0  0\n";
     const ROW_WRONG: &str = "  1024  256  float  sum  -1  1.0  1.0  1.0  3  1.0  1.0  1.0  0\n";
+
+    const GTEST_JSON: &str = r#"{"tests": 3, "testsuites": [{"name": "A", "testsuite": [
+        {"name": "ok", "status": "RUN", "result": "COMPLETED", "time": "0.5s"},
+        {"name": "skip", "status": "RUN", "result": "SKIPPED", "time": "0s"},
+        {"name": "DISABLED_x", "status": "NOTRUN", "result": "SUPPRESSED", "time": "0s"},
+        {"name": "bad", "status": "RUN", "result": "COMPLETED", "time": "0s", "failures": [{"failure": "x != y"}]}
+    ]}]}"#;
+
+    #[test]
+    fn gtest_cases_failures_and_filters() {
+        let t = Duration::from_secs(1);
+        let (v, cases) = judge_gtest(&exited(1), &[GTEST_JSON.into()], "", None, t);
+        assert_eq!(v.reason, "exit status 1: 1 test failed: A.bad");
+        assert_eq!(cases.len(), 3, "{cases:?}");
+        assert_eq!((cases[1].name.as_str(), cases[1].status), ("A.skip", CaseStatus::Skipped));
+        assert_eq!(cases[2].message, "x != y");
+        let empty = r#"{"tests": 0, "testsuites": []}"#.to_string();
+        let (v, _) = judge_gtest(&exited(0), &[empty], "", Some("Nothing.*"), t);
+        assert_eq!(v.reason, "the filter `Nothing.*` matched no test (gtest ran nothing)");
+        let (v, _) = judge_gtest(&exited(0), &[], "", None, t);
+        assert_eq!(v.reason, "exit status 0, but no readable gtest JSON report was written");
+        // One rank's clobbered report does not hide the other's.
+        let ok = GTEST_JSON.replace(r#", "failures": [{"failure": "x != y"}]"#, "");
+        let (v, _) = judge_gtest(&exited(0), &["{\"tes".into(), ok], "", None, t);
+        assert_eq!(v.status, Status::Passed, "{}", v.reason);
+    }
+
+    #[test]
+    fn a_gtest_crash_names_the_running_test() {
+        let out = "[ RUN      ] A.one\n[       OK ] A.one (0 ms)\n[ RUN      ] A.two\n";
+        let crash = Finished { ending: Ending::Exited(ExitStatusExt::from_raw(libc::SIGSEGV)), ..exited(0) };
+        let (v, _) = judge_gtest(&crash, &[], out, None, Duration::ZERO);
+        assert_eq!(v.reason, "killed by signal 11 (SIGSEGV): crashed while running A.two");
+    }
+
+    #[test]
+    fn pytest_junit_cases_and_nothing_collected() {
+        let xml = r#"<testsuites><testsuite><testcase classname="t" name="a" time="0.1"/>
+            <testcase classname="t" name="b" time="0"><failure message="assert 1 &amp;&amp; 2">x</failure></testcase>
+            <testcase classname="t" name="c"><skipped/></testcase></testsuite></testsuites>"#;
+        let (v, cases) = judge_pytest(&exited(1), Some(xml), Duration::ZERO);
+        assert_eq!(v.reason, "exit status 1: 1 test failed: t::b");
+        assert_eq!(cases[1].message, "assert 1 && 2");
+        assert_eq!(cases[2].status, CaseStatus::Skipped);
+        let (v, _) = judge_pytest(&exited(5), None, Duration::ZERO);
+        assert_eq!(v.reason, "exit status 5: pytest collected no tests");
+        let (v, _) = judge_pytest(&exited(0), Some(xml.replace("<failure", "<x").as_str()), Duration::ZERO);
+        assert_eq!(v.status, Status::Passed);
+    }
 
     #[test]
     fn clean_run_passes() {

@@ -1,43 +1,90 @@
 //! The plan: one trial per collective × size × variant, named
-//! `Collective::size[::variant]`. Planning reads only the config, so listing
-//! trials is instant and builds nothing.
+//! `Collective::size[::variant]`; or, for an upstream RCCL test_runner
+//! config, one trial per resolved test, named `<suite>::<test>`. Planning
+//! reads only the config, so listing trials is instant and builds nothing.
 
-use crate::config::{self, Collective, Config, LauncherConfig, LoadedConfig, Variant};
+use crate::config::{self, Collective, Config, LauncherConfig, LoadedConfig, UpstreamRun, Variant, limits};
 use crate::error::Result;
+use crate::upstream;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
 pub struct TrialSpec {
-    /// `Collective::size[::variant]`, as libtest and nextest show it.
+    /// `Collective::size[::variant]` or `<suite>::<test>`, as libtest and
+    /// nextest show it.
     pub name: String,
     /// The name as a file name: `Collective.size[.variant]`.
     pub slug: String,
-    pub collective: usize,
-    pub size: String,
-    pub variant: Option<usize>,
+    pub source: Source,
     pub launcher: String,
     pub ranks: usize,
     pub ignored: bool,
+    /// Why the trial is ignored, when the plan (not the user) decided it.
+    pub ignore_reason: Option<String>,
+}
+
+/// Where a trial comes from, with what its launch needs.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// ccl-coverage's own matrix: indices into the config.
+    Matrix { collective: usize, size: String, variant: Option<usize> },
+    /// A resolved upstream test.
+    Upstream(Box<UpstreamTrial>),
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamTrial {
+    pub test: upstream::Test,
+    pub nodes: u64,
+    /// GPUs per node the test asks for (`"auto"` decided).
+    pub gpus: u64,
 }
 
 impl TrialSpec {
-    pub fn collective<'c>(&self, config: &'c Config) -> &'c Collective {
-        &config.collectives[self.collective]
+    pub fn collective<'c>(&self, config: &'c Config) -> Option<&'c Collective> {
+        match &self.source {
+            Source::Matrix { collective, .. } => config.collectives.get(*collective),
+            Source::Upstream(_) => None,
+        }
     }
 
     pub fn variant<'c>(&self, config: &'c Config) -> Option<&'c Variant> {
-        self.variant.map(|i| &config.variants[i])
+        match &self.source {
+            Source::Matrix { variant, .. } => variant.and_then(|i| config.variants.get(i)),
+            Source::Upstream(_) => None,
+        }
     }
 
-    pub fn launcher<'c>(&self, config: &'c Config) -> &'c LauncherConfig {
-        &config.launchers[self.launcher.as_str()]
+    pub fn size(&self) -> &str {
+        match &self.source {
+            Source::Matrix { size, .. } => size,
+            Source::Upstream(_) => "",
+        }
+    }
+
+    pub fn upstream(&self) -> Option<&UpstreamTrial> {
+        match &self.source {
+            Source::Matrix { .. } => None,
+            Source::Upstream(u) => Some(u),
+        }
+    }
+
+    pub fn launcher<'c>(&self, config: &'c Config) -> Option<&'c LauncherConfig> {
+        config.launchers.get(self.launcher.as_str())
     }
 
     /// The timeout: the default, then matching `overrides`, then (with device
-    /// coverage on) matching `device_coverage` rules; later rules win.
+    /// coverage on) matching `device_coverage` rules; later rules win. An
+    /// upstream test's own timeout, or the overlay's cap where it has none,
+    /// times the overlay's device-coverage factor.
     pub fn timeout(&self, config: &Config, device_coverage: bool) -> Duration {
-        let collective = &self.collective(config).name;
+        if let (Source::Upstream(u), Some(run)) = (&self.source, &config.upstream) {
+            let factor = if device_coverage { run.device_coverage_factor } else { 1 };
+            let seconds = u.test.timeout.unwrap_or(run.uncapped_cap).saturating_mul(factor);
+            return Duration::from_secs(seconds.min(limits::TIMEOUT_SECONDS.max));
+        }
+        let collective = self.collective(config).map_or("", |c| c.name.as_str());
         let variant = self.variant(config).map(|v| v.name.as_str());
         let device_rules = if device_coverage { &config.timeouts.device_coverage[..] } else { &[] };
         let seconds = config
@@ -45,21 +92,31 @@ impl TrialSpec {
             .overrides
             .iter()
             .chain(device_rules)
-            .rfind(|rule| rule.matches(collective, &self.size, variant))
+            .rfind(|rule| rule.matches(collective, self.size(), variant))
             .map_or(config.timeouts.default, |rule| rule.seconds);
         Duration::from_secs(seconds)
     }
+
+    /// Whether the timeout is the overlay's cap on a test that upstream
+    /// lets run forever (`timeout: 0`).
+    pub fn capped(&self) -> bool {
+        self.upstream().is_some_and(|u| u.test.timeout.is_none())
+    }
 }
 
-/// Every trial of the config, in config order (collective, then size, then variant).
+/// Every trial of the config, in config order (collective, then size, then
+/// variant; or upstream's suite and test order).
 pub fn plan(config: &Config) -> Vec<TrialSpec> {
+    if let Some(run) = &config.upstream {
+        return plan_upstream(run, config.capacity);
+    }
     let variants: Vec<Option<usize>> =
         if config.variants.is_empty() { vec![None] } else { (0..config.variants.len()).map(Some).collect() };
     let mut trials = Vec::new();
     for (ci, collective) in config.collectives.iter().enumerate() {
         for size in &config.sizes {
             for &vi in &variants {
-                let variant = vi.map(|i| &config.variants[i]);
+                let variant = vi.and_then(|i| config.variants.get(i));
                 let mut parts = vec![collective.name.as_str(), size.as_str()];
                 if let Some(v) = variant {
                     parts.push(&v.name);
@@ -67,14 +124,13 @@ pub fn plan(config: &Config) -> Vec<TrialSpec> {
                 trials.push(TrialSpec {
                     name: parts.join("::"),
                     slug: parts.join("."),
-                    collective: ci,
-                    size: size.to_string(),
-                    variant: vi,
+                    source: Source::Matrix { collective: ci, size: size.to_string(), variant: vi },
                     launcher: variant
                         .and_then(|v| v.launcher.clone())
                         .unwrap_or_else(|| config.launch.launcher.clone()),
                     ranks: variant.and_then(|v| v.ranks).unwrap_or(config.launch.ranks),
                     ignored: collective.ignore || variant.is_some_and(|v| v.ignore),
+                    ignore_reason: None,
                 });
             }
         }
@@ -82,16 +138,61 @@ pub fn plan(config: &Config) -> Vec<TrialSpec> {
     trials
 }
 
-fn trial_parts<'c>(c: &'c Config, t: &TrialSpec) -> Vec<(String, &'c str)> {
-    let size = c.sizes.iter().position(|s| s.as_str() == t.size).unwrap_or_default();
-    let mut parts = vec![
-        (format!("collectives[{}].name", t.collective), c.collectives[t.collective].name.as_str()),
-        (format!("sizes[{size}]"), c.sizes[size].as_str()),
-    ];
-    if let Some(v) = t.variant {
-        parts.push((format!("variants[{v}].name"), c.variants[v].name.as_str()));
+/// One trial per resolved upstream test. A test upstream would skip here
+/// (disabled suite, more GPUs or nodes than the machine has), one that needs
+/// more ranks than the overlay's capacity, and one upstream fails without
+/// running are ignored with the reason.
+fn plan_upstream(run: &UpstreamRun, capacity: usize) -> Vec<TrialSpec> {
+    run.resolved
+        .tests
+        .iter()
+        .map(|test| {
+            let p = test.placement(run.machine.gpus_per_node);
+            let ranks = usize::try_from(p.ranks).unwrap_or(usize::MAX);
+            let ignore_reason = test
+                .ignore_reason(&run.machine)
+                .or_else(|| test.problem.clone())
+                .or_else(|| (ranks > capacity).then(|| format!("needs {ranks} ranks, the capacity is {capacity}")))
+                .or_else(|| (ranks == 0).then(|| "asks for 0 ranks".to_string()));
+            TrialSpec {
+                name: test.trial.clone(),
+                slug: test.slug.clone(),
+                launcher: if ranks > 1 { "mpirun" } else { "direct" }.into(),
+                ranks: ranks.max(1),
+                ignored: ignore_reason.is_some(),
+                ignore_reason,
+                source: Source::Upstream(Box::new(UpstreamTrial {
+                    test: test.clone(),
+                    nodes: p.nodes,
+                    gpus: p.gpus_per_node,
+                })),
+            }
+        })
+        .collect()
+}
+
+/// The JSON paths and values a trial's name is made of.
+fn trial_parts(c: &Config, t: &TrialSpec) -> Vec<(String, String)> {
+    match &t.source {
+        Source::Matrix { collective, size, variant } => {
+            let si = c.sizes.iter().position(|s| s.as_str() == size).unwrap_or_default();
+            let mut parts = vec![
+                (
+                    format!("collectives[{collective}].name"),
+                    c.collectives.get(*collective).map_or_else(String::new, |x| x.name.to_string()),
+                ),
+                (format!("sizes[{si}]"), size.clone()),
+            ];
+            if let Some(v) = variant {
+                parts.push((
+                    format!("variants[{v}].name"),
+                    c.variants.get(*v).map_or_else(String::new, |x| x.name.to_string()),
+                ));
+            }
+            parts
+        }
+        Source::Upstream(u) => vec![(format!("{}.name", u.test.json_path), u.test.name.clone())],
     }
-    parts
 }
 
 /// Two trials must never share a log, a result or a profile folder, whatever

@@ -7,7 +7,7 @@
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::fixture::BuildManifest;
-use crate::outcome::{Status, Verdict};
+use crate::outcome::{Case, CaseStatus, Status, Verdict};
 use crate::perf::PerfReport;
 use crate::plan::TrialSpec;
 use crate::profiles::MergeOutcome;
@@ -26,9 +26,15 @@ use std::time::{Duration, Instant};
 pub struct TrialResult {
     pub trial: String,
     pub slug: String,
+    /// The collective; an upstream test's suite.
     pub collective: String,
+    /// Empty for an upstream test.
     pub size: String,
+    /// The variant; an upstream test's name.
     pub variant: Option<String>,
+    /// `perf`, `gtest` or `pytest`: which verdict judged it.
+    #[serde(default = "perf_kind")]
+    pub kind: String,
     pub build_id: String,
     pub run_id: String,
     pub status: Status,
@@ -69,6 +75,52 @@ pub struct TrialResult {
     /// Processes still alive after the trial's main process exited.
     pub leftovers: usize,
     pub perf: PerfReport,
+    /// The test cases the trial ran (gtest tests, pytest items).
+    #[serde(default)]
+    pub cases: Vec<Case>,
+    /// The diagnostic rerun of a failed trial (`CCL_COV_RERUN_FAILED=1`); it
+    /// never changes the verdict.
+    #[serde(default)]
+    pub rerun: Option<Box<Rerun>>,
+}
+
+fn perf_kind() -> String {
+    "perf".into()
+}
+
+/// A failed trial's second attempt, with its `rerun_env_variables`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Rerun {
+    pub status: Status,
+    pub reason: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub duration_s: f64,
+    pub command: String,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub log: PathBuf,
+    #[serde(default)]
+    pub cases: Vec<Case>,
+}
+
+impl Rerun {
+    pub fn new(execution: &Execution, verdict: &Verdict, cases: Vec<Case>) -> Rerun {
+        let (exit_code, signal) = execution.exit();
+        let cmd = &execution.launch.cmd;
+        Rerun {
+            status: verdict.status,
+            reason: verdict.reason.clone(),
+            exit_code,
+            signal,
+            duration_s: execution.finished.duration.as_secs_f64(),
+            command: cmd.display(),
+            argv: cmd.argv(),
+            env: execution.launch.env.clone(),
+            log: execution.log.clone(),
+            cases,
+        }
+    }
 }
 
 /// Which trial a record is of: the plan's entry, the build and the run.
@@ -106,9 +158,16 @@ impl TrialResult {
         TrialResult {
             trial: spec.name.clone(),
             slug: spec.slug.clone(),
-            collective: spec.collective(config).name.to_string(),
-            size: spec.size.clone(),
-            variant: spec.variant(config).map(|v| v.name.to_string()),
+            collective: match spec.upstream() {
+                Some(u) => u.test.suite.clone(),
+                None => spec.collective(config).map(|c| c.name.to_string()).unwrap_or_default(),
+            },
+            size: spec.size().to_string(),
+            variant: match spec.upstream() {
+                Some(u) => Some(u.test.name.clone()),
+                None => spec.variant(config).map(|v| v.name.to_string()),
+            },
+            kind: execution.launch.kind.as_str().to_string(),
             build_id: manifest.build_id.clone(),
             run_id: run_id.to_string(),
             status: verdict.status,
@@ -135,6 +194,8 @@ impl TrialResult {
             raw_sha256: profiles.raw_sha256,
             leftovers: execution.finished.leftovers,
             perf,
+            cases: Vec::new(),
+            rerun: None,
         }
     }
 
@@ -162,6 +223,14 @@ impl TrialResult {
             command: redact::shell_line(&self.command),
             argv: redact::argv(&self.argv),
             env: redact::env(&self.env),
+            rerun: self.rerun.as_ref().map(|r| {
+                Box::new(Rerun {
+                    command: redact::shell_line(&r.command),
+                    argv: redact::argv(&r.argv),
+                    env: redact::env(&r.env),
+                    ..(**r).clone()
+                })
+            }),
             ..self.clone()
         }
     }
@@ -497,6 +566,22 @@ fn junit(record: &RunRecord) -> Result<String> {
         // A record read back from the workspace may hold anything; this must not panic.
         case.set_time(Duration::try_from_secs_f64(t.duration_s).unwrap_or_default());
         suite.add_test_case(case);
+        // The trial's own test cases, under it.
+        for c in &t.cases {
+            let status = match c.status {
+                CaseStatus::Passed => TestCaseStatus::success(),
+                CaseStatus::Skipped => TestCaseStatus::skipped(),
+                CaseStatus::Failed => {
+                    let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                    s.set_message(c.message.clone());
+                    s
+                }
+            };
+            let mut case = TestCase::new(format!("{}::{}", t.trial, c.name), status);
+            case.set_classname(t.trial.clone());
+            case.set_time(Duration::try_from_secs_f64(c.time_s).unwrap_or_default());
+            suite.add_test_case(case);
+        }
     }
     let mut report = Report::new("ccl-coverage");
     report.add_test_suite(suite);
@@ -534,6 +619,7 @@ mod tests {
             collective: "T".into(),
             size: i.to_string(),
             variant: None,
+            kind: "perf".into(),
             build_id: "b1".into(),
             run_id: "r".into(),
             status: Status::Passed,
@@ -560,6 +646,8 @@ mod tests {
             device_counters_lost: None,
             leftovers: 0,
             perf: PerfReport::default(),
+            cases: Vec::new(),
+            rerun: None,
         }
     }
 

@@ -209,6 +209,7 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
         Err(e) => return spawn_failed(format!("cannot open {}: {e}", spec.log.display())),
     };
     let Some((program, args)) = argv.split_first() else { return spawn_failed("empty command line".into()) };
+    raise_memlock();
     let mut command = Command::new(program);
     command.args(args).env_remove(SUPERVISE).stdin(Stdio::null());
     match (log.try_clone(), log.try_clone()) {
@@ -270,6 +271,25 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     report.survivors = tree.wait_gone(REAP_LIMIT, &mut || reap(main, &mut main_status));
     report.wait_status = main_status;
     report
+}
+
+/// Upstream starts every test through `bash -c 'ulimit -l unlimited; ...'`
+/// (RDMA registers pinned memory). Without a shell: the supervisor raises its
+/// own locked-memory limit, which the trial inherits, as far as the system
+/// allows: unlimited when privileged, else the soft limit up to the hard one.
+fn raise_memlock() {
+    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setrlimit/getrlimit only read and write the rlimit passed in.
+    unsafe {
+        if libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const unlimited) == 0 {
+            return;
+        }
+        let mut current = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &raw mut current) == 0 {
+            current.rlim_cur = current.rlim_max;
+            libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const current);
+        }
+    }
 }
 
 fn spawn_failed(why: String) -> Report {

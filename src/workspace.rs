@@ -69,13 +69,15 @@ pub const RESERVED_FILES: &[&str] = &["results/run.json", "results/junit.xml", "
 /// the workspace root (what `trial_profiles`, `trial_profdata`,
 /// `trial_quarantine`, `trial_log` and `trial_result` return). Config
 /// validation checks that no two trials share one.
-pub fn trial_files(slug: &str) -> [String; 5] {
+pub fn trial_files(slug: &str) -> [String; 7] {
     [
         format!("profiles/{slug}"),
         format!("profiles/{slug}.profdata"),
         format!("quarantine/{slug}"),
         format!("logs/{slug}.log"),
         format!("results/{slug}.json"),
+        format!("cases/{slug}"),
+        format!("logs/{slug}.rerun.log"),
     ]
 }
 
@@ -116,6 +118,8 @@ pub enum Area {
     Profiles,
     Quarantine,
     Report,
+    /// `cases/<slug>/`: a trial's own test report (gtest JSON, pytest JUnit).
+    Cases,
 }
 
 impl Area {
@@ -124,6 +128,7 @@ impl Area {
             Area::Profiles => "profiles",
             Area::Quarantine => "quarantine",
             Area::Report => "report",
+            Area::Cases => "cases",
         }
     }
 }
@@ -162,6 +167,17 @@ impl Workspace {
 
     pub fn trial_log(&self, slug: &str) -> PathBuf {
         self.logs_dir().join(format!("{slug}.log"))
+    }
+
+    /// The folder a trial's own test report goes to (gtest's JSON, pytest's
+    /// JUnit XML), emptied before it runs.
+    pub fn trial_cases(&self, slug: &str) -> PathBuf {
+        self.area(Area::Cases).join(slug)
+    }
+
+    /// The log of a failed trial's diagnostic rerun.
+    pub fn trial_rerun_log(&self, slug: &str) -> PathBuf {
+        self.logs_dir().join(format!("{slug}.rerun.log"))
     }
 
     pub fn results_dir(&self) -> PathBuf {
@@ -553,6 +569,8 @@ mod tests {
             ws.trial_quarantine("A.1K.x"),
             ws.trial_log("A.1K.x"),
             ws.trial_result("A.1K.x"),
+            ws.trial_cases("A.1K.x"),
+            ws.trial_rerun_log("A.1K.x"),
         ];
         for (file, path) in files.iter().zip(paths) {
             assert_eq!(ws.root().join(file), path);

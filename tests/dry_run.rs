@@ -60,12 +60,32 @@ impl Run {
         self.env.push((key.into(), value.into()));
     }
 
+    /// `CCL_COV_DRY_RUN=json` with machine-specific parts replaced, checked
+    /// to be one JSON document.
+    fn dry_run_json(&self, config: &str, filter: &[&str]) -> String {
+        self.dry_run_as("json", config, filter)
+    }
+
     /// The dry-run text with machine-specific parts replaced.
     fn dry_run(&self, config: &str, filter: &[&str]) -> String {
+        self.dry_run_as("1", config, filter)
+    }
+
+    fn dry_run_as(&self, mode: &str, config: &str, filter: &[&str]) -> String {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
         cmd.arg("collectives")
             .args(filter)
-            .env("CCL_COV_DRY_RUN", "1")
+            .env("CCL_COV_DRY_RUN", mode)
+            .env_remove("CCL_COV_OVERLAY")
+            .env_remove("CCL_COV_RERUN_FAILED")
+            .env_remove("ROCM_PATH")
+            .env_remove("MPI_PATH")
+            .env_remove("WORKDIR")
+            .env_remove("RCCL_TESTS_DIR")
+            .env_remove("RCCL_BUILD_DIR")
+            .env_remove("RCCL_LIB_PATH")
+            .env_remove("RCCL_TEST_MPI_ARGS")
+            .env_remove("LD_PRELOAD")
             .env("CCL_COV_CONFIG", root().join(config))
             .env("CCL_COV_WORKSPACE", self.path("ws"))
             .env("CCL_COV_JOBS", "64")
@@ -93,11 +113,16 @@ impl Run {
         let out = support::output_within(cmd, std::time::Duration::from_secs(120));
         let stdout = String::from_utf8(out.stdout).unwrap();
         assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-        let key = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("build ").and_then(|rest| rest.split_whitespace().next()))
-            .expect("a build line")
-            .to_string();
+        let key = if mode == "json" {
+            let doc: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
+            doc["build"]["id"].as_str().expect("a build id").to_string()
+        } else {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix("build ").and_then(|rest| rest.split_whitespace().next()))
+                .expect("a build line")
+                .to_string()
+        };
         let root_text = root().display().to_string();
         stdout
             .replace(&self.tmp.path().display().to_string(), "<tmp>")
@@ -105,6 +130,10 @@ impl Run {
             .replace(&root_text, "<root>")
             // Open MPI needs it only when the harness runs as root.
             .replace(" --allow-run-as-root", "")
+            .lines()
+            .filter(|l| l.trim() != "\"--allow-run-as-root\",")
+            .map(|l| format!("{l}\n"))
+            .collect()
     }
 }
 
@@ -276,4 +305,49 @@ fn eight_gpu_nccl_config_dry_run() {
         "{text}"
     );
     settings().bind(|| insta::assert_snapshot!("dry_run-h200x8_nccl", text));
+}
+
+/// The fixture's upstream-format config, as JSON: gtest, perf and pytest
+/// trials, ignored ones with their reason, the timeout-0 cap.
+#[test]
+fn fixture_upstream_config_json_dry_run() {
+    let run = nccl_run();
+    let text = run.dry_run_json("configs/local_test_runner.json", &[]);
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let trials = doc["trials"].as_array().unwrap();
+    let get = |name: &str| trials.iter().find(|t| t["name"] == name).unwrap_or_else(|| panic!("{name}: {text}"));
+    assert_eq!(get("Unit Tests::ArgCheck")["kind"], "gtest");
+    assert_eq!(get("Unit Tests::Tuner")["timeout_s"], 600, "timeout 0 gets the overlay's cap");
+    assert_eq!(get("MPI Unit Tests::EightRanks")["ignore_reason"], "needs 8 GPUs per node, the machine has 4");
+    assert_eq!(get("Python::ctypes")["kind"], "pytest");
+    assert_eq!(get("Perf MPI::AllReduce")["launcher"], "mpirun");
+    settings().bind(|| insta::assert_snapshot!("dry_run-local_test_runner-json", text));
+}
+
+/// An RCCL-shaped test_runner config with the default RCCL overlay, against
+/// the fake ROCm 7.15 layout: what an RCCL developer's config would run.
+#[test]
+fn rccl_shaped_upstream_config_json_dry_run() {
+    let mut run = rccl_run("7.15.0-1");
+    let rocm = run.path("rocm");
+    let (clang, llvm) = ("AMD clang version 22.0.0git (rocm 7.15.0)", "AMD LLVM version 22.0.0git");
+    amd_compiler(&run, &rocm.join("lib/llvm/bin"), &rocm.join("lib/llvm/lib/clang/22"), clang, llvm, Runtimes::Both);
+    run.set("WORKDIR", run.path("rccl").display().to_string());
+    run.set("PWD", run.path("rccl").display().to_string());
+    run.set("RCCL_TESTS_DIR", run.path("rccl-tests").display().to_string());
+    run.set("MPI_PATH", "/opt/ompi");
+    // The overlay adopts the existing RCCL and rccl-tests builds.
+    for dir in ["rccl/build/debug/test", "rccl-tests/build"] {
+        fs::create_dir_all(run.path(dir)).unwrap();
+    }
+    // An instrumented object stands for the library (the dry run reads its sections).
+    fs::copy(run.path("device.o"), run.path("rccl/build/debug/librccl.so")).unwrap();
+    let text = run.dry_run_json("tests/fixtures/upstream-configs/rccl-shaped.json", &[]);
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let trials = doc["trials"].as_array().unwrap();
+    let get = |name: &str| trials.iter().find(|t| t["name"] == name).unwrap_or_else(|| panic!("{name}: {text}"));
+    assert_eq!(get("NET 2 nodes::NET_AllTests_2Nodes")["ignore_reason"], "needs 2 nodes, 1 available");
+    assert_eq!(get("Unit Tests::AllReduce")["argv"][1], "--gtest_filter=AllReduce*");
+    assert_eq!(get("SHM::SHM_Basic")["argv"][0], "/opt/ompi/bin/mpirun");
+    settings().bind(|| insta::assert_snapshot!("dry_run-rccl-shaped-json", text));
 }

@@ -4,7 +4,7 @@
 //! not by the code under test, and every test has a hard time limit.
 
 use ccl_coverage::env_names::{SUPERVISE, TRIAL_TOKEN};
-use ccl_coverage::launch::TrialLaunch;
+use ccl_coverage::launch::{TrialKind, TrialLaunch};
 use ccl_coverage::process::Cmd;
 use ccl_coverage::run::{self, Ending, Finished};
 use ccl_coverage::supervisor::{self, Report, Spec, StopCause};
@@ -42,6 +42,8 @@ fn launch(script: &str, timeout_ms: u64, grace_ms: u64) -> TrialLaunch {
         timeout: Duration::from_millis(timeout_ms),
         grace: Duration::from_millis(grace_ms),
         token,
+        kind: TrialKind::Perf,
+        cases_dir: None,
     }
 }
 
@@ -84,6 +86,22 @@ fn exit_status_and_output_are_kept() {
     let (f, log) = run_it(launch("echo hello; echo err >&2; exit 7", 5000, 100), Duration::from_secs(20));
     assert_eq!(f.ending, Ending::Exited(ExitStatusExt::from_raw(7 << 8)));
     assert_eq!(log, "hello\nerr\n");
+}
+
+/// Upstream runs every test after `ulimit -l unlimited`; the supervisor
+/// raises the trial's locked-memory limit without a shell, as far as allowed.
+#[test]
+fn the_trial_gets_the_highest_memlock_limit_allowed() {
+    let mut hard = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes only the struct passed in.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &raw mut hard) }, 0);
+    // Unlimited where the process may raise the hard limit, else the hard
+    // limit: never the (possibly lower) soft limit it started with.
+    let hard_kib =
+        if hard.rlim_max == libc::RLIM_INFINITY { "unlimited".into() } else { (hard.rlim_max / 1024).to_string() };
+    let (f, log) = run_it(launch("ulimit -l", 5000, 100), Duration::from_secs(20));
+    assert_eq!(f.ending, Ending::Exited(ExitStatusExt::from_raw(0)));
+    assert!(["unlimited", hard_kib.as_str()].contains(&log.trim()), "{log} (hard limit {hard_kib})");
 }
 
 #[test]

@@ -9,12 +9,12 @@ use crate::error::Error;
 use crate::fixture::{self, BuildManifest, BuildPlan};
 use crate::host;
 use crate::interrupt;
-use crate::launch;
-use crate::outcome;
-use crate::perf;
+use crate::launch::{self, TrialKind};
+use crate::outcome::{self, Case, Status, Verdict};
+use crate::perf::{self, PerfReport};
 use crate::plan::{self, TrialSpec};
 use crate::profiles;
-use crate::results::{RunInfo, RunWriter, TrialIdentity, TrialResult};
+use crate::results::{Rerun, RunInfo, RunWriter, TrialIdentity, TrialResult};
 use crate::run;
 use crate::slots::Slots;
 use crate::workspace::Area;
@@ -43,6 +43,12 @@ pub fn main_with(args: Arguments) -> ExitCode {
         Err(code) => return code,
     };
     let specs = plan::plan(ctx.config());
+    if let Some(run) = &ctx.config().upstream {
+        // Listings and the JSON dry run stay machine-readable: stdout is theirs.
+        for w in &run.resolved.warnings {
+            eprintln!("ccl-coverage: warning: {w}");
+        }
+    }
     if ctx.dry_run && !args.list {
         return super::dry_run::print(&ctx, &specs, &args);
     }
@@ -67,7 +73,13 @@ pub fn main_with(args: Arguments) -> ExitCode {
         .map(|spec| {
             let shared = shared.clone();
             let ignored = spec.ignored;
-            Trial::test(spec.name.clone(), move || shared.run_trial(&spec)).with_ignored_flag(ignored)
+            let reason = spec.ignore_reason.clone();
+            let name = spec.name.clone();
+            let trial = Trial::test(name.clone(), move || shared.run_trial(&spec)).with_ignored_flag(ignored);
+            if let Some(why) = reason.filter(|_| !args.list && !args.is_filtered_out(&trial)) {
+                eprintln!("ccl-coverage: {name} is ignored: {why}");
+            }
+            trial
         })
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
@@ -150,6 +162,8 @@ impl Shared {
             ws.clear(Area::Profiles, &profile_dir).map_err(fail)?;
             ws.remove(Area::Profiles, &profiles::trial_profdata(ws, &spec.slug)).map_err(fail)?;
             ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug)).map_err(fail)?;
+            // An old report would be read as this run's.
+            ws.clear(Area::Cases, &ws.trial_cases(&spec.slug)).map_err(fail)?;
             let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices())).map_err(fail)?;
             let timeout = launch.timeout.as_secs();
             let execution = run::execute(launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
@@ -166,12 +180,11 @@ impl Shared {
         // one's profiles merge.
         let merged = merged.unwrap_or_else(finish);
         let output = std::fs::read_to_string(&log).unwrap_or_default();
-        let perf = perf::parse(&output);
-        let mut verdict = outcome::judge(&execution.finished, &perf, execution.launch.timeout);
+        let (mut verdict, cases, perf) = judge(spec, &execution, &output);
         if manifest.coverage {
-            let expected = match spec.launcher(ctx.config()).kind {
-                LauncherKind::Direct => 1,
-                LauncherKind::Mpirun | LauncherKind::Srun => spec.ranks,
+            let expected = match spec.launcher(ctx.config()).map(|l| l.kind) {
+                Some(LauncherKind::Mpirun | LauncherKind::Srun) => spec.ranks,
+                Some(LauncherKind::Direct) | None => 1,
             };
             let quarantined = merged.quarantined();
             let runtime_errors: Vec<String> =
@@ -188,11 +201,79 @@ impl Shared {
             verdict = outcome::judge_coverage(verdict, &evidence);
         }
         let id = TrialIdentity { spec, config: ctx.config(), manifest, run_id: &self.run_id };
-        let result = TrialResult::new(id, &execution, &verdict, merged, perf);
+        let mut result = TrialResult::new(id, &execution, &verdict, merged, perf);
+        result.cases = cases;
+        if verdict.status == Status::Failed && ctx.rerun_failed {
+            result.rerun = self.rerun(spec, manifest, &slots).map(Box::new);
+        }
         self.results.record(&result, manifest, self.run_info()).map_err(fail)?;
         match result.failure_message(&output) {
             None => Ok(()),
             Some(message) => Err(Failed::from(message)),
+        }
+    }
+}
+
+impl Shared {
+    /// A failed upstream trial once more, with its `rerun_env_variables`, for
+    /// diagnostics (upstream's `--rerun-failed`). Its profiles go to a folder
+    /// of their own and are not merged: the verdict is the first attempt's.
+    fn rerun(&self, spec: &TrialSpec, manifest: &BuildManifest, slots: &Slots) -> Option<Rerun> {
+        let ctx = &self.ctx;
+        let ws = &ctx.workspace;
+        let say = |e: Error| eprintln!("ccl-coverage: {}: the rerun did not run: {e}", spec.name);
+        let run = || -> Result<Option<Rerun>, Error> {
+            let _held = slots.acquire(spec.ranks)?;
+            let profile_dir = ws.trial_quarantine(&spec.slug).join("rerun");
+            ws.clear(Area::Quarantine, &profile_dir)?;
+            ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;
+            let Some(launch) = launch::prepare_rerun(ctx, manifest, spec, &profile_dir)? else { return Ok(None) };
+            eprintln!("ccl-coverage: {} failed: running it once more with its rerun_env_variables", spec.name);
+            let log = ws.trial_rerun_log(&spec.slug);
+            let execution = run::execute(launch, &log, &ctx.supervisor, ctx.heartbeat, &|_| {})?;
+            let output = std::fs::read_to_string(&log).unwrap_or_default();
+            let (verdict, cases, _) = judge(spec, &execution, &output);
+            Ok(Some(Rerun::new(&execution, &verdict, cases)))
+        };
+        run().unwrap_or_else(|e| {
+            say(e);
+            None
+        })
+    }
+}
+
+/// The verdict of a trial's run by its kind, the test cases it ran, and its
+/// perf table (empty unless it is a perf binary).
+fn judge(spec: &TrialSpec, execution: &run::Execution, output: &str) -> (Verdict, Vec<Case>, PerfReport) {
+    let launch = &execution.launch;
+    let reports = |ext: &str| -> Vec<String> {
+        let Some(dir) = &launch.cases_dir else { return Vec::new() };
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == ext))
+            .collect();
+        files.sort();
+        files.iter().filter_map(|p| std::fs::read_to_string(p).ok()).collect()
+    };
+    match launch.kind {
+        TrialKind::Perf => {
+            let perf = perf::parse(output);
+            (outcome::judge(&execution.finished, &perf, launch.timeout), Vec::new(), perf)
+        }
+        TrialKind::Gtest => {
+            let filter = spec.upstream().and_then(|u| u.test.test_filter.as_deref());
+            let (v, cases) =
+                outcome::judge_gtest(&execution.finished, &reports("json"), output, filter, launch.timeout);
+            (v, cases, PerfReport::default())
+        }
+        TrialKind::Pytest => {
+            let junit = reports("xml");
+            let (v, cases) =
+                outcome::judge_pytest(&execution.finished, junit.first().map(String::as_str), launch.timeout);
+            (v, cases, PerfReport::default())
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `CCL_COV_DRY_RUN=1`: resolve everything, build and run nothing, and print
 //! what would happen: the toolchain, the device-coverage decision, the build
 //! commands, and per selected trial its argv, added environment, working
-//! directory and timeout.
+//! directory and timeout. `CCL_COV_DRY_RUN=json` prints the same as one JSON
+//! document.
 
 use crate::context::Context;
 use crate::error::Result;
@@ -11,18 +12,22 @@ use crate::plan::TrialSpec;
 use crate::process::shell_quote;
 use crate::redact;
 use libtest_mimic::{Arguments, Trial};
+use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
 pub fn print(ctx: &Context, specs: &[TrialSpec], args: &Arguments) -> ExitCode {
+    // Trials the plan ignored for a reason are shown with it; others only
+    // when selected.
     let selected: Vec<&TrialSpec> = specs
         .iter()
         .filter(|spec| {
             let trial = Trial::test(spec.name.clone(), || Ok(())).with_ignored_flag(spec.ignored);
-            !args.is_filtered_out(&trial) && !args.is_ignored(&trial)
+            !args.is_filtered_out(&trial) && (!args.is_ignored(&trial) || spec.ignore_reason.is_some())
         })
         .collect();
-    match render(ctx, &selected) {
+    let rendered = if ctx.dry_run_json { render_json(ctx, &selected) } else { render(ctx, &selected) };
+    match rendered {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS
@@ -69,13 +74,25 @@ pub fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
         }
     }
     let _ = writeln!(w, "  test binaries: {}", manifest.bin_dir.display());
+    if let Some(run) = &ctx.config().upstream {
+        let _ = writeln!(w, "upstream config: {} (overlay {})", run.path.display(), run.overlay.display());
+        for warning in &run.resolved.warnings {
+            let _ = writeln!(w, "warning: {warning}");
+        }
+    }
     let _ = writeln!(w, "trials: {}", selected.len());
     for spec in selected {
+        if let Some(why) = &spec.ignore_reason {
+            let _ = writeln!(w, "trial {} ignored: {why}", spec.name);
+            continue;
+        }
         let profile_dir = ctx.workspace.trial_profiles(&spec.slug);
         let launch = launch::prepare(ctx, &manifest, spec, &profile_dir, None)?;
+        let kind = if spec.upstream().is_some() { format!("{}, ", launch.kind.as_str()) } else { String::new() };
+        let capped = if spec.capped() { " (upstream: no limit; the overlay's cap)" } else { "" };
         let _ = writeln!(
             w,
-            "trial {} ({} ranks, launcher {}, timeout {}s, grace {}s)",
+            "trial {} ({kind}{} ranks, launcher {}, timeout {}s{capped}, grace {}s)",
             spec.name,
             spec.ranks,
             spec.launcher,
@@ -92,4 +109,97 @@ pub fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
         let _ = writeln!(w, "  cwd: {}", launch.cmd.get_cwd().map(|p| p.display().to_string()).unwrap_or_default());
     }
     Ok(out)
+}
+
+/// The dry run as one JSON document: the same content as [`render`].
+pub fn render_json(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
+    let plan = BuildPlan::new(ctx)?;
+    let manifest = plan.planned_manifest(ctx)?;
+    let tc = &manifest.toolchain;
+    let tool = |t: &crate::toolchain::Tool| json!({"path": t.path, "version": t.version});
+    let steps: Vec<Value> =
+        manifest.steps.iter().map(|s| json!({"name": s.name, "command": redact::shell_line(&s.command)})).collect();
+    let mut device_objects = Vec::new();
+    if manifest.device.enabled {
+        for pattern in &ctx.config().coverage.device.objects {
+            device_objects.push(plan.vars.render(pattern)?);
+        }
+    }
+    let mut trials = Vec::new();
+    for spec in selected {
+        let upstream = spec.upstream();
+        let mut t = json!({
+            "name": spec.name,
+            "kind": upstream.map_or("perf", |u| match u.test.kind {
+                crate::upstream::Kind::Gtest => "gtest",
+                crate::upstream::Kind::Perf => "perf",
+                crate::upstream::Kind::Pytest => "pytest",
+            }),
+            "ranks": spec.ranks,
+            "nodes": upstream.map_or(1, |u| u.nodes),
+            "gpus": upstream.map(|u| u.gpus),
+            "launcher": spec.launcher,
+            "ignored": spec.ignored,
+            "ignore_reason": spec.ignore_reason,
+            "timeout_s": spec.timeout(ctx.config(), manifest.device.enabled).as_secs(),
+            "timeout_capped": spec.capped(),
+            "argv": Value::Null,
+            "env": Value::Null,
+            "env_removed": Value::Null,
+            "cwd": Value::Null,
+        });
+        if spec.ignore_reason.is_none() {
+            let profile_dir = ctx.workspace.trial_profiles(&spec.slug);
+            let launch = launch::prepare(ctx, &manifest, spec, &profile_dir, None)?;
+            let env: serde_json::Map<String, Value> = launch
+                .env
+                .iter()
+                .filter(|(k, _)| k != crate::env_names::TRIAL_TOKEN)
+                .map(|(k, v)| (k.clone(), Value::String(redact::value(k, v))))
+                .collect();
+            t["argv"] = json!(launch.cmd.argv_redacted());
+            t["env"] = Value::Object(env);
+            t["env_removed"] = json!([crate::env_names::PROFILE_INIT_ONCE]);
+            t["cwd"] = json!(launch.cmd.get_cwd());
+            t["timeout_s"] = json!(launch.timeout.as_secs());
+            t["grace_s"] = json!(launch.grace.as_secs());
+        }
+        trials.push(t);
+    }
+    let upstream = ctx.config().upstream.as_ref().map(|run| {
+        json!({
+            "config": run.path,
+            "overlay": run.overlay,
+            "warnings": run.resolved.warnings,
+        })
+    });
+    let doc = json!({
+        "config": {"name": ctx.config().name.as_str(), "path": ctx.loaded.path, "upstream": upstream},
+        "workspace": ctx.workspace.root(),
+        "toolchain": {
+            "compiler": tool(&tc.cxx),
+            "llvm_profdata": tool(&tc.llvm_profdata),
+            "llvm_cov": tool(&tc.llvm_cov),
+        },
+        "device": {
+            "enabled": manifest.device.enabled,
+            "summary": manifest.device.summary(),
+            "objects": device_objects,
+        },
+        "build": {
+            "id": manifest.build_id,
+            "dir": manifest.build_dir,
+            "cached": plan.is_cached(),
+            "coverage_flags": manifest.coverage_flags,
+            "coverage_link_flags": manifest.coverage_link_flags,
+            "steps": steps,
+            "existing_build": manifest.existing_build,
+            "objects": manifest.objects.iter().map(|o| &o.path).collect::<Vec<_>>(),
+            "test_binaries": manifest.bin_dir,
+        },
+        "trials": trials,
+    });
+    let mut text = serde_json::to_string_pretty(&doc).map_err(|e| crate::error::Error::new(format!("dry run: {e}")))?;
+    text.push('\n');
+    Ok(text)
 }

@@ -5,10 +5,12 @@
 //! This is the first part of issue 11 (`CCL_COV_CONFIG=<a test_runner
 //! config>` works unchanged): a pure module — text, path and an environment
 //! lookup in, a [`Resolved`] model and its warnings out; nothing is read from
-//! the file system or the process. It is used by its tests now; the plan
-//! (one trial per [`Test`], ignored by [`Test::ignore_reason`]), the launcher
-//! (argv, env, `mpi_args`, cwd) and the build (`build`, `rccl_tests_build`)
-//! will use it when the format is wired into the harness.
+//! the file system or the process. `config/overlay.rs` combines it with
+//! ccl-coverage's overlay; the plan makes one trial per [`Test`] (ignored by
+//! [`Test::ignore_reason`]) and the launcher its argv, env, `mpi_args` and
+//! cwd. The build sections (`build`, `rccl_tests_build`) are resolved but not
+//! used yet: the overlay's `library`/`tests` steps (or its existing builds)
+//! say how the library and the tests are built.
 //!
 //! The rules follow upstream's code (`lib/test_config.py`,
 //! `lib/test_executor.py`, `lib/schema.json`, `test_runner.py`); each
