@@ -20,6 +20,7 @@ pub mod harness;
 pub mod host;
 pub mod interrupt;
 pub mod launch;
+pub mod mpi;
 pub mod objects;
 pub mod outcome;
 pub mod perf;
