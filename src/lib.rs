@@ -9,6 +9,7 @@
 //! outcome/perf → results; then profiles → report. `harness` wires them into
 //! the two test binaries.
 
+pub mod allocation;
 pub mod config;
 pub mod context;
 pub mod device;

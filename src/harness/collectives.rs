@@ -3,6 +3,7 @@
 //! reuses) it, every other trial waits for it, and a failed build fails every
 //! trial with the build's own error.
 
+use crate::allocation::Allocation;
 use crate::config::LauncherKind;
 use crate::context::Context;
 use crate::error::Error;
@@ -18,7 +19,7 @@ use crate::results::{RunInfo, RunWriter, TrialIdentity, TrialResult};
 use crate::run;
 use crate::slots::Slots;
 use crate::workspace::Area;
-use libtest_mimic::{Arguments, Failed, Trial};
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 
@@ -27,6 +28,8 @@ struct Shared {
     run_id: String,
     fixture: OnceLock<Result<BuildManifest, Error>>,
     info: OnceLock<RunInfo>,
+    /// The hostfile's or Slurm allocation's nodes, read once.
+    allocation: OnceLock<Result<Option<Allocation>, Error>>,
     results: RunWriter,
 }
 
@@ -61,13 +64,14 @@ pub fn main_with(args: Arguments) -> ExitCode {
         ctx,
         fixture: OnceLock::new(),
         info: OnceLock::new(),
+        allocation: OnceLock::new(),
     });
     let trials = specs
         .into_iter()
         .map(|spec| {
             let shared = shared.clone();
             let ignored = spec.ignored;
-            Trial::test(spec.name.clone(), move || shared.run_trial(&spec)).with_ignored_flag(ignored)
+            Trial::ignorable_test(spec.name.clone(), move || shared.run_trial(&spec)).with_ignored_flag(ignored)
         })
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
@@ -130,8 +134,26 @@ impl Shared {
         })
     }
 
-    fn run_trial(&self, spec: &TrialSpec) -> Result<(), Failed> {
+    /// Why a launched trial cannot run in the allocation (hostfile, Slurm),
+    /// or `None`: it fits, there is none, or it runs as one process here.
+    fn misfit(&self, spec: &TrialSpec) -> Result<Option<String>, Failed> {
+        let launcher = spec.launcher(self.ctx.config());
+        if launcher.kind == LauncherKind::Direct {
+            return Ok(None);
+        }
+        let allocation = self.allocation.get_or_init(|| Allocation::detect(&crate::config::process_env));
+        match allocation {
+            Ok(allocation) => Ok(allocation.as_ref().and_then(|a| a.misfit(launcher.nodes, spec.ranks))),
+            Err(e) => Err(Failed::from(e.to_string())),
+        }
+    }
+
+    fn run_trial(&self, spec: &TrialSpec) -> Result<Completion, Failed> {
         not_interrupted()?;
+        if let Some(reason) = self.misfit(spec)? {
+            eprintln!("ccl-coverage: {} ignored: {reason}", spec.name);
+            return Ok(Completion::ignored_with(reason));
+        }
         let manifest = self.fixture()?;
         let ctx = &self.ctx;
         let ws = &ctx.workspace;
@@ -191,7 +213,7 @@ impl Shared {
         let result = TrialResult::new(id, &execution, &verdict, merged, perf);
         self.results.record(&result, manifest, self.run_info()).map_err(fail)?;
         match result.failure_message(&output) {
-            None => Ok(()),
+            None => Ok(Completion::Completed),
             Some(message) => Err(Failed::from(message)),
         }
     }
