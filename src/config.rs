@@ -61,6 +61,10 @@ pub mod limits {
     pub const TIMEOUT_SECONDS: Bound = Bound { min: 1, max: 7 * 24 * 3600, unit: "seconds, at most 7 days" };
     /// `timeouts.grace`: SIGTERM to SIGKILL.
     pub const GRACE_SECONDS: Bound = Bound { min: 0, max: 3600, unit: "seconds, at most 1 hour" };
+    /// `launchers.*.nodes`: nodes one trial spans.
+    pub const NODES: Bound = Bound { min: 1, max: 4096, unit: "nodes" };
+    /// `launchers.*.gpus_per_task`.
+    pub const GPUS_PER_TASK: Bound = Bound { min: 0, max: 64, unit: "GPUs per rank" };
     /// `iterations.iters` (`-n`).
     pub const ITERS: Bound = Bound { min: 1, max: 1_000_000, unit: "iterations" };
     /// `iterations.warmup` (`-w`).
@@ -137,6 +141,8 @@ bounded_fields! {
     grace_seconds: u64 = limits::GRACE_SECONDS;
     iters: u32 = limits::ITERS;
     warmup: u32 = limits::WARMUP;
+    nodes: usize = limits::NODES;
+    gpus_per_task: usize = limits::GPUS_PER_TASK;
 }
 
 fn optional_ranks<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
@@ -445,11 +451,15 @@ pub enum LauncherKind {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MpiFlavor {
-    /// Open MPI: `-x NAME` forwards a variable; root needs `--allow-run-as-root`.
+    /// Open MPI: `-x NAME` forwards a variable; root needs `--allow-run-as-root`;
+    /// under srun `--mpi=pmix`.
     #[default]
     Openmpi,
-    /// MPICH/Hydra: `-genv NAME VALUE`.
+    /// MPICH/Hydra: `-genv NAME VALUE`; under srun `--mpi=pmi2`.
     Mpich,
+    /// `mpirun`: read from the launcher program's `--version` when a trial
+    /// starts (`mpi.rs`); `srun`: no `--mpi=`, the cluster's `MpiDefault`.
+    Auto,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -463,6 +473,10 @@ pub struct LauncherConfig {
     pub args: Vec<TrialTemplate>,
     /// Appended to the test binary's arguments (`-t {ranks}`, `-g 1`).
     pub program_args: Vec<TrialTemplate>,
+    /// Nodes a trial of this launcher spans (srun `--nodes`); 1 by default.
+    pub nodes: usize,
+    /// GPUs each rank needs (srun `--gpus-per-task`); 0 (none) by default.
+    pub gpus_per_task: usize,
 }
 
 /// A [`LauncherConfig`] before its kind and its fields are checked together.
@@ -478,6 +492,14 @@ struct LauncherFields {
     args: Vec<TrialTemplate>,
     #[serde(default)]
     program_args: Vec<TrialTemplate>,
+    #[serde(default = "one_node", deserialize_with = "nodes")]
+    nodes: usize,
+    #[serde(default, deserialize_with = "gpus_per_task")]
+    gpus_per_task: usize,
+}
+
+fn one_node() -> usize {
+    1
 }
 
 impl TryFrom<LauncherFields> for LauncherConfig {
@@ -489,8 +511,11 @@ impl TryFrom<LauncherFields> for LauncherConfig {
                 "a direct launcher runs the test binary itself: it takes no program or args (use program_args)",
             );
         }
-        let LauncherFields { kind, program, flavor, args, program_args } = f;
-        Ok(LauncherConfig { kind, program, flavor, args, program_args })
+        if f.kind == LauncherKind::Direct && (f.nodes != 1 || f.gpus_per_task != 0) {
+            return Err("a direct launcher runs on this node only: it takes no nodes or gpus_per_task");
+        }
+        let LauncherFields { kind, program, flavor, args, program_args, nodes, gpus_per_task } = f;
+        Ok(LauncherConfig { kind, program, flavor, args, program_args, nodes, gpus_per_task })
     }
 }
 

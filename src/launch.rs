@@ -97,6 +97,7 @@ fn prepare_matrix(
     let Some(launcher) = spec.launcher(config) else {
         bail!("trial {}: unknown launcher {}", spec.name, spec.launcher)
     };
+    let launcher = &*crate::mpi::resolve(launcher)?;
 
     let binary = {
         let b = Path::new(&collective.binary);
@@ -274,7 +275,8 @@ fn ld_library_path(run: &crate::config::UpstreamRun, manifest: &BuildManifest, t
 /// The argv of one trial: the test binary itself, or a launcher that starts
 /// `ranks` copies of it and forwards the trial's environment to them (Open
 /// MPI `-x NAME` takes the value from mpirun's own environment; MPICH/Hydra
-/// needs `-genv NAME VALUE`; srun forwards everything by default).
+/// needs `-genv NAME VALUE`; srun forwards everything with `--export=ALL`).
+/// An `auto` flavour is resolved before this ([`crate::mpi::resolve`]).
 pub fn command_line(
     launcher: &LauncherConfig,
     launcher_args: &[String],
@@ -288,7 +290,7 @@ pub fn command_line(
     match launcher.kind {
         LauncherKind::Direct => {}
         LauncherKind::Mpirun => {
-            argv.push(launcher.program.clone().unwrap_or_else(|| "mpirun".into()));
+            argv.push(crate::mpi::program(launcher).to_string());
             if launcher.flavor == MpiFlavor::Openmpi && root {
                 argv.push("--allow-run-as-root".into());
             }
@@ -296,14 +298,21 @@ pub fn command_line(
             argv.extend(launcher_args.iter().cloned());
             for (k, v) in env {
                 match launcher.flavor {
-                    MpiFlavor::Openmpi => argv.extend(["-x".into(), k.clone()]),
+                    MpiFlavor::Openmpi | MpiFlavor::Auto => argv.extend(["-x".into(), k.clone()]),
                     MpiFlavor::Mpich => argv.extend(["-genv".into(), k.clone(), v.clone()]),
                 }
             }
         }
         LauncherKind::Srun => {
-            argv.push(launcher.program.clone().unwrap_or_else(|| "srun".into()));
-            argv.extend(["--ntasks".into(), ranks.to_string()]);
+            argv.push(crate::mpi::program(launcher).to_string());
+            argv.extend(["--ntasks".into(), ranks.to_string(), "--nodes".into(), launcher.nodes.to_string()]);
+            if launcher.gpus_per_task > 0 {
+                argv.push(format!("--gpus-per-task={}", launcher.gpus_per_task));
+            }
+            argv.extend(crate::mpi::srun_plugin(launcher.flavor).map(|p| format!("--mpi={p}")));
+            // --immediate: a request the cluster cannot meet fails at once
+            // instead of queueing forever.
+            argv.extend(["--immediate".into(), "--export=ALL".into()]);
             argv.extend(launcher_args.iter().cloned());
         }
     }
@@ -350,7 +359,15 @@ mod tests {
     use super::*;
 
     fn launcher(kind: LauncherKind, flavor: MpiFlavor) -> LauncherConfig {
-        LauncherConfig { kind, program: None, flavor, args: Vec::new(), program_args: Vec::new() }
+        LauncherConfig {
+            kind,
+            program: None,
+            flavor,
+            args: Vec::new(),
+            program_args: Vec::new(),
+            nodes: 1,
+            gpus_per_task: 0,
+        }
     }
 
     fn env() -> Vec<(String, String)> {
@@ -421,10 +438,15 @@ mod tests {
     fn srun_and_direct() {
         let srun =
             LauncherConfig { program: Some("/slurm/srun".into()), ..launcher(LauncherKind::Srun, MpiFlavor::Openmpi) };
+        let srun_argv = |s: &LauncherConfig| argv(s, true).join(" ");
         assert_eq!(
-            argv(&srun, true),
-            ["/slurm/srun", "--ntasks", "8", "--bind-to", "none", "/b/all_reduce_perf", "-g", "1"]
+            srun_argv(&srun),
+            "/slurm/srun --ntasks 8 --nodes 1 --mpi=pmix --immediate --export=ALL --bind-to none /b/all_reduce_perf -g 1"
         );
+        let mpich = LauncherConfig { nodes: 2, gpus_per_task: 1, flavor: MpiFlavor::Mpich, ..srun.clone() };
+        assert!(srun_argv(&mpich).starts_with("/slurm/srun --ntasks 8 --nodes 2 --gpus-per-task=1 --mpi=pmi2 "));
+        let auto = LauncherConfig { flavor: MpiFlavor::Auto, ..srun };
+        assert!(!srun_argv(&auto).contains("--mpi"), "{}", srun_argv(&auto));
         let direct = launcher(LauncherKind::Direct, MpiFlavor::Openmpi);
         assert_eq!(
             command_line(&direct, &[], 4, &env(), "/b/x", &["-t".into(), "4".into()], true),

@@ -9,6 +9,7 @@
 //! outcome/perf → results; then profiles → report. `harness` wires them into
 //! the two test binaries.
 
+pub mod allocation;
 pub mod config;
 pub mod context;
 pub mod device;
@@ -20,6 +21,7 @@ pub mod harness;
 pub mod host;
 pub mod interrupt;
 pub mod launch;
+pub mod mpi;
 pub mod objects;
 pub mod outcome;
 pub mod perf;

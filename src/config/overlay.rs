@@ -157,6 +157,8 @@ pub fn load_upstream(
         flavor: MpiFlavor::Openmpi,
         args: Vec::new(),
         program_args: Vec::new(),
+        nodes: 1,
+        gpus_per_task: 0,
     };
     let mpirun = upstream_mpirun(&resolved);
     launchers.insert(key("direct")?, plain.clone());

@@ -3,6 +3,7 @@
 //! reuses) it, every other trial waits for it, and a failed build fails every
 //! trial with the build's own error.
 
+use crate::allocation::Allocation;
 use crate::config::LauncherKind;
 use crate::context::Context;
 use crate::error::Error;
@@ -18,7 +19,7 @@ use crate::results::{Rerun, RunInfo, RunWriter, TrialIdentity, TrialResult};
 use crate::run;
 use crate::slots::Slots;
 use crate::workspace::Area;
-use libtest_mimic::{Arguments, Failed, Trial};
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 
@@ -27,6 +28,8 @@ struct Shared {
     run_id: String,
     fixture: OnceLock<Result<BuildManifest, Error>>,
     info: OnceLock<RunInfo>,
+    /// The hostfile's or Slurm allocation's nodes, read once.
+    allocation: OnceLock<Result<Option<Allocation>, Error>>,
     results: RunWriter,
 }
 
@@ -67,6 +70,7 @@ pub fn main_with(args: Arguments) -> ExitCode {
         ctx,
         fixture: OnceLock::new(),
         info: OnceLock::new(),
+        allocation: OnceLock::new(),
     });
     let trials = specs
         .into_iter()
@@ -75,7 +79,7 @@ pub fn main_with(args: Arguments) -> ExitCode {
             let ignored = spec.ignored;
             let reason = spec.ignore_reason.clone();
             let name = spec.name.clone();
-            let trial = Trial::test(name.clone(), move || shared.run_trial(&spec)).with_ignored_flag(ignored);
+            let trial = Trial::ignorable_test(name.clone(), move || shared.run_trial(&spec)).with_ignored_flag(ignored);
             if let Some(why) = reason.filter(|_| !args.list && !args.is_filtered_out(&trial)) {
                 eprintln!("ccl-coverage: {name} is ignored: {why}");
             }
@@ -142,8 +146,26 @@ impl Shared {
         })
     }
 
-    fn run_trial(&self, spec: &TrialSpec) -> Result<(), Failed> {
+    /// Why a launched trial cannot run in the allocation (hostfile, Slurm),
+    /// or `None`: it fits, there is none, or it runs as one process here.
+    fn misfit(&self, spec: &TrialSpec) -> Result<Option<String>, Failed> {
+        let Some(launcher) = spec.launcher(self.ctx.config()) else { return Ok(None) };
+        if launcher.kind == LauncherKind::Direct {
+            return Ok(None);
+        }
+        let allocation = self.allocation.get_or_init(|| Allocation::detect(&crate::config::process_env));
+        match allocation {
+            Ok(allocation) => Ok(allocation.as_ref().and_then(|a| a.misfit(launcher.nodes, spec.ranks))),
+            Err(e) => Err(Failed::from(e.to_string())),
+        }
+    }
+
+    fn run_trial(&self, spec: &TrialSpec) -> Result<Completion, Failed> {
         not_interrupted()?;
+        if let Some(reason) = self.misfit(spec)? {
+            eprintln!("ccl-coverage: {} ignored: {reason}", spec.name);
+            return Ok(Completion::ignored_with(reason));
+        }
         let manifest = self.fixture()?;
         let ctx = &self.ctx;
         let ws = &ctx.workspace;
@@ -208,7 +230,7 @@ impl Shared {
         }
         self.results.record(&result, manifest, self.run_info()).map_err(fail)?;
         match result.failure_message(&output) {
-            None => Ok(()),
+            None => Ok(Completion::Completed),
             Some(message) => Err(Failed::from(message)),
         }
     }
