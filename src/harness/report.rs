@@ -454,12 +454,13 @@ impl Shared {
         let a = self.attributed(merged)?;
         let dir = self.report_dir();
         let attribution = Attribution::new(&a.all, &a.trials);
-        let write = |name: &str, value: &dyn erased::Json| {
-            workspace::write_atomic(&dir.join(name), value.json().as_bytes())
+        let write = |name: &str, json: String| {
+            workspace::write_atomic(&dir.join(name), json.as_bytes())
                 .map_err(|e| failed(&format!("writing {name}"), &e))
         };
-        write("attribution.json", &attribution)?;
-        write("trials.json", &a.summaries)?;
+        // One line: at ~800 trials the ranges would be mostly indentation.
+        write("attribution.json", serde_json::to_string(&attribution).expect("attribution serializes"))?;
+        write("trials.json", serde_json::to_string_pretty(&a.summaries).expect("trials serialize"))?;
         let pages_dir = dir.join("attribution");
         workspace::create_dir(&pages_dir).map_err(|e| failed("creating report/attribution", &e))?;
         let pages = attribution::html_pages(&attribution, &|f| std::fs::read_to_string(f).ok(), &|f| {
@@ -607,17 +608,4 @@ fn check_union(all: &Lcov, trials: &[TrialCoverage]) -> Result<(), Error> {
         only_trials.join(", "),
         only_merged.join(", ")
     )))
-}
-
-/// Pretty JSON of the report's records.
-mod erased {
-    pub trait Json {
-        fn json(&self) -> String;
-    }
-
-    impl<T: serde::Serialize> Json for T {
-        fn json(&self) -> String {
-            serde_json::to_string_pretty(self).expect("report records serialize")
-        }
-    }
 }
