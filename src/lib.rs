@@ -6,13 +6,16 @@
 //!
 //! The modules follow the data flow:
 //! config → plan → toolchain/device → fixture (build) → launch → run →
-//! outcome/perf → results; then profiles → report. `harness` wires them into
-//! the two test binaries.
+//! outcome/perf → results; then profiles → report → attribution →
+//! minimal_suite → diff_coverage. `harness` wires them into the two test
+//! binaries.
 
 pub mod allocation;
+pub mod attribution;
 pub mod config;
 pub mod context;
 pub mod device;
+pub mod diff_coverage;
 pub mod env_names;
 pub mod error;
 pub mod expand;
@@ -21,6 +24,7 @@ pub mod harness;
 pub mod host;
 pub mod interrupt;
 pub mod launch;
+pub mod minimal_suite;
 pub mod mpi;
 pub mod objects;
 pub mod outcome;

@@ -55,6 +55,21 @@ impl ReportInputs {
         ReportInputs { objects, ..self.clone() }
     }
 
+    /// The same report over another profile (one trial's).
+    pub fn with_profdata(&self, profdata: PathBuf) -> ReportInputs {
+        ReportInputs { profdata, ..self.clone() }
+    }
+
+    /// `llvm-cov export -format=lcov`, as text.
+    pub fn lcov_text(&self) -> Result<String> {
+        self.cmd("export").arg("-format=lcov").read()
+    }
+
+    /// `llvm-cov export -summary-only`, as text.
+    pub fn summary_text(&self) -> Result<String> {
+        self.cmd("export").arg("-summary-only").read()
+    }
+
     /// `llvm-cov <subcommand> -instr-profile=P <obj0> -object <obj1> ... [-ignore-filename-regex=R]`.
     fn cmd(&self, subcommand: &str) -> Cmd {
         let mut cmd =
@@ -73,7 +88,7 @@ impl ReportInputs {
 
     /// `llvm-cov export -summary-only`: the machine-readable totals.
     pub fn summary_json(&self, out: &Path) -> Result<String> {
-        let text = self.cmd("export").arg("-summary-only").read()?;
+        let text = self.summary_text()?;
         workspace::write_atomic(out, text.as_bytes())?;
         Ok(text)
     }
@@ -85,7 +100,7 @@ impl ReportInputs {
     }
 
     pub fn lcov(&self, out: &Path) -> Result<()> {
-        let text = self.cmd("export").arg("-format=lcov").read()?;
+        let text = self.lcov_text()?;
         workspace::write_atomic(out, text.as_bytes())
     }
 
@@ -333,7 +348,21 @@ pub struct ReportMeta {
     #[serde(default)]
     pub device_counters_lost: Vec<String>,
     pub exited_0_without_profile: Vec<String>,
+    /// The report's own pages and files beside llvm-cov's, by what they hold.
+    #[serde(default)]
+    pub pages: std::collections::BTreeMap<String, String>,
 }
+
+/// What `meta.json` lists under `pages`: written by the attribution,
+/// minimal-suite, diff and baseline steps (the last two only when asked for).
+const PAGES: [(&str, &str); 6] = [
+    ("attribution_html", "attribution/index.html"),
+    ("attribution", "attribution.json"),
+    ("trials", "trials.json"),
+    ("minimal_suite", "minimal-suite.json"),
+    ("diff (CCL_COV_DIFF_BASE)", "diff.md"),
+    ("baseline (CCL_COV_BASELINE)", "baseline.md"),
+];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MetaTrial {
@@ -363,6 +392,7 @@ impl ReportMeta {
             no_coverage_from: health.no_coverage.clone(),
             device_counters_lost: health.device_counters_lost.clone(),
             exited_0_without_profile: health.no_profile.clone(),
+            pages: PAGES.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect(),
         }
     }
 }
@@ -523,6 +553,7 @@ mod tests {
         assert_eq!(v["trials"], json!([{"trial": "A::1K::a", "run_id": "r1", "status": "PASSED"}]));
         assert_eq!(v["missing"], json!(["x"]));
         assert_eq!(v["device_counters_lost"], json!([]));
+        assert_eq!(v["pages"]["attribution_html"], "attribution/index.html");
         let health = Health { device_counters_lost: vec!["A::1G (killed)".into()], ..Health::default() };
         let v =
             serde_json::to_value(ReportMeta::new(&crate::fixture::test_manifest("b1"), &results, 7, &health)).unwrap();

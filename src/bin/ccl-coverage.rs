@@ -2,6 +2,8 @@
 //! `ccl-coverage report [libtest args]` run exactly what the `collectives` and
 //! `coverage_report` test binaries run. For machines that have the checkout
 //! but no Rust toolchain, and for the crate's own end-to-end tests.
+//! `ccl-coverage who-covers FILE:LINE` names the trials that executed a line,
+//! from the last report's `attribution.json`.
 
 use libtest_mimic::Arguments;
 use std::process::ExitCode;
@@ -16,8 +18,11 @@ fn main() -> ExitCode {
     match command.as_str() {
         "collectives" => ccl_coverage::harness::collectives::main_with(Arguments::from_iter(args)),
         "report" => ccl_coverage::harness::report::main_with(Arguments::from_iter(args)),
+        "who-covers" => ccl_coverage::harness::who_covers::main(&args[1..]),
         _ => {
-            eprintln!("usage: ccl-coverage <collectives|report> [libtest arguments, e.g. --list, --exact NAME]");
+            eprintln!(
+                "usage: ccl-coverage <collectives|report> [libtest arguments, e.g. --list, --exact NAME]\n       ccl-coverage who-covers FILE:LINE"
+            );
             ExitCode::from(2)
         }
     }

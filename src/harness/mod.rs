@@ -5,6 +5,7 @@
 pub mod collectives;
 pub mod dry_run;
 pub mod report;
+pub mod who_covers;
 
 use crate::context::Context;
 use crate::error::Result;

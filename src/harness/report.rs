@@ -5,10 +5,13 @@
 //! survives next to a new one, and every report says which build and runs it
 //! came from.
 
+use crate::attribution::{self, Attribution, Lcov, TrialCoverage, TrialSummary};
 use crate::config::process_env;
 use crate::context::Context;
+use crate::diff_coverage;
 use crate::error::Error;
 use crate::fixture::BuildManifest;
+use crate::minimal_suite;
 use crate::plan;
 use crate::profiles;
 use crate::report::{self, Health, ReportInputs, ReportMeta};
@@ -16,7 +19,7 @@ use crate::results::{self, TrialResult};
 use crate::workspace::{self, Area};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
@@ -26,6 +29,14 @@ struct Shared {
     merged: OnceLock<Result<Merge, Error>>,
     summary: OnceLock<Result<Summary, Error>>,
     lcov: OnceLock<Result<PathBuf, Error>>,
+    attributed: OnceLock<Result<Attributed, Error>>,
+}
+
+/// The merged report's lcov and each trial's coverage on its own.
+struct Attributed {
+    all: Lcov,
+    trials: Vec<TrialCoverage>,
+    summaries: Vec<TrialSummary>,
 }
 
 enum Merge {
@@ -73,8 +84,14 @@ pub fn main_with(args: Arguments) -> ExitCode {
             Err(code) => return code,
         }
     };
-    let shared = Arc::new(Shared { ctx, merged: OnceLock::new(), summary: OnceLock::new(), lcov: OnceLock::new() });
-    let steps: [(&str, Step); 12] = [
+    let shared = Arc::new(Shared {
+        ctx,
+        merged: OnceLock::new(),
+        summary: OnceLock::new(),
+        lcov: OnceLock::new(),
+        attributed: OnceLock::new(),
+    });
+    let steps: [(&str, Step); 16] = [
         ("report::merge", |_, _| Ok(Completion::Completed)),
         ("report::profiles", Shared::health),
         ("report::summary_json", |s, _| s.summary().map(|_| Completion::Completed)),
@@ -87,6 +104,10 @@ pub fn main_with(args: Arguments) -> ExitCode {
         ("report::thresholds", Shared::thresholds),
         ("report::device_coverage", Shared::device_check),
         ("report::snapshot", Shared::snapshot),
+        ("report::attribution", |s, m| done(s.attribution_files(m))),
+        ("report::minimal_suite", |s, m| done(s.minimal_suite(m))),
+        ("report::diff", Shared::diff),
+        ("report::baseline", Shared::baseline),
     ];
     let trials = steps
         .into_iter()
@@ -256,9 +277,16 @@ impl Shared {
     /// `report/summary.md`, also appended to `$GITHUB_STEP_SUMMARY` when set.
     fn markdown(&self, merged: &Merged) -> Result<(), Failed> {
         let summary = self.summary()?;
-        let md =
+        let mut md =
             report::markdown(&self.ctx.config().name, &merged.manifest, &summary.all, &merged.results, &merged.health)
                 .map_err(|e| failed("reading the summary", &e))?;
+        match self.attributed(merged) {
+            Ok(a) => md.push_str(&attribution::markdown(&a.summaries)),
+            Err(e) => md.push_str(&format!(
+                "\nPer-trial attribution is not available: {}\n",
+                e.message().unwrap_or("see report::attribution")
+            )),
+        }
         let out = self.report_dir().join("summary.md");
         workspace::write_atomic(&out, md.as_bytes()).map_err(|e| failed("writing summary.md", &e))?;
         if let Some(step_summary) = process_env("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {
@@ -349,4 +377,235 @@ impl Shared {
         settings.bind(|| insta::assert_json_snapshot!(name, value));
         Ok(Completion::Completed)
     }
+}
+
+/// At most this many llvm-cov exports run at once (one per core).
+fn parallelism() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
+impl Shared {
+    /// Each trial's coverage: `llvm-cov export -format=lcov` and
+    /// `-summary-only` over its own profile (trials whose raw profiles were
+    /// never merged get theirs merged under `report/trials/`), run on every
+    /// core; checked against the merged report: the trials' lines together
+    /// must be exactly the lines the report covers.
+    fn attributed(&self, merged: &Merged) -> Result<&Attributed, Failed> {
+        self.attributed
+            .get_or_init(|| {
+                let lcov_path = self.lcov(merged).map_err(|f| {
+                    Error::new(f.message().unwrap_or("llvm-cov export -format=lcov failed").to_string())
+                })?;
+                let text = std::fs::read_to_string(lcov_path)
+                    .map_err(|e| Error::new(format!("cannot read {}: {e}", lcov_path.display())))?;
+                let all = attribution::parse_lcov(&text, &lcov_path.display().to_string())?;
+                let ws = &self.ctx.workspace;
+                let mut jobs = Vec::new();
+                for r in &merged.results {
+                    let profdata = profiles::trial_profdata(ws, &r.slug);
+                    if profdata.is_file() {
+                        jobs.push((r, profdata));
+                        continue;
+                    }
+                    let raw = profiles::raw_files(&ws.trial_profiles(&r.slug))?;
+                    if raw.is_empty() {
+                        continue;
+                    }
+                    let dir = self.report_dir().join("trials");
+                    workspace::create_dir(&dir)?;
+                    let out = dir.join(format!("{}.profdata", r.slug));
+                    profiles::merge(&merged.manifest.toolchain, &raw, &dir.join(format!("{}.list", r.slug)), &out)?;
+                    jobs.push((r, out));
+                }
+                let next = std::sync::atomic::AtomicUsize::new(0);
+                let outputs: Vec<Result<TrialCoverage, Error>> = std::thread::scope(|scope| {
+                    let workers: Vec<_> = (0..parallelism().min(jobs.len()).max(1))
+                        .map(|_| {
+                            scope.spawn(|| {
+                                let mut done = Vec::new();
+                                loop {
+                                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    let Some((r, profdata)) = jobs.get(i) else { break };
+                                    done.push((i, trial_coverage(&merged.inputs, r, profdata)));
+                                }
+                                done
+                            })
+                        })
+                        .collect();
+                    let mut all: Vec<(usize, Result<TrialCoverage, Error>)> =
+                        workers.into_iter().flat_map(|w| w.join().unwrap_or_default()).collect();
+                    all.sort_by_key(|(i, _)| *i);
+                    all.into_iter().map(|(_, r)| r).collect()
+                });
+                if outputs.len() != jobs.len() {
+                    return Err(Error::new("a thread exporting per-trial coverage panicked"));
+                }
+                let trials = outputs.into_iter().collect::<Result<Vec<_>, Error>>()?;
+                check_union(&all, &trials)?;
+                let summaries = attribution::trial_summaries(&trials);
+                Ok(Attributed { all, trials, summaries })
+            })
+            .as_ref()
+            .map_err(|e| failed("per-trial attribution", e))
+    }
+
+    /// `attribution.json`, `trials.json` and the pages under `attribution/`.
+    fn attribution_files(&self, merged: &Merged) -> Result<(), Failed> {
+        let a = self.attributed(merged)?;
+        let dir = self.report_dir();
+        let attribution = Attribution::new(&a.all, &a.trials);
+        let write = |name: &str, json: String| {
+            workspace::write_atomic(&dir.join(name), json.as_bytes())
+                .map_err(|e| failed(&format!("writing {name}"), &e))
+        };
+        // One line: at ~800 trials the ranges would be mostly indentation.
+        write("attribution.json", serde_json::to_string(&attribution).expect("attribution serializes"))?;
+        write("trials.json", serde_json::to_string_pretty(&a.summaries).expect("trials serialize"))?;
+        let pages_dir = dir.join("attribution");
+        workspace::create_dir(&pages_dir).map_err(|e| failed("creating report/attribution", &e))?;
+        let pages = attribution::html_pages(&attribution, &|f| std::fs::read_to_string(f).ok(), &|f| {
+            format!("../html/coverage{f}.html")
+        });
+        for (name, html) in pages {
+            workspace::write_atomic(&pages_dir.join(&name), html.as_bytes())
+                .map_err(|e| failed(&format!("writing attribution/{name}"), &e))?;
+        }
+        eprintln!("ccl-coverage: which trial covered which line: {}", pages_dir.join("index.html").display());
+        Ok(())
+    }
+
+    fn minimal_suite(&self, merged: &Merged) -> Result<(), Failed> {
+        let a = self.attributed(merged)?;
+        let plan = plan::plan(self.ctx.config());
+        let planned: Vec<minimal_suite::Planned> =
+            plan.iter().map(|t| minimal_suite::Planned { name: &t.name, ignored: t.ignored }).collect();
+        let full_s: f64 = merged.results.iter().map(|r| r.duration_s.max(0.0)).sum();
+        let suite = minimal_suite::minimal_suite(&a.trials, &planned, merged.results.len(), full_s);
+        workspace::write_atomic(
+            &self.report_dir().join("minimal-suite.json"),
+            serde_json::to_string_pretty(&suite).expect("minimal suite serializes").as_bytes(),
+        )
+        .map_err(|e| failed("writing minimal-suite.json", &e))?;
+        eprintln!(
+            "ccl-coverage: minimal equivalent suite: {} of {} trials, {:.2} of {:.2} trial-seconds: {}",
+            suite.trial_count, suite.full_suite_trials, suite.duration_s, suite.full_suite_duration_s, suite.command
+        );
+        Ok(())
+    }
+
+    /// `CCL_COV_DIFF_BASE`: changed-line coverage, failed below `CCL_COV_FAIL_UNDER_DIFF`.
+    fn diff(&self, merged: &Merged) -> Result<Completion, Failed> {
+        let Some(base) = process_env("CCL_COV_DIFF_BASE").filter(|b| !b.is_empty()) else {
+            return Ok(Completion::ignored_with(
+                "CCL_COV_DIFF_BASE is not set (give a git revision of the library's sources)",
+            ));
+        };
+        let a = self.attributed(merged)?;
+        let changes =
+            diff_coverage::git_changes(&merged.manifest.library_src, &base).map_err(|e| failed("git diff", &e))?;
+        let report = diff_coverage::diff_report(&base, &changes, &a.all);
+        let dir = self.report_dir();
+        let md = report.markdown();
+        workspace::write_atomic(
+            &dir.join("diff.json"),
+            serde_json::to_string_pretty(&report).expect("diff report serializes").as_bytes(),
+        )
+        .and_then(|()| workspace::write_atomic(&dir.join("diff.md"), md.as_bytes()))
+        .map_err(|e| failed("writing diff.json and diff.md", &e))?;
+        eprintln!("ccl-coverage: {}", md.lines().next().unwrap_or_default().trim_start_matches("### "));
+        let bar = process_env("CCL_COV_FAIL_UNDER_DIFF");
+        match diff_coverage::check_diff_bar(&report, bar.as_deref()).map_err(|e| failed("reading the bar", &e))? {
+            Some(short) => {
+                Err(Failed::from(format!("{short}; uncovered changed lines: {}", dir.join("diff.md").display())))
+            }
+            None => Ok(Completion::Completed),
+        }
+    }
+
+    /// `CCL_COV_BASELINE`: what an earlier run covered that this one does
+    /// not; failed with `CCL_COV_FAIL_ON_LOST=1` if any line was lost.
+    fn baseline(&self, merged: &Merged) -> Result<Completion, Failed> {
+        let Some(baseline) = process_env("CCL_COV_BASELINE").filter(|b| !b.is_empty()) else {
+            return Ok(Completion::ignored_with(
+                "CCL_COV_BASELINE is not set (give an earlier workspace or its report/coverage.lcov)",
+            ));
+        };
+        let a = self.attributed(merged)?;
+        let path = diff_coverage::baseline_lcov(Path::new(&baseline)).map_err(|e| failed("the baseline", &e))?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Failed::from(format!("cannot read the baseline {}: {e}", path.display())))?;
+        let before =
+            attribution::parse_lcov(&text, &path.display().to_string()).map_err(|e| failed("the baseline", &e))?;
+        let report = diff_coverage::baseline_report(&path, &before, &a.all);
+        let dir = self.report_dir();
+        let md = report.markdown();
+        workspace::write_atomic(
+            &dir.join("baseline.json"),
+            serde_json::to_string_pretty(&report).expect("baseline report serializes").as_bytes(),
+        )
+        .and_then(|()| workspace::write_atomic(&dir.join("baseline.md"), md.as_bytes()))
+        .map_err(|e| failed("writing baseline.json and baseline.md", &e))?;
+        eprintln!("ccl-coverage: {} lines lost baseline coverage (LBC) against {}", report.lost_lines, path.display());
+        let fail_on_lost =
+            process_env("CCL_COV_FAIL_ON_LOST").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("on"));
+        if fail_on_lost && report.lost_lines > 0 {
+            let files: Vec<String> = report
+                .lost_baseline_coverage
+                .iter()
+                .map(|(f, r)| format!("{f}: {}", attribution::ranges_text(r)))
+                .collect();
+            return Err(Failed::from(format!(
+                "lost baseline coverage: {} lines the baseline {} covered are not covered now (CCL_COV_FAIL_ON_LOST=1):\n    {}\n(see {})",
+                report.lost_lines,
+                path.display(),
+                files.join("\n    "),
+                dir.join("baseline.md").display()
+            )));
+        }
+        Ok(Completion::Completed)
+    }
+}
+
+/// One trial's lcov and summary over its own profile.
+fn trial_coverage(inputs: &ReportInputs, r: &TrialResult, profdata: &Path) -> Result<TrialCoverage, Error> {
+    let inputs = inputs.with_profdata(profdata.to_path_buf());
+    let lcov = attribution::parse_lcov(&inputs.lcov_text()?, &format!("llvm-cov export of {}", profdata.display()))?;
+    let mut totals = BTreeMap::new();
+    for (metric, covered, count) in report::percentages(&inputs.summary_text()?)? {
+        totals.insert(metric, (covered, count));
+    }
+    let get = |m: &str| totals.get(m).copied().unwrap_or((0, 0));
+    Ok(TrialCoverage {
+        name: r.trial.clone(),
+        slug: r.slug.clone(),
+        duration_s: r.duration_s,
+        lcov,
+        lines: get("lines"),
+        functions: get("functions"),
+        regions: get("regions"),
+    })
+}
+
+/// The trials' covered lines together must be the merged report's.
+fn check_union(all: &Lcov, trials: &[TrialCoverage]) -> Result<(), Error> {
+    let mut union: BTreeSet<(&str, u32)> = BTreeSet::new();
+    for t in trials {
+        for (file, cov) in &t.lcov.files {
+            union.extend(cov.covered_lines().map(|l| (file.as_str(), l)));
+        }
+    }
+    let merged: BTreeSet<(&str, u32)> =
+        all.files.iter().flat_map(|(f, cov)| cov.covered_lines().map(move |l| (f.as_str(), l))).collect();
+    let only_trials: Vec<String> = union.difference(&merged).take(5).map(|(f, l)| format!("{f}:{l}")).collect();
+    let only_merged: Vec<String> = merged.difference(&union).take(5).map(|(f, l)| format!("{f}:{l}")).collect();
+    if only_trials.is_empty() && only_merged.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(format!(
+        "the trials' own profiles cover {} lines, the merged profile {}; they differ (covered by a trial only: {}; by the merged profile only: {}): was a profile changed during the report?",
+        union.len(),
+        merged.len(),
+        only_trials.join(", "),
+        only_merged.join(", ")
+    )))
 }

@@ -1,0 +1,596 @@
+//! Which trial covered which line: lcov tracefiles parsed, one per trial
+//! (`llvm-cov export -format=lcov` over the trial's own `.profdata`), folded
+//! into `report/attribution.json` (per source file, line ranges that share one
+//! set of trials; each distinct set stored once, as ranges of trial indices),
+//! `report/trials.json` (what each trial covers, alone and only it) and the
+//! HTML pages under `report/attribution/`. `ccl-coverage who-covers` answers
+//! from `attribution.json` without running llvm-cov.
+//!
+//! Only lines llvm-cov instruments (lcov `DA` records) appear: comments and
+//! blank lines are never attributed.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// One lcov tracefile: per source file, the hits of every instrumented line
+/// and of every function.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Lcov {
+    pub files: BTreeMap<String, FileCoverage>,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FileCoverage {
+    /// Line number → execution count (`DA:line,count`).
+    pub lines: BTreeMap<u32, u64>,
+    /// Function name → (first line, execution count) (`FN`, `FNDA`).
+    pub functions: BTreeMap<String, (u32, u64)>,
+}
+
+impl FileCoverage {
+    pub fn covered_lines(&self) -> impl Iterator<Item = u32> + '_ {
+        self.lines.iter().filter(|(_, n)| **n > 0).map(|(l, _)| *l)
+    }
+
+    pub fn covered_functions(&self) -> impl Iterator<Item = &str> + '_ {
+        self.functions.iter().filter(|(_, (_, n))| *n > 0).map(|(f, _)| f.as_str())
+    }
+}
+
+impl Lcov {
+    /// Lines with a nonzero count, over all files.
+    pub fn covered_line_count(&self) -> usize {
+        self.files.values().map(|f| f.covered_lines().count()).sum()
+    }
+}
+
+/// Parses an lcov tracefile (`origin` names it in errors). Records of the
+/// same source file are added up; records lcov writes that are not about
+/// lines or functions (branches, totals, test names) are skipped.
+pub fn parse_lcov(text: &str, origin: &str) -> Result<Lcov> {
+    let mut lcov = Lcov::default();
+    let mut current: Option<String> = None;
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.trim_end();
+        let bad = |what: &str| Error::new(format!("{origin}:{}: {what}: {line:?}", n + 1));
+        let Some((key, value)) = line.split_once(':') else {
+            if line == "end_of_record" {
+                current = None;
+            } else if !line.is_empty() {
+                return Err(bad("not an lcov record"));
+            }
+            continue;
+        };
+        if key == "SF" {
+            lcov.files.entry(value.to_string()).or_default();
+            current = Some(value.to_string());
+            continue;
+        }
+        let file = match key {
+            "DA" | "FN" | "FNDA" => {
+                let name = current.as_ref().ok_or_else(|| bad(&format!("{key} outside a file record (no SF)")))?;
+                lcov.files.entry(name.clone()).or_default()
+            }
+            _ => continue,
+        };
+        match key {
+            "DA" => {
+                let mut parts = value.split(',');
+                let line_no = parts.next().and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| bad("bad line number"))?;
+                let count = parts.next().and_then(parse_count).ok_or_else(|| bad("bad execution count"))?;
+                let hits = file.lines.entry(line_no).or_insert(0);
+                *hits = hits.saturating_add(count);
+            }
+            "FN" => {
+                // lcov 1.x: `FN:line,name`; lcov 2.x: `FN:line,end,name`.
+                let mut parts = value.splitn(3, ',');
+                let start = parts.next().and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| bad("bad line number"))?;
+                let rest: Vec<&str> = parts.collect();
+                let name = match rest.as_slice() {
+                    [end, name] if end.parse::<u32>().is_ok() => (*name).to_string(),
+                    [name] => (*name).to_string(),
+                    [a, b] => format!("{a},{b}"),
+                    _ => return Err(bad("no function name")),
+                };
+                file.functions.entry(name).or_insert((start, 0)).0 = start;
+            }
+            _ => {
+                let (count, name) = value.split_once(',').ok_or_else(|| bad("no function name"))?;
+                let count = parse_count(count).ok_or_else(|| bad("bad execution count"))?;
+                let entry = file.functions.entry(name.to_string()).or_insert((0, 0));
+                entry.1 = entry.1.saturating_add(count);
+            }
+        }
+    }
+    Ok(lcov)
+}
+
+/// An lcov count: a non-negative integer (some producers write negative
+/// counts for bad data, or floats: both are errors, never a panic).
+fn parse_count(text: &str) -> Option<u64> {
+    text.trim().parse::<u64>().ok()
+}
+
+/// Sorted, deduplicated numbers as inclusive ranges: `1 2 3 7` → `[1,3] [7,7]`.
+pub fn compact(numbers: impl IntoIterator<Item = u32>) -> Vec<(u32, u32)> {
+    let mut ranges: Vec<(u32, u32)> = Vec::new();
+    for n in numbers {
+        match ranges.last_mut() {
+            Some((_, end)) if n <= *end => {}
+            Some((_, end)) if n == *end + 1 => *end = n,
+            _ => ranges.push((n, n)),
+        }
+    }
+    ranges
+}
+
+/// The numbers of inclusive ranges, in order.
+pub fn expand(ranges: &[(u32, u32)]) -> impl Iterator<Item = u32> + '_ {
+    ranges.iter().flat_map(|&(a, b)| a..=b)
+}
+
+/// Inclusive ranges as text: `3-5, 9`.
+pub fn ranges_text(ranges: &[(u32, u32)]) -> String {
+    ranges.iter().map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect::<Vec<_>>().join(", ")
+}
+
+/// What one trial's profile covers.
+#[derive(Debug, Clone)]
+pub struct TrialCoverage {
+    pub name: String,
+    pub slug: String,
+    pub duration_s: f64,
+    pub lcov: Lcov,
+    /// `(covered, count)` of lines, functions and regions (llvm-cov's summary).
+    pub lines: (u64, u64),
+    pub functions: (u64, u64),
+    pub regions: (u64, u64),
+}
+
+/// `report/attribution.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attribution {
+    pub about: String,
+    /// Trial names; a trial is referred to by its index here.
+    pub trials: Vec<String>,
+    /// Distinct sets of trials, as inclusive ranges of trial indices; set 0
+    /// is empty (instrumented, covered by no trial).
+    pub trial_sets: Vec<Vec<(u32, u32)>>,
+    /// Source file → `[first line, last line, trial set]`, sorted, for every
+    /// instrumented line.
+    pub files: BTreeMap<String, Vec<(u32, u32, u32)>>,
+}
+
+/// The answer to "who covers `file:line`".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Coverage<'a> {
+    /// No code on that line (llvm-cov instruments nothing there).
+    NotInstrumented,
+    /// The trials that executed it (empty: instrumented, never executed).
+    Trials(Vec<&'a str>),
+}
+
+impl Attribution {
+    /// Builds the attribution of every instrumented line of `all` (the
+    /// merged report's lcov, which gives the instrumented lines) to the
+    /// trials whose lcov covers it.
+    pub fn new(all: &Lcov, trials: &[TrialCoverage]) -> Attribution {
+        let words = trials.len().div_ceil(64);
+        let mut sets: HashMap<Vec<u64>, u32> = HashMap::new();
+        let mut trial_sets = vec![Vec::new()];
+        sets.insert(vec![0; words], 0);
+        let mut files = BTreeMap::new();
+        let mut names: Vec<&String> = all.files.keys().collect();
+        for t in trials {
+            names.extend(t.lcov.files.keys());
+        }
+        names.sort();
+        names.dedup();
+        for name in names {
+            let mut lines: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+            if let Some(f) = all.files.get(name) {
+                for line in f.lines.keys() {
+                    lines.entry(*line).or_insert_with(|| vec![0; words]);
+                }
+            }
+            for (i, t) in trials.iter().enumerate() {
+                let Some(f) = t.lcov.files.get(name) else { continue };
+                for (line, hits) in &f.lines {
+                    let bits = lines.entry(*line).or_insert_with(|| vec![0; words]);
+                    if *hits > 0 {
+                        bits[i / 64] |= 1 << (i % 64);
+                    }
+                }
+            }
+            let mut ranges: Vec<(u32, u32, u32)> = Vec::new();
+            for (line, bits) in lines {
+                let next = trial_sets.len() as u32;
+                let set = *sets.entry(bits).or_insert_with_key(|bits| {
+                    trial_sets.push(compact(members(bits)));
+                    next
+                });
+                match ranges.last_mut() {
+                    Some((_, end, s)) if *s == set && *end + 1 == line => *end = line,
+                    _ => ranges.push((line, line, set)),
+                }
+            }
+            files.insert(name.clone(), ranges);
+        }
+        Attribution {
+            about: "files: source file -> [first line, last line, index into trial_sets] for every line llvm-cov \
+                    instruments; trial_sets: inclusive ranges of indices into trials; set 0 is empty (not covered)"
+                .into(),
+            trials: trials.iter().map(|t| t.name.clone()).collect(),
+            trial_sets,
+            files,
+        }
+    }
+
+    /// The files whose path is `query` or ends with it (component by
+    /// component: `src/init.cc` matches `/a/ccl/src/init.cc`, not `/a/xinit.cc`).
+    pub fn find_files(&self, query: &str) -> Vec<&str> {
+        if let Some((exact, _)) = self.files.get_key_value(query) {
+            return vec![exact.as_str()];
+        }
+        let q = Path::new(query);
+        self.files.keys().filter(|f| Path::new(f).ends_with(q)).map(String::as_str).collect()
+    }
+
+    /// Who covers `line` of `file` (a path as [`Attribution::find_files`] takes it).
+    pub fn who_covers(&self, file: &str, line: u32) -> Result<(&str, Coverage<'_>)> {
+        let found = self.find_files(file);
+        let path = match found.as_slice() {
+            [one] => *one,
+            [] => {
+                return Err(Error::new(format!(
+                    "no instrumented source file matches {file:?}; the report knows {} files (see report/attribution/index.html)",
+                    self.files.len()
+                )));
+            }
+            many => {
+                return Err(Error::new(format!(
+                    "{file:?} matches {} files; give more of the path: {}",
+                    many.len(),
+                    many.join(", ")
+                )));
+            }
+        };
+        let ranges = &self.files[path];
+        let i = ranges.partition_point(|&(_, end, _)| end < line);
+        let Some(&(_, _, set)) = ranges.get(i).filter(|&&(start, _, _)| start <= line) else {
+            return Ok((path, Coverage::NotInstrumented));
+        };
+        let set = self.trial_sets.get(set as usize).ok_or_else(|| {
+            Error::new(format!("attribution.json is inconsistent: {path}:{line} names trial set {set}, which is not there; rerun the report"))
+        })?;
+        let mut names = Vec::new();
+        for i in expand(set) {
+            let name = self.trials.get(i as usize).ok_or_else(|| {
+                Error::new(format!("attribution.json is inconsistent: trial {i} is not listed; rerun the report"))
+            })?;
+            names.push(name.as_str());
+        }
+        Ok((path, Coverage::Trials(names)))
+    }
+}
+
+/// The trial indices of a bit set.
+fn members(bits: &[u64]) -> impl Iterator<Item = u32> + '_ {
+    bits.iter()
+        .enumerate()
+        .flat_map(|(w, word)| (0..64u32).filter(move |b| word & (1u64 << b) != 0).map(move |b| w as u32 * 64 + b))
+}
+
+/// One trial in `report/trials.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialSummary {
+    pub index: usize,
+    pub trial: String,
+    pub slug: String,
+    pub duration_s: f64,
+    /// `covered/count`, as llvm-cov counts them over this trial's profile alone.
+    pub lines: String,
+    pub functions: String,
+    pub regions: String,
+    /// Lines no other trial covers.
+    pub unique_lines: usize,
+    /// Functions no other trial covers.
+    pub unique_functions: usize,
+}
+
+/// What each trial covers, and how many lines and functions only it covers.
+pub fn trial_summaries(trials: &[TrialCoverage]) -> Vec<TrialSummary> {
+    let mut line_owners: HashMap<(&str, u32), (usize, usize)> = HashMap::new();
+    let mut fn_owners: HashMap<(&str, &str), (usize, usize)> = HashMap::new();
+    for (i, t) in trials.iter().enumerate() {
+        for (file, cov) in &t.lcov.files {
+            for line in cov.covered_lines() {
+                let e = line_owners.entry((file, line)).or_insert((i, 0));
+                e.1 += 1;
+            }
+            for f in cov.covered_functions() {
+                let e = fn_owners.entry((file, f)).or_insert((i, 0));
+                e.1 += 1;
+            }
+        }
+    }
+    let mut unique_lines = vec![0; trials.len()];
+    for (owner, n) in line_owners.values() {
+        if *n == 1 {
+            unique_lines[*owner] += 1;
+        }
+    }
+    let mut unique_functions = vec![0; trials.len()];
+    for (owner, n) in fn_owners.values() {
+        if *n == 1 {
+            unique_functions[*owner] += 1;
+        }
+    }
+    let ratio = |(c, n): (u64, u64)| format!("{c}/{n}");
+    trials
+        .iter()
+        .enumerate()
+        .map(|(i, t)| TrialSummary {
+            index: i,
+            trial: t.name.clone(),
+            slug: t.slug.clone(),
+            duration_s: t.duration_s,
+            lines: ratio(t.lines),
+            functions: ratio(t.functions),
+            regions: ratio(t.regions),
+            unique_lines: unique_lines[i],
+            unique_functions: unique_functions[i],
+        })
+        .collect()
+}
+
+/// The `n` trials that add the most unique lines (ties by name), leaving
+/// out those that add none.
+pub fn top_unique(summaries: &[TrialSummary], n: usize) -> Vec<&TrialSummary> {
+    let mut top: Vec<&TrialSummary> = summaries.iter().filter(|s| s.unique_lines > 0).collect();
+    top.sort_by(|a, b| b.unique_lines.cmp(&a.unique_lines).then_with(|| a.trial.cmp(&b.trial)));
+    top.truncate(n);
+    top
+}
+
+/// The Markdown section of `summary.md` for attribution.
+pub fn markdown(summaries: &[TrialSummary]) -> String {
+    let mut md = String::from("\n### Trials that add the most unique lines\n\n");
+    let top = top_unique(summaries, 5);
+    if top.is_empty() {
+        md.push_str("No trial covers a line that no other trial covers.\n");
+    } else {
+        md.push_str("| trial | unique lines | unique functions | lines | seconds |\n|---|---:|---:|---:|---:|\n");
+        for s in top {
+            md.push_str(&format!(
+                "| `{}` | {} | {} | {} | {:.2} |\n",
+                s.trial, s.unique_lines, s.unique_functions, s.lines, s.duration_s
+            ));
+        }
+    }
+    md.push_str(
+        "\nWhich trial covered which line: [attribution/index.html](attribution/index.html) \
+         (`ccl-coverage who-covers FILE:LINE`); a smaller suite with the same coverage: `minimal-suite.json`.\n",
+    );
+    md
+}
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "<style>body{font-family:sans-serif}table{border-collapse:collapse}\
+td{padding:0 .5em;vertical-align:top}td.src{font-family:monospace;white-space:pre}\
+tr.hit td.src{background:#dfd}tr.miss td.src{background:#fdd}td.n{text-align:right;color:#888}\
+td.t{font-size:small}</style>";
+
+/// The HTML pages of `report/attribution/`: `index.html` and one page per
+/// source file (file name, contents). `source` reads a source file's text
+/// (`None` when it cannot be read: the page then shows line numbers only);
+/// `llvm_cov_page` gives the relative link to llvm-cov's page of a file.
+pub fn html_pages(
+    attribution: &Attribution,
+    source: &dyn Fn(&str) -> Option<String>,
+    llvm_cov_page: &dyn Fn(&str) -> String,
+) -> Vec<(String, String)> {
+    let mut pages = Vec::new();
+    let mut index = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Which trial covered which line</title>{STYLE}</head><body>\
+         <h1>Which trial covered which line</h1><p>{} trials. Each covered line of a file links to the trials that executed it. \
+         <a href=\"../html/index.html\">llvm-cov's report</a></p><table><tr><th>file</th><th>lines covered</th><th>instrumented</th></tr>",
+        attribution.trials.len()
+    );
+    for (i, (file, ranges)) in attribution.files.iter().enumerate() {
+        let base = Path::new(file).file_name().map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
+        let page: String = format!("{i:04}-{base}.html")
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+            .collect();
+        let instrumented: u32 = ranges.iter().map(|&(a, b, _)| b - a + 1).sum();
+        let covered: u32 = ranges.iter().filter(|r| r.2 != 0).map(|&(a, b, _)| b - a + 1).sum();
+        index.push_str(&format!(
+            "<tr><td><a href=\"{page}\">{}</a></td><td>{covered}</td><td>{instrumented}</td></tr>",
+            escape(file)
+        ));
+        pages.push((page, file_page(attribution, file, ranges, source(file), &llvm_cov_page(file))));
+    }
+    index.push_str("</table></body></html>\n");
+    pages.push(("index.html".into(), index));
+    pages
+}
+
+fn file_page(
+    attribution: &Attribution,
+    file: &str,
+    ranges: &[(u32, u32, u32)],
+    text: Option<String>,
+    llvm_cov_page: &str,
+) -> String {
+    let mut set_of: BTreeMap<u32, u32> = BTreeMap::new();
+    for &(a, b, set) in ranges {
+        for line in a..=b {
+            set_of.insert(line, set);
+        }
+    }
+    let text = text.unwrap_or_default();
+    let mut source: Vec<&str> = text.lines().collect();
+    let last = set_of.keys().next_back().copied().unwrap_or(0) as usize;
+    if source.len() < last {
+        source.resize(last, "");
+    }
+    let names = |set: u32| -> Vec<&str> {
+        attribution
+            .trial_sets
+            .get(set as usize)
+            .map(|s| expand(s).filter_map(|i| attribution.trials.get(i as usize)).map(String::as_str).collect())
+            .unwrap_or_default()
+    };
+    let mut html = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{0}</title>{STYLE}</head><body><h1>{0}</h1>\
+         <p><a href=\"index.html\">all files</a> · <a href=\"{1}\">llvm-cov's view of this file</a></p><table>",
+        escape(file),
+        escape(llvm_cov_page)
+    );
+    let mut used_sets = std::collections::BTreeSet::new();
+    for (i, code) in source.iter().enumerate() {
+        let n = i as u32 + 1;
+        let (class, trials) = match set_of.get(&n) {
+            None => ("", String::new()),
+            Some(0) => ("miss", "no trial".to_string()),
+            Some(&set) => {
+                let names = names(set);
+                let cell = if names.len() <= 3 {
+                    names.iter().map(|t| escape(t)).collect::<Vec<_>>().join("<br>")
+                } else {
+                    used_sets.insert(set);
+                    format!("<a href=\"#S{set}\">{} trials</a>", names.len())
+                };
+                ("hit", cell)
+            }
+        };
+        html.push_str(&format!(
+            "<tr id=\"L{n}\" class=\"{class}\"><td class=\"n\"><a href=\"#L{n}\">{n}</a></td><td class=\"t\">{trials}</td><td class=\"src\">{}</td></tr>",
+            escape(code)
+        ));
+    }
+    html.push_str("</table>");
+    for set in used_sets {
+        html.push_str(&format!("<h3 id=\"S{set}\">Trial set {set}</h3><ul>"));
+        for name in names(set) {
+            html.push_str(&format!("<li>{}</li>", escape(name)));
+        }
+        html.push_str("</ul>");
+    }
+    html.push_str("</body></html>\n");
+    html
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LCOV: &str = "SF:/src/a.cc\nFN:3,f\nFN:9,g\nFNDA:2,f\nFNDA:0,g\nFNF:2\nFNH:1\nDA:3,2\nDA:4,2\nDA:5,0\nDA:9,0\n\
+        BRDA:4,0,0,-\nLF:4\nLH:2\nend_of_record\nSF:/src/b.cc\nDA:1,1\nend_of_record\n";
+
+    fn trial(name: &str, text: &str) -> TrialCoverage {
+        TrialCoverage {
+            name: name.into(),
+            slug: name.replace("::", "."),
+            duration_s: 1.0,
+            lcov: parse_lcov(text, name).unwrap(),
+            lines: (0, 0),
+            functions: (0, 0),
+            regions: (0, 0),
+        }
+    }
+
+    #[test]
+    fn lcov_is_parsed_and_bad_records_are_named() {
+        let lcov = parse_lcov(LCOV, "t.lcov").unwrap();
+        let a = &lcov.files["/src/a.cc"];
+        assert_eq!(a.covered_lines().collect::<Vec<_>>(), [3, 4]);
+        assert_eq!(a.lines.len(), 4);
+        assert_eq!(a.functions["f"], (3, 2));
+        assert_eq!(a.covered_functions().collect::<Vec<_>>(), ["f"]);
+        assert_eq!(lcov.covered_line_count(), 3);
+        // lcov 2.x's FN with an end line; records of one file add up.
+        let two =
+            parse_lcov("SF:x\nFN:1,4,main\nFNDA:1,main\nDA:1,1\nend_of_record\nSF:x\nDA:1,2\nend_of_record\n", "t")
+                .unwrap();
+        assert_eq!(two.files["x"].functions["main"], (1, 1));
+        assert_eq!(two.files["x"].lines[&1], 3);
+        for (text, why) in [
+            ("DA:1,1\n", "t:1: DA outside a file record (no SF)"),
+            ("SF:x\nDA:one,1\n", "t:2: bad line number"),
+            ("SF:x\nDA:1,-4\n", "t:2: bad execution count"),
+            ("SF:x\nFNDA:3\n", "t:2: no function name"),
+            ("garbage\n", "t:1: not an lcov record"),
+        ] {
+            let e = parse_lcov(text, "t").unwrap_err().to_string();
+            assert!(e.starts_with(why), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn ranges_compact_and_expand() {
+        assert_eq!(compact([1, 2, 3, 7, 9, 10]), [(1, 3), (7, 7), (9, 10)]);
+        assert_eq!(compact([4, 4, 5]), [(4, 5)]);
+        assert_eq!(compact([]), []);
+        assert_eq!(expand(&[(1, 3), (7, 7)]).collect::<Vec<_>>(), [1, 2, 3, 7]);
+        assert_eq!(ranges_text(&[(1, 3), (7, 7)]), "1-3, 7");
+        assert_eq!(compact([u32::MAX - 1, u32::MAX]), [(u32::MAX - 1, u32::MAX)]);
+    }
+
+    #[test]
+    fn lines_are_attributed_to_the_trials_that_ran_them() {
+        let all = parse_lcov(LCOV, "all").unwrap();
+        let t0 = trial("A::1K", "SF:/src/a.cc\nDA:3,1\nDA:4,1\nDA:5,0\nDA:9,0\nend_of_record\n");
+        let t1 =
+            trial("A::1K::mpi", "SF:/src/a.cc\nDA:3,1\nDA:4,1\nDA:5,0\nDA:9,0\nend_of_record\nSF:/src/b.cc\nDA:1,1\n");
+        let att = Attribution::new(&all, &[t0.clone(), t1.clone()]);
+        assert_eq!(att.trial_sets, [vec![], vec![(0, 1)], vec![(1, 1)]]);
+        assert_eq!(att.files["/src/a.cc"], [(3, 4, 1), (5, 5, 0), (9, 9, 0)]);
+        assert_eq!(att.who_covers("a.cc", 4).unwrap(), ("/src/a.cc", Coverage::Trials(vec!["A::1K", "A::1K::mpi"])));
+        assert_eq!(att.who_covers("src/b.cc", 1).unwrap().1, Coverage::Trials(vec!["A::1K::mpi"]));
+        assert_eq!(att.who_covers("/src/a.cc", 5).unwrap().1, Coverage::Trials(vec![]));
+        assert_eq!(att.who_covers("a.cc", 6).unwrap().1, Coverage::NotInstrumented);
+        assert_eq!(att.who_covers("a.cc", 100).unwrap().1, Coverage::NotInstrumented);
+        assert!(att.who_covers("c.cc", 1).unwrap_err().to_string().contains("no instrumented source file matches"));
+        assert!(att.who_covers("cc", 1).is_err(), "a partial file name is not a match");
+        let back: Attribution = serde_json::from_str(&serde_json::to_string(&att).unwrap()).unwrap();
+        assert_eq!(back, att);
+        let summaries = trial_summaries(&[t0, t1]);
+        assert_eq!((summaries[0].unique_lines, summaries[1].unique_lines), (0, 1));
+        assert_eq!(top_unique(&summaries, 5).iter().map(|s| s.trial.as_str()).collect::<Vec<_>>(), ["A::1K::mpi"]);
+        assert!(markdown(&summaries).contains("| `A::1K::mpi` | 1 | 0 |"));
+        let pages = html_pages(&att, &|_| Some("a\nb\nint f() {\n  return <1>;\n}\n".into()), &|f| {
+            format!("../html/coverage{f}.html")
+        });
+        let (_, a_page) = pages.iter().find(|(n, _)| n.ends_with("a.cc.html")).unwrap();
+        assert!(a_page.contains("<tr id=\"L4\" class=\"hit\">"), "{a_page}");
+        assert!(a_page.contains("A::1K<br>A::1K::mpi</td><td class=\"src\">  return &lt;1&gt;;"), "{a_page}");
+        assert!(a_page.contains("<tr id=\"L9\" class=\"miss\">"), "lines past the text still show");
+        assert!(pages.iter().any(|(n, p)| n == "index.html" && p.contains("0000-a.cc.html")));
+    }
+
+    #[test]
+    fn a_broken_attribution_file_is_an_error_not_a_panic() {
+        let mut att = Attribution::new(&parse_lcov(LCOV, "all").unwrap(), &[trial("T", LCOV)]);
+        att.trial_sets.truncate(1);
+        assert!(att.who_covers("a.cc", 3).unwrap_err().to_string().contains("inconsistent"));
+        att.trial_sets = vec![vec![], vec![(5, 5)]];
+        assert!(att.who_covers("a.cc", 3).unwrap_err().to_string().contains("trial 5 is not listed"));
+    }
+}

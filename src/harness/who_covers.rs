@@ -1,0 +1,103 @@
+//! `ccl-coverage who-covers FILE:LINE`: the trials that executed a line,
+//! read from the workspace's `report/attribution.json` (no llvm-cov run).
+//! `FILE` is the source path as the report has it, or its end (`src/init.cc`).
+//! Exit status: 0 when some trial covers the line, 1 when none does (or no
+//! code is there), 2 on an error.
+
+use crate::attribution::{Attribution, Coverage};
+use crate::error::{Error, Result};
+use std::process::ExitCode;
+
+pub fn main(args: &[String]) -> ExitCode {
+    match run(args) {
+        Ok((text, covered)) => {
+            print!("{text}");
+            if covered { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        }
+        Err(e) => {
+            eprintln!("ccl-coverage who-covers: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `FILE:LINE` split at its last colon.
+fn parse_query(query: &str) -> Result<(&str, u32)> {
+    query
+        .rsplit_once(':')
+        .and_then(|(file, line)| Some((file, line.parse::<u32>().ok().filter(|l| *l > 0)?)))
+        .filter(|(file, _)| !file.is_empty())
+        .ok_or_else(|| Error::new(format!("{query:?} is not FILE:LINE (e.g. ccl/src/init.cc:42)")))
+}
+
+fn run(args: &[String]) -> Result<(String, bool)> {
+    let [query] = args else {
+        return Err(Error::new(
+            "usage: ccl-coverage who-covers FILE:LINE (reads CCL_COV_CONFIG and CCL_COV_WORKSPACE)",
+        ));
+    };
+    let (file, line) = parse_query(query)?;
+    let ctx = crate::context::Context::from_env()?;
+    let path = ctx.workspace.report_dir().join("attribution.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        Error::new(format!(
+            "cannot read {}: {e}; run `cargo test --test coverage_report` (its report::attribution step) on this workspace first",
+            path.display()
+        ))
+    })?;
+    let attribution: Attribution = serde_json::from_str(&text)
+        .map_err(|e| Error::new(format!("{} is not an attribution file ({e}); rerun the report", path.display())))?;
+    answer(&attribution, file, line)
+}
+
+fn answer(attribution: &Attribution, file: &str, line: u32) -> Result<(String, bool)> {
+    let total = attribution.trials.len();
+    Ok(match attribution.who_covers(file, line)? {
+        (path, Coverage::NotInstrumented) => {
+            (format!("{path}:{line}: no code here (llvm-cov instruments nothing on this line)\n"), false)
+        }
+        (path, Coverage::Trials(names)) if names.is_empty() => {
+            (format!("{path}:{line}: covered by none of the {total} trials\n"), false)
+        }
+        (path, Coverage::Trials(names)) => {
+            let mut text = format!("{path}:{line}: covered by {} of {total} trials:\n", names.len());
+            for name in names {
+                text.push_str(&format!("{name}\n"));
+            }
+            (text, true)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::{TrialCoverage, parse_lcov};
+
+    #[test]
+    fn queries_are_file_colon_line_and_answers_say_how_many() {
+        assert_eq!(parse_query("a/b.cc:12").unwrap(), ("a/b.cc", 12));
+        assert_eq!(parse_query("c:/x.cc:3").unwrap(), ("c:/x.cc", 3));
+        for bad in ["a.cc", "a.cc:", ":3", "a.cc:0", "a.cc:-1", "a.cc:x"] {
+            assert!(parse_query(bad).is_err(), "{bad}");
+        }
+        let lcov = parse_lcov("SF:/s/a.cc\nDA:1,1\nDA:2,0\nend_of_record\n", "t").unwrap();
+        let t = TrialCoverage {
+            name: "A::1K::mpi".into(),
+            slug: "A.1K.mpi".into(),
+            duration_s: 1.0,
+            lcov: lcov.clone(),
+            lines: (1, 2),
+            functions: (0, 0),
+            regions: (0, 0),
+        };
+        let att = Attribution::new(&lcov, &[t]);
+        assert_eq!(
+            answer(&att, "a.cc", 1).unwrap(),
+            ("/s/a.cc:1: covered by 1 of 1 trials:\nA::1K::mpi\n".into(), true)
+        );
+        assert_eq!(answer(&att, "a.cc", 2).unwrap().0, "/s/a.cc:2: covered by none of the 1 trials\n");
+        assert!(answer(&att, "a.cc", 3).unwrap().0.contains("no code here"));
+        assert!(answer(&att, "b.cc", 1).is_err());
+    }
+}

@@ -1,0 +1,324 @@
+//! `report/minimal-suite.json`: a subset of the trials whose union covers
+//! exactly the lines and functions the whole suite covers, at the least total
+//! duration the greedy weighted set cover finds (then trials made redundant
+//! by later choices are dropped), with how far from optimal that can be and
+//! the command line that runs just those trials.
+
+use crate::attribution::TrialCoverage;
+use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+
+/// A cover: the chosen candidates and what can be said about its cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cover {
+    /// Indices into the candidates, in the order chosen.
+    pub chosen: Vec<usize>,
+    pub cost: f64,
+    /// The greedy cover's cost before redundant sets were dropped.
+    pub greedy_cost: f64,
+    /// No cover costs less than this (see [`greedy_cover`]).
+    pub lower_bound: f64,
+    /// The most elements one candidate has (`d`).
+    pub largest_set: usize,
+    /// `H(d) = 1 + 1/2 + … + 1/d`: the greedy cost is at most `H(d)` times the optimum.
+    pub harmonic: f64,
+}
+
+/// Ratio of new elements to cost, ordered for a max-heap (ties: lower index first).
+#[derive(Debug, PartialEq)]
+struct Gain {
+    ratio: f64,
+    index: usize,
+}
+
+impl Eq for Gain {}
+
+impl Ord for Gain {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.ratio.total_cmp(&other.ratio).then_with(|| other.index.cmp(&self.index))
+    }
+}
+
+impl PartialOrd for Gain {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Costs below this count as this, so a zero-duration trial still has a ratio.
+const MIN_COST: f64 = 1e-9;
+
+/// Greedy weighted set cover of every element any candidate has
+/// (`candidates[i] = (cost, elements)`, elements below `universe`): take the
+/// candidate with the most new elements per unit of cost until all are
+/// covered (lazily: a candidate's gain only falls, so a popped candidate whose
+/// recomputed gain still leads is taken), then drop chosen candidates whose
+/// elements the others cover, most expensive first.
+///
+/// Bounds: the greedy cost is at most `H(d) ≤ ln(d) + 1` times the optimum
+/// (Chvátal 1979), so `greedy cost / H(d)` is a lower bound on it; so is the
+/// cost of the candidates that alone have some element (every cover holds
+/// them). `lower_bound` is the larger.
+pub fn greedy_cover(universe: usize, candidates: &[(f64, Vec<u32>)]) -> Cover {
+    let cost = |i: usize| candidates[i].0.max(MIN_COST);
+    let mut holders = vec![0u32; universe];
+    for (_, elements) in candidates {
+        for &e in elements {
+            if let Some(h) = holders.get_mut(e as usize) {
+                *h = h.saturating_add(1);
+            }
+        }
+    }
+    let mut covered = vec![false; universe];
+    let gain = |i: usize, covered: &[bool]| {
+        candidates[i].1.iter().filter(|&&e| covered.get(e as usize).is_some_and(|c| !c)).count()
+    };
+    let mut heap: BinaryHeap<Gain> =
+        (0..candidates.len()).map(|i| Gain { ratio: gain(i, &covered) as f64 / cost(i), index: i }).collect();
+    let mut chosen = Vec::new();
+    while let Some(top) = heap.pop() {
+        let new = gain(top.index, &covered);
+        if new == 0 {
+            continue;
+        }
+        let ratio = new as f64 / cost(top.index);
+        if heap.peek().is_some_and(|next| next.ratio > ratio) {
+            heap.push(Gain { ratio, index: top.index });
+            continue;
+        }
+        for &e in &candidates[top.index].1 {
+            if let Some(c) = covered.get_mut(e as usize) {
+                *c = true;
+            }
+        }
+        chosen.push(top.index);
+    }
+    let greedy_cost: f64 = chosen.iter().map(|&i| candidates[i].0).sum();
+    // Drop what the others cover, the most expensive first.
+    let mut times = vec![0u32; universe];
+    for &i in &chosen {
+        for &e in &candidates[i].1 {
+            if let Some(t) = times.get_mut(e as usize) {
+                *t += 1;
+            }
+        }
+    }
+    let mut by_cost = chosen.clone();
+    by_cost.sort_by(|&a, &b| candidates[b].0.total_cmp(&candidates[a].0));
+    for i in by_cost {
+        let elements = &candidates[i].1;
+        if elements.iter().all(|&e| times.get(e as usize).is_none_or(|&t| t > 1)) {
+            for &e in elements {
+                if let Some(t) = times.get_mut(e as usize) {
+                    *t -= 1;
+                }
+            }
+            chosen.retain(|&c| c != i);
+        }
+    }
+    let largest_set = candidates.iter().map(|(_, e)| e.len()).max().unwrap_or(0);
+    let harmonic: f64 = (1..=largest_set).map(|k| 1.0 / k as f64).sum();
+    let essential: f64 = candidates
+        .iter()
+        .filter(|(_, elements)| elements.iter().any(|&e| holders.get(e as usize) == Some(&1)))
+        .map(|(c, _)| *c)
+        .sum();
+    let lower_bound = if harmonic > 0.0 { essential.max(greedy_cost / harmonic) } else { essential };
+    Cover {
+        cost: chosen.iter().map(|&i| candidates[i].0).sum(),
+        chosen,
+        greedy_cost,
+        lower_bound,
+        largest_set,
+        harmonic,
+    }
+}
+
+/// The elements to cover, numbered: every (file, line) and every (file,
+/// function) some trial covers; per trial, the numbers it covers. Also the
+/// number of lines and of functions among them.
+pub fn elements(trials: &[TrialCoverage]) -> (usize, Vec<Vec<u32>>, usize, usize) {
+    let mut lines: HashMap<(&str, u32), u32> = HashMap::new();
+    let mut functions: HashMap<(&str, &str), u32> = HashMap::new();
+    let mut sets = Vec::with_capacity(trials.len());
+    for t in trials {
+        let mut set = Vec::new();
+        for (file, cov) in &t.lcov.files {
+            for line in cov.covered_lines() {
+                let next = (lines.len() + functions.len()) as u32;
+                set.push(*lines.entry((file, line)).or_insert(next));
+            }
+            for f in cov.covered_functions() {
+                let next = (lines.len() + functions.len()) as u32;
+                set.push(*functions.entry((file, f)).or_insert(next));
+            }
+        }
+        sets.push(set);
+    }
+    (lines.len() + functions.len(), sets, lines.len(), functions.len())
+}
+
+/// `report/minimal-suite.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MinimalSuite {
+    pub about: String,
+    pub trials: Vec<String>,
+    pub trial_count: usize,
+    pub full_suite_trials: usize,
+    pub duration_s: f64,
+    pub full_suite_duration_s: f64,
+    pub percent_of_full_duration: f64,
+    /// Covered by the subset, and so by the full suite.
+    pub lines: usize,
+    pub functions: usize,
+    pub optimality: Optimality,
+    /// Runs just these trials (libtest-mimic takes one filter: the others are skipped by exact name).
+    pub command: String,
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Optimality {
+    pub method: String,
+    pub guarantee: String,
+    /// The optimal subset takes at least this many trial-seconds.
+    pub lower_bound_s: f64,
+    /// How much longer than the lower bound the subset may be, in percent.
+    pub gap_percent: f64,
+}
+
+/// One planned trial: its name and whether it is ignored by default.
+pub struct Planned<'a> {
+    pub name: &'a str,
+    pub ignored: bool,
+}
+
+/// `cargo test --test collectives -- --exact [--include-ignored] --skip X …`:
+/// every planned trial but `selected` skipped by its exact name (libtest-mimic
+/// 0.8 accepts one filter only, `--skip` many).
+pub fn command(selected: &[&str], planned: &[Planned]) -> Vec<String> {
+    let mut argv: Vec<String> =
+        ["cargo", "test", "--test", "collectives", "--", "--exact"].iter().map(|s| (*s).to_string()).collect();
+    let include_ignored = planned.iter().any(|p| p.ignored && selected.contains(&p.name));
+    if include_ignored {
+        argv.push("--include-ignored".into());
+    }
+    for p in planned {
+        if !selected.contains(&p.name) && (include_ignored || !p.ignored) {
+            argv.push("--skip".into());
+            argv.push(p.name.to_string());
+        }
+    }
+    argv
+}
+
+/// The minimal suite of `trials` (durations as costs) and its command line.
+/// `full_trials` and `full_duration_s` are the whole suite's, trials
+/// without a profile included.
+pub fn minimal_suite(
+    trials: &[TrialCoverage],
+    planned: &[Planned],
+    full_trials: usize,
+    full_duration_s: f64,
+) -> MinimalSuite {
+    let (universe, sets, lines, functions) = elements(trials);
+    let candidates: Vec<(f64, Vec<u32>)> =
+        trials.iter().zip(sets).map(|(t, set)| (t.duration_s.max(0.0), set)).collect();
+    let cover = greedy_cover(universe, &candidates);
+    let mut chosen = cover.chosen.clone();
+    chosen.sort_unstable();
+    let names: Vec<&str> = chosen.iter().map(|&i| trials[i].name.as_str()).collect();
+    let full = full_duration_s;
+    let argv = command(&names, planned);
+    let gap = if cover.lower_bound > 0.0 { (cover.cost / cover.lower_bound - 1.0) * 100.0 } else { 0.0 };
+    MinimalSuite {
+        about: "trials whose union covers exactly the lines and functions the full suite covers, chosen for the \
+                least total duration; durations are those recorded in results/<trial>.json"
+            .into(),
+        trials: names.iter().map(|n| (*n).to_string()).collect(),
+        trial_count: chosen.len(),
+        full_suite_trials: full_trials,
+        duration_s: cover.cost,
+        full_suite_duration_s: full,
+        percent_of_full_duration: if full > 0.0 { cover.cost * 100.0 / full } else { 100.0 },
+        lines,
+        functions,
+        optimality: Optimality {
+            method: "greedy weighted set cover (cost: duration), then trials whose lines and functions the other \
+                     chosen trials cover are dropped, longest first"
+                .into(),
+            guarantee: format!(
+                "the greedy cover ({:.3} s) is at most H(d) = {:.3} times the optimal duration (d = {} elements in the \
+                 largest trial; H(d) <= ln(d)+1 <= ln(n)+1 = {:.3}, n = {universe} elements); so the optimum is at \
+                 least {:.3} s, the larger of that bound and the trials that alone cover some line or function",
+                cover.greedy_cost,
+                cover.harmonic,
+                cover.largest_set,
+                (universe.max(1) as f64).ln() + 1.0,
+                cover.lower_bound
+            ),
+            lower_bound_s: cover.lower_bound,
+            gap_percent: gap,
+        },
+        command: argv.iter().map(|a| crate::process::shell_quote(a)).collect::<Vec<_>>().join(" "),
+        argv,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_prefers_cheap_coverage_and_drops_what_became_redundant() {
+        // Elements 0..6. The big set is expensive; two cheap sets cover it.
+        let candidates =
+            vec![(10.0, vec![0, 1, 2, 3, 4, 5]), (1.0, vec![0, 1, 2]), (1.0, vec![3, 4, 5]), (0.5, vec![2])];
+        let cover = greedy_cover(6, &candidates);
+        let mut chosen = cover.chosen.clone();
+        chosen.sort_unstable();
+        assert_eq!(chosen, [1, 2]);
+        assert_eq!(cover.cost, 2.0);
+        assert_eq!(cover.largest_set, 6);
+        assert!((cover.harmonic - 2.45).abs() < 0.01, "{}", cover.harmonic);
+        assert!(cover.lower_bound <= 2.0 && cover.lower_bound > 0.0);
+        // The whole set gains 2 per second, each singleton 1: it is taken first.
+        let cover = greedy_cover(3, &[(1.0, vec![0]), (1.0, vec![1]), (1.5, vec![0, 1, 2])]);
+        assert_eq!(cover.chosen, [2], "the singletons are never needed");
+    }
+
+    #[test]
+    fn essential_sets_bound_the_optimum_from_below() {
+        let cover = greedy_cover(3, &[(4.0, vec![0]), (1.0, vec![1, 2]), (3.0, vec![2])]);
+        assert_eq!(cover.chosen.len(), 2);
+        assert_eq!(cover.cost, 5.0);
+        assert_eq!(cover.lower_bound, 5.0, "sets 0 and 1 alone hold elements 0 and 1");
+    }
+
+    #[test]
+    fn zero_costs_empty_sets_and_out_of_range_elements_do_not_panic() {
+        let cover = greedy_cover(2, &[(0.0, vec![0]), (0.0, vec![]), (1.0, vec![1, 7])]);
+        let mut chosen = cover.chosen.clone();
+        chosen.sort_unstable();
+        assert_eq!(chosen, [0, 2]);
+        assert_eq!(greedy_cover(0, &[]).chosen, Vec::<usize>::new());
+    }
+
+    #[test]
+    fn the_command_skips_every_other_trial_by_exact_name() {
+        let planned = [
+            Planned { name: "A::1K::ring", ignored: false },
+            Planned { name: "A::1K::mpi", ignored: false },
+            Planned { name: "A::1K::slow", ignored: true },
+        ];
+        assert_eq!(
+            command(&["A::1K::mpi"], &planned).join(" "),
+            "cargo test --test collectives -- --exact --skip A::1K::ring"
+        );
+        assert_eq!(
+            command(&["A::1K::slow"], &planned).join(" "),
+            "cargo test --test collectives -- --exact --include-ignored --skip A::1K::ring --skip A::1K::mpi"
+        );
+    }
+}

@@ -1,0 +1,277 @@
+//! Per-trial attribution, the minimal equivalent suite, changed-line and
+//! lost coverage, end to end: the real harness on a modified copy of the
+//! fixture library in a temporary git repository (one changed function that
+//! every trial runs, one that none runs), with a threads trial and an Open
+//! MPI trial.
+
+mod support;
+
+use ccl_coverage::attribution::{Lcov, parse_lcov};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{harness, only, root, setup};
+
+/// Runs `cmd` to its end, killing it (and failing) past `limit`; its stdout.
+fn run_limited(mut cmd: Command, limit: Duration) -> String {
+    let shown = format!("{cmd:?}");
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let err = tempfile::NamedTempFile::new().unwrap();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(out.reopen().unwrap())
+        .stderr(err.reopen().unwrap())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{shown}: {e}"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{shown} ran past {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = fs::read_to_string(out.path()).unwrap();
+    assert!(status.success(), "{shown}: {status}\n{stdout}{}", fs::read_to_string(err.path()).unwrap());
+    stdout
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let mut cmd = Command::new("git");
+    cmd.arg("-C").arg(dir).args(args);
+    for (k, v) in [
+        ("GIT_AUTHOR_NAME", "t"),
+        ("GIT_AUTHOR_EMAIL", "t@t"),
+        ("GIT_COMMITTER_NAME", "t"),
+        ("GIT_COMMITTER_EMAIL", "t@t"),
+    ] {
+        cmd.env(k, v);
+    }
+    run_limited(cmd, Duration::from_secs(60))
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Replaces the one line equal to `old` (trimmed) by `new` lines.
+fn edit(file: &Path, old: &str, new: &[&str]) {
+    let text = fs::read_to_string(file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.iter().position(|l| l.trim() == old).unwrap_or_else(|| panic!("{old:?} not in {}", file.display()));
+    let mut out: Vec<&str> = lines[..at].to_vec();
+    out.extend(new);
+    out.extend(&lines[at + 1..]);
+    fs::write(file, out.join("\n") + "\n").unwrap();
+}
+
+fn line_of(file: &Path, needle: &str) -> u32 {
+    let text = fs::read_to_string(file).unwrap();
+    text.lines().position(|l| l.contains(needle)).unwrap_or_else(|| panic!("{needle:?} not in {}", file.display()))
+        as u32
+        + 1
+}
+
+fn covered(lcov: &Lcov) -> BTreeSet<(String, u32)> {
+    lcov.files.iter().flat_map(|(f, c)| c.covered_lines().map(move |l| (f.clone(), l))).collect()
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+#[test]
+fn attribution_minimal_suite_and_changed_lines_on_a_modified_fixture() {
+    let limit = Duration::from_secs(900);
+    let lib_dir = tempfile::tempdir().unwrap();
+    let lib = lib_dir.path().join("lib");
+    for part in ["ccl", "ccl-tuner"] {
+        copy_tree(&root().join("tests/fixtures").join(part), &lib.join(part));
+    }
+    git(&lib, &["init", "-q"]);
+    git(&lib, &["add", "-A"]);
+    git(&lib, &["commit", "-q", "-m", "fixture"]);
+    // Covered by every trial: alignUp. Covered by none: cclGetErrorString
+    // (plus a comment, which holds no code).
+    let transport = lib.join("ccl/src/transport.cc");
+    let align = line_of(&transport, "size_t alignUp(size_t n)");
+    edit(
+        &transport,
+        "size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }",
+        &[
+            "size_t alignUp(size_t n) {",
+            "  size_t blocks = (n + kAlign - 1) / kAlign;",
+            "  return blocks * kAlign;",
+            "}",
+        ],
+    );
+    let init = lib.join("ccl/src/init.cc");
+    edit(&init, "switch (result) {", &["  // Every result code has a name.", "  switch (result) {"]);
+    edit(
+        &init,
+        "case cclSystemError: return \"unhandled system error\";",
+        &["    case cclSystemError: return \"unhandled system error (see errno)\";"],
+    );
+    let comment = line_of(&init, "// Every result code has a name.");
+    let system_error = line_of(&init, "unhandled system error (see errno)");
+
+    let mut s = setup(|v| {
+        only(
+            v,
+            "AllReduce",
+            &["1K"],
+            json!([
+                {"name": "ring", "env": {"CCL_ALGO": "ring"}},
+                {"name": "mpi", "launcher": "mpi", "ranks": 3}
+            ]),
+        );
+        v["library"]["source_dir"] = json!(lib.display().to_string());
+    });
+    let run = harness(&s, "collectives", &[], limit);
+    assert!(run.success, "{}", run.text());
+
+    s.env = vec![("CCL_COV_DIFF_BASE".into(), "HEAD".into()), ("CCL_COV_FAIL_UNDER_DIFF".into(), "90".into())];
+    let report = harness(&s, "report", &[], limit);
+    let text = report.text();
+    assert!(!report.success, "4 of 5 changed lines is under 90%:\n{text}");
+    assert!(
+        text.contains("test report::diff")
+            && text.contains("changed-line coverage 80.00% (4/5) is under CCL_COV_FAIL_UNDER_DIFF=90"),
+        "{text}"
+    );
+    for step in ["report::attribution", "report::minimal_suite", "report::snapshot"] {
+        assert!(text.contains(&format!("test {step}")), "{text}");
+    }
+    assert!(
+        text.contains("test report::attribution ... ok") || text.contains("test report::attribution     ... ok"),
+        "{text}"
+    );
+
+    // The diff report, exactly.
+    let report_dir = s.ws.join("report");
+    let diff = read_json(&report_dir.join("diff.json"));
+    assert_eq!(diff["base"], "HEAD");
+    assert_eq!(diff["base_commit"], git(&lib, &["rev-parse", "HEAD"]).trim());
+    assert_eq!((diff["instrumented"].as_u64(), diff["covered"].as_u64()), (Some(5), Some(4)), "{diff:#}");
+    assert_eq!(
+        diff["files"],
+        json!([
+            {"path": "ccl/src/init.cc", "renamed_from": null, "changed": [[comment, comment], [system_error, system_error]],
+             "instrumented": [[system_error, system_error]], "covered": [], "uncovered": [[system_error, system_error]]},
+            {"path": "ccl/src/transport.cc", "renamed_from": null, "changed": [[align, align + 3]],
+             "instrumented": [[align, align + 3]], "covered": [[align, align + 3]], "uncovered": []}
+        ]),
+        "{diff:#}"
+    );
+    let md = fs::read_to_string(report_dir.join("diff.md")).unwrap();
+    assert!(md.contains(&format!("| `ccl/src/init.cc` | 1 | 0 | {system_error} |")), "{md}");
+    assert!(md.contains("| `ccl/src/transport.cc` | 4 | 4 | none |"), "{md}");
+
+    // Attribution: the tuner is asked only when no algorithm is forced, which
+    // in this suite is only the MPI variant's case.
+    let tuner_call = line_of(&lib.join("ccl/src/algo.cc"), "comm->tuner.api->getAlgorithm");
+    let who = support::command(&s, "who-covers", &[&format!("ccl/src/algo.cc:{tuner_call}")]);
+    let started = Instant::now();
+    let answer = run_limited(who, Duration::from_secs(30));
+    assert!(started.elapsed() < Duration::from_secs(1), "who-covers took {:?}", started.elapsed());
+    assert!(
+        answer.ends_with(&format!("ccl/src/algo.cc:{tuner_call}: covered by 1 of 2 trials:\nAllReduce::1K::mpi\n")),
+        "{answer}"
+    );
+    let trials = read_json(&report_dir.join("trials.json"));
+    assert_eq!(trials.as_array().map(Vec::len), Some(2));
+    assert!(trials[0]["unique_lines"].as_u64().unwrap() > 0, "the MPI trial alone covers the tuner: {trials:#}");
+    assert!(report_dir.join("attribution/index.html").is_file());
+    let summary = fs::read_to_string(report_dir.join("summary.md")).unwrap();
+    assert!(summary.contains("| `AllReduce::1K::mpi` |"), "{summary}");
+
+    // The minimal suite: its profiles merged cover exactly the full suite's lines.
+    let suite = read_json(&report_dir.join("minimal-suite.json"));
+    let build = read_json(&s.ws.join("build.json"));
+    let profdata = s.dir.path().join("minimal.profdata");
+    let mut merge = Command::new(build["toolchain"]["llvm_profdata"]["path"].as_str().unwrap());
+    merge.args(["merge", "-sparse", "-o"]).arg(&profdata);
+    for name in suite["trials"].as_array().unwrap() {
+        merge.arg(s.ws.join("profiles").join(format!("{}.profdata", name.as_str().unwrap().replace("::", "."))));
+    }
+    run_limited(merge, Duration::from_secs(60));
+    let mut export = Command::new(build["toolchain"]["llvm_cov"]["path"].as_str().unwrap());
+    export
+        .args(["export", "-format=lcov", "-ignore-filename-regex=^/usr/"])
+        .arg(format!("-instr-profile={}", profdata.display()));
+    for (i, object) in build["objects"].as_array().unwrap().iter().enumerate() {
+        if i > 0 {
+            export.arg("-object");
+        }
+        export.arg(object["path"].as_str().unwrap());
+    }
+    let minimal = parse_lcov(&run_limited(export, Duration::from_secs(60)), "minimal").unwrap();
+    let full = parse_lcov(&fs::read_to_string(report_dir.join("coverage.lcov")).unwrap(), "full").unwrap();
+    assert!(!covered(&full).is_empty());
+    assert_eq!(covered(&minimal), covered(&full), "the minimal suite {suite:#} covers other lines");
+    assert_eq!(suite["lines"].as_u64(), Some(covered(&full).len() as u64));
+    let argv: Vec<&str> = suite["argv"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(argv[..6], ["cargo", "test", "--test", "collectives", "--", "--exact"]);
+
+    // Lost coverage: a baseline that covered the changed error string.
+    let baseline = s.dir.path().join("baseline.lcov");
+    let lcov = fs::read_to_string(report_dir.join("coverage.lcov")).unwrap();
+    let init_path = init.display().to_string();
+    let mut in_init = false;
+    let edited: Vec<String> = lcov
+        .lines()
+        .map(|l| {
+            if let Some(f) = l.strip_prefix("SF:") {
+                in_init = f == init_path;
+            }
+            if in_init && l == format!("DA:{system_error},0") { format!("DA:{system_error},7") } else { l.to_string() }
+        })
+        .collect();
+    fs::write(&baseline, edited.join("\n") + "\n").unwrap();
+    s.env =
+        vec![("CCL_COV_BASELINE".into(), baseline.display().to_string()), ("CCL_COV_FAIL_ON_LOST".into(), "1".into())];
+    let out = harness(&s, "report", &["--exact", "report::baseline"], limit);
+    let text = out.text();
+    assert!(!out.success, "{text}");
+    assert!(
+        text.contains(&format!("lost baseline coverage: 1 lines the baseline {} covered", baseline.display())),
+        "{text}"
+    );
+    assert!(text.contains(&format!("{init_path}: {system_error}")), "{text}");
+    let lost = read_json(&report_dir.join("baseline.json"));
+    assert_eq!(lost["lost_baseline_coverage"], json!({ init_path.clone(): [[system_error, system_error]] }));
+    assert!(fs::read_to_string(report_dir.join("baseline.md")).unwrap().contains("LBC: lost baseline coverage"));
+    // Against an earlier workspace with the same coverage, nothing is lost.
+    let earlier = s.dir.path().join("earlier");
+    fs::create_dir_all(earlier.join("report")).unwrap();
+    fs::copy(report_dir.join("coverage.lcov"), earlier.join("report/coverage.lcov")).unwrap();
+    s.env =
+        vec![("CCL_COV_BASELINE".into(), earlier.display().to_string()), ("CCL_COV_FAIL_ON_LOST".into(), "1".into())];
+    let out = harness(&s, "report", &["--exact", "report::baseline"], limit);
+    assert!(out.success, "{}", out.text());
+    assert_eq!(read_json(&report_dir.join("baseline.json"))["lost_lines"], 0);
+}
+
+#[test]
+fn the_report_lists_the_new_steps() {
+    let s = setup(|_| {});
+    let out = harness(&s, "report", &["--list"], Duration::from_secs(60));
+    for step in ["report::attribution", "report::minimal_suite", "report::diff", "report::baseline"] {
+        assert!(out.stdout.contains(&format!("{step}: test")), "{}", out.text());
+    }
+}
