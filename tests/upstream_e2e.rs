@@ -132,3 +132,25 @@ fn upstream_config_runs_gtest_perf_and_pytest_trials_with_coverage() {
     let files = summary.to_string();
     assert!(files.contains("ccl/src/init.cc") && files.contains("ccl-tuner/tuner.cc"), "{text}");
 }
+
+/// The shipped upstream-format fixture config, unchanged, end to end: every
+/// trial, then the report, whose snapshot step compares the coverage with
+/// `snapshots/coverage_summary-local_test_runner.snap` (the gain over the
+/// perf-only default suite).
+#[test]
+fn the_shipped_upstream_format_config_matches_its_coverage_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Setup {
+        config: root().join("configs/local_test_runner.json"),
+        ws: dir.path().join("ws"),
+        dir,
+        env: Vec::new(),
+    };
+    let limit = Duration::from_secs(900);
+    let run = harness(&s, "collectives", &[], limit);
+    assert!(run.success, "{}", run.text());
+    let report = harness(&s, "report", &[], limit);
+    let log = report.text();
+    assert!(report.success, "{log}");
+    assert!(log.lines().any(|l| l.starts_with("test report::snapshot") && l.ends_with("ok")), "{log}");
+}
