@@ -11,35 +11,16 @@ use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use support::{harness, only, root, setup};
 
 /// Runs `cmd` to its end, killing it (and failing) past `limit`; its stdout.
-fn run_limited(mut cmd: Command, limit: Duration) -> String {
+fn run_limited(cmd: Command, limit: Duration) -> String {
     let shown = format!("{cmd:?}");
-    let out = tempfile::NamedTempFile::new().unwrap();
-    let err = tempfile::NamedTempFile::new().unwrap();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(out.reopen().unwrap())
-        .stderr(err.reopen().unwrap())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{shown}: {e}"));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{shown} ran past {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stdout = fs::read_to_string(out.path()).unwrap();
-    assert!(status.success(), "{shown}: {status}\n{stdout}{}", fs::read_to_string(err.path()).unwrap());
+    let out = support::output_within(cmd, limit);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{shown}: {}\n{stdout}{}", out.status, String::from_utf8_lossy(&out.stderr));
     stdout
 }
 

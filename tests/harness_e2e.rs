@@ -13,6 +13,8 @@ use std::time::SystemTime;
 
 mod support;
 
+use support::processes_mentioning;
+
 /// No harness run of these tests may take longer (a first run builds the fixture).
 const LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
@@ -72,29 +74,6 @@ fn text(out: &Output) -> String {
 fn result(s: &Setup, slug: &str) -> Value {
     let path = s.ws.join("results").join(format!("{slug}.json"));
     serde_json::from_str(&fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
-}
-
-/// Live processes whose environment mentions `needle` (a workspace path).
-fn processes_mentioning(needle: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let stat = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        if stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')) {
-            continue;
-        }
-        let environ = fs::read(entry.path().join("environ")).unwrap_or_default();
-        if environ.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-            found.push(format!(
-                "{name}: {}",
-                fs::read_to_string(entry.path().join("cmdline")).unwrap_or_default().replace('\0', " ")
-            ));
-        }
-    }
-    found
 }
 
 fn only(v: &mut Value, collective: &str, sizes: &[&str], variants: Value) {
