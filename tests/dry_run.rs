@@ -324,10 +324,8 @@ fn fixture_upstream_config_json_dry_run() {
     settings().bind(|| insta::assert_snapshot!("dry_run-local_test_runner-json", text));
 }
 
-/// An RCCL-shaped test_runner config with the default RCCL overlay, against
-/// the fake ROCm 7.15 layout: what an RCCL developer's config would run.
-#[test]
-fn rccl_shaped_upstream_config_json_dry_run() {
+/// The fake ROCm 7.15 layout with the RCCL checkout as upstream's workdir.
+fn rccl_shaped_run() -> Run {
     let mut run = rccl_run("7.15.0-1");
     let rocm = run.path("rocm");
     let (clang, llvm) = ("AMD clang version 22.0.0git (rocm 7.15.0)", "AMD LLVM version 22.0.0git");
@@ -336,6 +334,14 @@ fn rccl_shaped_upstream_config_json_dry_run() {
     run.set("PWD", run.path("rccl").display().to_string());
     run.set("RCCL_TESTS_DIR", run.path("rccl-tests").display().to_string());
     run.set("MPI_PATH", "/opt/ompi");
+    run
+}
+
+/// An RCCL-shaped test_runner config with the default RCCL overlay, against
+/// the fake ROCm 7.15 layout: what an RCCL developer's config would run.
+#[test]
+fn rccl_shaped_upstream_config_json_dry_run() {
+    let run = rccl_shaped_run();
     // The overlay adopts the existing RCCL and rccl-tests builds.
     for dir in ["rccl/build/debug/test", "rccl-tests/build"] {
         fs::create_dir_all(run.path(dir)).unwrap();
@@ -350,4 +356,33 @@ fn rccl_shaped_upstream_config_json_dry_run() {
     assert_eq!(get("Unit Tests::AllReduce")["argv"][1], "--gtest_filter=AllReduce*");
     assert_eq!(get("SHM::SHM_Basic")["argv"][0], "/opt/ompi/bin/mpirun");
     settings().bind(|| insta::assert_snapshot!("dry_run-rccl-shaped-json", text));
+}
+
+/// The same config with the default overlay minus its existing builds: the
+/// overlay builds RCCL, and its install.sh step gets upstream's
+/// `build_configuration` (install flags first, then the overlay's; upstream's
+/// CMake options first) with the coverage rules applied after.
+#[test]
+fn rccl_shaped_upstream_config_builds_with_upstream_install_flags() {
+    let mut run = rccl_shaped_run();
+    let mut overlay: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(root().join("configs/rccl-overlay.json")).unwrap()).unwrap();
+    overlay["library"].as_object_mut().unwrap().remove("existing_build");
+    overlay["tests"].as_object_mut().unwrap().remove("existing_bin_dir");
+    fs::write(run.path("building-overlay.json"), overlay.to_string()).unwrap();
+    run.set("CCL_COV_OVERLAY", run.path("building-overlay.json").display().to_string());
+    let text = run.dry_run_json("tests/fixtures/upstream-configs/rccl-shaped.json", &["--", "Unit Tests::AllReduce"]);
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["build"]["existing_build"], false, "{text}");
+    let command = doc["build"]["steps"][0]["command"].as_str().unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        command.contains(
+            "<tmp>/rccl/install.sh --debug -t --enable-mpi-tests --no_clean -t -l --enable-mpi-tests --no_clean \
+             --enable-code-coverage -j 64 --cmake-options '-DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DGPU_TARGETS=gfx942 \
+             -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DBITCODE_LIB_ARCH=gfx942 "
+        ),
+        "upstream's flags and options come first: {command}"
+    );
+    assert!(command.ends_with("-DENABLE_CODE_COVERAGE=ON -DENABLE_FULL_COVERAGE=ON'"), "{command}");
+    settings().bind(|| insta::assert_snapshot!("dry_run-rccl-shaped-building-json", text));
 }

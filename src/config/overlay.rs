@@ -4,10 +4,16 @@
 //! device mode, the build (or the existing build), the machine's nodes and
 //! GPUs, timeouts and the report. The upstream file stays as it is; the two
 //! together become a [`Config`] whose plan is the resolved tests.
+//!
+//! Upstream's `build_configuration` feeds the overlay's `rccl_install` steps
+//! ([`feed_build`]); `rccl.rs` then applies the coverage rules to the result.
+//! `rccl_tests_build_configuration` is not fed: the overlay's tests build is
+//! plain `argv` steps with no install.sh spec to merge into.
 
 use super::{
-    Config, CoverageConfig, Invalid, LaunchDefaults, LauncherConfig, LauncherKind, LibraryBuild, LoadedConfig,
-    MpiFlavor, Name, ReportConfig, TestsBuild, Timeouts, ToolchainConfig, error_at, expand_strings, invalid, limits,
+    BuildTemplate, Config, CoverageConfig, EnvName, Invalid, LaunchDefaults, LauncherConfig, LauncherKind,
+    LibraryBuild, LoadedConfig, MpiFlavor, Name, ReportConfig, TestsBuild, Timeouts, ToolchainConfig, error_at,
+    expand_strings, invalid, limits,
 };
 use crate::error::{Error, Result};
 use crate::upstream::{self, Machine, Options, Resolved};
@@ -135,7 +141,9 @@ pub fn load_upstream(
     let overlay_dir = overlay.parent().map(Path::to_path_buf).unwrap_or_default();
     let rccl_root = o.upstream.rccl_root.as_deref().map(|r| crate::workspace::normalize(&overlay_dir.join(r)));
     let options = Options { system: o.upstream.system.as_deref(), rccl_root: rccl_root.as_deref() };
-    let resolved = upstream::resolve_with(path, text, env, &options)?;
+    let mut resolved = upstream::resolve_with(path, text, env, &options)?;
+    let mut library = o.library.clone();
+    feed_build(path, &mut resolved, &mut library.steps)?;
     let name = if let Some(name) = o.name.clone() {
         name
     } else {
@@ -176,7 +184,7 @@ pub fn load_upstream(
         description,
         toolchain: o.toolchain,
         coverage: o.coverage,
-        library: o.library,
+        library,
         tests: o.tests,
         launchers,
         capacity: o.capacity,
@@ -193,6 +201,58 @@ pub fn load_upstream(
     };
     // Relative paths of the overlay (sources, builds) are relative to it.
     Ok(LoadedConfig { path: path.to_path_buf(), dir: overlay_dir, config })
+}
+
+/// Feeds upstream's `build_configuration` into every `rccl_install` step of
+/// the overlay's library (issue 11): `flags` become upstream's
+/// `install_flags` then the overlay's, `cmake_options` upstream's string then
+/// the overlay's, `jobs` upstream's `parallel_jobs` unless the overlay sets
+/// it, and upstream's build `env` joins the step's (the overlay wins a
+/// clash). Upstream's values are literal text: their braces are escaped so no
+/// placeholder is read into them. `rccl.rs` later removes or forces the
+/// coverage flags and options, upstream's included.
+///
+/// `requires_build: false` (upstream neither builds nor checks `librccl.so`)
+/// feeds nothing and leaves the overlay's steps or `existing_build` to decide,
+/// with a warning: the harness needs an instrumented library either way.
+fn feed_build(path: &Path, resolved: &mut Resolved, steps: &mut [super::Step]) -> Result<()> {
+    let mut installs = steps.iter_mut().filter_map(|s| s.rccl_install.as_mut().map(|i| (i, &mut s.env))).peekable();
+    if installs.peek().is_none() {
+        return Ok(());
+    }
+    let build = &resolved.build;
+    if !build.requires_build {
+        resolved.warnings.push(upstream::Warning {
+            file: path.to_path_buf(),
+            json_path: "build_configuration.requires_build".into(),
+            message: "false: upstream would not build RCCL; the overlay's library steps (or its existing_build) \
+                      still decide the build, without build_configuration's flags, options, jobs or env"
+                .into(),
+        });
+        return Ok(());
+    }
+    let literal = |text: &str| BuildTemplate::try_from(text.replace('{', "{{").replace('}', "}}")).map_err(Error::new);
+    for (install, step_env) in installs {
+        let mut flags = build.install_flags.iter().map(|f| literal(f)).collect::<Result<Vec<_>>>()?;
+        flags.append(&mut install.flags);
+        install.flags = flags;
+        if !build.cmake_options.trim().is_empty() {
+            install.cmake_options.insert(0, literal(&build.cmake_options)?);
+        }
+        if install.jobs.is_none()
+            && let Some(jobs) = build.parallel_jobs
+        {
+            install.jobs = Some(literal(&jobs.to_string())?);
+        }
+        for (key, value) in &build.env {
+            let name = EnvName::try_from(key.clone())
+                .map_err(|e| error_at(path, &format!("build_configuration.env_variables.{key}"), &e))?;
+            if let std::collections::btree_map::Entry::Vacant(slot) = step_env.entry(name) {
+                slot.insert(literal(value)?);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `<mpi_path>/bin/mpirun`, else `mpirun` (`run_test`).
@@ -275,6 +335,122 @@ mod tests {
         assert_eq!(run.machine.gpus_per_node, Some(4));
         assert_eq!(run.uncapped_cap, 3600);
         assert_eq!(loaded.dir, dir.path());
+    }
+
+    /// An overlay whose library builds with RCCL's install.sh.
+    fn install_overlay(jobs: Option<&str>) -> String {
+        let mut v: Value = serde_json::from_str(OVERLAY).unwrap();
+        let mut install = serde_json::json!({
+            "script": "{library_src}/install.sh",
+            "flags": ["-l", "--no_clean"],
+            "cmake_options": ["'-DCMAKE_SHARED_LINKER_FLAGS={coverage_link_flags}'"]
+        });
+        if let Some(jobs) = jobs {
+            install["jobs"] = jobs.into();
+        }
+        v["library"]["steps"] = serde_json::json!([
+            {"name": "plain", "argv": ["true"]},
+            {"name": "install.sh", "rccl_install": install, "env": {"ROCM_PATH": "/overlay/rocm"}}
+        ]);
+        v.to_string()
+    }
+
+    const UPSTREAM_BUILD: &str = r#"{
+      "build_configuration": {
+        "install_flags": ["--enable-full-coverage", "-t", "--x={literal}"],
+        "cmake_options": "-DENABLE_CODE_COVERAGE=OFF -DGPU_TARGETS=gfx942 '-DJSON={\"a\": 1}'",
+        "parallel_jobs": 32,
+        "env_variables": {"ROCM_PATH": "/upstream/rocm", "HIPCC_VERBOSE": "{1}"}
+      },
+      "test_configurations": {"u": {"binary": "x", "tests": [{"name": "A"}]}},
+      "test_suites": [{"name": "S", "config": "u"}]
+    }"#;
+
+    fn loaded_steps(up: &str, overlay: &str) -> (Vec<crate::config::Step>, Vec<upstream::Warning>) {
+        let dir = tempfile::tempdir().unwrap();
+        let overlay = write(dir.path(), "o.json", overlay);
+        let loaded = load_upstream(&dir.path().join("up.json"), up, &overlay, &|_| None).unwrap();
+        let warnings = loaded.config.upstream.as_ref().unwrap().resolved.warnings.clone();
+        (loaded.config.library.steps, warnings)
+    }
+
+    fn texts(items: &[BuildTemplate]) -> Vec<&str> {
+        items.iter().map(BuildTemplate::as_str).collect()
+    }
+
+    #[test]
+    fn upstream_build_configuration_feeds_the_rccl_install_step() {
+        let (steps, warnings) = loaded_steps(UPSTREAM_BUILD, &install_overlay(None));
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(texts(&steps[0].argv), ["true"], "argv steps are left alone");
+        assert!(steps[0].env.is_empty());
+        let install = steps[1].rccl_install.as_ref().unwrap();
+        // Upstream's braces are escaped: literal text, not placeholders.
+        assert_eq!(texts(&install.flags), ["--enable-full-coverage", "-t", "--x={{literal}}", "-l", "--no_clean"]);
+        assert_eq!(
+            texts(&install.cmake_options),
+            [
+                r#"-DENABLE_CODE_COVERAGE=OFF -DGPU_TARGETS=gfx942 '-DJSON={{"a": 1}}'"#,
+                "'-DCMAKE_SHARED_LINKER_FLAGS={coverage_link_flags}'"
+            ]
+        );
+        assert_eq!(install.jobs.as_deref(), Some("32"), "upstream's parallel_jobs when the overlay sets none");
+        let env: Vec<(&str, &str)> = steps[1].env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(env, [("HIPCC_VERBOSE", "{{1}}"), ("ROCM_PATH", "/overlay/rocm")], "the overlay wins a clash");
+
+        // What rccl.rs makes of it: the strict flag replaced, upstream's
+        // coverage option removed and ours appended, upstream's text literal.
+        let mut vars = crate::template::Vars::default();
+        vars.set("library_src", "/src").set("coverage_link_flags", "-lx");
+        let argv = crate::rccl::install_argv(install, &vars, crate::rccl::Coverage::On { full: true }).unwrap();
+        assert_eq!(
+            argv,
+            [
+                "/src/install.sh",
+                "-t",
+                "--x={literal}",
+                "-l",
+                "--no_clean",
+                "--debug",
+                "--enable-code-coverage",
+                "-j",
+                "32",
+                "--cmake-options",
+                r#"-DGPU_TARGETS=gfx942 '-DJSON={"a": 1}' '-DCMAKE_SHARED_LINKER_FLAGS=-lx' -DENABLE_CODE_COVERAGE=ON -DENABLE_FULL_COVERAGE=ON"#
+            ]
+        );
+        let off = crate::rccl::install_argv(install, &vars, crate::rccl::Coverage::Off).unwrap();
+        assert!(!off.iter().any(|a| a.contains("--enable-") && a.contains("coverage")), "{off:?}");
+        assert!(off.last().unwrap().ends_with("-DENABLE_CODE_COVERAGE=OFF -DENABLE_FULL_COVERAGE=OFF"), "{off:?}");
+    }
+
+    #[test]
+    fn overlay_jobs_win_and_an_empty_build_configuration_changes_nothing() {
+        let (steps, _) = loaded_steps(UPSTREAM_BUILD, &install_overlay(Some("{jobs}")));
+        assert_eq!(steps[1].rccl_install.as_ref().unwrap().jobs.as_deref(), Some("{jobs}"));
+        let bare = r#"{"test_configurations": {"u": {"binary": "x", "tests": [{"name": "A"}]}},
+                       "test_suites": [{"name": "S", "config": "u"}]}"#;
+        let (steps, _) = loaded_steps(bare, &install_overlay(None));
+        let install = steps[1].rccl_install.as_ref().unwrap();
+        assert_eq!(texts(&install.flags), ["-l", "--no_clean"]);
+        assert_eq!(texts(&install.cmake_options), ["'-DCMAKE_SHARED_LINKER_FLAGS={coverage_link_flags}'"]);
+        assert!(install.jobs.is_none());
+        assert_eq!(steps[1].env.len(), 1);
+    }
+
+    #[test]
+    fn requires_build_false_feeds_nothing_and_says_so() {
+        let mut up: Value = serde_json::from_str(UPSTREAM_BUILD).unwrap();
+        up["build_configuration"]["requires_build"] = false.into();
+        let (steps, warnings) = loaded_steps(&up.to_string(), &install_overlay(None));
+        let install = steps[1].rccl_install.as_ref().unwrap();
+        assert_eq!(texts(&install.flags), ["-l", "--no_clean"]);
+        assert!(install.jobs.is_none());
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(warnings[0].json_path, "build_configuration.requires_build");
+        // Without an rccl_install step there is nothing to feed, and no warning.
+        let (steps, warnings) = loaded_steps(&up.to_string(), OVERLAY);
+        assert!(warnings.is_empty() && steps[0].rccl_install.is_none(), "{warnings:?}");
     }
 
     #[test]

@@ -8,9 +8,10 @@
 //! the file system or the process. `config/overlay.rs` combines it with
 //! ccl-coverage's overlay; the plan makes one trial per [`Test`] (ignored by
 //! [`Test::ignore_reason`]) and the launcher its argv, env, `mpi_args` and
-//! cwd. The build sections (`build`, `rccl_tests_build`) are resolved but not
-//! used yet: the overlay's `library`/`tests` steps (or its existing builds)
-//! say how the library and the tests are built.
+//! cwd. The overlay's `library`/`tests` steps (or its existing builds) say
+//! how the library and the tests are built; `build` feeds the overlay's
+//! `rccl_install` steps (install flags, CMake options, jobs, env: see
+//! `config/overlay.rs`), and `rccl_tests_build` is resolved but not used.
 //!
 //! The rules follow upstream's code (`lib/test_config.py`,
 //! `lib/test_executor.py`, `lib/schema.json`, `test_runner.py`); each
