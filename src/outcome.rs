@@ -121,9 +121,12 @@ pub fn judge_gtest(
     let mut cases: Vec<Case> = Vec::new();
     // MPI ranks write their reports into one folder at the same moment, and
     // gtest's choice of a free file name races: one rank's report may be
-    // clobbered. The readable ones decide.
+    // clobbered, or both torn into one unreadable file. The readable ones
+    // decide; with none, gtest's own result lines in the output do.
     let mut readable = 0;
-    for found in reports.iter().filter_map(|text| gtest_cases(text)) {
+    let parsed: Vec<Vec<Case>> = reports.iter().filter_map(|text| gtest_cases(text)).collect();
+    let from_output = if parsed.is_empty() { output_cases(output) } else { Vec::new() };
+    for found in parsed.into_iter().chain((!from_output.is_empty()).then_some(from_output)) {
         readable += 1;
         for case in found {
             match cases.iter_mut().find(|c| c.name == case.name) {
@@ -218,6 +221,33 @@ fn gtest_cases(text: &str) -> Option<Vec<Case>> {
         }
     }
     Some(out)
+}
+
+/// The cases gtest's output reports (`[       OK ] Suite.Test (1 ms)`,
+/// `[  FAILED  ] …`, `[  SKIPPED ] …`), for when no JSON report is readable.
+/// The summary's repeated `[  FAILED  ]` list adds nothing new.
+fn output_cases(output: &str) -> Vec<Case> {
+    let mut cases: Vec<Case> = Vec::new();
+    for line in output.lines() {
+        let Some(rest) = line.trim_start().strip_prefix('[') else { continue };
+        let Some((tag, name)) = rest.split_once(']') else { continue };
+        let status = match tag.trim() {
+            "OK" => CaseStatus::Passed,
+            "FAILED" => CaseStatus::Failed,
+            "SKIPPED" => CaseStatus::Skipped,
+            _ => continue,
+        };
+        let name = name.trim().split(' ').next().unwrap_or_default();
+        if !name.contains('.') || name.ends_with(',') {
+            continue;
+        }
+        match cases.iter_mut().find(|c| c.name == name) {
+            Some(seen) if status == CaseStatus::Failed => seen.status = status,
+            Some(_) => {}
+            None => cases.push(Case { name: name.to_string(), status, time_s: 0.0, message: String::new() }),
+        }
+    }
+    cases
 }
 
 /// The last test gtest's output started and did not finish (`[ RUN ]`
@@ -430,6 +460,20 @@ mod tests {
         assert_eq!(v.reason, "the filter `Nothing.*` matched no test (gtest ran nothing)");
         let (v, _) = judge_gtest(&exited(0), &[], "", None, t);
         assert_eq!(v.reason, "exit status 0, but no readable gtest JSON report was written");
+        // Reports torn by two ranks: gtest's result lines in the output decide.
+        let output = "[ RUN      ] A.b\n[       OK ] A.b (0 ms)\n[ RUN      ] A.b\n[       OK ] A.b (1 ms)\n\
+                      [ RUN      ] A.c\n[  SKIPPED ] A.c (0 ms)\n";
+        let (v, cases) = judge_gtest(&exited(0), &["{\"tes{\"tests".into()], output, None, t);
+        assert_eq!(v.status, Status::Passed, "{}", v.reason);
+        assert_eq!(
+            cases.iter().map(|c| (c.name.as_str(), c.status)).collect::<Vec<_>>(),
+            [("A.b", CaseStatus::Passed), ("A.c", CaseStatus::Skipped)]
+        );
+        let failed = format!(
+            "{output}[ RUN      ] A.d\n[  FAILED  ] A.d (0 ms)\n[  FAILED  ] 1 test, listed below:\n[  FAILED  ] A.d\n"
+        );
+        let (v, _) = judge_gtest(&exited(1), &[], &failed, None, t);
+        assert_eq!(v.reason, "exit status 1: 1 test failed: A.d");
         // One rank's clobbered report does not hide the other's.
         let ok = GTEST_JSON.replace(r#", "failures": [{"failure": "x != y"}]"#, "");
         let (v, _) = judge_gtest(&exited(0), &["{\"tes".into(), ok], "", None, t);
