@@ -191,8 +191,9 @@ fn prepare_upstream(
             }
             args.extend(test.args.iter().cloned());
             if test.kind == Kind::Gtest {
-                // A folder: gtest names the file after the binary and gives
-                // each MPI rank's report a name of its own.
+                // A folder: gtest names the file after the binary. MPI ranks
+                // race for that name and may tear the report; the verdict
+                // then reads gtest's result lines from the output instead.
                 args.push(format!("--gtest_output=json:{}/", cases_dir.display()));
             }
             // `<build_dir>/test`, else the build dir, else the binary's own (`run_test`).

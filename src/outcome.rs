@@ -228,7 +228,7 @@ fn gtest_cases(text: &str) -> Option<Vec<Case>> {
 /// The summary's repeated `[  FAILED  ]` list adds nothing new.
 fn output_cases(output: &str) -> Vec<Case> {
     let mut cases: Vec<Case> = Vec::new();
-    for line in output.lines() {
+    for line in output.lines().map(without_colors) {
         let Some(rest) = line.trim_start().strip_prefix('[') else { continue };
         let Some((tag, name)) = rest.split_once(']') else { continue };
         let status = match tag.trim() {
@@ -253,18 +253,38 @@ fn output_cases(output: &str) -> Vec<Case> {
 /// The last test gtest's output started and did not finish (`[ RUN ]`
 /// without its `[ OK ]`, `[ FAILED ]` or `[ SKIPPED ]`).
 fn running_test(output: &str) -> Option<String> {
-    let mut open: Vec<&str> = Vec::new();
-    for line in output.lines() {
+    let mut open: Vec<String> = Vec::new();
+    for line in output.lines().map(without_colors) {
         let Some(rest) = line.trim_start().strip_prefix('[') else { continue };
         let Some((tag, name)) = rest.split_once(']') else { continue };
-        let name = name.trim().split(' ').next().unwrap_or_default();
+        let name = name.trim().split(' ').next().unwrap_or_default().to_string();
         match tag.trim() {
             "RUN" => open.push(name),
             "OK" | "FAILED" | "SKIPPED" => open.retain(|n| *n != name),
             _ => {}
         }
     }
-    open.last().map(ToString::to_string)
+    open.pop()
+}
+
+/// `line` without terminal colour sequences (`ESC [ … m`): under `mpirun`
+/// gtest may colour its output although it goes to a file.
+fn without_colors(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // Skip `[`, the parameters and the final letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A pytest trial: its exit status and its JUnit XML. Exit 5 (nothing
