@@ -13,38 +13,10 @@ use std::time::SystemTime;
 
 mod support;
 
-use support::processes_mentioning;
+use support::{Setup, only, processes_mentioning, root, setup};
 
 /// No harness run of these tests may take longer (a first run builds the fixture).
 const LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-struct Setup {
-    dir: tempfile::TempDir,
-    config: PathBuf,
-    ws: PathBuf,
-    /// Extra environment for the harness process.
-    env: Vec<(String, String)>,
-}
-
-/// A config like `configs/local.json` (sources as absolute paths, so the
-/// build key matches the main suite's), edited by `edit`.
-fn setup(edit: impl FnOnce(&mut Value)) -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let mut v: Value = serde_json::from_str(&fs::read_to_string(root().join("configs/local.json")).unwrap()).unwrap();
-    v["library"]["source_dir"] = json!(root().join("tests/fixtures").display().to_string());
-    v["tests"]["source_dir"] = json!(root().join("tests/fixtures/ccl-tests").display().to_string());
-    // These suites are small variations; snapshots/ describes the real one.
-    v["report"]["snapshot"] = json!(false);
-    edit(&mut v);
-    let config = dir.path().join("config.json");
-    fs::write(&config, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-    let ws = dir.path().join("ws");
-    Setup { dir, config, ws, env: Vec::new() }
-}
 
 fn harness(s: &Setup, subcommand: &str, args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
@@ -74,14 +46,6 @@ fn text(out: &Output) -> String {
 fn result(s: &Setup, slug: &str) -> Value {
     let path = s.ws.join("results").join(format!("{slug}.json"));
     serde_json::from_str(&fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
-}
-
-fn only(v: &mut Value, collective: &str, sizes: &[&str], variants: Value) {
-    let keep: Vec<Value> =
-        v["collectives"].as_array().unwrap().iter().filter(|c| c["name"] == collective).cloned().collect();
-    v["collectives"] = Value::Array(keep);
-    v["sizes"] = json!(sizes);
-    v["variants"] = variants;
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{Setup, files_under, only, output_within, processes_mentioning, result, setup};
+use support::{Setup, files_under, is_root, only, output_within, processes_mentioning, result, setup};
 
 /// No harness run may take longer (a first run builds the fixture, and the
 /// MPICH config builds its own copy).
@@ -103,16 +103,6 @@ fn mpich_mpirun_runs_beside_open_mpi_each_detected_from_its_version() {
         let survivors = processes_mentioning(&s.ws.display().to_string());
         assert!(survivors.is_empty(), "processes survive: {survivors:?}");
     }
-}
-
-/// Whether the tests run as root (uid 0), read from `/proc` rather than libc.
-fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1))
-        .is_some_and(|euid| euid == "0")
 }
 
 /// A single-node Slurm cluster of this test's own: munged (as the munge

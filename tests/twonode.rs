@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{files_under, only, output_within, processes_mentioning, result, setup};
+use support::{files_under, is_root, only, output_within, processes_mentioning, result, setup};
 
 /// No harness run may take longer (a first run builds the fixture).
 const LIMIT: Duration = Duration::from_secs(600);
@@ -224,16 +224,6 @@ impl Drop for TwoNodes {
             }
         }
     }
-}
-
-/// Whether the tests run as root (uid 0), read from `/proc`.
-fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1))
-        .is_some_and(|euid| euid == "0")
 }
 
 #[test]
