@@ -99,7 +99,7 @@ impl Blocker {
         match self {
             Blocker::NoTarget => "the config has no device target (coverage.device.target)".into(),
             Blocker::Nvptx { detail } => format!(
-                "CUDA/NVPTX device code cannot be instrumented: {detail}; nvcc has no source-based coverage, so NVIDIA backends are host-only today"
+                "CUDA/NVPTX device code cannot be instrumented: {detail}; nvcc has no source-based coverage and CUPTI's SASS metrics patch only the first kernel a context launches (docs/gpu-validation.md), so NVIDIA backends are host-only today"
             ),
             Blocker::LinkerDisabled => {
                 "the device linker is disabled (coverage.device.linker is false, RCCL's ENABLE_DEVICE_LINKER=OFF)"
