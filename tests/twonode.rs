@@ -509,14 +509,15 @@ fn a_hung_two_node_trial_is_killed_on_both_nodes() {
         std::thread::sleep(Duration::from_millis(100));
     };
     let ran = harness.wait(LIMIT);
+    // Nothing of the trial is left on either node (checked first: it is
+    // what this test is for).
+    assert_nothing_left(&nodes, &s.ws, STEP);
     let log = ran.text();
     let trial_log = fs::read_to_string(s.ws.join("logs/AllReduce.1K.hang.log")).unwrap_or_default();
     assert!(!ran.success, "a hung trial fails the run:\n{log}");
     let r = result(&s, "AllReduce.1K.hang");
     assert_eq!(r["status"], "TIMEOUT", "{r}\n{trial_log}");
     assert!(r["duration_s"].as_f64().unwrap() < 8.0 + 3.0 + 15.0, "{r}");
-    // Nothing of the trial is left on either node.
-    assert_nothing_left(&nodes, &s.ws, STEP);
     eprintln!("node B ran {on_b:?} and it is gone");
 }
 
