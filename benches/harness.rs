@@ -10,6 +10,7 @@
 //! shared with the test suite through the on-disk cache (build it first with
 //! `cargo test --test collectives`, or the first run includes the build).
 
+use ccl_coverage::allocation::Want;
 use serde_json::{Value, json};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -235,11 +236,11 @@ fn handover(dir: &Path) -> Value {
     let slots = Arc::new(ccl_coverage::slots::Slots::new(dir.join("slots"), 4));
     let mut micros: Vec<f64> = (0..200)
         .map(|i| {
-            let holder = slots.acquire(4).unwrap();
+            let holder = slots.acquire(Want::spread(4, 1, 0)).unwrap();
             let (tx, rx) = std::sync::mpsc::channel();
             let waiter = slots.clone();
             std::thread::spawn(move || {
-                let guard = waiter.acquire(1 + i % 4).unwrap();
+                let guard = waiter.acquire(Want::spread(1 + i % 4, 1, 0)).unwrap();
                 tx.send(Instant::now()).unwrap();
                 drop(guard);
             });

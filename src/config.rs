@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 mod overlay;
 mod values;
 pub use overlay::{Overlay, UpstreamRun, load_overlay};
-pub use values::{Build, BuildTemplate, EnvName, Name, Placeholders, Size, Template, Trial, TrialTemplate};
+pub use values::{Build, BuildTemplate, EnvName, HostName, Name, Placeholders, Size, Template, Trial, TrialTemplate};
 
 /// The embedded default: the CPU fixture, runnable on any Linux machine.
 pub const DEFAULT_CONFIG_TEXT: &str = include_str!("../configs/local.json");
@@ -65,6 +65,12 @@ pub mod limits {
     pub const NODES: Bound = Bound { min: 1, max: 4096, unit: "nodes" };
     /// `launchers.*.gpus_per_task`.
     pub const GPUS_PER_TASK: Bound = Bound { min: 0, max: 64, unit: "GPUs per rank" };
+    /// `hosts[].slots`: ranks one node may run.
+    pub const HOST_SLOTS: Bound = Bound { min: 1, max: 4096, unit: "ranks" };
+    /// `hosts[].gpus`: GPUs of one node.
+    pub const HOST_GPUS: Bound = Bound { min: 1, max: 1024, unit: "GPUs" };
+    /// `hosts`: nodes a config may name.
+    pub const HOSTS: usize = 4096;
     /// `iterations.iters` (`-n`).
     pub const ITERS: Bound = Bound { min: 1, max: 1_000_000, unit: "iterations" };
     /// `iterations.warmup` (`-w`).
@@ -143,6 +149,12 @@ bounded_fields! {
     warmup: u32 = limits::WARMUP;
     nodes: usize = limits::NODES;
     gpus_per_task: usize = limits::GPUS_PER_TASK;
+    host_slots: usize = limits::HOST_SLOTS;
+    host_gpus: usize = limits::HOST_GPUS;
+}
+
+fn optional_host_gpus<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    host_gpus(d).map(Some)
 }
 
 fn optional_ranks<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
@@ -204,6 +216,11 @@ pub struct Config {
     /// Most ranks that may run at once on this machine (GPUs, or cores).
     #[serde(deserialize_with = "capacity")]
     pub capacity: usize,
+    /// The nodes launched trials may use when neither `CCL_COV_HOSTFILE` nor
+    /// a Slurm allocation names them (`allocation.rs`); also where the GPU
+    /// count of a hostfile's or allocation's node of the same name comes from.
+    #[serde(default)]
+    pub hosts: Vec<HostConfig>,
     /// What a trial runs with unless its variant says otherwise.
     pub launch: LaunchDefaults,
     /// Environment of every trial.
@@ -519,6 +536,20 @@ impl TryFrom<LauncherFields> for LauncherConfig {
     }
 }
 
+/// One node of `hosts`: `{"name": "node1", "slots": 8, "gpus": 8}`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// The name the launcher reaches it by (`mpirun --host`).
+    pub name: HostName,
+    /// Ranks it may run.
+    #[serde(deserialize_with = "host_slots")]
+    pub slots: usize,
+    /// Its GPUs; without it, one GPU slot per rank slot.
+    #[serde(default, deserialize_with = "optional_host_gpus", skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<usize>,
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LaunchDefaults {
@@ -788,6 +819,7 @@ fn invalid(path: impl Into<String>, msg: impl Into<String>) -> Invalid {
 /// ranks within the capacity, and trials whose files must not collide.
 fn validate(c: &Config) -> Result<(), Invalid> {
     check_launch(c)?;
+    check_hosts(&c.hosts)?;
     let collectives = unique_names("collectives", c.collectives.iter().map(|x| &x.name))?;
     let sizes = unique_sizes(&c.sizes)?;
     let variants = check_variants(c)?;
@@ -816,6 +848,24 @@ fn ranks_fit(c: &Config, path: String, ranks: usize) -> Result<(), Invalid> {
 fn check_launch(c: &Config) -> Result<(), Invalid> {
     launcher_known(c, "launch.launcher".into(), &c.launch.launcher)?;
     ranks_fit(c, "launch.ranks".into(), c.launch.ranks)
+}
+
+/// `hosts`: each node once (a node named twice would be counted twice), and
+/// a bounded list.
+fn check_hosts(hosts: &[HostConfig]) -> Result<(), Invalid> {
+    if hosts.len() > limits::HOSTS {
+        return Err(invalid("hosts", format!("{} hosts: expected at most {}", hosts.len(), limits::HOSTS)));
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, host) in hosts.iter().enumerate() {
+        if let Some(first) = seen.insert(host.name.as_str(), i) {
+            return Err(invalid(
+                format!("hosts[{i}].name"),
+                format!("duplicate host {:?} (also hosts[{first}]): expected each node once", host.name),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `collectives` and `variants`: a name names one entry.

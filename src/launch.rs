@@ -5,6 +5,10 @@
 //! upstream's `run_test` launches it, without its shell: `mpirun` only for
 //! more than one rank, its `mpi_args`, `LD_LIBRARY_PATH` in its order, gtest's
 //! filter and JSON report, pytest in its `test_dir` with a JUnit report.
+//!
+//! The nodes a trial was placed on (`slots.rs`) reach the launcher unless
+//! its args already name hosts: Open MPI `--host a:2,b:2`, Hydra `-hosts
+//! a:2,b:2`, srun `--nodelist=a,b`.
 
 use crate::bail;
 use crate::config::{Config, LauncherConfig, LauncherKind, MpiFlavor};
@@ -55,16 +59,19 @@ pub struct TrialLaunch {
 }
 
 /// The command of `spec`. `slots` are the rank slots the trial holds (for
-/// `{slots}`, e.g. `CUDA_VISIBLE_DEVICES`); `None` in a dry run.
+/// `{slots}`, e.g. `CUDA_VISIBLE_DEVICES`); `None` in a dry run. `hosts`
+/// are the nodes it was placed on, with its ranks on each (empty: this
+/// machine, or no allocation).
 pub fn prepare(
     ctx: &Context,
     manifest: &BuildManifest,
     spec: &TrialSpec,
     profile_dir: &Path,
     slots: Option<&[usize]>,
+    hosts: &[(String, usize)],
 ) -> Result<TrialLaunch> {
     match &spec.source {
-        Source::Matrix { .. } => prepare_matrix(ctx, manifest, spec, profile_dir, slots),
+        Source::Matrix { .. } => prepare_matrix(ctx, manifest, spec, profile_dir, slots, hosts),
         Source::Upstream(u) => prepare_upstream(ctx, manifest, spec, u, profile_dir, &Env::new()),
     }
 }
@@ -89,6 +96,7 @@ fn prepare_matrix(
     spec: &TrialSpec,
     profile_dir: &Path,
     slots: Option<&[usize]>,
+    hosts: &[(String, usize)],
 ) -> Result<TrialLaunch> {
     let config = ctx.config();
     let vars = trial_vars(ctx, manifest, spec, slots);
@@ -130,7 +138,9 @@ fn prepare_matrix(
     }
     env.push((TRIAL_TOKEN.into(), token.clone()));
 
-    let launcher_args = vars.render_all(&launcher.args)?;
+    let rendered = vars.render_all(&launcher.args)?;
+    let mut launcher_args = host_args(launcher, &rendered, hosts);
+    launcher_args.extend(rendered);
     let argv = command_line(
         launcher,
         &launcher_args,
@@ -322,6 +332,108 @@ pub fn command_line(
     argv
 }
 
+/// Launcher options that name the hosts: the user chose them, so the
+/// harness adds none.
+const MPIRUN_HOST_OPTIONS: &[&str] = &[
+    "--host",
+    "-host",
+    "-H",
+    "--hostfile",
+    "-hostfile",
+    "--default-hostfile",
+    "--machinefile",
+    "-machinefile",
+    "-machine",
+    "-f",
+    "-hosts",
+];
+const SRUN_HOST_OPTIONS: &[&str] = &["-w", "--nodelist", "-F", "--nodefile"];
+
+/// How `arg` names hosts: `Some(true)` when the next word is the value
+/// (`--host a`), `Some(false)` when it carries it (`--host=a`, srun's `-wa`),
+/// `None` when it does not name hosts.
+fn host_option(launcher: &LauncherConfig, arg: &str) -> Option<bool> {
+    let options = match launcher.kind {
+        LauncherKind::Direct => return None,
+        LauncherKind::Mpirun => MPIRUN_HOST_OPTIONS,
+        LauncherKind::Srun => SRUN_HOST_OPTIONS,
+    };
+    options.iter().find_map(|o| {
+        let rest = arg.strip_prefix(o)?;
+        let attached = launcher.kind == LauncherKind::Srun && o.len() == 2 && !rest.is_empty();
+        match rest {
+            "" => Some(true),
+            _ if rest.starts_with('=') || attached => Some(false),
+            _ => None,
+        }
+    })
+}
+
+/// Whether `args` name hosts themselves.
+fn names_hosts(launcher: &LauncherConfig, args: &[String]) -> bool {
+    args.iter().any(|arg| host_option(launcher, arg).is_some())
+}
+
+/// The options that hand `hosts` (node, ranks there) to the launcher, unless
+/// `args` (the launcher's rendered args) name hosts already.
+pub fn host_args(launcher: &LauncherConfig, args: &[String], hosts: &[(String, usize)]) -> Vec<String> {
+    if hosts.is_empty() || names_hosts(launcher, args) {
+        return Vec::new();
+    }
+    let with_slots = || hosts.iter().map(|(h, n)| format!("{h}:{n}")).collect::<Vec<_>>().join(",");
+    match (launcher.kind, launcher.flavor) {
+        (LauncherKind::Direct, _) => Vec::new(),
+        (LauncherKind::Mpirun, MpiFlavor::Mpich) => vec!["-hosts".into(), with_slots()],
+        (LauncherKind::Mpirun, MpiFlavor::Openmpi | MpiFlavor::Auto) => vec!["--host".into(), with_slots()],
+        (LauncherKind::Srun, _) => {
+            vec![format!("--nodelist={}", hosts.iter().map(|(h, _)| h.as_str()).collect::<Vec<_>>().join(","))]
+        }
+    }
+}
+
+/// `args` without the options (and their values) that name hosts, for a
+/// command aimed at one node of the harness's choosing.
+fn without_hosts(launcher: &LauncherConfig, args: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut words = args.iter();
+    while let Some(arg) = words.next() {
+        match host_option(launcher, arg) {
+            Some(true) => {
+                words.next();
+            }
+            Some(false) => {}
+            None => out.push(arg.clone()),
+        }
+    }
+    out
+}
+
+/// `argv` run once on `node` through `launcher` (a resolved flavour) with
+/// its rendered `args`: what the launcher itself can see there.
+pub fn on_node(launcher: &LauncherConfig, args: &[String], node: &str, argv: &[String], root: bool) -> Vec<String> {
+    let mut out = vec![crate::mpi::program(launcher).to_string()];
+    let args = without_hosts(launcher, args);
+    match launcher.kind {
+        LauncherKind::Direct => return argv.to_vec(),
+        LauncherKind::Mpirun => {
+            if launcher.flavor == MpiFlavor::Openmpi && root {
+                out.push("--allow-run-as-root".into());
+            }
+            out.extend(["-np".into(), "1".into()]);
+            out.extend(host_args(launcher, &[], &[(node.to_string(), 1)]));
+            out.extend(args);
+        }
+        LauncherKind::Srun => {
+            out.extend(["--ntasks".into(), "1".into(), "--nodes".into(), "1".into()]);
+            out.extend(host_args(launcher, &[], &[(node.to_string(), 1)]));
+            out.extend(["--immediate".into(), "--export=ALL".into()]);
+            out.extend(args);
+        }
+    }
+    out.extend(argv.iter().cloned());
+    out
+}
+
 /// `-n N -w W`; one pass without warm-up when `trim` (coverage needs one
 /// pass through the code, not stable timings).
 fn iteration_args(config: &Config, trim: bool) -> Vec<String> {
@@ -329,7 +441,8 @@ fn iteration_args(config: &Config, trim: bool) -> Vec<String> {
     vec!["-n".into(), iters.to_string(), "-w".into(), warmup.to_string()]
 }
 
-fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, slots: Option<&[usize]>) -> Vars {
+/// The `{placeholders}` of a trial's args and environment.
+pub fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, slots: Option<&[usize]>) -> Vars {
     let mut vars = Vars::default();
     let path = |p: &PathBuf| p.display().to_string();
     let slots = match slots {
@@ -350,7 +463,7 @@ fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, slots: 
     vars
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
@@ -432,6 +545,49 @@ mod tests {
                 "-g",
                 "1"
             ]
+        );
+    }
+
+    #[test]
+    fn placed_hosts_reach_the_launcher_unless_its_args_name_hosts() {
+        let hosts = [("a".to_string(), 2), ("b".to_string(), 2)];
+        let ompi = launcher(LauncherKind::Mpirun, MpiFlavor::Openmpi);
+        let mpich = launcher(LauncherKind::Mpirun, MpiFlavor::Mpich);
+        let srun = launcher(LauncherKind::Srun, MpiFlavor::Openmpi);
+        let direct = launcher(LauncherKind::Direct, MpiFlavor::Openmpi);
+        let none: [String; 0] = [];
+        assert_eq!(host_args(&ompi, &none, &hosts), ["--host", "a:2,b:2"]);
+        assert_eq!(host_args(&mpich, &none, &hosts), ["-hosts", "a:2,b:2"]);
+        assert_eq!(host_args(&srun, &none, &hosts), ["--nodelist=a,b"]);
+        assert!(host_args(&direct, &none, &hosts).is_empty());
+        assert!(host_args(&ompi, &none, &[]).is_empty(), "this machine: nothing to name");
+        for user in [&["--hostfile", "/h"][..], &["--host=x"], &["-H", "x"], &["--machinefile", "/m"]] {
+            let user: Vec<String> = user.iter().map(ToString::to_string).collect();
+            assert!(host_args(&ompi, &user, &hosts).is_empty(), "{user:?}");
+        }
+        let user = vec!["-f".to_string(), "/h".to_string()];
+        assert!(host_args(&mpich, &user, &hosts).is_empty());
+        assert!(host_args(&srun, &["-wn1".to_string()], &hosts).is_empty());
+        assert_eq!(host_args(&ompi, &["--mca".into(), "x".into(), "--hostnames-x".into()], &hosts).len(), 2);
+    }
+
+    #[test]
+    fn a_command_on_one_node_replaces_the_users_hosts() {
+        let args: Vec<String> =
+            ["--hostfile", "/h", "--mca", "plm_rsh_agent", "/a"].iter().map(ToString::to_string).collect();
+        let cat = ["cat".to_string(), "/ws/m".to_string()];
+        let ompi = launcher(LauncherKind::Mpirun, MpiFlavor::Openmpi);
+        assert_eq!(
+            on_node(&ompi, &args, "b", &cat, true).join(" "),
+            "mpirun --allow-run-as-root -np 1 --host b:1 --mca plm_rsh_agent /a cat /ws/m"
+        );
+        let mpich = launcher(LauncherKind::Mpirun, MpiFlavor::Mpich);
+        assert_eq!(on_node(&mpich, &[], "b", &cat, true).join(" "), "mpirun -np 1 -hosts b:1 cat /ws/m");
+        let srun = launcher(LauncherKind::Srun, MpiFlavor::Openmpi);
+        let args: Vec<String> = ["-w", "x", "-p", "gpu"].iter().map(ToString::to_string).collect();
+        assert_eq!(
+            on_node(&srun, &args, "b", &cat, true).join(" "),
+            "srun --ntasks 1 --nodes 1 --nodelist=b --immediate --export=ALL -p gpu cat /ws/m"
         );
     }
 

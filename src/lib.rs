@@ -38,6 +38,7 @@ pub mod redact;
 pub mod report;
 pub mod results;
 pub mod run;
+pub mod shared_fs;
 pub mod slots;
 pub mod supervisor;
 pub mod template;

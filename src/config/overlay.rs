@@ -188,6 +188,7 @@ pub fn load_upstream(
         tests: o.tests,
         launchers,
         capacity: o.capacity,
+        hosts: Vec::new(),
         launch: LaunchDefaults { launcher: "direct".into(), ranks: 1 },
         env: BTreeMap::new(),
         args: Vec::new(),

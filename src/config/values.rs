@@ -58,6 +58,7 @@ string_value! {
     impl for Name;
     impl for EnvName;
     impl for Size;
+    impl for HostName;
     impl<K: Placeholders> for Template<K>;
 }
 
@@ -165,6 +166,32 @@ impl TryFrom<String> for Size {
     }
 }
 
+/// A node's name as a launcher is given it (`mpirun --host NAME:4`, `srun
+/// --nodelist=NAME`, a hostfile line): a host name, so letters, digits, `.`,
+/// `-` and `_`, not starting with `-` (it would read as an option), at most
+/// 253 bytes (DNS's limit).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct HostName(String);
+
+impl TryFrom<String> for HostName {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<HostName, String> {
+        let usable = !name.is_empty()
+            && name.len() <= 253
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+            && !name.starts_with(['-', '.']);
+        if !usable {
+            return Err(format!(
+                "{name:?} is not a host name: expected 1 to 253 ASCII letters, digits, '.', '-' or '_', not starting \
+                 with '-' or '.' (launchers are given it as `--host NAME:SLOTS`)"
+            ));
+        }
+        Ok(HostName(name))
+    }
+}
+
 /// Which `{placeholders}` a kind of template may use.
 pub trait Placeholders {
     const ALLOWED: &'static [&'static str];
@@ -232,6 +259,17 @@ mod tests {
         }
         let err = parse::<Name>(&"n".repeat(limits::NAME_BYTES + 1)).unwrap_err();
         assert_eq!(err, "a name of 101 bytes is too long: expected at most 100 (it becomes part of file names)");
+    }
+
+    #[test]
+    fn host_names_cannot_read_as_options_or_lists() {
+        for good in ["node1", "n1.cluster.example", "gpu-01", "a_b"] {
+            assert_eq!(parse::<HostName>(good).unwrap().as_str(), good);
+        }
+        for bad in ["", "-np", ".n", "a,b", "a:4", "a b", "a=b", &"n".repeat(254)] {
+            let err = parse::<HostName>(bad).unwrap_err();
+            assert!(err.starts_with(&format!("{bad:?} is not a host name: expected 1 to 253")), "{err}");
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! reuses) it, every other trial waits for it, and a failed build fails every
 //! trial with the build's own error.
 
-use crate::allocation::Allocation;
+use crate::allocation::{Allocation, Want};
 use crate::config::LauncherKind;
 use crate::context::Context;
 use crate::error::Error;
@@ -20,16 +20,20 @@ use crate::run;
 use crate::slots::Slots;
 use crate::workspace::Area;
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use std::collections::HashMap;
 use std::process::ExitCode;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 struct Shared {
     ctx: Context,
     run_id: String,
     fixture: OnceLock<Result<BuildManifest, Error>>,
     info: OnceLock<RunInfo>,
-    /// The hostfile's or Slurm allocation's nodes, read once.
+    /// The hostfile's, Slurm allocation's or config's nodes, read once.
     allocation: OnceLock<Result<Option<Allocation>, Error>>,
+    /// The shared-filesystem check's verdict per launcher, once per run;
+    /// held while a check runs, so each launcher is checked once.
+    shared_fs: Mutex<HashMap<String, Result<(), String>>>,
     results: RunWriter,
 }
 
@@ -71,6 +75,7 @@ pub fn main_with(args: Arguments) -> ExitCode {
         fixture: OnceLock::new(),
         info: OnceLock::new(),
         allocation: OnceLock::new(),
+        shared_fs: Mutex::new(HashMap::new()),
     });
     let trials = specs
         .into_iter()
@@ -146,38 +151,83 @@ impl Shared {
         })
     }
 
-    /// Why a launched trial cannot run in the allocation (hostfile, Slurm),
-    /// or `None`: it fits, there is none, or it runs as one process here.
-    fn misfit(&self, spec: &TrialSpec) -> Result<Option<String>, Failed> {
-        let Some(launcher) = spec.launcher(self.ctx.config()) else { return Ok(None) };
-        if launcher.kind == LauncherKind::Direct {
-            return Ok(None);
-        }
-        let allocation = self.allocation.get_or_init(|| Allocation::detect(&crate::config::process_env));
-        match allocation {
-            Ok(allocation) => Ok(allocation.as_ref().and_then(|a| a.misfit(launcher.nodes, spec.ranks))),
+    fn allocation(&self) -> Result<Option<&Allocation>, Failed> {
+        match self.allocation.get_or_init(|| super::detect_allocation(&self.ctx)) {
+            Ok(allocation) => Ok(allocation.as_ref()),
             Err(e) => Err(Failed::from(e.to_string())),
         }
     }
 
+    /// Before the first trial of a launcher that spans more than one node:
+    /// whether every node of the allocation sees the workspace
+    /// (`shared_fs.rs`). A failed check fails every such trial of that
+    /// launcher with its message, unrun: ignoring them would let the run
+    /// pass without their coverage, and running them would lose a node's
+    /// profiles.
+    fn shared_filesystem(&self, spec: &TrialSpec, manifest: &BuildManifest) -> Result<(), Failed> {
+        let config = self.ctx.config();
+        let Some(launcher) = spec.launcher(config) else { return Ok(()) };
+        let Some(allocation) = self.allocation()? else { return Ok(()) };
+        if launcher.kind == LauncherKind::Direct || launcher.nodes < 2 || spec.upstream().is_some() {
+            return Ok(());
+        }
+        let mut verdicts = self.shared_fs.lock().unwrap_or_else(PoisonError::into_inner);
+        let verdict = verdicts.entry(spec.launcher.clone()).or_insert_with(|| {
+            let check = || -> Result<(), Error> {
+                let resolved = crate::mpi::resolve(launcher)?;
+                let vars = launch::trial_vars(&self.ctx, manifest, spec, None);
+                let args = vars.render_all(&resolved.args)?;
+                let grace = std::time::Duration::from_secs(config.timeouts.grace);
+                crate::shared_fs::check(
+                    &self.ctx.workspace,
+                    &resolved,
+                    &args,
+                    &allocation.nodes,
+                    &self.ctx.supervisor,
+                    grace,
+                )
+            };
+            let nodes: Vec<&str> = allocation.nodes.iter().map(|n| n.name.as_str()).collect();
+            match check() {
+                Ok(()) => {
+                    eprintln!(
+                        "ccl-coverage: shared filesystem: every node of {} ({}) sees the workspace through launcher {}",
+                        allocation.source,
+                        nodes.join(", "),
+                        spec.launcher
+                    );
+                    Ok(())
+                }
+                Err(e) => {
+                    eprintln!("ccl-coverage: {e}");
+                    eprintln!("ccl-coverage: trials of launcher {} (more than one node) fail unrun", spec.launcher);
+                    Err(e.to_string())
+                }
+            }
+        });
+        verdict.clone().map_err(|e| Failed::from(format!("not run: {e}")))
+    }
+
     fn run_trial(&self, spec: &TrialSpec) -> Result<Completion, Failed> {
         not_interrupted()?;
-        if let Some(reason) = self.misfit(spec)? {
+        let ctx = &self.ctx;
+        let allocation = self.allocation()?;
+        if let Some(reason) = super::misfit(ctx, allocation, spec) {
             eprintln!("ccl-coverage: {} ignored: {reason}", spec.name);
             return Ok(Completion::ignored_with(reason));
         }
         let manifest = self.fixture()?;
-        let ctx = &self.ctx;
+        self.shared_filesystem(spec, manifest)?;
         let ws = &ctx.workspace;
         let fail = |e: Error| Failed::from(e.to_string());
-        let slots = Slots::new(ctx.state_dir.join("slots"), ctx.config().capacity);
+        let (slots, want) = super::pool(ctx, allocation, spec);
         let log = ws.trial_log(&spec.slug);
         let finish = || {
             let incremental = manifest.coverage && ctx.incremental_merge;
             profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, incremental, ctx.keep_raw)
         };
         let (execution, merged) = {
-            let held = slots.acquire(spec.ranks).map_err(fail)?;
+            let held = slots.acquire(want).map_err(fail)?;
             not_interrupted()?;
             let profile_dir = ws.trial_profiles(&spec.slug);
             // Old profiles of this trial would be merged with the new ones.
@@ -186,7 +236,8 @@ impl Shared {
             ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug)).map_err(fail)?;
             // An old report would be read as this run's.
             ws.clear(Area::Cases, &ws.trial_cases(&spec.slug)).map_err(fail)?;
-            let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices())).map_err(fail)?;
+            let launch =
+                launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices()), held.hosts()).map_err(fail)?;
             let timeout = launch.timeout.as_secs();
             let execution = run::execute(launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
                 eprintln!(
@@ -226,7 +277,7 @@ impl Shared {
         let mut result = TrialResult::new(id, &execution, &verdict, merged, perf);
         result.cases = cases;
         if verdict.status == Status::Failed && ctx.rerun_failed {
-            result.rerun = self.rerun(spec, manifest, &slots).map(Box::new);
+            result.rerun = self.rerun(spec, manifest, &slots, want).map(Box::new);
         }
         self.results.record(&result, manifest, self.run_info()).map_err(fail)?;
         match result.failure_message(&output) {
@@ -240,12 +291,12 @@ impl Shared {
     /// A failed upstream trial once more, with its `rerun_env_variables`, for
     /// diagnostics (upstream's `--rerun-failed`). Its profiles go to a folder
     /// of their own and are not merged: the verdict is the first attempt's.
-    fn rerun(&self, spec: &TrialSpec, manifest: &BuildManifest, slots: &Slots) -> Option<Rerun> {
+    fn rerun(&self, spec: &TrialSpec, manifest: &BuildManifest, slots: &Slots, want: Want) -> Option<Rerun> {
         let ctx = &self.ctx;
         let ws = &ctx.workspace;
         let say = |e: Error| eprintln!("ccl-coverage: {}: the rerun did not run: {e}", spec.name);
         let run = || -> Result<Option<Rerun>, Error> {
-            let _held = slots.acquire(spec.ranks)?;
+            let _held = slots.acquire(want)?;
             let profile_dir = ws.trial_quarantine(&spec.slug).join("rerun");
             ws.clear(Area::Quarantine, &profile_dir)?;
             ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;

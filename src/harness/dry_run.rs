@@ -4,6 +4,7 @@
 //! directory and timeout. `CCL_COV_DRY_RUN=json` prints the same as one JSON
 //! document.
 
+use crate::allocation::Allocation;
 use crate::context::Context;
 use crate::error::Result;
 use crate::fixture::BuildPlan;
@@ -39,8 +40,23 @@ pub fn print(ctx: &Context, specs: &[TrialSpec], args: &Arguments) -> ExitCode {
     }
 }
 
+/// Why a trial would not run (the plan's reason, or the allocation's), and
+/// otherwise the nodes an idle run would place it on.
+fn placement(
+    ctx: &Context,
+    allocation: Option<&Allocation>,
+    spec: &TrialSpec,
+) -> (Option<String>, Vec<(String, usize)>) {
+    if let Some(why) = spec.ignore_reason.clone().or_else(|| super::misfit(ctx, allocation, spec)) {
+        return (Some(why), Vec::new());
+    }
+    let (slots, want) = super::pool(ctx, allocation, spec);
+    (None, slots.idle_hosts(want).unwrap_or_default())
+}
+
 /// The dry-run text for `selected` trials.
 pub fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
+    let allocation = super::detect_allocation(ctx)?;
     let plan = BuildPlan::new(ctx)?;
     let manifest = plan.planned_manifest(ctx)?;
     let tc = &manifest.toolchain;
@@ -81,13 +97,19 @@ pub fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
         }
     }
     let _ = writeln!(w, "trials: {}", selected.len());
+    if let Some(a) = &allocation {
+        let nodes: Vec<String> =
+            a.nodes.iter().map(|n| format!("{}:{} ({} GPU slots)", n.name, n.slots, n.gpu_slots())).collect();
+        let _ = writeln!(w, "nodes: {} from {}", nodes.join(", "), a.source);
+    }
     for spec in selected {
-        if let Some(why) = &spec.ignore_reason {
+        let (ignored, hosts) = placement(ctx, allocation.as_ref(), spec);
+        if let Some(why) = ignored {
             let _ = writeln!(w, "trial {} ignored: {why}", spec.name);
             continue;
         }
         let profile_dir = ctx.workspace.trial_profiles(&spec.slug);
-        let launch = launch::prepare(ctx, &manifest, spec, &profile_dir, None)?;
+        let launch = launch::prepare(ctx, &manifest, spec, &profile_dir, None, &hosts)?;
         let kind = if spec.upstream().is_some() { format!("{}, ", launch.kind.as_str()) } else { String::new() };
         let capped = if spec.capped() { " (upstream: no limit; the overlay's cap)" } else { "" };
         let _ = writeln!(
@@ -113,6 +135,7 @@ pub fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
 
 /// The dry run as one JSON document: the same content as [`render`].
 pub fn render_json(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
+    let allocation = super::detect_allocation(ctx)?;
     let plan = BuildPlan::new(ctx)?;
     let manifest = plan.planned_manifest(ctx)?;
     let tc = &manifest.toolchain;
@@ -128,6 +151,7 @@ pub fn render_json(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
     let mut trials = Vec::new();
     for spec in selected {
         let upstream = spec.upstream();
+        let (ignored, hosts) = placement(ctx, allocation.as_ref(), spec);
         let mut t = json!({
             "name": spec.name,
             "kind": upstream.map_or("perf", |u| match u.test.kind {
@@ -136,11 +160,11 @@ pub fn render_json(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
                 crate::upstream::Kind::Pytest => "pytest",
             }),
             "ranks": spec.ranks,
-            "nodes": upstream.map_or(1, |u| u.nodes),
+            "nodes": upstream.map_or_else(|| spec.launcher(ctx.config()).map_or(1, |l| l.nodes as u64), |u| u.nodes),
             "gpus": upstream.map(|u| u.gpus),
             "launcher": spec.launcher,
-            "ignored": spec.ignored,
-            "ignore_reason": spec.ignore_reason,
+            "ignored": spec.ignored || ignored.is_some(),
+            "ignore_reason": ignored,
             "timeout_s": spec.timeout(ctx.config(), manifest.device.enabled).as_secs(),
             "timeout_capped": spec.capped(),
             "argv": Value::Null,
@@ -148,9 +172,9 @@ pub fn render_json(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
             "env_removed": Value::Null,
             "cwd": Value::Null,
         });
-        if spec.ignore_reason.is_none() {
+        if ignored.is_none() {
             let profile_dir = ctx.workspace.trial_profiles(&spec.slug);
-            let launch = launch::prepare(ctx, &manifest, spec, &profile_dir, None)?;
+            let launch = launch::prepare(ctx, &manifest, spec, &profile_dir, None, &hosts)?;
             let env: serde_json::Map<String, Value> = launch
                 .env
                 .iter()
