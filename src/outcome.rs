@@ -390,8 +390,11 @@ fn signal_hint(code: Option<i32>) -> String {
 /// What a trial left for coverage: enough to tell whether coverage was lost.
 #[derive(Debug, Clone)]
 pub struct ProfileEvidence<'a> {
-    /// Raw profiles found in the trial's profile folder when it ended.
-    pub raw: usize,
+    /// Processes that wrote their raw profiles into the trial's profile
+    /// folder, one for each module (`profiles::writers`).
+    pub writers: usize,
+    /// Processes that wrote profiles for only some modules.
+    pub partial: &'a [String],
     /// Processes of the instrumented program that should each have written one.
     pub expected: usize,
     pub dir: &'a std::path::Path,
@@ -412,15 +415,22 @@ pub fn judge_coverage(verdict: Verdict, evidence: &ProfileEvidence) -> Verdict {
         return verdict;
     }
     let dir = evidence.dir.display();
-    let reason = if evidence.raw == 0 {
+    let reason = if evidence.writers == 0 {
         format!(
             "coverage lost: the trial passed but wrote no coverage profile in {dir} (a process that ends through _exit writes none; is the instrumented library the one loaded? check LD_LIBRARY_PATH)"
         )
-    } else if evidence.raw < evidence.expected {
-        format!(
+    } else if evidence.writers < evidence.expected {
+        let mut reason = format!(
             "coverage lost: only {} of {} ranks wrote a coverage profile in {dir} (a rank that ends through _exit or is killed writes none)",
-            evidence.raw, evidence.expected
-        )
+            evidence.writers, evidence.expected
+        );
+        if !evidence.partial.is_empty() {
+            reason.push_str(&format!(
+                "; written for only some of the instrumented modules (a plugin unloaded early still writes its own): {}",
+                evidence.partial.join(", ")
+            ));
+        }
+        reason
     } else if let Some(error) = evidence.merge_error {
         format!("coverage lost: its profiles could not be merged: {error}")
     } else if !evidence.quarantined.is_empty() {
@@ -593,9 +603,10 @@ mod tests {
         assert_eq!(v.reason, "INTERRUPTED by SIGINT after 2.5s (stopped with SIGTERM)");
     }
 
-    fn evidence(raw: usize, expected: usize) -> ProfileEvidence<'static> {
+    fn evidence(writers: usize, expected: usize) -> ProfileEvidence<'static> {
         ProfileEvidence {
-            raw,
+            writers,
+            partial: &[],
             expected,
             dir: std::path::Path::new("/ws/profiles/T"),
             merge_error: None,

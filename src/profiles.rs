@@ -84,6 +84,8 @@ pub struct MergeOutcome {
     pub dir: PathBuf,
     /// Raw profiles the trial left.
     pub raw: usize,
+    /// The processes that wrote them.
+    pub writers: Writers,
     /// Its incremental merge, when it ran.
     pub merge: Option<TrialMerge>,
     pub error: Option<String>,
@@ -108,12 +110,14 @@ pub fn finish_trial(
     ws: &Workspace,
     toolchain: &Toolchain,
     slug: &str,
+    pattern: &str,
     incremental: bool,
     keep_raw: bool,
 ) -> MergeOutcome {
     let dir = ws.trial_profiles(slug);
-    let raw = raw_files(&dir).map(|f| f.len()).unwrap_or(0);
-    let mut outcome = MergeOutcome { dir: dir.clone(), raw, ..MergeOutcome::default() };
+    let files = raw_files(&dir).unwrap_or_default();
+    let (raw, writers) = (files.len(), writers(&files, pattern));
+    let mut outcome = MergeOutcome { dir: dir.clone(), raw, writers, ..MergeOutcome::default() };
     if incremental && raw > 0 {
         match merge_trial(ws, toolchain, slug, keep_raw) {
             Ok(m) => outcome.merge = Some(m),
@@ -125,6 +129,141 @@ pub fn finish_trial(
         Err(e) => outcome.error = Some(e.to_string()),
     }
     outcome
+}
+
+/// How the AMDGPU host collector's device profiles begin (`raw_files`); they
+/// come from a process that also writes its host profile.
+const DEVICE_PROFILE_PREFIX: &str = "amdgcn-amd-amdhsa.";
+
+/// The processes that wrote a trial's raw profiles ([`writers`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Writers {
+    /// Processes that wrote a profile for every module any process wrote.
+    pub complete: usize,
+    /// The others: `host:pid (k of n modules)`.
+    pub partial: Vec<String>,
+}
+
+/// Which processes wrote the raw profiles `files`, told apart by the `%h`
+/// and `%p` parts of their names under `pattern` (`coverage.profile_pattern`).
+/// A process writes one file per instrumented module it loaded (`%m`): with
+/// the library and a plugin instrumented, two files are one rank, so files
+/// are not ranks. And a rank that ends without its exit handlers loses the
+/// library's profile but may still have written a plugin's, which was
+/// unloaded earlier: a process counts as complete only with a profile for
+/// every module that any process of the trial wrote. Names that do not
+/// follow the pattern (the device profiles' `<target>.<pattern>`) are not
+/// counted. Without `%p` in the pattern processes cannot be told apart, and
+/// each file counts as one complete writer.
+pub fn writers(files: &[PathBuf], pattern: &str) -> Writers {
+    // The files are listed by name; a pattern with folders names them last.
+    let pattern = pattern.rsplit('/').next().unwrap_or(pattern);
+    let Some(tokens) = pattern_tokens(pattern).filter(|t| t.contains(&Token::Pid)) else {
+        return Writers { complete: files.len(), partial: Vec::new() };
+    };
+    let mut modules_of: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let Some(name) = file.file_name().and_then(|n| n.to_str()) else { continue };
+        if name.starts_with(DEVICE_PROFILE_PREFIX) {
+            continue;
+        }
+        let mut parts = NameParts::default();
+        if match_name(&tokens, name, &mut parts) {
+            modules_of.entry(parts.process.join(":")).or_default().insert(parts.module);
+        }
+    }
+    let all: std::collections::BTreeSet<&String> = modules_of.values().flatten().collect();
+    let mut writers = Writers::default();
+    for (process, modules) in &modules_of {
+        if modules.len() == all.len() {
+            writers.complete += 1;
+        } else {
+            writers.partial.push(format!("{process} ({} of {} modules)", modules.len(), all.len()));
+        }
+    }
+    writers
+}
+
+/// What a profile name says of its writer.
+#[derive(Debug, Default)]
+struct NameParts {
+    /// Host and pid, as the name spells them.
+    process: Vec<String>,
+    /// The `%m` part: the module's signature and merge pool.
+    module: String,
+}
+
+/// One piece of a profile-name pattern, as the profile runtime expands it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Literal(char),
+    /// `%p`: the process id.
+    Pid,
+    /// `%h`: the host name.
+    Host,
+    /// `%m` or `%Nm`: the module's signature and merge pool (`1234_0`).
+    Module,
+    /// `%c`: continuous mode, expands to nothing.
+    Continuous,
+}
+
+/// `pattern` as tokens; `None` for a specifier this code does not read
+/// (`%t` expands to a folder).
+fn pattern_tokens(pattern: &str) -> Option<Vec<Token>> {
+    let mut tokens = Vec::new();
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            tokens.push(Token::Literal(c));
+            continue;
+        }
+        while chars.peek().is_some_and(char::is_ascii_digit) {
+            chars.next();
+        }
+        tokens.push(match chars.next()? {
+            'p' => Token::Pid,
+            'h' => Token::Host,
+            'm' => Token::Module,
+            'c' => Token::Continuous,
+            _ => return None,
+        });
+    }
+    Some(tokens)
+}
+
+/// Whether `name` follows `tokens`, and what its parts say.
+fn match_name(tokens: &[Token], name: &str, parts: &mut NameParts) -> bool {
+    let Some((token, rest)) = tokens.split_first() else { return name.is_empty() };
+    let digits = name.bytes().take_while(u8::is_ascii_digit).count();
+    let ends: Vec<usize> = match token {
+        Token::Literal(c) => return name.starts_with(*c) && match_name(rest, &name[c.len_utf8()..], parts),
+        Token::Continuous => return match_name(rest, name, parts),
+        Token::Pid => (1..=digits).rev().collect(),
+        Token::Module => {
+            let pool = name[digits..].strip_prefix('_').map_or(0, |r| r.bytes().take_while(u8::is_ascii_digit).count());
+            let mut ends: Vec<usize> = (1..=digits).rev().collect();
+            if digits > 0 && pool > 0 {
+                ends.insert(0, digits + 1 + pool);
+            }
+            ends
+        }
+        Token::Host => name.char_indices().map(|(i, _)| i).skip(1).chain([name.len()]).collect(),
+    };
+    for end in ends {
+        let piece = name[..end].to_string();
+        if matches!(token, Token::Module) {
+            parts.module = piece;
+        } else {
+            parts.process.push(piece);
+        }
+        if match_name(rest, &name[end..], parts) {
+            return true;
+        }
+        if !matches!(token, Token::Module) {
+            parts.process.pop();
+        }
+    }
+    false
 }
 
 /// SHA-256 of each raw profile left in `dir`, by file name.
@@ -312,4 +451,52 @@ pub fn merge(toolchain: &Toolchain, inputs: &[PathBuf], list_file: &Path, output
         .env_remove(crate::env_names::PROFILE_INIT_ONCE)
         .read()
         .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(pattern: &str, names: &[&str]) -> usize {
+        let files: Vec<PathBuf> = names.iter().map(|n| PathBuf::from("/ws/profiles/T").join(n)).collect();
+        writers(&files, pattern).complete
+    }
+
+    #[test]
+    fn a_process_writing_one_file_per_module_counts_once() {
+        let pattern = "%h-%p-%m.profraw";
+        // The fixture's library and tuner plugin, as two ranks wrote them.
+        let names = [
+            "vm-20957-15490804499498110433_0.profraw",
+            "vm-20957-9280116824611981399_0.profraw",
+            "vm-20958-15490804499498110433_0.profraw",
+            "vm-20958-9280116824611981399_0.profraw",
+        ];
+        assert_eq!(count(pattern, &names), 2);
+        assert_eq!(count(pattern, &names[..2]), 1);
+        // Host names with dashes; the same pid on two nodes is two processes.
+        let two_nodes = ["node-1-42-7_0.profraw", "node-1-42-8_0.profraw", "node-2-42-7_0.profraw", "node-2-42-8_0.profraw"];
+        assert_eq!(count(pattern, &two_nodes), 2);
+        // A rank that lost the library's profile but wrote the plugin's.
+        let lost = writers(
+            &[names[0], names[1], "vm-20959-9280116824611981399_0.profraw"].map(PathBuf::from),
+            pattern,
+        );
+        assert_eq!(lost, Writers { complete: 1, partial: vec!["vm:20959 (1 of 2 modules)".into()] });
+        // Device profiles of a process that wrote its host profile too.
+        assert_eq!(
+            count(pattern, &["vm-7-1_0.profraw", "amdgcn-amd-amdhsa.gfx942:xnack-.0.vm-7-2_0.profraw"]),
+            1
+        );
+    }
+
+    #[test]
+    fn patterns_without_a_pid_or_unknown_count_files() {
+        assert_eq!(count("%m.profraw", &["1_0.profraw", "2_0.profraw"]), 2);
+        assert_eq!(count("%h-%p-%q.profraw", &["a-1-x.profraw", "a-1-y.profraw"]), 2);
+        // Other specifiers and a merge-pool width.
+        assert_eq!(count("%t/%c%p-%4m.profraw", &["5-11_3.profraw", "5-12_3.profraw"]), 1);
+        // Names that do not follow the pattern are not counted.
+        assert_eq!(count("%h-%p-%m.profraw", &["stray.profraw"]), 0);
+    }
 }

@@ -434,29 +434,47 @@ fn the_processes_of_one_nextest_run_share_a_workspace_and_another_run_does_not()
     assert!(processes_mentioning(&s.ws.display().to_string()).is_empty());
 }
 
+/// With the tuner plugin loaded (`tuned`) each rank writes two profiles, one
+/// per instrumented module, and the faulty rank still writes the plugin's
+/// (unloaded before its `_exit`): five files from three processes for three
+/// ranks, yet one rank's library profile is lost. So a rank counts only with
+/// a profile for every module.
 #[test]
 fn a_rank_that_exits_without_writing_its_profile_fails_the_trial() {
     let _shared = shared();
     let s = setup(|v| {
+        let fault = |tuner: Option<&str>| {
+            let mut env = json!({"CCL_FAULT": "exit-without-flush", "CCL_FAULT_RANK": "2"});
+            if let Some(tuner) = tuner {
+                env["CCL_TUNER_PLUGIN"] = json!(tuner);
+            }
+            env
+        };
         only(
             v,
             "AllGather",
             &["1K"],
-            json!([{"name": "mpi", "launcher": "mpi", "ranks": 3,
-                    "env": {"CCL_FAULT": "exit-without-flush", "CCL_FAULT_RANK": "2", "CCL_TUNER_PLUGIN": "none"}}]),
+            json!([{"name": "mpi", "launcher": "mpi", "ranks": 3, "env": fault(Some("none"))},
+                   {"name": "tuned", "launcher": "mpi", "ranks": 3, "env": fault(None)}]),
         );
     });
     let ran = harness(&s, "collectives", &[], LIMIT);
     assert!(!ran.success, "{}", ran.text());
-    let r = result(&s, "AllGather.1K.mpi");
-    assert_eq!(r["status"], "FAILED", "{r}");
-    assert!(
-        r["reason"].as_str().unwrap().starts_with("coverage lost: only 2 of 3 ranks wrote a coverage profile"),
-        "{r}"
-    );
+    for (slug, files) in [("AllGather.1K.mpi", 2), ("AllGather.1K.tuned", 5)] {
+        let r = result(&s, slug);
+        assert_eq!(r["status"], "FAILED", "{r}");
+        assert!(
+            r["reason"].as_str().unwrap().starts_with("coverage lost: only 2 of 3 ranks wrote a coverage profile"),
+            "{r}"
+        );
+        assert_eq!(r["profiles"], files, "{r}");
+        if slug.ends_with("tuned") {
+            assert!(r["reason"].as_str().unwrap().contains("(1 of 2 modules)"), "{r}");
+        }
+        // The profiles that were written are kept and merged.
+        assert!(s.ws.join(format!("profiles/{slug}.profdata")).is_file());
+    }
     assert!(ran.text().contains("FAILED: coverage lost: only 2 of 3 ranks"), "{}", ran.text());
-    // The two profiles that were written are kept and merged.
-    assert!(s.ws.join("profiles/AllGather.1K.mpi.profdata").is_file());
     assert!(processes_mentioning(&s.ws.display().to_string()).is_empty());
 }
 

@@ -224,7 +224,8 @@ impl Shared {
         let log = ws.trial_log(&spec.slug);
         let finish = || {
             let incremental = manifest.coverage && ctx.incremental_merge;
-            profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, incremental, ctx.keep_raw)
+            let pattern = &ctx.config().coverage.profile_pattern;
+            profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, pattern, incremental, ctx.keep_raw)
         };
         let (execution, merged) = {
             let held = slots.acquire(want).map_err(fail)?;
@@ -263,7 +264,8 @@ impl Shared {
             let runtime_errors: Vec<String> =
                 output.lines().filter(|l| l.contains("LLVM Profile Error")).take(3).map(String::from).collect();
             let evidence = outcome::ProfileEvidence {
-                raw: merged.raw,
+                writers: merged.writers.complete,
+                partial: &merged.writers.partial,
                 expected,
                 dir: &merged.dir,
                 merge_error: merged.error.as_deref(),
