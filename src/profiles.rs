@@ -475,19 +475,14 @@ mod tests {
         assert_eq!(count(pattern, &names), 2);
         assert_eq!(count(pattern, &names[..2]), 1);
         // Host names with dashes; the same pid on two nodes is two processes.
-        let two_nodes = ["node-1-42-7_0.profraw", "node-1-42-8_0.profraw", "node-2-42-7_0.profraw", "node-2-42-8_0.profraw"];
+        let two_nodes =
+            ["node-1-42-7_0.profraw", "node-1-42-8_0.profraw", "node-2-42-7_0.profraw", "node-2-42-8_0.profraw"];
         assert_eq!(count(pattern, &two_nodes), 2);
         // A rank that lost the library's profile but wrote the plugin's.
-        let lost = writers(
-            &[names[0], names[1], "vm-20959-9280116824611981399_0.profraw"].map(PathBuf::from),
-            pattern,
-        );
+        let lost = writers(&[names[0], names[1], "vm-20959-9280116824611981399_0.profraw"].map(PathBuf::from), pattern);
         assert_eq!(lost, Writers { complete: 1, partial: vec!["vm:20959 (1 of 2 modules)".into()] });
         // Device profiles of a process that wrote its host profile too.
-        assert_eq!(
-            count(pattern, &["vm-7-1_0.profraw", "amdgcn-amd-amdhsa.gfx942:xnack-.0.vm-7-2_0.profraw"]),
-            1
-        );
+        assert_eq!(count(pattern, &["vm-7-1_0.profraw", "amdgcn-amd-amdhsa.gfx942:xnack-.0.vm-7-2_0.profraw"]), 1);
     }
 
     #[test]
