@@ -255,13 +255,7 @@ impl Slots {
     }
 
     fn open(&self, name: &str) -> Result<File> {
-        let path = self.dir.join(name);
-        File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::new(format!("cannot open {}: {e}", path.display())))
+        workspace::open_lock_file(&self.dir.join(name))
     }
 
     fn open_existing(&self, path: &Path) -> Result<Option<File>> {

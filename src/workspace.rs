@@ -539,6 +539,17 @@ fn normalize_modes_under(dir: &Path, mask: u32) -> Result<()> {
 
 /// Writes `contents` to `path` atomically (temporary file, then rename), so a
 /// reader never sees half a file even if the run is interrupted.
+/// Opens (creating it if needed, never truncating) a file that is only ever
+/// `flock`ed: the workspace lock and the GPU slots.
+pub fn open_lock_file(path: &Path) -> Result<fs::File> {
+    fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::new(format!("cannot open {}: {e}", path.display())))
+}
+
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     let dir = path.parent().ok_or_else(|| Error::new(format!("{} has no parent folder", path.display())))?;
     create_dir(dir)?;

@@ -69,15 +69,7 @@ impl WorkspaceLock {
     }
 
     pub fn acquire_as(ws: &Workspace, run_id: Option<String>) -> Result<WorkspaceLock> {
-        let open = |name: &str| {
-            let path = ws.root().join(name);
-            File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .map_err(|e| Error::new(format!("cannot open {}: {e}", path.display())))
-        };
+        let open = |name: &str| workspace::open_lock_file(&ws.root().join(name));
         let guard = open(".owner.guard")?;
         guard
             .lock()
