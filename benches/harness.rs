@@ -10,7 +10,7 @@
 //! shared with the test suite through the on-disk cache (build it first with
 //! `cargo test --test collectives`, or the first run includes the build).
 
-use ccl_coverage::allocation::Want;
+use ccl_coverage::launch::allocation::Want;
 use serde_json::{Value, json};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -233,7 +233,7 @@ fn trimming(dir: &Path) -> Value {
 /// the holder's release to the waiter holding the slots. Hand-over used to
 /// poll every 25 ms.
 fn handover(dir: &Path) -> Value {
-    let slots = Arc::new(ccl_coverage::slots::Slots::new(dir.join("slots"), 4));
+    let slots = Arc::new(ccl_coverage::launch::slots::Slots::new(dir.join("slots"), 4));
     let mut micros: Vec<f64> = (0..200)
         .map(|i| {
             let holder = slots.acquire(Want::spread(4, 1, 0)).unwrap();

@@ -4,45 +4,30 @@
 //! size × variant, and reports host (and, where the toolchain allows, device)
 //! coverage.
 //!
-//! The modules follow the data flow:
-//! config → plan → toolchain/device → fixture (build) → launch → run →
-//! outcome/perf → results; then profiles → report → attribution →
-//! minimal_suite → diff_coverage. `harness` wires them into the two test
-//! binaries.
+//! The folders are the stages of the pipeline, in the order data flows
+//! (`docs/architecture.md` is the plan, and `tests/layering.rs` keeps the
+//! code to it): exec and workspace below everything; then upstream, config,
+//! plan, toolchain, device, context, build, launch, trial, verdict, coverage,
+//! results, report; `harness` wires them into the two test binaries.
 
-pub mod allocation;
-pub mod attribution;
-pub mod config;
-pub mod context;
-pub mod device;
-pub mod diff_coverage;
 pub mod env_names;
 pub mod error;
-pub mod expand;
-pub mod fixture;
-pub mod harness;
-pub mod host;
-pub mod interrupt;
+
+pub mod exec;
+pub mod workspace;
+
+pub mod build;
+pub mod config;
+pub mod context;
+pub mod coverage;
+pub mod device;
 pub mod launch;
-pub mod minimal_suite;
-pub mod mpi;
-pub mod objects;
-pub mod outcome;
-pub mod perf;
 pub mod plan;
-pub mod process;
-pub mod proctree;
-pub mod profiles;
-pub mod rccl;
-pub mod redact;
 pub mod report;
 pub mod results;
-pub mod run;
-pub mod shared_fs;
-pub mod slots;
-pub mod supervisor;
-pub mod template;
 pub mod toolchain;
+pub mod trial;
 pub mod upstream;
-pub mod workspace;
-pub mod workspace_lock;
+pub mod verdict;
+
+pub mod harness;

@@ -8,8 +8,8 @@
 //! regression file is written (`failure_persistence: None`). To explore other
 //! inputs locally, change `SEED`.
 
+use ccl_coverage::config::expand::expand;
 use ccl_coverage::config::{self, Config, DEFAULT_CONFIG_TEXT, limits};
-use ccl_coverage::expand::expand;
 use ccl_coverage::plan;
 use ccl_coverage::workspace;
 use proptest::prelude::*;

@@ -5,11 +5,11 @@
 //! device ELF built by clang 22 + lld 22, and a host and a device raw profile
 //! collected, merged and reported together.
 
+use ccl_coverage::build::fixture;
 use ccl_coverage::config::{DeviceConfig, DeviceMode};
+use ccl_coverage::coverage::profiles;
 use ccl_coverage::device::{self, DeviceDecision};
-use ccl_coverage::fixture;
-use ccl_coverage::process::Cmd;
-use ccl_coverage::profiles;
+use ccl_coverage::exec::process::Cmd;
 use ccl_coverage::report::{self, ReportInputs};
 use ccl_coverage::toolchain::{Tool, Toolchain};
 use ccl_coverage::workspace::Workspace;

@@ -4,10 +4,10 @@
 //! not by the code under test, and every test has a hard time limit.
 
 use ccl_coverage::env_names::{SUPERVISE, TRIAL_TOKEN};
+use ccl_coverage::exec::process::Cmd;
+use ccl_coverage::exec::supervisor::{self, Report, Spec, StopCause};
 use ccl_coverage::launch::{TrialKind, TrialLaunch};
-use ccl_coverage::process::Cmd;
-use ccl_coverage::run::{self, Ending, Finished};
-use ccl_coverage::supervisor::{self, Report, Spec, StopCause};
+use ccl_coverage::trial::{self as run, Ending, Finished};
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;

@@ -9,7 +9,7 @@ use libtest_mimic::Arguments;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    if let Some(code) = ccl_coverage::supervisor::run_if_requested() {
+    if let Some(code) = ccl_coverage::exec::supervisor::run_if_requested() {
         return code;
     }
     let mut args: Vec<String> = std::env::args().collect();
@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     // What remains is `ccl-coverage [libtest args]`, as libtest-mimic expects.
     match command.as_str() {
         "collectives" => ccl_coverage::harness::collectives::main_with(Arguments::from_iter(args)),
-        "report" => ccl_coverage::harness::report::main_with(Arguments::from_iter(args)),
+        "report" => ccl_coverage::harness::coverage_report::main_with(Arguments::from_iter(args)),
         "who-covers" => ccl_coverage::harness::who_covers::main(&args[1..]),
         _ => {
             eprintln!(

@@ -401,9 +401,10 @@ mod tests {
 
         // What rccl.rs makes of it: the strict flag replaced, upstream's
         // coverage option removed and ours appended, upstream's text literal.
-        let mut vars = crate::template::Vars::default();
+        let mut vars = crate::config::template::Vars::default();
         vars.set("library_src", "/src").set("coverage_link_flags", "-lx");
-        let argv = crate::rccl::install_argv(install, &vars, crate::rccl::Coverage::On { full: true }).unwrap();
+        let argv =
+            crate::build::rccl::install_argv(install, &vars, crate::build::rccl::Coverage::On { full: true }).unwrap();
         assert_eq!(
             argv,
             [
@@ -420,7 +421,7 @@ mod tests {
                 r#"-DGPU_TARGETS=gfx942 '-DJSON={"a": 1}' '-DCMAKE_SHARED_LINKER_FLAGS=-lx' -DENABLE_CODE_COVERAGE=ON -DENABLE_FULL_COVERAGE=ON"#
             ]
         );
-        let off = crate::rccl::install_argv(install, &vars, crate::rccl::Coverage::Off).unwrap();
+        let off = crate::build::rccl::install_argv(install, &vars, crate::build::rccl::Coverage::Off).unwrap();
         assert!(!off.iter().any(|a| a.contains("--enable-") && a.contains("coverage")), "{off:?}");
         assert!(off.last().unwrap().ends_with("-DENABLE_CODE_COVERAGE=OFF -DENABLE_FULL_COVERAGE=OFF"), "{off:?}");
     }

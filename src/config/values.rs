@@ -4,7 +4,7 @@
 //! loaded config cannot hold a malformed one.
 
 use super::limits;
-use crate::template::{self, BUILD_PLACEHOLDERS, TRIAL_PLACEHOLDERS};
+use crate::config::template::{self, BUILD_PLACEHOLDERS, TRIAL_PLACEHOLDERS};
 use serde::{Deserialize, Serialize};
 use std::borrow::Borrow;
 use std::fmt;

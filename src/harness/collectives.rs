@@ -3,21 +3,21 @@
 //! reuses) it, every other trial waits for it, and a failed build fails every
 //! trial with the build's own error.
 
-use crate::allocation::{Allocation, Want};
+use crate::build::fixture::{self, BuildManifest, BuildPlan};
 use crate::config::LauncherKind;
 use crate::context::Context;
+use crate::coverage::profiles;
 use crate::error::Error;
-use crate::fixture::{self, BuildManifest, BuildPlan};
-use crate::host;
-use crate::interrupt;
+use crate::exec::host;
+use crate::exec::interrupt;
+use crate::launch::allocation::{Allocation, Want};
+use crate::launch::slots::Slots;
 use crate::launch::{self, TrialKind};
-use crate::outcome::{self, Case, Status, Verdict};
-use crate::perf::{self, PerfReport};
 use crate::plan::{self, TrialSpec};
-use crate::profiles;
 use crate::results::{Rerun, RunInfo, RunWriter, TrialIdentity, TrialResult};
-use crate::run;
-use crate::slots::Slots;
+use crate::trial as run;
+use crate::verdict::perf::{self, PerfReport};
+use crate::verdict::{self as outcome, Case, Status, Verdict};
 use crate::workspace::Area;
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::collections::HashMap;
@@ -38,7 +38,7 @@ struct Shared {
 }
 
 pub fn main() -> ExitCode {
-    if let Some(code) = crate::supervisor::run_if_requested() {
+    if let Some(code) = crate::exec::supervisor::run_if_requested() {
         return code;
     }
     main_with(Arguments::from_args())
@@ -174,11 +174,11 @@ impl Shared {
         let mut verdicts = self.shared_fs.lock().unwrap_or_else(PoisonError::into_inner);
         let verdict = verdicts.entry(spec.launcher.clone()).or_insert_with(|| {
             let check = || -> Result<(), Error> {
-                let resolved = crate::mpi::resolve(launcher)?;
+                let resolved = launch::mpi::resolve(launcher)?;
                 let vars = launch::trial_vars(&self.ctx, manifest, spec, None);
                 let args = vars.render_all(&resolved.args)?;
                 let grace = std::time::Duration::from_secs(config.timeouts.grace);
-                crate::shared_fs::check(
+                crate::trial::shared_fs::check(
                     &self.ctx.workspace,
                     &resolved,
                     &args,
@@ -362,7 +362,7 @@ fn not_interrupted() -> Result<(), Failed> {
 }
 
 fn git_sha(dir: &std::path::Path) -> Option<String> {
-    crate::process::Cmd::new("git")
+    crate::exec::process::Cmd::new("git")
         .args(["-C", &dir.display().to_string(), "rev-parse", "HEAD"])
         .read()
         .ok()

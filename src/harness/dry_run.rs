@@ -4,14 +4,14 @@
 //! directory and timeout. `CCL_COV_DRY_RUN=json` prints the same as one JSON
 //! document.
 
-use crate::allocation::Allocation;
+use crate::build::fixture::BuildPlan;
 use crate::context::Context;
 use crate::error::Result;
-use crate::fixture::BuildPlan;
+use crate::exec::process::shell_quote;
+use crate::exec::redact;
 use crate::launch;
+use crate::launch::allocation::Allocation;
 use crate::plan::TrialSpec;
-use crate::process::shell_quote;
-use crate::redact;
 use libtest_mimic::{Arguments, Trial};
 use serde_json::{Value, json};
 use std::fmt::Write as _;

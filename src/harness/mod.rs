@@ -3,18 +3,18 @@
 //! harness on machines without cargo.
 
 pub mod collectives;
+pub mod coverage_report;
 pub mod dry_run;
-pub mod report;
 pub mod who_covers;
 
-use crate::allocation::{Allocation, Want};
 use crate::config::LauncherKind;
 use crate::context::Context;
 use crate::error::Result;
+use crate::launch::allocation::{Allocation, Want};
+use crate::launch::slots::Slots;
 use crate::plan::TrialSpec;
-use crate::slots::Slots;
-use crate::workspace_lock::WorkspaceLock;
-use crate::{interrupt, proctree, workspace};
+use crate::workspace::lock::WorkspaceLock;
+use crate::{exec::interrupt, exec::proctree, workspace};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -106,7 +106,7 @@ fn pool(ctx: &Context, allocation: Option<&Allocation>, spec: &TrialSpec) -> (Sl
             (Slots::across(dir, &a.nodes, &a.source), Want::spread(spec.ranks, l.nodes, l.gpus_per_task))
         }
         _ => {
-            let host = crate::host::hostname();
+            let host = crate::exec::host::hostname();
             let short = host.split('.').next().unwrap_or_default();
             match a.nodes.iter().find(|n| n.name == host || n.name.split('.').next() == Some(short)) {
                 Some(node) => (Slots::across(dir, std::slice::from_ref(node), &a.source), here),

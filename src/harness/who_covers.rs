@@ -4,8 +4,8 @@
 //! Exit status: 0 when some trial covers the line, 1 when none does (or no
 //! code is there), 2 on an error.
 
-use crate::attribution::{Attribution, Coverage};
 use crate::error::{Error, Result};
+use crate::report::attribution::{Attribution, Coverage};
 use std::process::ExitCode;
 
 pub fn main(args: &[String]) -> ExitCode {
@@ -72,7 +72,7 @@ fn answer(attribution: &Attribution, file: &str, line: u32) -> Result<(String, b
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::{TrialCoverage, parse_lcov};
+    use crate::report::attribution::{TrialCoverage, parse_lcov};
 
     #[test]
     fn queries_are_file_colon_line_and_answers_say_how_many() {

@@ -3,9 +3,11 @@
 //! (older nccl-tests did) must still fail, and a run that stops before its
 //! summary line did not test what it was asked to.
 
-use crate::perf::PerfReport;
-use crate::process::{describe_status, signal_name};
-use crate::run::{Ending, Finished};
+pub mod perf;
+
+use crate::exec::process::{describe_status, signal_name};
+use crate::trial::{Ending, Finished};
+use crate::verdict::perf::PerfReport;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -455,7 +457,7 @@ pub fn judge_coverage(verdict: Verdict, evidence: &ProfileEvidence) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::perf::parse;
+    use crate::verdict::perf::parse;
     use std::os::unix::process::ExitStatusExt;
 
     fn exited(code: i32) -> Finished {

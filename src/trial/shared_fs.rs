@@ -11,13 +11,13 @@
 //! lost on a node-local disk and the trial would fail later for a reason
 //! nobody could see (or pass without that node's coverage).
 
-use crate::allocation::Node;
 use crate::config::LauncherConfig;
 use crate::env_names::{PROFILE_INIT_ONCE, TRIAL_TOKEN};
 use crate::error::{Error, Result};
+use crate::exec::process::{Cmd, describe_status, indent_tail};
+use crate::launch::allocation::Node;
 use crate::launch::{self, TrialKind, TrialLaunch};
-use crate::process::{Cmd, describe_status, indent_tail};
-use crate::run::{self, Ending};
+use crate::trial::{self as run, Ending};
 use crate::workspace::{self, Area, Workspace};
 use std::path::Path;
 use std::time::Duration;
@@ -36,7 +36,7 @@ pub fn check(
     supervisor: &Path,
     grace: Duration,
 ) -> Result<()> {
-    let token = crate::proctree::new_token();
+    let token = crate::exec::proctree::new_token();
     let content = format!("ccl-coverage shared filesystem check {token} {}", random_hex()?);
     let dir = ws.area(Area::Profiles);
     workspace::create_dir(&dir)?;
@@ -67,7 +67,7 @@ impl Probe<'_> {
         let cat = ["cat".to_string(), marker.display().to_string()];
         let argv = launch::on_node(launcher, args, &node.name, &cat, launch::is_root());
         let Some(cmd) = Cmd::from_argv(&argv) else { return Err(Error::new("empty command line")) };
-        let token = crate::proctree::new_token();
+        let token = crate::exec::proctree::new_token();
         let cmd = cmd.env(TRIAL_TOKEN, &token).env_remove(PROFILE_INIT_ONCE);
         let log = ws.logs_dir().join(format!(".shared-filesystem.{}.log", workspace::portable_name(&node.name)));
         let display = cmd.display();
@@ -103,7 +103,7 @@ impl Probe<'_> {
             node.name,
             ws.root().display(),
             marker.display(),
-            indent_tail(printed, crate::process::TAIL_LINES),
+            indent_tail(printed, crate::exec::process::TAIL_LINES),
             log.display()
         )))
     }

@@ -17,7 +17,7 @@
 use crate::bail;
 use crate::config::HostConfig;
 use crate::error::{Error, Result};
-use crate::process::Cmd;
+use crate::exec::process::Cmd;
 use std::path::Path;
 
 /// The hostfile variable.

@@ -10,7 +10,7 @@
 //! - reads a lifeline pipe on its stdin: a `T` asks it to stop the trial
 //!   (timeout, interruption), end of file means the harness died;
 //! - stops a trial with SIGTERM to every process of it, the grace period,
-//!   then SIGKILL ([`crate::proctree`]);
+//!   then SIGKILL ([`crate::exec::proctree`]);
 //! - once the trial's main process has exited, kills what it left behind and
 //!   reports, as one JSON line on its stdout, how the trial ended.
 //!
@@ -20,8 +20,8 @@
 use crate::bail;
 use crate::env_names::{SUPERVISE, TRIAL_TOKEN};
 use crate::error::{Error, Result};
-use crate::process::Cmd;
-use crate::proctree::Tree;
+use crate::exec::process::Cmd;
+use crate::exec::proctree::Tree;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
@@ -134,7 +134,7 @@ impl Supervised {
         let Some(report): Option<Report> = report else {
             bail!(
                 "the supervisor ended ({}) without saying how {} ended; see {}",
-                crate::process::describe_status(status),
+                crate::exec::process::describe_status(status),
                 self.display,
                 self.log.display()
             );

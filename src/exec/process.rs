@@ -3,7 +3,7 @@
 //! reports the full command line and what the command printed.
 
 use crate::error::{Error, Result};
-use crate::redact;
+use crate::exec::redact;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
@@ -90,7 +90,7 @@ impl Cmd {
         std::iter::once(&self.program).chain(&self.args).map(|a| a.to_string_lossy().into_owned()).collect()
     }
 
-    /// The argv as it may be recorded: secrets masked (see [`crate::redact`]).
+    /// The argv as it may be recorded: secrets masked (see [`crate::exec::redact`]).
     /// `argv()` is what runs; this is what logs, results and messages show.
     pub fn argv_redacted(&self) -> Vec<String> {
         redact::argv(&self.argv())

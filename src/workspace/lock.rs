@@ -36,9 +36,9 @@ impl Holder {
         let pid = std::process::id();
         Holder {
             pid,
-            start_time: crate::proctree::stat_of(pid as libc::pid_t).map_or(0, |s| s.start_time),
+            start_time: crate::exec::proctree::stat_of(pid as libc::pid_t).map_or(0, |s| s.start_time),
             command: std::env::args().collect::<Vec<_>>().join(" "),
-            started_at: crate::host::now(),
+            started_at: crate::exec::host::now(),
             run_id,
         }
     }
@@ -49,7 +49,7 @@ impl Holder {
     }
 
     fn alive(&self) -> bool {
-        crate::proctree::stat_of(self.pid as libc::pid_t).is_some_and(|s| s.start_time == self.start_time)
+        crate::exec::proctree::stat_of(self.pid as libc::pid_t).is_some_and(|s| s.start_time == self.start_time)
     }
 }
 

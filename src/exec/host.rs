@@ -14,10 +14,10 @@ pub fn now() -> String {
 
 /// The machine's GPUs as their tools list them; empty without GPU tools.
 pub fn gpus() -> Vec<String> {
-    let nvidia = crate::process::Cmd::new("nvidia-smi")
+    let nvidia = crate::exec::process::Cmd::new("nvidia-smi")
         .args(["--query-gpu=index,name,driver_version,pci.bus_id", "--format=csv,noheader"])
         .read();
-    let amd = || crate::process::Cmd::new("rocm-smi").arg("--showproductname").read();
+    let amd = || crate::exec::process::Cmd::new("rocm-smi").arg("--showproductname").read();
     nvidia
         .or_else(|_| amd())
         .map(|text| text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())

@@ -10,15 +10,19 @@
 //! its args already name hosts: Open MPI `--host a:2,b:2`, Hydra `-hosts
 //! a:2,b:2`, srun `--nodelist=a,b`.
 
+pub mod allocation;
+pub mod mpi;
+pub mod slots;
+
 use crate::bail;
+use crate::build::fixture::BuildManifest;
+use crate::config::template::Vars;
 use crate::config::{Config, LauncherConfig, LauncherKind, MpiFlavor};
 use crate::context::Context;
 use crate::env_names::{PROFILE_FILE, PROFILE_INIT_ONCE, TRIAL_TOKEN};
 use crate::error::Result;
-use crate::fixture::BuildManifest;
+use crate::exec::process::Cmd;
 use crate::plan::{Source, TrialSpec, UpstreamTrial};
-use crate::process::Cmd;
-use crate::template::Vars;
 use crate::upstream::{Env, Kind};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -105,7 +109,7 @@ fn prepare_matrix(
     let Some(launcher) = spec.launcher(config) else {
         bail!("trial {}: unknown launcher {}", spec.name, spec.launcher)
     };
-    let launcher = &*crate::mpi::resolve(launcher)?;
+    let launcher = &*mpi::resolve(launcher)?;
 
     let binary = {
         let b = Path::new(&collective.binary);
@@ -120,7 +124,7 @@ fn prepare_matrix(
     }
     program_args.extend(vars.render_all(&launcher.program_args)?);
 
-    let token = crate::proctree::new_token();
+    let token = crate::exec::proctree::new_token();
     let mut env = Vec::new();
     let maps = std::iter::once(&config.env).chain(std::iter::once(&collective.env)).chain(variant.map(|v| &v.env));
     for map in maps {
@@ -218,7 +222,7 @@ fn prepare_upstream(
         }
     };
 
-    let token = crate::proctree::new_token();
+    let token = crate::exec::proctree::new_token();
     let mut merged = test.env.clone();
     merged.extend(extra_env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let mut env: Vec<(String, String)> = Vec::new();
@@ -287,7 +291,7 @@ fn ld_library_path(run: &crate::config::UpstreamRun, manifest: &BuildManifest, t
 /// `ranks` copies of it and forwards the trial's environment to them (Open
 /// MPI `-x NAME` takes the value from mpirun's own environment; MPICH/Hydra
 /// needs `-genv NAME VALUE`; srun forwards everything with `--export=ALL`).
-/// An `auto` flavour is resolved before this ([`crate::mpi::resolve`]).
+/// An `auto` flavour is resolved before this ([`crate::launch::mpi::resolve`]).
 pub fn command_line(
     launcher: &LauncherConfig,
     launcher_args: &[String],
@@ -301,7 +305,7 @@ pub fn command_line(
     match launcher.kind {
         LauncherKind::Direct => {}
         LauncherKind::Mpirun => {
-            argv.push(crate::mpi::program(launcher).to_string());
+            argv.push(mpi::program(launcher).to_string());
             if launcher.flavor == MpiFlavor::Openmpi && root {
                 argv.push("--allow-run-as-root".into());
             }
@@ -315,12 +319,12 @@ pub fn command_line(
             }
         }
         LauncherKind::Srun => {
-            argv.push(crate::mpi::program(launcher).to_string());
+            argv.push(mpi::program(launcher).to_string());
             argv.extend(["--ntasks".into(), ranks.to_string(), "--nodes".into(), launcher.nodes.to_string()]);
             if launcher.gpus_per_task > 0 {
                 argv.push(format!("--gpus-per-task={}", launcher.gpus_per_task));
             }
-            argv.extend(crate::mpi::srun_plugin(launcher.flavor).map(|p| format!("--mpi={p}")));
+            argv.extend(mpi::srun_plugin(launcher.flavor).map(|p| format!("--mpi={p}")));
             // --immediate: a request the cluster cannot meet fails at once
             // instead of queueing forever.
             argv.extend(["--immediate".into(), "--export=ALL".into()]);
@@ -411,7 +415,7 @@ fn without_hosts(launcher: &LauncherConfig, args: &[String]) -> Vec<String> {
 /// `argv` run once on `node` through `launcher` (a resolved flavour) with
 /// its rendered `args`: what the launcher itself can see there.
 pub fn on_node(launcher: &LauncherConfig, args: &[String], node: &str, argv: &[String], root: bool) -> Vec<String> {
-    let mut out = vec![crate::mpi::program(launcher).to_string()];
+    let mut out = vec![mpi::program(launcher).to_string()];
     let args = without_hosts(launcher, args);
     match launcher.kind {
         LauncherKind::Direct => return argv.to_vec(),

@@ -6,10 +6,12 @@
 //! SIGKILL, see `proctree.rs`), so the same code stops a trial on timeout, on
 //! Ctrl-C, and when the harness itself is killed.
 
+pub mod shared_fs;
+
 use crate::error::{Error, Result};
-use crate::interrupt;
+use crate::exec::interrupt;
+use crate::exec::supervisor::{StopCause, Supervised};
 use crate::launch::TrialLaunch;
-use crate::supervisor::{StopCause, Supervised};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
@@ -76,8 +78,8 @@ pub fn execute(
 ) -> Result<Execution> {
     std::fs::write(log, format!("$ {}\n", launch.cmd.display()))
         .map_err(|e| Error::new(format!("cannot write {}: {e}", log.display())))?;
-    let started_at = crate::host::now();
-    let started_unix_ms = crate::host::unix_ms();
+    let started_at = crate::exec::host::now();
+    let started_unix_ms = crate::exec::host::unix_ms();
     let finished = run(&launch, log, supervisor_exe, heartbeat_every, heartbeat)?;
     Ok(Execution { launch, finished, log: log.to_path_buf(), started_at, started_unix_ms })
 }

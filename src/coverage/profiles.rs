@@ -13,7 +13,7 @@
 
 use crate::bail;
 use crate::error::{Error, Result};
-use crate::process::Cmd;
+use crate::exec::process::Cmd;
 use crate::toolchain::Toolchain;
 use crate::workspace::{self, Area, Workspace};
 use serde::{Deserialize, Serialize};

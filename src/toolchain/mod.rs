@@ -7,10 +7,12 @@
 //! trusted: tools are looked for next to the compiler and every candidate's
 //! version is checked. A miss names every place looked and what was there.
 
+pub mod objects;
+
 use crate::bail;
 use crate::config::ToolchainConfig;
 use crate::error::{Error, Result};
-use crate::process::Cmd;
+use crate::exec::process::Cmd;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 

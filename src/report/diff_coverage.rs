@@ -12,9 +12,9 @@
 //! categories (LBC "lost baseline coverage", UNC "uncovered new code", …),
 //! lines matched by file (the longest common path suffix) and line number.
 
-use crate::attribution::{FileCoverage, Lcov, compact, ranges_text};
 use crate::error::{Error, Result};
-use crate::process::Cmd;
+use crate::exec::process::Cmd;
+use crate::report::attribution::{FileCoverage, Lcov, compact, ranges_text};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -433,7 +433,7 @@ pub fn baseline_lcov(path: &Path) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::parse_lcov;
+    use crate::report::attribution::parse_lcov;
 
     const DIFF: &str = "diff --git a/ccl/src/a.cc b/ccl/src/a.cc\nindex 1..2 100644\n--- a/ccl/src/a.cc\n+++ b/ccl/src/a.cc\n\
 @@ -10 +10,4 @@ size_t f()\n-x\n+a\n+b\n+c\n+d\n@@ -30,2 +33,0 @@\n-y\n-z\n@@ -40,0 +41 @@\n+++ w\n\

@@ -4,15 +4,15 @@
 //! interrupted or the coverage report later fails (upstream exits before
 //! writing its results when coverage fails).
 
+use crate::build::fixture::BuildManifest;
 use crate::config::Config;
+use crate::coverage::profiles::MergeOutcome;
 use crate::error::{Error, Result};
-use crate::fixture::BuildManifest;
-use crate::outcome::{Case, CaseStatus, Status, Verdict};
-use crate::perf::PerfReport;
+use crate::exec::redact;
 use crate::plan::TrialSpec;
-use crate::profiles::MergeOutcome;
-use crate::redact;
-use crate::run::{Ending, Execution};
+use crate::trial::{Ending, Execution};
+use crate::verdict::perf::PerfReport;
+use crate::verdict::{Case, CaseStatus, Status, Verdict};
 use crate::workspace::{self, Workspace};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -62,7 +62,7 @@ pub struct TrialResult {
     /// one loaded (`LD_LIBRARY_PATH`)?
     pub no_profile: bool,
     /// The trial's incremental merge, when it ran.
-    pub merge: Option<crate::profiles::TrialMerge>,
+    pub merge: Option<crate::coverage::profiles::TrialMerge>,
     pub merge_error: Option<String>,
     /// Why the trial's device counters are lost, when it ran under device
     /// coverage and was killed: the host collector drains them only at exit
@@ -211,12 +211,12 @@ impl TrialResult {
             self.reason,
             redact::shell_line(&self.command),
             self.log.display(),
-            crate::process::indent_tail(output, crate::process::TAIL_LINES)
+            crate::exec::process::indent_tail(output, crate::exec::process::TAIL_LINES)
         ))
     }
 
     /// The record with secrets masked in its command, argv and environment
-    /// (see [`crate::redact`]); `run.json` and JUnit are built from the
+    /// (see [`crate::exec::redact`]); `run.json` and JUnit are built from the
     /// written records, so they never see the real values either.
     pub fn redacted(&self) -> TrialResult {
         TrialResult {
@@ -236,8 +236,8 @@ impl TrialResult {
     }
 
     /// What the trial recorded about its stored profiles, for the report's checks.
-    pub fn recorded_profiles(&self) -> crate::profiles::Recorded<'_> {
-        crate::profiles::Recorded {
+    pub fn recorded_profiles(&self) -> crate::coverage::profiles::Recorded<'_> {
+        crate::coverage::profiles::Recorded {
             trial: &self.trial,
             slug: &self.slug,
             merge: self.merge.as_ref(),
@@ -532,7 +532,7 @@ fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result
         library_git_sha: info.library_git_sha.clone(),
         build,
         started_at: trials.iter().map(|t| t.started_at.clone()).min(),
-        finished_at: crate::host::now(),
+        finished_at: crate::exec::host::now(),
         summary: Summary {
             total: trials.len(),
             passed: count(Status::Passed),
@@ -605,7 +605,7 @@ mod tests {
             library_git_sha: None,
             planned: (0..100).map(trial_name).collect(),
         };
-        (dir, ws, crate::fixture::test_manifest("b1"), info)
+        (dir, ws, crate::build::fixture::test_manifest("b1"), info)
     }
 
     fn trial_name(i: usize) -> String {

@@ -8,7 +8,7 @@
 use crate::bail;
 use crate::config::{LauncherConfig, LauncherKind, MpiFlavor};
 use crate::error::Result;
-use crate::process::Cmd;
+use crate::exec::process::Cmd;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -46,7 +46,7 @@ fn detect(program: &str) -> Result<MpiFlavor> {
             "`{}` names neither Open MPI nor MPICH (Hydra), so the launcher's \"flavor\": \"auto\" cannot be \
              resolved; set \"flavor\" to \"openmpi\" or \"mpich\". It printed:\n{}",
             cmd.display(),
-            crate::process::indent_tail(&text, crate::process::TAIL_LINES)
+            crate::exec::process::indent_tail(&text, crate::exec::process::TAIL_LINES)
         );
     };
     SEEN.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_default().insert(program.to_string(), flavor);

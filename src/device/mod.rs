@@ -20,9 +20,9 @@
 use crate::bail;
 use crate::config::{DeviceConfig, DeviceMode};
 use crate::error::{Error, Result};
-use crate::objects;
-use crate::process::Cmd;
+use crate::exec::process::Cmd;
 use crate::toolchain::Tool;
+use crate::toolchain::objects;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 

@@ -2,13 +2,17 @@
 //! manifest lists as instrumented (found by their coverage-mapping sections),
 //! and the normalised summary that is snapshot-checked.
 
+pub mod attribution;
+pub mod diff_coverage;
+pub mod minimal_suite;
+
 use crate::bail;
+use crate::build::fixture::BuildManifest;
+use crate::coverage::profiles::Quarantined;
 use crate::error::{Error, Result};
-use crate::fixture::BuildManifest;
-use crate::outcome::Status;
-use crate::process::Cmd;
-use crate::profiles::Quarantined;
+use crate::exec::process::Cmd;
 use crate::results::TrialResult;
+use crate::verdict::Status;
 use crate::workspace;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -380,7 +384,7 @@ impl ReportMeta {
     ) -> ReportMeta {
         ReportMeta {
             build_id: manifest.build_id.clone(),
-            generated_at: crate::host::now(),
+            generated_at: crate::exec::host::now(),
             device_coverage: manifest.device.summary(),
             profiles_merged,
             trials: results
@@ -529,7 +533,7 @@ mod tests {
         .to_string();
         let results = [trial("A::1K::a", "PASSED", ""), trial("A::1K::i", "INTERRUPTED", "INTERRUPTED by SIGINT")];
         let health = Health::new(&results, Vec::new(), Vec::new());
-        let md = markdown("local", &crate::fixture::test_manifest("b1"), &summary, &results, &health).unwrap();
+        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &results, &health).unwrap();
         assert!(md.starts_with("## Coverage: local (build b1)\n"), "{md}");
         assert!(md.contains("| lines | 3 | 4 | 75.00 |"), "{md}");
         assert!(md.contains("Trials: 1 passed, 0 failed, 0 timed out, 1 interrupted (runs r1)."), "{md}");
@@ -538,7 +542,7 @@ mod tests {
         let mut lost = trial("A::1G::t", "TIMEOUT", "TIMEOUT after 1800s");
         lost.device_counters_lost = Some("TIMEOUT after 1800s: drained only at exit".into());
         let health = Health::new(std::slice::from_ref(&lost), Vec::new(), Vec::new());
-        let md = markdown("local", &crate::fixture::test_manifest("b1"), &summary, &[lost], &health).unwrap();
+        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &[lost], &health).unwrap();
         assert!(md.contains("\nDevice counters lost: A::1G::t (TIMEOUT after 1800s: drained only at exit)\n"), "{md}");
     }
 
@@ -546,7 +550,7 @@ mod tests {
     fn meta_names_the_build_trials_and_doubts() {
         let results = [trial("A::1K::a", "PASSED", "")];
         let health = Health { missing: vec!["x".into()], ..Health::default() };
-        let meta = ReportMeta::new(&crate::fixture::test_manifest("b1"), &results, 7, &health);
+        let meta = ReportMeta::new(&crate::build::fixture::test_manifest("b1"), &results, 7, &health);
         let v = serde_json::to_value(&meta).unwrap();
         assert_eq!(v["build_id"], "b1");
         assert_eq!(v["profiles_merged"], 7);
@@ -556,7 +560,8 @@ mod tests {
         assert_eq!(v["pages"]["attribution_html"], "attribution/index.html");
         let health = Health { device_counters_lost: vec!["A::1G (killed)".into()], ..Health::default() };
         let v =
-            serde_json::to_value(ReportMeta::new(&crate::fixture::test_manifest("b1"), &results, 7, &health)).unwrap();
+            serde_json::to_value(ReportMeta::new(&crate::build::fixture::test_manifest("b1"), &results, 7, &health))
+                .unwrap();
         assert_eq!(v["device_counters_lost"], json!(["A::1G (killed)"]));
     }
 }

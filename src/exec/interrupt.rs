@@ -23,10 +23,10 @@ pub fn install() {
             Ok(mut signals) => {
                 std::thread::spawn(move || {
                     for sig in signals.forever() {
-                        if !first(sig, crate::process::signal_name(sig)) {
+                        if !first(sig, crate::exec::process::signal_name(sig)) {
                             eprintln!(
                                 "ccl-coverage: {} again: exiting now; the trial supervisors stop what still runs",
-                                crate::process::signal_name(sig)
+                                crate::exec::process::signal_name(sig)
                             );
                             std::process::exit(128 + sig);
                         }
@@ -90,5 +90,5 @@ pub fn exit_code() -> Option<u8> {
 
 /// Says which signal stopped the run, for messages.
 pub fn describe() -> String {
-    requested().map_or_else(String::new, |sig| crate::process::signal_name(sig).to_string())
+    requested().map_or_else(String::new, |sig| crate::exec::process::signal_name(sig).to_string())
 }

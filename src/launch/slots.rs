@@ -32,9 +32,9 @@
 //!   bounded steps and gives up when the run is interrupted. A helper whose
 //!   waiter is gone drops what it gets at once.
 
-use crate::allocation::{Node, Want};
 use crate::bail;
 use crate::error::{Error, Result};
+use crate::launch::allocation::{Node, Want};
 use crate::workspace;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, TryLockError};
@@ -127,7 +127,7 @@ impl Slots {
     /// Waits for this caller's turn and until `want` can be placed, and
     /// takes those slots together.
     pub fn acquire(&self, want: Want) -> Result<SlotGuard> {
-        self.acquire_unless(want, crate::interrupt::requested)
+        self.acquire_unless(want, crate::exec::interrupt::requested)
     }
 
     /// [`Slots::acquire`], giving up once `interrupted` names a signal.
@@ -323,7 +323,7 @@ fn wait(
                 if let Some(sig) = interrupted() {
                     bail!(
                         "not run: the run was interrupted by {} while this trial waited for rank slots",
-                        crate::process::signal_name(sig)
+                        crate::exec::process::signal_name(sig)
                     );
                 }
             }

@@ -6,9 +6,11 @@
 //! themselves (`config/values.rs`, the bounded numbers and lists below); then check
 //! what no single value can: references between sections and trial names.
 
+pub mod expand;
+pub mod template;
+
 use crate::bail;
 use crate::error::{Error, Result};
-use crate::expand;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -21,7 +23,7 @@ pub use overlay::{Overlay, UpstreamRun, load_overlay};
 pub use values::{Build, BuildTemplate, EnvName, HostName, Name, Placeholders, Size, Template, Trial, TrialTemplate};
 
 /// The embedded default: the CPU fixture, runnable on any Linux machine.
-pub const DEFAULT_CONFIG_TEXT: &str = include_str!("../configs/local.json");
+pub const DEFAULT_CONFIG_TEXT: &str = include_str!("../../configs/local.json");
 /// Where the default config lives, relative to the project root.
 pub const DEFAULT_CONFIG_PATH: &str = "configs/local.json";
 

@@ -17,6 +17,8 @@
 //! `profiles/`, `quarantine/` and `report/` of a marked workspace, never
 //! follows a symlink, and refuses a workspace whose folders are symlinks.
 
+pub mod lock;
+
 use crate::bail;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -242,7 +244,7 @@ impl Workspace {
             tool: "ccl-coverage".into(),
             config: config.into(),
             config_path: config_path.to_path_buf(),
-            created_at: crate::host::now(),
+            created_at: crate::exec::host::now(),
         };
         let text = serde_json::to_string_pretty(&marker).expect("marker serializes");
         write_atomic(&self.marker_file(), text.as_bytes())
@@ -576,7 +578,7 @@ mod tests {
         let files = trial_files("A.1K.x");
         let paths = [
             ws.trial_profiles("A.1K.x"),
-            crate::profiles::trial_profdata(&ws, "A.1K.x"),
+            crate::coverage::profiles::trial_profdata(&ws, "A.1K.x"),
             ws.trial_quarantine("A.1K.x"),
             ws.trial_log("A.1K.x"),
             ws.trial_result("A.1K.x"),

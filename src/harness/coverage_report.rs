@@ -5,15 +5,15 @@
 //! survives next to a new one, and every report says which build and runs it
 //! came from.
 
-use crate::attribution::{self, Attribution, Lcov, TrialCoverage, TrialSummary};
+use crate::build::fixture::BuildManifest;
 use crate::config::process_env;
 use crate::context::Context;
-use crate::diff_coverage;
+use crate::coverage::profiles;
 use crate::error::Error;
-use crate::fixture::BuildManifest;
-use crate::minimal_suite;
 use crate::plan;
-use crate::profiles;
+use crate::report::attribution::{self, Attribution, Lcov, TrialCoverage, TrialSummary};
+use crate::report::diff_coverage;
+use crate::report::minimal_suite;
 use crate::report::{self, Health, ReportInputs, ReportMeta};
 use crate::results::{self, TrialResult};
 use crate::workspace::{self, Area};
@@ -64,7 +64,7 @@ struct Summary {
 type Step = fn(&Shared, &Merged) -> Result<Completion, Failed>;
 
 pub fn main() -> ExitCode {
-    if let Some(code) = crate::supervisor::run_if_requested() {
+    if let Some(code) = crate::exec::supervisor::run_if_requested() {
         return code;
     }
     main_with(Arguments::from_args())

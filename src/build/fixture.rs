@@ -9,17 +9,17 @@
 //! differs loses its profiles and reports: they describe other objects.
 
 use crate::bail;
+use crate::build::rccl;
+use crate::config::template::Vars;
 use crate::config::{LoadedConfig, Step};
 use crate::context::Context;
 use crate::device::{self, DeviceDecision};
 use crate::error::{Error, Result};
-use crate::interrupt;
-use crate::objects::{self, Instrumentation};
-use crate::process::Cmd;
-use crate::proctree;
-use crate::rccl;
-use crate::supervisor::Supervised;
-use crate::template::Vars;
+use crate::exec::interrupt;
+use crate::exec::process::Cmd;
+use crate::exec::proctree;
+use crate::exec::supervisor::Supervised;
+use crate::toolchain::objects::{self, Instrumentation};
 use crate::toolchain::{self, Toolchain};
 use crate::workspace::{self, Area, Workspace};
 use serde::{Deserialize, Serialize};
@@ -191,7 +191,7 @@ impl BuildPlan {
             coverage_flags: self.coverage_flags.clone(),
             coverage_link_flags: self.coverage_link_flags.clone(),
             steps,
-            built_at: crate::host::now(),
+            built_at: crate::exec::host::now(),
         }
     }
 
@@ -579,10 +579,10 @@ fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
             let text = std::fs::read_to_string(log).unwrap_or_default();
             bail!(
                 "command failed ({}): {}\nlast lines of {}:\n{}",
-                status.map_or_else(|| "no exit status".into(), crate::process::describe_status),
+                status.map_or_else(|| "no exit status".into(), crate::exec::process::describe_status),
                 cmd.display(),
                 log.display(),
-                crate::process::indent_tail(&text, crate::process::TAIL_LINES)
+                crate::exec::process::indent_tail(&text, crate::exec::process::TAIL_LINES)
             )
         }
     }

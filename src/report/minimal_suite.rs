@@ -4,7 +4,7 @@
 //! by later choices are dropped), with how far from optimal that can be and
 //! the command line that runs just those trials.
 
-use crate::attribution::TrialCoverage;
+use crate::report::attribution::TrialCoverage;
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -261,7 +261,7 @@ pub fn minimal_suite(
             lower_bound_s: cover.lower_bound,
             gap_percent: gap,
         },
-        command: argv.iter().map(|a| crate::process::shell_quote(a)).collect::<Vec<_>>().join(" "),
+        command: argv.iter().map(|a| crate::exec::process::shell_quote(a)).collect::<Vec<_>>().join(" "),
         argv,
     }
 }

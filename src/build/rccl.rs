@@ -13,8 +13,8 @@
 
 use crate::bail;
 use crate::config::RcclInstall;
+use crate::config::template::Vars;
 use crate::error::Result;
-use crate::template::Vars;
 
 /// What the RCCL build is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

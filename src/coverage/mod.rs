@@ -1,0 +1,3 @@
+//! Coverage data: raw profiles and their per-trial merge.
+
+pub mod profiles;
