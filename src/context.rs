@@ -13,58 +13,58 @@ use std::path::{Path, PathBuf};
 /// The overlay laid over an upstream test_runner config, relative to the
 /// project root, unless `CCL_COV_OVERLAY` names another or the config has
 /// one beside it (`x.json` → `x.overlay.json`).
-pub const DEFAULT_OVERLAY_PATH: &str = "configs/rccl-overlay.json";
+pub(crate) const DEFAULT_OVERLAY_PATH: &str = "configs/rccl-overlay.json";
 
 #[derive(Debug, Clone)]
-pub struct Context {
+pub(crate) struct Context {
     /// The ccl-coverage checkout (`CARGO_MANIFEST_DIR` under cargo, else the
     /// current directory).
-    pub root: PathBuf,
-    pub loaded: LoadedConfig,
-    pub workspace: Workspace,
+    pub(crate) root: PathBuf,
+    pub(crate) loaded: LoadedConfig,
+    pub(crate) workspace: Workspace,
     /// `target/ccl-coverage`: build cache, rank slots, default workspaces.
-    pub state_dir: PathBuf,
-    pub device_mode: DeviceMode,
+    pub(crate) state_dir: PathBuf,
+    pub(crate) device_mode: DeviceMode,
     /// `CCL_COV_COVERAGE=off` builds and runs without instrumentation (to
     /// measure what coverage costs); on by default.
-    pub coverage: bool,
-    pub dry_run: bool,
+    pub(crate) coverage: bool,
+    pub(crate) dry_run: bool,
     /// `CCL_COV_DRY_RUN=json`: the dry run as one JSON document.
-    pub dry_run_json: bool,
+    pub(crate) dry_run_json: bool,
     /// `CCL_COV_RERUN_FAILED=1` (upstream's `--rerun-failed`): a failed
     /// upstream trial runs once more with its `rerun_env_variables`.
-    pub rerun_failed: bool,
+    pub(crate) rerun_failed: bool,
     /// `CCL_COV_BUILD_DIR`: an existing instrumented library build.
-    pub existing_build: Option<PathBuf>,
+    pub(crate) existing_build: Option<PathBuf>,
     /// `CCL_COV_TESTS_DIR`: existing test binaries.
-    pub existing_tests: Option<PathBuf>,
+    pub(crate) existing_tests: Option<PathBuf>,
     /// `CCL_COV_JOBS`: build parallelism (`{jobs}`); all cores by default.
-    pub jobs: usize,
+    pub(crate) jobs: usize,
     /// Whether trials run `-n 1 -w 0` under coverage (config
     /// `iterations.trim_under_coverage`, `CCL_COV_TRIM_ITERATIONS` on|off).
-    pub trim_iterations: bool,
+    pub(crate) trim_iterations: bool,
     /// `CCL_COV_INCREMENTAL_MERGE` (on by default): merge each trial's raw
     /// profiles when it ends; off leaves them all for the report.
-    pub incremental_merge: bool,
+    pub(crate) incremental_merge: bool,
     /// `CCL_COV_KEEP_RAW=1`: keep raw profiles after merging them.
-    pub keep_raw: bool,
+    pub(crate) keep_raw: bool,
     /// `CCL_COV_MERGE_OVERLAP` (on by default): a trial's merge runs while the
     /// next trial runs. Off merges before the trial gives its rank slots back,
     /// so at most one trial's raw profiles are ever on disk.
-    pub merge_overlap: bool,
+    pub(crate) merge_overlap: bool,
     /// `CCL_COV_HEARTBEAT_S`: how often a long trial reports that it still runs.
-    pub heartbeat: std::time::Duration,
+    pub(crate) heartbeat: std::time::Duration,
     /// The executable that supervises each trial: this one (every entry
     /// point can act as the supervisor, `supervisor.rs`). `/proc/self/exe`
     /// still works when cargo rebuilds the binary during a run.
-    pub supervisor: PathBuf,
+    pub(crate) supervisor: PathBuf,
 }
 
 impl Context {
     /// Reads `CCL_COV_CONFIG` (and `CCL_COV_OVERLAY` for an upstream config),
     /// `CCL_COV_WORKSPACE`, `CCL_COV_DEVICE_COVERAGE` and `CCL_COV_DRY_RUN`
     /// from the process environment.
-    pub fn from_env() -> Result<Context> {
+    pub(crate) fn from_env() -> Result<Context> {
         let env = config::process_env;
         let root = match env("CARGO_MANIFEST_DIR") {
             Some(dir) => PathBuf::from(dir),
@@ -141,7 +141,7 @@ impl Context {
         })
     }
 
-    pub fn config(&self) -> &config::Config {
+    pub(crate) fn config(&self) -> &config::Config {
         &self.loaded.config
     }
 }

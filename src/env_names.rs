@@ -8,10 +8,10 @@ pub const TRIAL_TOKEN: &str = "CCL_COV_TRIAL_TOKEN";
 /// Inherited from an instrumented parent, it makes the profile runtime skip
 /// creating the profile directory (compiler-rt's `InstrProfilingFile.c`
 /// initialises once per process tree): never pass it on.
-pub const PROFILE_INIT_ONCE: &str = "__LLVM_PROFILE_RT_INIT_ONCE";
+pub(crate) const PROFILE_INIT_ONCE: &str = "__LLVM_PROFILE_RT_INIT_ONCE";
 
 /// Where the profile runtime writes a process's raw profile.
-pub const PROFILE_FILE: &str = "LLVM_PROFILE_FILE";
+pub(crate) const PROFILE_FILE: &str = "LLVM_PROFILE_FILE";
 
 /// Set (to a JSON spec) in the environment of a trial supervisor process
 /// (`supervisor.rs`).
@@ -19,4 +19,4 @@ pub const SUPERVISE: &str = "CCL_COV_SUPERVISE";
 
 /// Set by nextest for every test process of one run: they share a workspace
 /// (`workspace_lock.rs`).
-pub const NEXTEST_RUN_ID: &str = "NEXTEST_RUN_ID";
+pub(crate) const NEXTEST_RUN_ID: &str = "NEXTEST_RUN_ID";

@@ -15,7 +15,7 @@ impl Error {
     }
 
     /// Prefixes the message with what was being done when it failed.
-    pub fn context(self, what: impl fmt::Display) -> Self {
+    pub(crate) fn context(self, what: impl fmt::Display) -> Self {
         Error(format!("{what}: {}", self.0))
     }
 }

@@ -18,16 +18,16 @@ pub mod workspace;
 
 pub mod build;
 pub mod config;
-pub mod context;
+pub(crate) mod context;
 pub mod coverage;
 pub mod device;
 pub mod launch;
 pub mod plan;
 pub mod report;
-pub mod results;
+pub(crate) mod results;
 pub mod toolchain;
 pub mod trial;
 pub mod upstream;
-pub mod verdict;
+pub(crate) mod verdict;
 
 pub mod harness;

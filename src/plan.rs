@@ -13,20 +13,20 @@ use std::time::Duration;
 pub struct TrialSpec {
     /// `Collective::size[::variant]` or `<suite>::<test>`, as libtest and
     /// nextest show it.
-    pub name: String,
+    pub(crate) name: String,
     /// The name as a file name: `Collective.size[.variant]`.
     pub slug: String,
-    pub source: Source,
-    pub launcher: String,
+    pub(crate) source: Source,
+    pub(crate) launcher: String,
     pub ranks: usize,
-    pub ignored: bool,
+    pub(crate) ignored: bool,
     /// Why the trial is ignored, when the plan (not the user) decided it.
-    pub ignore_reason: Option<String>,
+    pub(crate) ignore_reason: Option<String>,
 }
 
 /// Where a trial comes from, with what its launch needs.
 #[derive(Debug, Clone)]
-pub enum Source {
+pub(crate) enum Source {
     /// ccl-coverage's own matrix: indices into the config.
     Matrix { collective: usize, size: String, variant: Option<usize> },
     /// A resolved upstream test.
@@ -34,43 +34,43 @@ pub enum Source {
 }
 
 #[derive(Debug, Clone)]
-pub struct UpstreamTrial {
-    pub test: upstream::Test,
-    pub nodes: u64,
+pub(crate) struct UpstreamTrial {
+    pub(crate) test: upstream::Test,
+    pub(crate) nodes: u64,
     /// GPUs per node the test asks for (`"auto"` decided).
-    pub gpus: u64,
+    pub(crate) gpus: u64,
 }
 
 impl TrialSpec {
-    pub fn collective<'c>(&self, config: &'c Config) -> Option<&'c Collective> {
+    pub(crate) fn collective<'c>(&self, config: &'c Config) -> Option<&'c Collective> {
         match &self.source {
             Source::Matrix { collective, .. } => config.collectives.get(*collective),
             Source::Upstream(_) => None,
         }
     }
 
-    pub fn variant<'c>(&self, config: &'c Config) -> Option<&'c Variant> {
+    pub(crate) fn variant<'c>(&self, config: &'c Config) -> Option<&'c Variant> {
         match &self.source {
             Source::Matrix { variant, .. } => variant.and_then(|i| config.variants.get(i)),
             Source::Upstream(_) => None,
         }
     }
 
-    pub fn size(&self) -> &str {
+    pub(crate) fn size(&self) -> &str {
         match &self.source {
             Source::Matrix { size, .. } => size,
             Source::Upstream(_) => "",
         }
     }
 
-    pub fn upstream(&self) -> Option<&UpstreamTrial> {
+    pub(crate) fn upstream(&self) -> Option<&UpstreamTrial> {
         match &self.source {
             Source::Matrix { .. } => None,
             Source::Upstream(u) => Some(u),
         }
     }
 
-    pub fn launcher<'c>(&self, config: &'c Config) -> Option<&'c LauncherConfig> {
+    pub(crate) fn launcher<'c>(&self, config: &'c Config) -> Option<&'c LauncherConfig> {
         config.launchers.get(self.launcher.as_str())
     }
 
@@ -99,7 +99,7 @@ impl TrialSpec {
 
     /// Whether the timeout is the overlay's cap on a test that upstream
     /// lets run forever (`timeout: 0`).
-    pub fn capped(&self) -> bool {
+    pub(crate) fn capped(&self) -> bool {
         self.upstream().is_some_and(|u| u.test.timeout.is_none())
     }
 }
@@ -255,7 +255,7 @@ pub fn check(loaded: &LoadedConfig) -> Result<()> {
 }
 
 /// The names of every trial of the config, ignored ones included.
-pub fn names(config: &Config) -> BTreeSet<String> {
+pub(crate) fn names(config: &Config) -> BTreeSet<String> {
     plan(config).into_iter().map(|t| t.name).collect()
 }
 

@@ -35,48 +35,48 @@ const BUILD_DIR_MARK: &str = "<build_dir>";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ObjectRecord {
     pub path: PathBuf,
-    pub instrumentation: Instrumentation,
+    pub(crate) instrumentation: Instrumentation,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StepRecord {
-    pub name: String,
-    pub command: String,
-    pub seconds: f64,
+pub(crate) struct StepRecord {
+    pub(crate) name: String,
+    pub(crate) command: String,
+    pub(crate) seconds: f64,
 }
 
 /// What a finished build is; written next to it and copied into workspaces.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BuildManifest {
-    pub build_id: String,
-    pub config: String,
+    pub(crate) build_id: String,
+    pub(crate) config: String,
     /// `{build_dir}`: the cache folder, or the existing build in use.
-    pub build_dir: PathBuf,
+    pub(crate) build_dir: PathBuf,
     /// Where this build's logs and manifest live.
-    pub cache_dir: PathBuf,
+    pub(crate) cache_dir: PathBuf,
     /// Set when the library was not built here (`CCL_COV_BUILD_DIR`).
-    pub existing_build: bool,
-    pub bin_dir: PathBuf,
-    pub library_src: PathBuf,
-    pub tests_src: PathBuf,
+    pub(crate) existing_build: bool,
+    pub(crate) bin_dir: PathBuf,
+    pub(crate) library_src: PathBuf,
+    pub(crate) tests_src: PathBuf,
     /// Whether the library is instrumented at all (`CCL_COV_COVERAGE`).
-    pub coverage: bool,
-    pub objects: Vec<ObjectRecord>,
+    pub(crate) coverage: bool,
+    pub(crate) objects: Vec<ObjectRecord>,
     /// Device code objects with coverage mapping; empty unless device coverage is on.
-    pub device_objects: Vec<ObjectRecord>,
-    pub toolchain: Toolchain,
-    pub device: DeviceDecision,
-    pub coverage_flags: Vec<String>,
+    pub(crate) device_objects: Vec<ObjectRecord>,
+    pub(crate) toolchain: Toolchain,
+    pub(crate) device: DeviceDecision,
+    pub(crate) coverage_flags: Vec<String>,
     /// `{coverage_link_flags}`: the host collector, with device coverage on.
     #[serde(default)]
-    pub coverage_link_flags: Vec<String>,
-    pub steps: Vec<StepRecord>,
-    pub built_at: String,
+    pub(crate) coverage_link_flags: Vec<String>,
+    pub(crate) steps: Vec<StepRecord>,
+    pub(crate) built_at: String,
 }
 
 impl BuildManifest {
     /// Host objects llvm-cov should read: those that carry coverage mapping.
-    pub fn instrumented_objects(&self) -> Vec<PathBuf> {
+    pub(crate) fn instrumented_objects(&self) -> Vec<PathBuf> {
         self.objects.iter().filter(|o| o.instrumentation.is_instrumented()).map(|o| o.path.clone()).collect()
     }
 
@@ -93,21 +93,21 @@ impl BuildManifest {
 }
 
 /// Everything needed to run the build, resolved but not yet run.
-pub struct BuildPlan {
-    pub toolchain: Toolchain,
-    pub device: DeviceDecision,
-    pub coverage: bool,
-    pub coverage_flags: Vec<String>,
-    pub coverage_link_flags: Vec<String>,
-    pub key: String,
+pub(crate) struct BuildPlan {
+    pub(crate) toolchain: Toolchain,
+    pub(crate) device: DeviceDecision,
+    pub(crate) coverage: bool,
+    pub(crate) coverage_flags: Vec<String>,
+    pub(crate) coverage_link_flags: Vec<String>,
+    pub(crate) key: String,
     /// `{build_dir}`.
-    pub build_dir: PathBuf,
-    pub cache_dir: PathBuf,
-    pub existing_build: bool,
-    pub bin_dir: PathBuf,
-    pub vars: Vars,
+    pub(crate) build_dir: PathBuf,
+    pub(crate) cache_dir: PathBuf,
+    pub(crate) existing_build: bool,
+    pub(crate) bin_dir: PathBuf,
+    pub(crate) vars: Vars,
     /// Steps to run, library first; empty parts are the existing builds used.
-    pub steps: Vec<(String, Cmd)>,
+    pub(crate) steps: Vec<(String, Cmd)>,
     /// Objects of an existing build, already inspected.
     existing_objects: Option<Vec<ObjectRecord>>,
 }
@@ -142,7 +142,7 @@ impl BuildPlan {
 
     /// The manifest the build will have, without building: objects are not
     /// inspected yet. For dry runs.
-    pub fn planned_manifest(&self, ctx: &Context) -> Result<BuildManifest> {
+    pub(crate) fn planned_manifest(&self, ctx: &Context) -> Result<BuildManifest> {
         let objects = match &self.existing_objects {
             Some(objects) => objects.clone(),
             None => ctx
@@ -196,7 +196,7 @@ impl BuildPlan {
     }
 
     /// Whether a finished build with this key is already cached.
-    pub fn is_cached(&self) -> bool {
+    pub(crate) fn is_cached(&self) -> bool {
         self.manifest_path().is_file()
     }
 
@@ -205,7 +205,7 @@ impl BuildPlan {
     }
 
     /// Builds (or reuses) the fixture and returns its manifest.
-    pub fn build(&self, ctx: &Context) -> Result<BuildManifest> {
+    pub(crate) fn build(&self, ctx: &Context) -> Result<BuildManifest> {
         workspace::create_dir(self.cache_dir.parent().expect("builds/<key>"))?;
         let lock_path = self.cache_dir.with_extension("lock");
         let lock =
@@ -344,14 +344,14 @@ pub fn select_device_objects(patterns: &[PathBuf], device: &DeviceDecision) -> R
 /// made with, from the config and an environment lookup (the process's, or
 /// a fake one in tests).
 #[derive(Debug, Clone)]
-pub struct Resolved {
-    pub toolchain: Toolchain,
-    pub device: DeviceDecision,
+pub(crate) struct Resolved {
+    pub(crate) toolchain: Toolchain,
+    pub(crate) device: DeviceDecision,
     /// `{coverage_flags}`: host flags, plus the device forms when device coverage is on.
-    pub coverage_flags: Vec<String>,
+    pub(crate) coverage_flags: Vec<String>,
     /// `{coverage_link_flags}`: see [`device::link_flags`].
-    pub coverage_link_flags: Vec<String>,
-    pub rccl: rccl::Coverage,
+    pub(crate) coverage_link_flags: Vec<String>,
+    pub(crate) rccl: rccl::Coverage,
 }
 
 impl Resolved {
@@ -590,7 +590,7 @@ fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
 
 /// Makes `manifest` the workspace's build. Profiles and reports recorded for
 /// another build are deleted: they describe other objects.
-pub fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
+pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
     ws.create()?;
     let lock = File::create(ws.lock_file())
         .map_err(|e| Error::new(format!("cannot create {}: {e}", ws.lock_file().display())))?;
@@ -649,7 +649,7 @@ fn slug(name: &str) -> String {
 
 /// A hash of every file under `root` (paths and contents), leaving out hidden
 /// entries and the top-level names in `exclude`.
-pub fn hash_tree(root: &Path, exclude: &[String]) -> Result<String> {
+pub(crate) fn hash_tree(root: &Path, exclude: &[String]) -> Result<String> {
     if !root.is_dir() {
         bail!("source folder {} does not exist", root.display());
     }

@@ -3,4 +3,4 @@
 //! RCCL's `install.sh` flags.
 
 pub mod fixture;
-pub mod rccl;
+pub(crate) mod rccl;

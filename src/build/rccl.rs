@@ -18,7 +18,7 @@ use crate::error::Result;
 
 /// What the RCCL build is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Coverage {
+pub(crate) enum Coverage {
     Off,
     /// Code coverage on; `full` also instruments device code.
     On {
@@ -30,7 +30,7 @@ const COVERAGE_OPTIONS: [&str; 3] = ["-DENABLE_CODE_COVERAGE=", "-DENABLE_FULL_C
 const STRICT_FLAGS: [&str; 2] = ["--enable-full-coverage", "--enable-device-coverage"];
 
 /// install.sh's flags for `coverage`; the input is left untouched.
-pub fn install_flags(flags: &[String], coverage: Coverage) -> Vec<String> {
+pub(crate) fn install_flags(flags: &[String], coverage: Coverage) -> Vec<String> {
     let mut out: Vec<String> = flags.iter().filter(|f| !STRICT_FLAGS.contains(&f.as_str())).cloned().collect();
     match coverage {
         Coverage::Off => out.retain(|f| f != "--enable-code-coverage" && f != "-c"),
@@ -48,7 +48,7 @@ pub fn install_flags(flags: &[String], coverage: Coverage) -> Vec<String> {
 
 /// The `--cmake-options` string: the configured options minus earlier
 /// coverage options, then ours.
-pub fn cmake_options(options: &[String], coverage: Coverage) -> Result<String> {
+pub(crate) fn cmake_options(options: &[String], coverage: Coverage) -> Result<String> {
     let mut tokens = Vec::new();
     for option in options {
         for token in split_keeping_quotes(option)? {
@@ -67,7 +67,7 @@ pub fn cmake_options(options: &[String], coverage: Coverage) -> Result<String> {
 }
 
 /// The whole install.sh command line.
-pub fn install_argv(spec: &RcclInstall, vars: &Vars, coverage: Coverage) -> Result<Vec<String>> {
+pub(crate) fn install_argv(spec: &RcclInstall, vars: &Vars, coverage: Coverage) -> Result<Vec<String>> {
     let mut argv = vec![vars.render(&spec.script)?];
     argv.extend(install_flags(&vars.render_all(&spec.flags)?, coverage));
     if let Some(jobs) = &spec.jobs {

@@ -24,7 +24,7 @@ pub enum ExpandError {
 
 /// How deeply defaults may nest (`${A:-${B:-...}}`): each level recurses, so
 /// an unbounded depth could overflow the stack on a hostile config.
-pub const MAX_DEPTH: usize = 16;
+pub(crate) const MAX_DEPTH: usize = 16;
 
 impl fmt::Display for ExpandError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

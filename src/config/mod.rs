@@ -7,7 +7,7 @@
 //! what no single value can: references between sections and trial names.
 
 pub mod expand;
-pub mod template;
+pub(crate) mod template;
 
 use crate::bail;
 use crate::error::{Error, Result};
@@ -19,17 +19,17 @@ use std::path::{Path, PathBuf};
 
 mod overlay;
 mod values;
-pub use overlay::{Overlay, UpstreamRun, load_overlay};
+pub(crate) use overlay::UpstreamRun;
 pub use values::{Build, BuildTemplate, EnvName, HostName, Name, Placeholders, Size, Template, Trial, TrialTemplate};
 
 /// The embedded default: the CPU fixture, runnable on any Linux machine.
 pub const DEFAULT_CONFIG_TEXT: &str = include_str!("../../configs/local.json");
 /// Where the default config lives, relative to the project root.
-pub const DEFAULT_CONFIG_PATH: &str = "configs/local.json";
+pub(crate) const DEFAULT_CONFIG_PATH: &str = "configs/local.json";
 
 /// The environment a build step (`Env<BuildTemplate>`) or a trial
 /// (`Env<TrialTemplate>`) adds.
-pub type Env<T> = BTreeMap<EnvName, T>;
+pub(crate) type Env<T> = BTreeMap<EnvName, T>;
 
 /// The accepted range of a number in a config, checked while deserializing so
 /// that the error names the JSON path, and so that nothing downstream (a
@@ -37,10 +37,10 @@ pub type Env<T> = BTreeMap<EnvName, T>;
 /// overflow or ask for something absurd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bound {
-    pub min: u64,
+    pub(crate) min: u64,
     pub max: u64,
     /// What the number counts, for the error message.
-    pub unit: &'static str,
+    pub(crate) unit: &'static str,
 }
 
 impl std::fmt::Display for Bound {
@@ -54,9 +54,9 @@ pub mod limits {
     use super::Bound;
 
     /// `capacity`: ranks that may run at once (one lock file each).
-    pub const CAPACITY: Bound = Bound { min: 1, max: 4096, unit: "ranks" };
+    pub(crate) const CAPACITY: Bound = Bound { min: 1, max: 4096, unit: "ranks" };
     /// `launch.ranks`, `variants[].ranks`; also at most `capacity`.
-    pub const RANKS: Bound = Bound { min: 1, max: 4096, unit: "ranks, at most the config's capacity" };
+    pub(crate) const RANKS: Bound = Bound { min: 1, max: 4096, unit: "ranks, at most the config's capacity" };
     /// `timeouts.default`, `timeouts.overrides[].seconds`,
     /// `timeouts.device_coverage[].seconds`: a week is far beyond any real
     /// trial and keeps every deadline representable.
@@ -64,25 +64,25 @@ pub mod limits {
     /// `timeouts.grace`: SIGTERM to SIGKILL.
     pub const GRACE_SECONDS: Bound = Bound { min: 0, max: 3600, unit: "seconds, at most 1 hour" };
     /// `launchers.*.nodes`: nodes one trial spans.
-    pub const NODES: Bound = Bound { min: 1, max: 4096, unit: "nodes" };
+    pub(crate) const NODES: Bound = Bound { min: 1, max: 4096, unit: "nodes" };
     /// `launchers.*.gpus_per_task`.
-    pub const GPUS_PER_TASK: Bound = Bound { min: 0, max: 64, unit: "GPUs per rank" };
+    pub(crate) const GPUS_PER_TASK: Bound = Bound { min: 0, max: 64, unit: "GPUs per rank" };
     /// `hosts[].slots`: ranks one node may run.
-    pub const HOST_SLOTS: Bound = Bound { min: 1, max: 4096, unit: "ranks" };
+    pub(crate) const HOST_SLOTS: Bound = Bound { min: 1, max: 4096, unit: "ranks" };
     /// `hosts[].gpus`: GPUs of one node.
-    pub const HOST_GPUS: Bound = Bound { min: 1, max: 1024, unit: "GPUs" };
+    pub(crate) const HOST_GPUS: Bound = Bound { min: 1, max: 1024, unit: "GPUs" };
     /// `hosts`: nodes a config may name.
-    pub const HOSTS: usize = 4096;
+    pub(crate) const HOSTS: usize = 4096;
     /// `iterations.iters` (`-n`).
-    pub const ITERS: Bound = Bound { min: 1, max: 1_000_000, unit: "iterations" };
+    pub(crate) const ITERS: Bound = Bound { min: 1, max: 1_000_000, unit: "iterations" };
     /// `iterations.warmup` (`-w`).
-    pub const WARMUP: Bound = Bound { min: 0, max: 1_000_000, unit: "iterations" };
+    pub(crate) const WARMUP: Bound = Bound { min: 0, max: 1_000_000, unit: "iterations" };
     /// `sizes[]`, in bytes after the K/M/G suffix (1 TiB = `1024G`).
-    pub const SIZE_BYTES: Bound = Bound { min: 0, max: 1 << 40, unit: "bytes, at most 1024G" };
+    pub(crate) const SIZE_BYTES: Bound = Bound { min: 0, max: 1 << 40, unit: "bytes, at most 1024G" };
     /// Collective, variant, launcher and config names: short enough that a
     /// trial's file name (`Collective.size.variant.profdata`) stays under the
     /// 255-byte limit of a file name.
-    pub const NAME_BYTES: usize = 100;
+    pub(crate) const NAME_BYTES: usize = 100;
     /// Collectives × sizes × variants: the plan is built in memory at every
     /// start (even `--list`).
     pub const TRIALS: usize = 10_000;
@@ -204,17 +204,17 @@ fn gpu_target<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Erro
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Names the workspace (`target/ccl-coverage/<name>`) and the report.
-    pub name: Name,
+    pub(crate) name: Name,
     #[serde(default)]
-    pub description: String,
-    pub toolchain: ToolchainConfig,
+    pub(crate) description: String,
+    pub(crate) toolchain: ToolchainConfig,
     #[serde(default)]
-    pub coverage: CoverageConfig,
+    pub(crate) coverage: CoverageConfig,
     /// The library under test: built instrumented.
-    pub library: LibraryBuild,
+    pub(crate) library: LibraryBuild,
     /// The test binaries: built without instrumentation, linked to the library.
-    pub tests: TestsBuild,
-    pub launchers: BTreeMap<Name, LauncherConfig>,
+    pub(crate) tests: TestsBuild,
+    pub(crate) launchers: BTreeMap<Name, LauncherConfig>,
     /// Most ranks that may run at once on this machine (GPUs, or cores).
     #[serde(deserialize_with = "capacity")]
     pub capacity: usize,
@@ -222,69 +222,69 @@ pub struct Config {
     /// a Slurm allocation names them (`allocation.rs`); also where the GPU
     /// count of a hostfile's or allocation's node of the same name comes from.
     #[serde(default)]
-    pub hosts: Vec<HostConfig>,
+    pub(crate) hosts: Vec<HostConfig>,
     /// What a trial runs with unless its variant says otherwise.
-    pub launch: LaunchDefaults,
+    pub(crate) launch: LaunchDefaults,
     /// Environment of every trial.
     #[serde(default)]
-    pub env: Env<TrialTemplate>,
+    pub(crate) env: Env<TrialTemplate>,
     /// Arguments every test binary gets (before size, collective and variant args).
     #[serde(default)]
-    pub args: Vec<TrialTemplate>,
+    pub(crate) args: Vec<TrialTemplate>,
     #[serde(default)]
-    pub iterations: Iterations,
+    pub(crate) iterations: Iterations,
     #[serde(deserialize_with = "collectives")]
-    pub collectives: Vec<Collective>,
+    pub(crate) collectives: Vec<Collective>,
     #[serde(deserialize_with = "sizes")]
-    pub sizes: Vec<Size>,
+    pub(crate) sizes: Vec<Size>,
     #[serde(default)]
-    pub variants: Vec<Variant>,
+    pub(crate) variants: Vec<Variant>,
     #[serde(default)]
     pub timeouts: Timeouts,
     #[serde(default)]
-    pub report: ReportConfig,
+    pub(crate) report: ReportConfig,
     /// Set when the config file is an upstream RCCL test_runner config: the
     /// rest of the config then comes from the overlay (`config/overlay.rs`)
     /// and the plan is the resolved tests.
     #[serde(skip)]
-    pub upstream: Option<Box<UpstreamRun>>,
+    pub(crate) upstream: Option<Box<UpstreamRun>>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ToolchainConfig {
+pub(crate) struct ToolchainConfig {
     /// C compiler; `CC` overrides it.
-    pub cc: String,
+    pub(crate) cc: String,
     /// C++ compiler; `CXX` overrides it.
-    pub cxx: String,
+    pub(crate) cxx: String,
     /// Tried in order when `cc` / `cxx` do not exist (e.g. `amdclang++`, `hipcc`).
     #[serde(default)]
-    pub cc_fallbacks: Vec<String>,
+    pub(crate) cc_fallbacks: Vec<String>,
     #[serde(default)]
-    pub cxx_fallbacks: Vec<String>,
+    pub(crate) cxx_fallbacks: Vec<String>,
     /// Explicit tools; `LLVM_PROFDATA` / `LLVM_COV` override them. When unset the
     /// tools next to the compiler are used.
     #[serde(default)]
-    pub llvm_profdata: Option<String>,
+    pub(crate) llvm_profdata: Option<String>,
     #[serde(default)]
-    pub llvm_cov: Option<String>,
+    pub(crate) llvm_cov: Option<String>,
     /// Folders searched for llvm-profdata / llvm-cov after the compiler's own
     /// and before PATH (a ROCm tree: `lib/llvm/bin`, `llvm/bin`, `bin`).
     #[serde(default)]
-    pub tool_dirs: Vec<String>,
+    pub(crate) tool_dirs: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct CoverageConfig {
+pub(crate) struct CoverageConfig {
     /// Host instrumentation flags, handed to the build as `{coverage_flags}`.
     #[serde(default = "default_host_flags")]
-    pub host_flags: Vec<String>,
+    pub(crate) host_flags: Vec<String>,
     /// `LLVM_PROFILE_FILE` name inside each trial's profile directory.
     #[serde(default = "default_profile_pattern")]
-    pub profile_pattern: String,
+    pub(crate) profile_pattern: String,
     #[serde(default)]
-    pub device: DeviceConfig,
+    pub(crate) device: DeviceConfig,
 }
 
 impl Default for CoverageConfig {
@@ -318,7 +318,7 @@ pub enum DeviceMode {
 }
 
 impl DeviceMode {
-    pub fn parse(text: &str) -> Option<DeviceMode> {
+    pub(crate) fn parse(text: &str) -> Option<DeviceMode> {
         match text.to_ascii_lowercase().as_str() {
             "auto" => Some(DeviceMode::Auto),
             "on" => Some(DeviceMode::On),
@@ -327,7 +327,7 @@ impl DeviceMode {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DeviceMode::Auto => "auto",
             DeviceMode::On => "on",
@@ -367,16 +367,16 @@ impl Default for DeviceConfig {
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(try_from = "StepFields")]
-pub struct Step {
-    pub name: String,
+pub(crate) struct Step {
+    pub(crate) name: String,
     /// The command; exactly one of `argv` and `rccl_install`.
-    pub argv: Vec<BuildTemplate>,
+    pub(crate) argv: Vec<BuildTemplate>,
     /// RCCL's install.sh, with the coverage flags and CMake options the
     /// harness resolves (see `rccl.rs`).
-    pub rccl_install: Option<RcclInstall>,
-    pub env: Env<BuildTemplate>,
+    pub(crate) rccl_install: Option<RcclInstall>,
+    pub(crate) env: Env<BuildTemplate>,
     /// Working directory; the build directory when unset.
-    pub cwd: Option<BuildTemplate>,
+    pub(crate) cwd: Option<BuildTemplate>,
 }
 
 /// A [`Step`] before its command is checked: the fields check themselves,
@@ -410,57 +410,57 @@ impl TryFrom<StepFields> for Step {
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct RcclInstall {
-    pub script: BuildTemplate,
+pub(crate) struct RcclInstall {
+    pub(crate) script: BuildTemplate,
     #[serde(default)]
-    pub flags: Vec<BuildTemplate>,
+    pub(crate) flags: Vec<BuildTemplate>,
     /// CMake options for `--cmake-options`; one string may hold several,
     /// quoted as install.sh will see them.
     #[serde(default)]
-    pub cmake_options: Vec<BuildTemplate>,
+    pub(crate) cmake_options: Vec<BuildTemplate>,
     #[serde(default)]
-    pub jobs: Option<BuildTemplate>,
+    pub(crate) jobs: Option<BuildTemplate>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct LibraryBuild {
+pub(crate) struct LibraryBuild {
     /// Source tree, relative to the config file; hashed into the build key.
-    pub source_dir: String,
+    pub(crate) source_dir: String,
     /// Top-level entries of `source_dir` left out of the build key (in-tree
     /// build folders, for example). Hidden entries are always left out.
     #[serde(default)]
-    pub hash_exclude: Vec<String>,
+    pub(crate) hash_exclude: Vec<String>,
     #[serde(deserialize_with = "steps")]
-    pub steps: Vec<Step>,
+    pub(crate) steps: Vec<Step>,
     /// Objects the report covers. Each must carry coverage mapping.
     #[serde(deserialize_with = "objects")]
-    pub objects: Vec<BuildTemplate>,
+    pub(crate) objects: Vec<BuildTemplate>,
     /// An instrumented build to use instead of building (`{build_dir}`);
     /// `CCL_COV_BUILD_DIR` overrides it.
     #[serde(default)]
-    pub existing_build: Option<String>,
+    pub(crate) existing_build: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct TestsBuild {
-    pub source_dir: String,
+pub(crate) struct TestsBuild {
+    pub(crate) source_dir: String,
     #[serde(default)]
-    pub hash_exclude: Vec<String>,
+    pub(crate) hash_exclude: Vec<String>,
     #[serde(deserialize_with = "steps")]
-    pub steps: Vec<Step>,
+    pub(crate) steps: Vec<Step>,
     /// Where the test binaries land.
-    pub bin_dir: BuildTemplate,
+    pub(crate) bin_dir: BuildTemplate,
     /// Already-built test binaries to use instead of running `steps`;
     /// `CCL_COV_TESTS_DIR` overrides it.
     #[serde(default)]
-    pub existing_bin_dir: Option<String>,
+    pub(crate) existing_bin_dir: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum LauncherKind {
+pub(crate) enum LauncherKind {
     /// The test binary itself (ranks as threads of one process).
     Direct,
     Mpirun,
@@ -469,7 +469,7 @@ pub enum LauncherKind {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum MpiFlavor {
+pub(crate) enum MpiFlavor {
     /// Open MPI: `-x NAME` forwards a variable; root needs `--allow-run-as-root`;
     /// under srun `--mpi=pmix`.
     #[default]
@@ -483,19 +483,19 @@ pub enum MpiFlavor {
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(try_from = "LauncherFields")]
-pub struct LauncherConfig {
-    pub kind: LauncherKind,
+pub(crate) struct LauncherConfig {
+    pub(crate) kind: LauncherKind,
     /// Launcher program; `mpirun` / `srun` by default.
-    pub program: Option<String>,
-    pub flavor: MpiFlavor,
+    pub(crate) program: Option<String>,
+    pub(crate) flavor: MpiFlavor,
     /// Launcher arguments, before the test binary.
-    pub args: Vec<TrialTemplate>,
+    pub(crate) args: Vec<TrialTemplate>,
     /// Appended to the test binary's arguments (`-t {ranks}`, `-g 1`).
-    pub program_args: Vec<TrialTemplate>,
+    pub(crate) program_args: Vec<TrialTemplate>,
     /// Nodes a trial of this launcher spans (srun `--nodes`); 1 by default.
-    pub nodes: usize,
+    pub(crate) nodes: usize,
     /// GPUs each rank needs (srun `--gpus-per-task`); 0 (none) by default.
-    pub gpus_per_task: usize,
+    pub(crate) gpus_per_task: usize,
 }
 
 /// A [`LauncherConfig`] before its kind and its fields are checked together.
@@ -541,38 +541,38 @@ impl TryFrom<LauncherFields> for LauncherConfig {
 /// One node of `hosts`: `{"name": "node1", "slots": 8, "gpus": 8}`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct HostConfig {
+pub(crate) struct HostConfig {
     /// The name the launcher reaches it by (`mpirun --host`).
-    pub name: HostName,
+    pub(crate) name: HostName,
     /// Ranks it may run.
     #[serde(deserialize_with = "host_slots")]
-    pub slots: usize,
+    pub(crate) slots: usize,
     /// Its GPUs; without it, one GPU slot per rank slot.
     #[serde(default, deserialize_with = "optional_host_gpus", skip_serializing_if = "Option::is_none")]
-    pub gpus: Option<usize>,
+    pub(crate) gpus: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct LaunchDefaults {
+pub(crate) struct LaunchDefaults {
     /// A key of `launchers` (checked by `validate`, which lists them).
-    pub launcher: String,
+    pub(crate) launcher: String,
     #[serde(deserialize_with = "ranks")]
-    pub ranks: usize,
+    pub(crate) ranks: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct Iterations {
+pub(crate) struct Iterations {
     #[serde(deserialize_with = "iters")]
-    pub iters: u32,
+    pub(crate) iters: u32,
     #[serde(deserialize_with = "warmup")]
-    pub warmup: u32,
+    pub(crate) warmup: u32,
     /// Under coverage, run `-n 1 -w 0` instead: coverage needs one pass
     /// through the code, not stable timings. `CCL_COV_TRIM_ITERATIONS`
     /// overrides it.
     #[serde(default = "yes")]
-    pub trim_under_coverage: bool,
+    pub(crate) trim_under_coverage: bool,
 }
 
 impl Default for Iterations {
@@ -583,34 +583,34 @@ impl Default for Iterations {
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct Collective {
-    pub name: Name,
+pub(crate) struct Collective {
+    pub(crate) name: Name,
     /// Test binary, relative to `tests.bin_dir` unless absolute.
     #[serde(deserialize_with = "binary")]
-    pub binary: String,
+    pub(crate) binary: String,
     #[serde(default)]
-    pub args: Vec<TrialTemplate>,
+    pub(crate) args: Vec<TrialTemplate>,
     #[serde(default)]
-    pub env: Env<TrialTemplate>,
+    pub(crate) env: Env<TrialTemplate>,
     /// Marks its trials ignored (run with `--ignored` / `--include-ignored`).
     #[serde(default)]
-    pub ignore: bool,
+    pub(crate) ignore: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct Variant {
-    pub name: Name,
+pub(crate) struct Variant {
+    pub(crate) name: Name,
     #[serde(default)]
-    pub launcher: Option<String>,
+    pub(crate) launcher: Option<String>,
     #[serde(default, deserialize_with = "optional_ranks")]
-    pub ranks: Option<usize>,
+    pub(crate) ranks: Option<usize>,
     #[serde(default)]
-    pub env: Env<TrialTemplate>,
+    pub(crate) env: Env<TrialTemplate>,
     #[serde(default)]
-    pub args: Vec<TrialTemplate>,
+    pub(crate) args: Vec<TrialTemplate>,
     #[serde(default)]
-    pub ignore: bool,
+    pub(crate) ignore: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -618,16 +618,16 @@ pub struct Variant {
 pub struct Timeouts {
     /// Seconds a trial may run.
     #[serde(deserialize_with = "timeout_seconds")]
-    pub default: u64,
+    pub(crate) default: u64,
     /// Seconds between SIGTERM and SIGKILL.
     #[serde(deserialize_with = "grace_seconds")]
     pub grace: u64,
     /// Later rules win over earlier ones.
     #[serde(default)]
-    pub overrides: Vec<TimeoutRule>,
+    pub(crate) overrides: Vec<TimeoutRule>,
     /// Applied after `overrides`, only while device coverage is on.
     #[serde(default)]
-    pub device_coverage: Vec<TimeoutRule>,
+    pub(crate) device_coverage: Vec<TimeoutRule>,
 }
 
 impl Default for Timeouts {
@@ -638,19 +638,19 @@ impl Default for Timeouts {
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct TimeoutRule {
+pub(crate) struct TimeoutRule {
     #[serde(default)]
-    pub collective: Option<String>,
+    pub(crate) collective: Option<String>,
     #[serde(default)]
-    pub size: Option<String>,
+    pub(crate) size: Option<String>,
     #[serde(default)]
-    pub variant: Option<String>,
+    pub(crate) variant: Option<String>,
     #[serde(deserialize_with = "timeout_seconds")]
-    pub seconds: u64,
+    pub(crate) seconds: u64,
 }
 
 impl TimeoutRule {
-    pub fn matches(&self, collective: &str, size: &str, variant: Option<&str>) -> bool {
+    pub(crate) fn matches(&self, collective: &str, size: &str, variant: Option<&str>) -> bool {
         self.collective.as_deref().is_none_or(|c| c == collective)
             && self.size.as_deref().is_none_or(|s| s == size)
             && self.variant.as_deref().is_none_or(|v| Some(v) == variant)
@@ -659,14 +659,14 @@ impl TimeoutRule {
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ReportConfig {
+pub(crate) struct ReportConfig {
     /// Files left out of every report (llvm-cov `-ignore-filename-regex`,
     /// joined with `|`). Anchor them: upstream's `ext.*` also dropped `context.cc`.
     #[serde(default = "default_ignore")]
-    pub ignore_filename_regex: Vec<String>,
+    pub(crate) ignore_filename_regex: Vec<String>,
     /// Whether `coverage_report` snapshot-checks the summary.
     #[serde(default = "yes")]
-    pub snapshot: bool,
+    pub(crate) snapshot: bool,
 }
 
 impl Default for ReportConfig {
@@ -687,23 +687,23 @@ fn yes() -> bool {
 /// A config together with where it came from.
 #[derive(Debug, Clone)]
 pub struct LoadedConfig {
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Relative paths in the config are relative to this directory.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     pub config: Config,
 }
 
 impl LoadedConfig {
-    pub fn resolve(&self, path: &str) -> PathBuf {
+    pub(crate) fn resolve(&self, path: &str) -> PathBuf {
         let p = Path::new(path);
         crate::workspace::normalize(&if p.is_absolute() { p.to_path_buf() } else { self.dir.join(p) })
     }
 
-    pub fn library_src(&self) -> PathBuf {
+    pub(crate) fn library_src(&self) -> PathBuf {
         self.resolve(&self.config.library.source_dir)
     }
 
-    pub fn tests_src(&self) -> PathBuf {
+    pub(crate) fn tests_src(&self) -> PathBuf {
         self.resolve(&self.config.tests.source_dir)
     }
 }
@@ -729,7 +729,7 @@ pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedC
 /// Loads the config at `path` in either format: an upstream RCCL
 /// test_runner config (told by its top-level keys) is combined with the
 /// overlay at `overlay`; anything else is ccl-coverage's own format.
-pub fn load_any(path: &Path, overlay: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
+pub(crate) fn load_any(path: &Path, overlay: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
     // `load` says why an unreadable file cannot be read.
     let Ok(text) = std::fs::read_to_string(path) else { return load(path, env) };
     match serde_json::from_str::<Value>(&text) {
@@ -740,7 +740,7 @@ pub fn load_any(path: &Path, overlay: &Path, env: &dyn Fn(&str) -> Option<String
 
 /// Parses, expands and checks config text said to come from `path`.
 /// An error in the config at `path`, at `json_path` (`$` for the whole).
-pub fn error_at(path: &Path, json_path: &str, msg: &dyn std::fmt::Display) -> Error {
+pub(crate) fn error_at(path: &Path, json_path: &str, msg: &dyn std::fmt::Display) -> Error {
     Error::new(format!("{}: {}: {msg}", path.display(), if json_path.is_empty() { "$" } else { json_path }))
 }
 
@@ -966,13 +966,13 @@ fn check_trial_count(c: &Config) -> Result<(), Invalid> {
 }
 
 /// Reads the environment the way the whole crate does, so tests can swap it.
-pub fn process_env(name: &str) -> Option<String> {
+pub(crate) fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
 /// The `${VAR}` lookup for a config: the process environment, plus the
 /// variables the harness defines itself.
-pub fn config_env(root: &Path) -> impl Fn(&str) -> Option<String> + '_ {
+pub(crate) fn config_env(root: &Path) -> impl Fn(&str) -> Option<String> + '_ {
     move |name| match name {
         "CCL_COV_ROOT" => Some(root.display().to_string()),
         _ => process_env(name),

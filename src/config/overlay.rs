@@ -25,41 +25,41 @@ use std::path::{Path, PathBuf};
 /// The overlay file: strict like a config, every unknown key an error.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Overlay {
+pub(crate) struct Overlay {
     /// Names the workspace and the report; the upstream file's stem when unset.
     #[serde(default)]
-    pub name: Option<Name>,
+    pub(crate) name: Option<Name>,
     #[serde(default)]
-    pub description: String,
-    pub toolchain: ToolchainConfig,
+    pub(crate) description: String,
+    pub(crate) toolchain: ToolchainConfig,
     #[serde(default)]
-    pub coverage: CoverageConfig,
-    pub library: LibraryBuild,
-    pub tests: TestsBuild,
+    pub(crate) coverage: CoverageConfig,
+    pub(crate) library: LibraryBuild,
+    pub(crate) tests: TestsBuild,
     /// Most ranks that may run at once; a test needing more is ignored.
     #[serde(deserialize_with = "super::capacity")]
-    pub capacity: usize,
+    pub(crate) capacity: usize,
     #[serde(default)]
-    pub machine: MachineConfig,
+    pub(crate) machine: MachineConfig,
     #[serde(default)]
-    pub upstream: UpstreamChoices,
+    pub(crate) upstream: UpstreamChoices,
     #[serde(default)]
-    pub timeouts: OverlayTimeouts,
+    pub(crate) timeouts: OverlayTimeouts,
     #[serde(default)]
-    pub report: ReportConfig,
+    pub(crate) report: ReportConfig,
 }
 
 /// What upstream detects on the machine, for its skip rules.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MachineConfig {
+pub(crate) struct MachineConfig {
     /// Hosts available to multi-node tests.
     #[serde(default = "one")]
-    pub nodes: u64,
+    pub(crate) nodes: u64,
     /// GPUs per node; unset means unknown, and upstream then never skips a
     /// test for lack of GPUs (and sizes `"auto"` as 8).
     #[serde(default)]
-    pub gpus_per_node: Option<u64>,
+    pub(crate) gpus_per_node: Option<u64>,
 }
 
 impl Default for MachineConfig {
@@ -71,29 +71,29 @@ impl Default for MachineConfig {
 /// Upstream's command-line choices.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct UpstreamChoices {
+pub(crate) struct UpstreamChoices {
     /// `--system NAME`.
     #[serde(default)]
-    pub system: Option<String>,
+    pub(crate) system: Option<String>,
     /// The RCCL checkout upstream's runner would live in (relative to the
     /// overlay); it decides `${WORKDIR:-...}` defaults.
     #[serde(default)]
-    pub rccl_root: Option<String>,
+    pub(crate) rccl_root: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct OverlayTimeouts {
+pub(crate) struct OverlayTimeouts {
     /// Seconds a test with `timeout: 0` (no limit upstream) may run.
     #[serde(default = "default_uncapped", deserialize_with = "super::timeout_seconds")]
-    pub uncapped_cap: u64,
+    pub(crate) uncapped_cap: u64,
     /// Seconds between SIGTERM and SIGKILL.
     #[serde(default = "default_grace", deserialize_with = "super::grace_seconds")]
-    pub grace: u64,
+    pub(crate) grace: u64,
     /// Every timeout is multiplied by this while device coverage is on
     /// (instrumented kernels run slower); the result is capped at 7 days.
     #[serde(default = "one", deserialize_with = "factor")]
-    pub device_coverage_factor: u64,
+    pub(crate) device_coverage_factor: u64,
 }
 
 impl Default for OverlayTimeouts {
@@ -120,18 +120,18 @@ fn factor<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 
 /// The resolved upstream config and what the overlay says about running it.
 #[derive(Debug, Clone)]
-pub struct UpstreamRun {
-    pub path: PathBuf,
-    pub overlay: PathBuf,
-    pub resolved: Resolved,
-    pub machine: Machine,
-    pub uncapped_cap: u64,
-    pub device_coverage_factor: u64,
+pub(crate) struct UpstreamRun {
+    pub(crate) path: PathBuf,
+    pub(crate) overlay: PathBuf,
+    pub(crate) resolved: Resolved,
+    pub(crate) machine: Machine,
+    pub(crate) uncapped_cap: u64,
+    pub(crate) device_coverage_factor: u64,
 }
 
 /// Loads the upstream config `path` (its `text` already read) with the
 /// overlay at `overlay`.
-pub fn load_upstream(
+pub(crate) fn load_upstream(
     path: &Path,
     text: &str,
     overlay: &Path,
@@ -265,7 +265,7 @@ fn upstream_mpirun(resolved: &Resolved) -> String {
 }
 
 /// Reads, expands and checks the overlay at `path`.
-pub fn load_overlay(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Overlay> {
+pub(crate) fn load_overlay(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Overlay> {
     let at = |json_path: &str, msg: &dyn std::fmt::Display| error_at(path, json_path, msg);
     let text = std::fs::read_to_string(path).map_err(|e| {
         Error::new(format!(

@@ -9,7 +9,7 @@ use crate::error::Result;
 use std::collections::BTreeMap;
 
 /// Placeholders a build step may use.
-pub const BUILD_PLACEHOLDERS: &[&str] = &[
+pub(crate) const BUILD_PLACEHOLDERS: &[&str] = &[
     "build_dir",
     "cc",
     "config_dir",
@@ -24,7 +24,7 @@ pub const BUILD_PLACEHOLDERS: &[&str] = &[
 
 /// Placeholders a trial's arguments and environment may use: the build ones
 /// plus what is known per trial.
-pub const TRIAL_PLACEHOLDERS: &[&str] = &[
+pub(crate) const TRIAL_PLACEHOLDERS: &[&str] = &[
     "bin_dir",
     "build_dir",
     "cc",
@@ -80,7 +80,7 @@ enum Piece<'a> {
 }
 
 /// Checks that `text` only uses placeholders from `allowed`.
-pub fn check(text: &str, allowed: &[&str]) -> Result<()> {
+pub(crate) fn check(text: &str, allowed: &[&str]) -> Result<()> {
     for piece in parse(text)? {
         if let Piece::Name(name) = piece
             && !allowed.contains(&name)
@@ -97,20 +97,20 @@ fn braced(names: &[&str]) -> String {
 
 /// Values for the placeholders of one build or trial.
 #[derive(Debug, Clone, Default)]
-pub struct Vars(BTreeMap<&'static str, String>);
+pub(crate) struct Vars(BTreeMap<&'static str, String>);
 
 impl Vars {
-    pub fn set(&mut self, name: &'static str, value: impl Into<String>) -> &mut Self {
+    pub(crate) fn set(&mut self, name: &'static str, value: impl Into<String>) -> &mut Self {
         self.0.insert(name, value.into());
         self
     }
 
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0.get(name).map(String::as_str)
     }
 
     /// Fills in every placeholder of `text`.
-    pub fn render(&self, text: &str) -> Result<String> {
+    pub(crate) fn render(&self, text: &str) -> Result<String> {
         let mut out = String::with_capacity(text.len());
         for piece in parse(text)? {
             match piece {
@@ -124,7 +124,7 @@ impl Vars {
         Ok(out)
     }
 
-    pub fn render_all<T: AsRef<str>>(&self, texts: &[T]) -> Result<Vec<String>> {
+    pub(crate) fn render_all<T: AsRef<str>>(&self, texts: &[T]) -> Result<Vec<String>> {
         texts.iter().map(|t| self.render(t.as_ref())).collect()
     }
 }

@@ -25,7 +25,7 @@ use std::time::Instant;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Quarantined {
     pub file: PathBuf,
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// What merging one trial's raw profiles did.
@@ -35,10 +35,10 @@ pub struct TrialMerge {
     pub profdata: Option<PathBuf>,
     pub merged: usize,
     pub quarantined: Vec<Quarantined>,
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// SHA-256 of the merged profile as written, checked before a report uses it.
     #[serde(default)]
-    pub sha256: Option<String>,
+    pub(crate) sha256: Option<String>,
 }
 
 /// The raw `.profraw` files directly in `dir`, sorted: the host's
@@ -63,17 +63,7 @@ pub fn raw_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// The profile of one trial in the workspace: its merged profile if it has
-/// one, else its raw files.
-pub fn trial_inputs(ws: &Workspace, slug: &str) -> Result<Vec<PathBuf>> {
-    let merged = trial_profdata(ws, slug);
-    if merged.is_file() {
-        return Ok(vec![merged]);
-    }
-    raw_files(&ws.trial_profiles(slug))
-}
-
-pub fn trial_profdata(ws: &Workspace, slug: &str) -> PathBuf {
+pub(crate) fn trial_profdata(ws: &Workspace, slug: &str) -> PathBuf {
     ws.area(Area::Profiles).join(format!("{slug}.profdata"))
 }
 
@@ -81,21 +71,21 @@ pub fn trial_profdata(ws: &Workspace, slug: &str) -> PathBuf {
 #[derive(Debug, Clone, Default)]
 pub struct MergeOutcome {
     /// The trial's raw-profile folder.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Raw profiles the trial left.
     pub raw: usize,
     /// The processes that wrote them.
-    pub writers: Writers,
+    pub(crate) writers: Writers,
     /// Its incremental merge, when it ran.
     pub merge: Option<TrialMerge>,
     pub error: Option<String>,
     /// Checksums of the raw profiles left unmerged, by file name.
-    pub raw_sha256: BTreeMap<String, String>,
+    pub(crate) raw_sha256: BTreeMap<String, String>,
 }
 
 impl MergeOutcome {
     /// `path (why)` of each raw profile set aside as unreadable.
-    pub fn quarantined(&self) -> Vec<String> {
+    pub(crate) fn quarantined(&self) -> Vec<String> {
         self.merge
             .iter()
             .flat_map(|m| m.quarantined.iter().map(|q| format!("{} ({})", q.file.display(), q.reason)))
@@ -137,11 +127,11 @@ const DEVICE_PROFILE_PREFIX: &str = "amdgcn-amd-amdhsa.";
 
 /// The processes that wrote a trial's raw profiles ([`writers`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Writers {
+pub(crate) struct Writers {
     /// Processes that wrote a profile for every module any process wrote.
-    pub complete: usize,
+    pub(crate) complete: usize,
     /// The others: `host:pid (k of n modules)`.
-    pub partial: Vec<String>,
+    pub(crate) partial: Vec<String>,
 }
 
 /// Which processes wrote the raw profiles `files`, told apart by the `%h`
@@ -155,7 +145,7 @@ pub struct Writers {
 /// follow the pattern (the device profiles' `<target>.<pattern>`) are not
 /// counted. Without `%p` in the pattern processes cannot be told apart, and
 /// each file counts as one complete writer.
-pub fn writers(files: &[PathBuf], pattern: &str) -> Writers {
+pub(crate) fn writers(files: &[PathBuf], pattern: &str) -> Writers {
     // The files are listed by name; a pattern with folders names them last.
     let pattern = pattern.rsplit('/').next().unwrap_or(pattern);
     let Some(tokens) = pattern_tokens(pattern).filter(|t| t.contains(&Token::Pid)) else {
@@ -267,7 +257,7 @@ fn match_name(tokens: &[Token], name: &str, parts: &mut NameParts) -> bool {
 }
 
 /// SHA-256 of each raw profile left in `dir`, by file name.
-pub fn raw_checksums(dir: &Path) -> Result<BTreeMap<String, String>> {
+pub(crate) fn raw_checksums(dir: &Path) -> Result<BTreeMap<String, String>> {
     let mut sums = BTreeMap::new();
     for file in raw_files(dir)? {
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -279,30 +269,30 @@ pub fn raw_checksums(dir: &Path) -> Result<BTreeMap<String, String>> {
 /// The profiles a report may use, after checking each against the checksum
 /// its trial recorded.
 #[derive(Debug, Default)]
-pub struct Verified {
-    pub inputs: Vec<PathBuf>,
+pub(crate) struct Verified {
+    pub(crate) inputs: Vec<PathBuf>,
     /// Altered (or never recorded) profiles, moved to quarantine.
-    pub quarantined: Vec<Quarantined>,
+    pub(crate) quarantined: Vec<Quarantined>,
     /// Profiles a trial recorded that are no longer there.
-    pub missing: Vec<String>,
+    pub(crate) missing: Vec<String>,
 }
 
 /// What a trial recorded about the profiles it stored.
 #[derive(Debug, Clone, Copy)]
-pub struct Recorded<'a> {
-    pub trial: &'a str,
-    pub slug: &'a str,
+pub(crate) struct Recorded<'a> {
+    pub(crate) trial: &'a str,
+    pub(crate) slug: &'a str,
     /// Set when the trial merged its profiles: the merged profile's checksum.
-    pub merge: Option<&'a TrialMerge>,
+    pub(crate) merge: Option<&'a TrialMerge>,
     /// Checksums of the raw profiles it left unmerged, by file name.
-    pub raw_sha256: &'a BTreeMap<String, String>,
+    pub(crate) raw_sha256: &'a BTreeMap<String, String>,
 }
 
 /// Every profile input of `trials`, checked: a profile whose content differs
 /// from what its trial recorded (or that no trial recorded) moves to
 /// `quarantine/<trial>/` and is named; a recorded one that is gone is listed
 /// as missing.
-pub fn verified_inputs(ws: &Workspace, trials: &[Recorded]) -> Result<Verified> {
+pub(crate) fn verified_inputs(ws: &Workspace, trials: &[Recorded]) -> Result<Verified> {
     let mut verified = Verified::default();
     for result in trials {
         let slug = result.slug;
@@ -358,7 +348,7 @@ fn quarantine_path(dir: &Path, file: &Path) -> PathBuf {
 
 /// Merges a finished trial's raw profiles into `profiles/<trial>.profdata`,
 /// quarantining unreadable ones; removes the raw files unless `keep_raw`.
-pub fn merge_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, keep_raw: bool) -> Result<TrialMerge> {
+pub(crate) fn merge_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, keep_raw: bool) -> Result<TrialMerge> {
     let started = Instant::now();
     let raw = raw_files(&ws.trial_profiles(slug))?;
     let output = trial_profdata(ws, slug);
@@ -387,7 +377,7 @@ pub fn merge_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, keep_raw: 
 /// input is checked on its own; unreadable raw profiles move to the folder
 /// `quarantine_for(input)` names, and the rest merge. Returns how many inputs
 /// were merged and what was quarantined.
-pub fn merge_checked(
+pub(crate) fn merge_checked(
     ws: &Workspace,
     toolchain: &Toolchain,
     inputs: &[PathBuf],
@@ -440,7 +430,7 @@ fn check(toolchain: &Toolchain, input: &Path) -> std::result::Result<(), String>
 }
 
 /// Merges `inputs` into the indexed profile `output`.
-pub fn merge(toolchain: &Toolchain, inputs: &[PathBuf], list_file: &Path, output: &Path) -> Result<()> {
+pub(crate) fn merge(toolchain: &Toolchain, inputs: &[PathBuf], list_file: &Path, output: &Path) -> Result<()> {
     let list: String = inputs.iter().map(|p| format!("{}\n", p.display())).collect();
     workspace::write_atomic(list_file, list.as_bytes())?;
     Cmd::new(&toolchain.llvm_profdata.path)

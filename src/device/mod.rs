@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Upstream's gate: AMDGPU device coverage needs ROCm 7.15 or newer.
-pub const MIN_ROCM: (u32, u32, u32) = (7, 15, 0);
+pub(crate) const MIN_ROCM: (u32, u32, u32) = (7, 15, 0);
 
 /// How messages name [`MIN_ROCM`]: no 7.15 was released, TheRock went from
 /// 7.14 to 10.0.
@@ -35,10 +35,10 @@ const MIN_ROCM_TEXT: &str = "ROCm 7.15 or newer (ROCm 10.x)";
 
 /// The first upstream LLVM release with HIP device coverage (device runtime,
 /// host collector, `-fcoverage-mapping` forwarded to the device).
-pub const MIN_UPSTREAM_CLANG: (u32, u32) = (23, 1);
+pub(crate) const MIN_UPSTREAM_CLANG: (u32, u32) = (23, 1);
 
 /// Where compiler-rt keeps the AMDGPU profile runtime, in the order tried.
-pub const DEVICE_RUNTIME_RELPATHS: [&str; 2] =
+pub(crate) const DEVICE_RUNTIME_RELPATHS: [&str; 2] =
     ["lib/amdgcn-amd-amdhsa/libclang_rt.profile.a", "lib/linux/libclang_rt.profile-amdgcn.a"];
 
 /// Where compiler-rt keeps the host collector `clang_rt.profile_rocm` for
@@ -69,21 +69,21 @@ pub struct DeviceDecision {
 
 impl DeviceDecision {
     /// One line for logs and reports: `host-only (auto): the config has no device target`.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let state = if self.enabled { "host+device" } else { "host-only" };
         format!("{state} ({}): {}", self.requested.as_str(), self.reason)
     }
 
     /// Whether the target is AMDGPU (HIP), where host-only needs the
     /// `-Xarch_host` flag forms.
-    pub fn is_hip(&self) -> bool {
+    pub(crate) fn is_hip(&self) -> bool {
         self.target.as_deref().is_some_and(is_amdgpu)
     }
 }
 
 /// Why device coverage is unavailable.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Blocker {
+pub(crate) enum Blocker {
     NoTarget,
     Nvptx { detail: String },
     LinkerDisabled,
@@ -95,7 +95,7 @@ pub enum Blocker {
 }
 
 impl Blocker {
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self {
             Blocker::NoTarget => "the config has no device target (coverage.device.target)".into(),
             Blocker::Nvptx { detail } => format!(
@@ -165,7 +165,7 @@ fn is_nvptx(target: &str) -> bool {
 }
 
 /// The mode in force: `CCL_COV_DEVICE_COVERAGE` if set, else the config's.
-pub fn requested_mode(config: &DeviceConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<DeviceMode> {
+pub(crate) fn requested_mode(config: &DeviceConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<DeviceMode> {
     match env("CCL_COV_DEVICE_COVERAGE").filter(|v| !v.is_empty()) {
         None => Ok(config.mode),
         Some(v) => match DeviceMode::parse(&v) {
@@ -232,7 +232,7 @@ impl Gate {
 /// `(major, minor)` of an upstream (llvm.org or distribution) clang; `None`
 /// for AMD's clang, whose version numbers follow LLVM's main branch and do
 /// not say which device-coverage pieces it has.
-pub fn upstream_release(version_line: &str) -> Option<(u32, u32)> {
+pub(crate) fn upstream_release(version_line: &str) -> Option<(u32, u32)> {
     let lower = version_line.to_ascii_lowercase();
     if lower.contains("amd") || lower.contains("rocm") {
         return None;
@@ -329,7 +329,7 @@ fn check(config: &DeviceConfig, cxx: &Tool) -> Result<std::result::Result<Availa
 
 /// The ROCm version from `.info/version`, `core/.info/version` or rocm-core's
 /// header; on failure, the files looked at.
-pub fn rocm_version(rocm: &Path) -> std::result::Result<(u32, u32, u32), Vec<PathBuf>> {
+pub(crate) fn rocm_version(rocm: &Path) -> std::result::Result<(u32, u32, u32), Vec<PathBuf>> {
     let files =
         [rocm.join(".info/version"), rocm.join("core/.info/version"), rocm.join("include/rocm-core/rocm_version.h")];
     for file in &files {
@@ -448,7 +448,7 @@ pub fn link_flags(decision: &DeviceDecision) -> Vec<String> {
 /// overwrite another, or `None`. The device write puts its target name in
 /// front of the expanded pattern and truncates, so only `%p` keeps two
 /// processes apart; `%m` merges host counters but never device ones.
-pub fn profile_pattern_problem(pattern: &str) -> Option<String> {
+pub(crate) fn profile_pattern_problem(pattern: &str) -> Option<String> {
     (!pattern.contains("%p")).then(|| {
         format!(
             "coverage.profile_pattern {pattern:?} has no %p: with device coverage on, every process writes its device profiles under the same names and the last one wins (%m merges host counters only). To fix: put %p in it, e.g. \"%h-%p-%m.profraw\""

@@ -3,17 +3,17 @@
 
 use std::time::SystemTime;
 
-pub fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Now as RFC 3339 UTC, to the second.
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
 /// The machine's GPUs as their tools list them; empty without GPU tools.
-pub fn gpus() -> Vec<String> {
+pub(crate) fn gpus() -> Vec<String> {
     let nvidia = crate::exec::process::Cmd::new("nvidia-smi")
         .args(["--query-gpu=index,name,driver_version,pci.bus_id", "--format=csv,noheader"])
         .read();
@@ -25,12 +25,12 @@ pub fn gpus() -> Vec<String> {
 }
 
 /// The host name, for run records.
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
 }
 
 /// Bytes available to this user on the filesystem that holds `path`.
-pub fn free_bytes(path: &std::path::Path) -> Option<u64> {
+pub(crate) fn free_bytes(path: &std::path::Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: statvfs writes only into `stat`; an all-zero statvfs is a valid value.

@@ -15,7 +15,7 @@ use std::time::Duration;
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 /// Installs the handlers (once per process).
-pub fn install() {
+pub(crate) fn install() {
     static INSTALL: Once = Once::new();
     INSTALL.call_once(|| {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -76,7 +76,7 @@ fn watch_cargo_parent() {
 }
 
 /// The signal that interrupted the run, if one did.
-pub fn requested() -> Option<i32> {
+pub(crate) fn requested() -> Option<i32> {
     match SIGNAL.load(Ordering::SeqCst) {
         0 => None,
         sig => Some(sig),
@@ -84,11 +84,11 @@ pub fn requested() -> Option<i32> {
 }
 
 /// `128 + signal` after an interruption, as a shell reports it.
-pub fn exit_code() -> Option<u8> {
+pub(crate) fn exit_code() -> Option<u8> {
     requested().and_then(|sig| u8::try_from(128 + sig).ok())
 }
 
 /// Says which signal stopped the run, for messages.
-pub fn describe() -> String {
+pub(crate) fn describe() -> String {
     requested().map_or_else(String::new, |sig| crate::exec::process::signal_name(sig).to_string())
 }

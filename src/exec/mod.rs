@@ -3,9 +3,9 @@
 //! processes found in `/proc`, the per-trial supervisor, signals in one place,
 //! and the host's clock, name, GPUs and free space.
 
-pub mod host;
-pub mod interrupt;
+pub(crate) mod host;
+pub(crate) mod interrupt;
 pub mod process;
-pub mod proctree;
-pub mod redact;
+pub(crate) mod proctree;
+pub(crate) mod redact;
 pub mod supervisor;

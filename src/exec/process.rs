@@ -18,7 +18,7 @@ pub struct Cmd {
 }
 
 /// How many trailing lines of output a failure message shows.
-pub const TAIL_LINES: usize = 30;
+pub(crate) const TAIL_LINES: usize = 30;
 
 impl Cmd {
     pub fn new(program: impl Into<OsString>) -> Self {
@@ -26,7 +26,7 @@ impl Cmd {
     }
 
     /// A command from an argv vector; `None` if it is empty.
-    pub fn from_argv(argv: &[String]) -> Option<Self> {
+    pub(crate) fn from_argv(argv: &[String]) -> Option<Self> {
         let (program, args) = argv.split_first()?;
         Some(Cmd::new(program).args(args))
     }
@@ -46,12 +46,12 @@ impl Cmd {
         self.env_entry(key.into(), Some(value.into()))
     }
 
-    pub fn envs(self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+    pub(crate) fn envs(self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
         vars.into_iter().fold(self, |cmd, (k, v)| cmd.env(k, v))
     }
 
     /// Removes `key` from what the command inherits.
-    pub fn env_remove(self, key: impl Into<OsString>) -> Self {
+    pub(crate) fn env_remove(self, key: impl Into<OsString>) -> Self {
         self.env_entry(key.into(), None)
     }
 
@@ -63,43 +63,43 @@ impl Cmd {
         self
     }
 
-    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+    pub(crate) fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
         self.cwd = Some(dir.into());
         self
     }
 
-    pub fn program(&self) -> &OsStr {
+    pub(crate) fn program(&self) -> &OsStr {
         &self.program
     }
 
-    pub fn get_args(&self) -> &[OsString] {
+    pub(crate) fn get_args(&self) -> &[OsString] {
         &self.args
     }
 
     /// The environment changes: `Some` sets, `None` removes.
-    pub fn get_envs(&self) -> &[(OsString, Option<OsString>)] {
+    pub(crate) fn get_envs(&self) -> &[(OsString, Option<OsString>)] {
         &self.env
     }
 
-    pub fn get_cwd(&self) -> Option<&Path> {
+    pub(crate) fn get_cwd(&self) -> Option<&Path> {
         self.cwd.as_deref()
     }
 
     /// The argv as text, for records (a non-UTF-8 argument is shown lossily).
-    pub fn argv(&self) -> Vec<String> {
+    pub(crate) fn argv(&self) -> Vec<String> {
         std::iter::once(&self.program).chain(&self.args).map(|a| a.to_string_lossy().into_owned()).collect()
     }
 
     /// The argv as it may be recorded: secrets masked (see [`crate::exec::redact`]).
     /// `argv()` is what runs; this is what logs, results and messages show.
-    pub fn argv_redacted(&self) -> Vec<String> {
+    pub(crate) fn argv_redacted(&self) -> Vec<String> {
         redact::argv(&self.argv())
     }
 
     /// The command as a shell line a person can paste: `cd DIR && K=V prog args`,
     /// with secrets masked, since every log, record and error message that
     /// shows a command shows this line.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         let mut parts = Vec::new();
         if let Some(dir) = &self.cwd {
             parts.push(format!("cd {} &&", shell_quote(&dir.display().to_string())));
@@ -176,7 +176,7 @@ impl Cmd {
 }
 
 /// `exit status 3`, `killed by signal 9 (SIGKILL)`.
-pub fn describe_status(status: std::process::ExitStatus) -> String {
+pub(crate) fn describe_status(status: std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit status {code}"),
@@ -185,7 +185,7 @@ pub fn describe_status(status: std::process::ExitStatus) -> String {
     }
 }
 
-pub fn signal_name(sig: i32) -> &'static str {
+pub(crate) fn signal_name(sig: i32) -> &'static str {
     match sig {
         libc::SIGHUP => "SIGHUP",
         libc::SIGINT => "SIGINT",
@@ -203,7 +203,7 @@ pub fn signal_name(sig: i32) -> &'static str {
 }
 
 /// The last `n` lines of `text`, indented so they read as quoted output.
-pub fn indent_tail(text: &str, n: usize) -> String {
+pub(crate) fn indent_tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     let start = lines.len().saturating_sub(n);
     let mut out: Vec<String> = Vec::new();
@@ -218,7 +218,7 @@ pub fn indent_tail(text: &str, n: usize) -> String {
 }
 
 /// Quotes one argument for a POSIX shell, only when it needs it.
-pub fn shell_quote(arg: &str) -> String {
+pub(crate) fn shell_quote(arg: &str) -> String {
     let plain = !arg.is_empty() && arg.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%^".contains(&b));
     if plain { arg.to_string() } else { format!("'{}'", arg.replace('\'', r"'\''")) }
 }

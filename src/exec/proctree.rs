@@ -18,32 +18,24 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// The processes of one trial.
 #[derive(Debug, Clone)]
-pub struct Tree {
+pub(crate) struct Tree {
     session: libc::pid_t,
     /// `CCL_COV_TRIAL_TOKEN=<token>`, as it appears in `/proc/<pid>/environ`.
     marker: Vec<u8>,
-    /// Never signalled or counted: the supervisor that owns the tree.
-    exclude: Option<libc::pid_t>,
 }
 
 impl Tree {
     /// The processes in session `session` (none if negative) or carrying `token`.
     pub fn new(session: libc::pid_t, token: &str) -> Tree {
-        Tree { session, marker: format!("{TRIAL_TOKEN}={token}").into_bytes(), exclude: None }
-    }
-
-    /// Leaves `pid` out of every scan.
-    pub fn excluding(mut self, pid: libc::pid_t) -> Tree {
-        self.exclude = Some(pid);
-        self
+        Tree { session, marker: format!("{TRIAL_TOKEN}={token}").into_bytes() }
     }
 
     /// Live (non-zombie) processes in the trial's session or carrying its marker.
-    pub fn members(&self) -> Vec<libc::pid_t> {
+    pub(crate) fn members(&self) -> Vec<libc::pid_t> {
         let me = std::process::id() as libc::pid_t;
         let mut found = Vec::new();
         for pid in all_pids() {
-            if pid == me || Some(pid) == self.exclude {
+            if pid == me {
                 continue;
             }
             let Some(stat) = stat_of(pid) else { continue };
@@ -63,7 +55,7 @@ impl Tree {
     }
 
     /// Sends `sig` to every member; returns how many there were.
-    pub fn signal(&self, sig: libc::c_int) -> usize {
+    pub(crate) fn signal(&self, sig: libc::c_int) -> usize {
         let members = self.members();
         for &pid in &members {
             // SAFETY: kill has no memory-safety preconditions.
@@ -74,7 +66,7 @@ impl Tree {
 
     /// SIGKILLs members until none is left; returns how many still are at
     /// `limit`. `between` runs on every round (a subreaper reaps there).
-    pub fn wait_gone(&self, limit: Duration, between: &mut dyn FnMut()) -> usize {
+    pub(crate) fn wait_gone(&self, limit: Duration, between: &mut dyn FnMut()) -> usize {
         let end = Instant::now() + limit;
         loop {
             between();
@@ -93,14 +85,14 @@ impl Tree {
 
 /// What `/proc/<pid>/stat` says of a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stat {
-    pub state: char,
-    pub session: libc::pid_t,
+pub(crate) struct Stat {
+    pub(crate) state: char,
+    pub(crate) session: libc::pid_t,
     /// Clock ticks after boot: with the pid, names one process for good.
-    pub start_time: u64,
+    pub(crate) start_time: u64,
 }
 
-pub fn stat_of(pid: libc::pid_t) -> Option<Stat> {
+pub(crate) fn stat_of(pid: libc::pid_t) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
@@ -123,7 +115,7 @@ fn all_pids() -> Vec<libc::pid_t> {
 
 /// A new trial token: `<harness pid>-<harness start time>-<n>`, so that
 /// [`sweep_orphans`] can tell whether the harness that owns it still lives.
-pub fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let pid = std::process::id() as libc::pid_t;
@@ -139,16 +131,16 @@ fn token_owner(token: &str) -> Option<(libc::pid_t, u64)> {
 
 /// A process left behind by a dead run.
 #[derive(Debug, Clone)]
-pub struct Orphan {
-    pub pid: libc::pid_t,
-    pub owner: libc::pid_t,
-    pub command: String,
+pub(crate) struct Orphan {
+    pub(crate) pid: libc::pid_t,
+    pub(crate) owner: libc::pid_t,
+    pub(crate) command: String,
 }
 
 /// Finds every process carrying a trial marker whose owning harness is no
 /// longer running (killed with SIGKILL, say, before its supervisors could
 /// act), and kills them: SIGTERM, `grace`, then SIGKILL. Returns what it found.
-pub fn sweep_orphans(grace: Duration) -> Vec<Orphan> {
+pub(crate) fn sweep_orphans(grace: Duration) -> Vec<Orphan> {
     let prefix = format!("{TRIAL_TOKEN}=");
     let mut by_token: BTreeMap<String, Vec<Orphan>> = BTreeMap::new();
     for pid in all_pids() {

@@ -20,13 +20,13 @@
 use crate::env_names::TRIAL_TOKEN;
 
 /// What a secret is replaced with.
-pub const MASK: &str = "***";
+pub(crate) const MASK: &str = "***";
 
 /// Parts of a variable (or option) name that mark its value as secret.
-pub const SECRET_WORDS: &[&str] = &["TOKEN", "PASSWORD", "PASSWD", "SECRET", "KEY", "CREDENTIAL"];
+pub(crate) const SECRET_WORDS: &[&str] = &["TOKEN", "PASSWORD", "PASSWD", "SECRET", "KEY", "CREDENTIAL"];
 
 /// Whether the value of variable (or option) `name` is a secret.
-pub fn is_secret_name(name: &str) -> bool {
+pub(crate) fn is_secret_name(name: &str) -> bool {
     if name == TRIAL_TOKEN {
         return false;
     }
@@ -38,7 +38,7 @@ pub fn is_secret_name(name: &str) -> bool {
 /// empty: it hides nothing and "set but empty" is worth seeing.
 /// An already masked value (bare or shell-quoted) is kept as it is, so
 /// redacting a record twice changes nothing.
-pub fn value(name: &str, value: &str) -> String {
+pub(crate) fn value(name: &str, value: &str) -> String {
     let masked = value == MASK || value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')) == Some(MASK);
     if is_secret_name(name) && !value.is_empty() && !masked { MASK.to_string() } else { urls(value) }
 }
@@ -49,7 +49,7 @@ pub fn env(vars: &[(String, String)]) -> Vec<(String, String)> {
 }
 
 /// Every `scheme://user:password@host` in `text` with the password masked.
-pub fn urls(text: &str) -> String {
+pub(crate) fn urls(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("://") {
@@ -92,7 +92,7 @@ fn assignment(arg: &str) -> String {
 }
 
 /// An argv vector as it may be recorded.
-pub fn argv<S: AsRef<str>>(args: &[S]) -> Vec<String> {
+pub(crate) fn argv<S: AsRef<str>>(args: &[S]) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
     let mut i = 0;
     while i < args.len() {
@@ -115,7 +115,7 @@ pub fn argv<S: AsRef<str>>(args: &[S]) -> Vec<String> {
 /// records whose argv is no longer at hand. Words are split on single spaces
 /// and joined back the same way, so an already redacted line is unchanged;
 /// prefer redacting the argv, as a quoted value with spaces is not one word.
-pub fn shell_line(line: &str) -> String {
+pub(crate) fn shell_line(line: &str) -> String {
     argv(&line.split(' ').collect::<Vec<_>>()).join(" ")
 }
 

@@ -30,7 +30,7 @@ use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The byte the harness writes on the lifeline to stop the trial.
-pub const STOP: u8 = b'T';
+pub(crate) const STOP: u8 = b'T';
 /// How long SIGKILLed processes may take to disappear.
 pub const REAP_LIMIT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(20);
@@ -39,7 +39,7 @@ const POLL: Duration = Duration::from_millis(20);
 const STOP_SLACK: Duration = Duration::from_secs(15);
 
 /// A command running under its supervisor: the harness's end of the lifeline.
-pub struct Supervised {
+pub(crate) struct Supervised {
     child: Child,
     display: String,
     log: PathBuf,
@@ -51,7 +51,7 @@ pub struct Supervised {
 impl Supervised {
     /// Starts `exe` as the supervisor of `cmd` (which carries the marker
     /// `token`), in a session of its own, with all output appended to `log`.
-    pub fn spawn(exe: &Path, cmd: &Cmd, token: &str, log: &Path, grace: Duration) -> Result<Supervised> {
+    pub(crate) fn spawn(exe: &Path, cmd: &Cmd, token: &str, log: &Path, grace: Duration) -> Result<Supervised> {
         let spec = Spec {
             cwd: cmd.get_cwd().map(Path::to_path_buf),
             log: log.to_path_buf(),
@@ -96,7 +96,7 @@ impl Supervised {
     /// The supervisor's exit status once it is done. One that does not
     /// finish stopping in time is killed (the backstop in [`Self::finish`]
     /// then stops the processes).
-    pub fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
+    pub(crate) fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
         let waited = self.child.try_wait().map_err(|e| Error::new(format!("waiting for {}: {e}", self.display)))?;
         if waited.is_some() {
             return Ok(waited);
@@ -109,7 +109,7 @@ impl Supervised {
     }
 
     /// Asks the supervisor to stop the command (SIGTERM, grace, SIGKILL).
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if self.stop_asked.is_some() {
             return;
         }
@@ -122,7 +122,7 @@ impl Supervised {
 
     /// The supervisor's report, and how many processes the harness still had
     /// to kill itself (0 unless the supervisor failed).
-    pub fn finish(mut self, status: ExitStatus) -> Result<(Report, usize)> {
+    pub(crate) fn finish(mut self, status: ExitStatus) -> Result<(Report, usize)> {
         let mut text = String::new();
         let report = match self.child.stdout.take() {
             Some(mut out) => {
@@ -170,16 +170,16 @@ pub enum StopCause {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Report {
     /// The main process's raw wait status.
-    pub wait_status: Option<i32>,
+    pub(crate) wait_status: Option<i32>,
     pub stopped: Option<StopCause>,
     /// Which signal finally ended a stopped trial: "SIGTERM" or "SIGKILL".
     pub killed_with: Option<String>,
     /// Processes still alive after the main process exited (then killed).
-    pub leftovers: usize,
+    pub(crate) leftovers: usize,
     /// Processes still alive after everything (the kernel refused to kill them).
-    pub survivors: usize,
+    pub(crate) survivors: usize,
     /// Set when the trial's program could not be started.
-    pub spawn_error: Option<String>,
+    pub(crate) spawn_error: Option<String>,
 }
 
 /// Runs the supervisor if this process was started as one; every entry point

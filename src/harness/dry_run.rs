@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
-pub fn print(ctx: &Context, specs: &[TrialSpec], args: &Arguments) -> ExitCode {
+pub(crate) fn print(ctx: &Context, specs: &[TrialSpec], args: &Arguments) -> ExitCode {
     // Trials the plan ignored for a reason are shown with it; others only
     // when selected.
     let selected: Vec<&TrialSpec> = specs
@@ -55,7 +55,7 @@ fn placement(
 }
 
 /// The dry-run text for `selected` trials.
-pub fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
+pub(crate) fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
     let allocation = super::detect_allocation(ctx)?;
     let plan = BuildPlan::new(ctx)?;
     let manifest = plan.planned_manifest(ctx)?;
@@ -134,7 +134,7 @@ pub fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
 }
 
 /// The dry run as one JSON document: the same content as [`render`].
-pub fn render_json(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
+pub(crate) fn render_json(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
     let allocation = super::detect_allocation(ctx)?;
     let plan = BuildPlan::new(ctx)?;
     let manifest = plan.planned_manifest(ctx)?;

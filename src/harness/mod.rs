@@ -4,7 +4,7 @@
 
 pub mod collectives;
 pub mod coverage_report;
-pub mod dry_run;
+pub(crate) mod dry_run;
 pub mod who_covers;
 
 use crate::config::LauncherKind;

@@ -21,20 +21,20 @@ use crate::exec::process::Cmd;
 use std::path::Path;
 
 /// The hostfile variable.
-pub const HOSTFILE: &str = "CCL_COV_HOSTFILE";
+pub(crate) const HOSTFILE: &str = "CCL_COV_HOSTFILE";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Node {
-    pub name: String,
+pub(crate) struct Node {
+    pub(crate) name: String,
     /// Ranks it may run.
-    pub slots: usize,
+    pub(crate) slots: usize,
     /// Its GPUs, when known.
-    pub gpus: Option<usize>,
+    pub(crate) gpus: Option<usize>,
 }
 
 impl Node {
     /// GPU slots trials share on it: its GPUs, else one per rank slot.
-    pub fn gpu_slots(&self) -> usize {
+    pub(crate) fn gpu_slots(&self) -> usize {
         self.gpus.unwrap_or(self.slots)
     }
 }
@@ -43,11 +43,11 @@ impl Node {
 /// rank slots and `gpus` GPU slots each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Want {
-    pub nodes: usize,
+    pub(crate) nodes: usize,
     /// Ranks per node.
-    pub ranks: usize,
+    pub(crate) ranks: usize,
     /// GPU slots per node.
-    pub gpus: usize,
+    pub(crate) gpus: usize,
 }
 
 impl Want {
@@ -62,18 +62,18 @@ impl Want {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Allocation {
+pub(crate) struct Allocation {
     /// Where the nodes came from, for messages: `CCL_COV_HOSTFILE=/h`,
     /// `the Slurm allocation (job 12)`.
-    pub source: String,
-    pub nodes: Vec<Node>,
+    pub(crate) source: String,
+    pub(crate) nodes: Vec<Node>,
 }
 
 impl Allocation {
     /// From `env` (the process environment in the harness): the hostfile,
     /// else the Slurm allocation, else the config's `hosts` (of the config
     /// at `config`), else `None`. GPU counts as the module says.
-    pub fn detect(
+    pub(crate) fn detect(
         env: &dyn Fn(&str) -> Option<String>,
         hosts: &[HostConfig],
         config: &Path,
@@ -139,7 +139,7 @@ impl Allocation {
 
     /// Why a trial of `ranks` ranks over `nodes` nodes, each rank holding
     /// `gpus_per_rank` GPUs, cannot run here, or `None` when it fits.
-    pub fn misfit(&self, nodes: usize, ranks: usize, gpus_per_rank: usize) -> Option<String> {
+    pub(crate) fn misfit(&self, nodes: usize, ranks: usize, gpus_per_rank: usize) -> Option<String> {
         let names = self
             .nodes
             .iter()

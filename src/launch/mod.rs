@@ -11,7 +11,7 @@
 //! a:2,b:2`, srun `--nodelist=a,b`.
 
 pub mod allocation;
-pub mod mpi;
+pub(crate) mod mpi;
 pub mod slots;
 
 use crate::bail;
@@ -39,7 +39,7 @@ pub enum TrialKind {
 }
 
 impl TrialKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TrialKind::Perf => "perf",
             TrialKind::Gtest => "gtest",
@@ -66,7 +66,7 @@ pub struct TrialLaunch {
 /// `{slots}`, e.g. `CUDA_VISIBLE_DEVICES`); `None` in a dry run. `hosts`
 /// are the nodes it was placed on, with its ranks on each (empty: this
 /// machine, or no allocation).
-pub fn prepare(
+pub(crate) fn prepare(
     ctx: &Context,
     manifest: &BuildManifest,
     spec: &TrialSpec,
@@ -82,7 +82,7 @@ pub fn prepare(
 
 /// The command of a failed upstream trial's diagnostic rerun: the same,
 /// with its `rerun_env_variables` added (upstream's `--rerun-failed`).
-pub fn prepare_rerun(
+pub(crate) fn prepare_rerun(
     ctx: &Context,
     manifest: &BuildManifest,
     spec: &TrialSpec,
@@ -292,7 +292,7 @@ fn ld_library_path(run: &crate::config::UpstreamRun, manifest: &BuildManifest, t
 /// MPI `-x NAME` takes the value from mpirun's own environment; MPICH/Hydra
 /// needs `-genv NAME VALUE`; srun forwards everything with `--export=ALL`).
 /// An `auto` flavour is resolved before this ([`crate::launch::mpi::resolve`]).
-pub fn command_line(
+pub(crate) fn command_line(
     launcher: &LauncherConfig,
     launcher_args: &[String],
     ranks: usize,
@@ -380,7 +380,7 @@ fn names_hosts(launcher: &LauncherConfig, args: &[String]) -> bool {
 
 /// The options that hand `hosts` (node, ranks there) to the launcher, unless
 /// `args` (the launcher's rendered args) name hosts already.
-pub fn host_args(launcher: &LauncherConfig, args: &[String], hosts: &[(String, usize)]) -> Vec<String> {
+pub(crate) fn host_args(launcher: &LauncherConfig, args: &[String], hosts: &[(String, usize)]) -> Vec<String> {
     if hosts.is_empty() || names_hosts(launcher, args) {
         return Vec::new();
     }
@@ -414,7 +414,13 @@ fn without_hosts(launcher: &LauncherConfig, args: &[String]) -> Vec<String> {
 
 /// `argv` run once on `node` through `launcher` (a resolved flavour) with
 /// its rendered `args`: what the launcher itself can see there.
-pub fn on_node(launcher: &LauncherConfig, args: &[String], node: &str, argv: &[String], root: bool) -> Vec<String> {
+pub(crate) fn on_node(
+    launcher: &LauncherConfig,
+    args: &[String],
+    node: &str,
+    argv: &[String],
+    root: bool,
+) -> Vec<String> {
     let mut out = vec![mpi::program(launcher).to_string()];
     let args = without_hosts(launcher, args);
     match launcher.kind {
@@ -446,7 +452,7 @@ fn iteration_args(config: &Config, trim: bool) -> Vec<String> {
 }
 
 /// The `{placeholders}` of a trial's args and environment.
-pub fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, slots: Option<&[usize]>) -> Vars {
+pub(crate) fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, slots: Option<&[usize]>) -> Vars {
     let mut vars = Vars::default();
     let path = |p: &PathBuf| p.display().to_string();
     let slots = match slots {
@@ -467,7 +473,7 @@ pub fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSpec, slo
     vars
 }
 
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }

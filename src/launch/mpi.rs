@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 /// The program a launcher runs: its `program`, else `mpirun`/`srun`.
-pub fn program(launcher: &LauncherConfig) -> &str {
+pub(crate) fn program(launcher: &LauncherConfig) -> &str {
     match (&launcher.program, launcher.kind) {
         (Some(p), _) => p,
         (None, LauncherKind::Srun) => "srun",
@@ -25,7 +25,7 @@ pub fn program(launcher: &LauncherConfig) -> &str {
 /// `launcher` with an `auto` flavour of `mpirun` replaced by the detected
 /// one; any other launcher as it is (srun's `auto` leaves `--mpi=` to the
 /// cluster).
-pub fn resolve(launcher: &LauncherConfig) -> Result<Cow<'_, LauncherConfig>> {
+pub(crate) fn resolve(launcher: &LauncherConfig) -> Result<Cow<'_, LauncherConfig>> {
     if launcher.kind != LauncherKind::Mpirun || launcher.flavor != MpiFlavor::Auto {
         return Ok(Cow::Borrowed(launcher));
     }
@@ -66,7 +66,7 @@ fn flavor_of(version: &str) -> Option<MpiFlavor> {
 
 /// srun's `--mpi=` plugin for programs built against `flavor`: Open MPI
 /// needs PMIx, MPICH PMI2 (without it every rank runs alone as rank 0).
-pub fn srun_plugin(flavor: MpiFlavor) -> Option<&'static str> {
+pub(crate) fn srun_plugin(flavor: MpiFlavor) -> Option<&'static str> {
     match flavor {
         MpiFlavor::Openmpi => Some("pmix"),
         MpiFlavor::Mpich => Some("pmi2"),

@@ -72,13 +72,13 @@ impl SlotGuard {
     /// The GPU slots held, the same on each node: with one slot per GPU, the
     /// GPUs this trial may use (`{slots}` → `CUDA_VISIBLE_DEVICES`), so
     /// packed trials never share one.
-    pub fn indices(&self) -> &[usize] {
+    pub(crate) fn indices(&self) -> &[usize] {
         &self.indices
     }
 
     /// The nodes the trial was placed on and the ranks it runs on each, in
     /// the allocation's order; empty for this machine's pool.
-    pub fn hosts(&self) -> &[(String, usize)] {
+    pub(crate) fn hosts(&self) -> &[(String, usize)] {
         &self.hosts
     }
 }
@@ -91,7 +91,7 @@ impl Slots {
     }
 
     /// The GPU slots of `nodes` (of `source`, for messages).
-    pub fn across(dir: PathBuf, nodes: &[Node], source: &str) -> Slots {
+    pub(crate) fn across(dir: PathBuf, nodes: &[Node], source: &str) -> Slots {
         let nodes = nodes
             .iter()
             .map(|n| PoolNode { name: Some(n.name.clone()), ranks: n.slots, gpus: n.gpu_slots() })
@@ -100,7 +100,7 @@ impl Slots {
     }
 
     /// Why `want` can never be placed in this pool, or `None`.
-    pub fn misfit(&self, want: Want) -> Option<String> {
+    pub(crate) fn misfit(&self, want: Want) -> Option<String> {
         let fitting = self.nodes.iter().filter(|n| n.ranks >= want.ranks && n.gpus >= want.gpus).count();
         if fitting >= want.nodes {
             return None;
@@ -118,7 +118,7 @@ impl Slots {
 
     /// Where `want` goes when nothing else runs (the dry run's answer), or
     /// `None` if it never fits.
-    pub fn idle_hosts(&self, want: Want) -> Option<Vec<(String, usize)>> {
+    pub(crate) fn idle_hosts(&self, want: Want) -> Option<Vec<(String, usize)>> {
         let free: Vec<BTreeSet<usize>> = self.nodes.iter().map(|n| (0..n.gpus).collect()).collect();
         let (nodes, _) = self.choose(&free, want)?;
         Some(self.hosts_of(&nodes, want))
@@ -589,7 +589,7 @@ mod tests {
     fn slots_are_shared_with_other_processes_and_freed_when_they_die() {
         let dir = tempfile::tempdir().unwrap();
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "slots::tests::child_holds_three_slots", "--ignored", "--nocapture"])
+            .args(["--exact", "launch::slots::tests::child_holds_three_slots", "--ignored", "--nocapture"])
             .env(CHILD_DIR, dir.path())
             .stdout(std::process::Stdio::piped())
             .spawn()

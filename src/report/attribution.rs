@@ -24,9 +24,9 @@ pub struct Lcov {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct FileCoverage {
     /// Line number → execution count (`DA:line,count`).
-    pub lines: BTreeMap<u32, u64>,
+    pub(crate) lines: BTreeMap<u32, u64>,
     /// Function name → (first line, execution count) (`FN`, `FNDA`).
-    pub functions: BTreeMap<String, (u32, u64)>,
+    pub(crate) functions: BTreeMap<String, (u32, u64)>,
 }
 
 impl FileCoverage {
@@ -34,15 +34,8 @@ impl FileCoverage {
         self.lines.iter().filter(|(_, n)| **n > 0).map(|(l, _)| *l)
     }
 
-    pub fn covered_functions(&self) -> impl Iterator<Item = &str> + '_ {
+    pub(crate) fn covered_functions(&self) -> impl Iterator<Item = &str> + '_ {
         self.functions.iter().filter(|(_, (_, n))| *n > 0).map(|(f, _)| f.as_str())
-    }
-}
-
-impl Lcov {
-    /// Lines with a nonzero count, over all files.
-    pub fn covered_line_count(&self) -> usize {
-        self.files.values().map(|f| f.covered_lines().count()).sum()
     }
 }
 
@@ -114,7 +107,7 @@ fn parse_count(text: &str) -> Option<u64> {
 }
 
 /// Sorted, deduplicated numbers as inclusive ranges: `1 2 3 7` → `[1,3] [7,7]`.
-pub fn compact(numbers: impl IntoIterator<Item = u32>) -> Vec<(u32, u32)> {
+pub(crate) fn compact(numbers: impl IntoIterator<Item = u32>) -> Vec<(u32, u32)> {
     let mut ranges: Vec<(u32, u32)> = Vec::new();
     for n in numbers {
         match ranges.last_mut() {
@@ -127,45 +120,45 @@ pub fn compact(numbers: impl IntoIterator<Item = u32>) -> Vec<(u32, u32)> {
 }
 
 /// The numbers of inclusive ranges, in order.
-pub fn expand(ranges: &[(u32, u32)]) -> impl Iterator<Item = u32> + '_ {
+pub(crate) fn expand(ranges: &[(u32, u32)]) -> impl Iterator<Item = u32> + '_ {
     ranges.iter().flat_map(|&(a, b)| a..=b)
 }
 
 /// Inclusive ranges as text: `3-5, 9`.
-pub fn ranges_text(ranges: &[(u32, u32)]) -> String {
+pub(crate) fn ranges_text(ranges: &[(u32, u32)]) -> String {
     ranges.iter().map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect::<Vec<_>>().join(", ")
 }
 
 /// What one trial's profile covers.
 #[derive(Debug, Clone)]
-pub struct TrialCoverage {
-    pub name: String,
-    pub slug: String,
-    pub duration_s: f64,
-    pub lcov: Lcov,
+pub(crate) struct TrialCoverage {
+    pub(crate) name: String,
+    pub(crate) slug: String,
+    pub(crate) duration_s: f64,
+    pub(crate) lcov: Lcov,
     /// `(covered, count)` of lines, functions and regions (llvm-cov's summary).
-    pub lines: (u64, u64),
-    pub functions: (u64, u64),
-    pub regions: (u64, u64),
+    pub(crate) lines: (u64, u64),
+    pub(crate) functions: (u64, u64),
+    pub(crate) regions: (u64, u64),
 }
 
 /// `report/attribution.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Attribution {
-    pub about: String,
+pub(crate) struct Attribution {
+    pub(crate) about: String,
     /// Trial names; a trial is referred to by its index here.
-    pub trials: Vec<String>,
+    pub(crate) trials: Vec<String>,
     /// Distinct sets of trials, as inclusive ranges of trial indices; set 0
     /// is empty (instrumented, covered by no trial).
-    pub trial_sets: Vec<Vec<(u32, u32)>>,
+    pub(crate) trial_sets: Vec<Vec<(u32, u32)>>,
     /// Source file → `[first line, last line, trial set]`, sorted, for every
     /// instrumented line.
-    pub files: BTreeMap<String, Vec<(u32, u32, u32)>>,
+    pub(crate) files: BTreeMap<String, Vec<(u32, u32, u32)>>,
 }
 
 /// The answer to "who covers `file:line`".
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Coverage<'a> {
+pub(crate) enum Coverage<'a> {
     /// No code on that line (llvm-cov instruments nothing there).
     NotInstrumented,
     /// The trials that executed it (empty: instrumented, never executed).
@@ -230,7 +223,7 @@ impl Attribution {
 
     /// The files whose path is `query` or ends with it (component by
     /// component: `src/init.cc` matches `/a/ccl/src/init.cc`, not `/a/xinit.cc`).
-    pub fn find_files(&self, query: &str) -> Vec<&str> {
+    pub(crate) fn find_files(&self, query: &str) -> Vec<&str> {
         if let Some((exact, _)) = self.files.get_key_value(query) {
             return vec![exact.as_str()];
         }
@@ -239,7 +232,7 @@ impl Attribution {
     }
 
     /// Who covers `line` of `file` (a path as [`Attribution::find_files`] takes it).
-    pub fn who_covers(&self, file: &str, line: u32) -> Result<(&str, Coverage<'_>)> {
+    pub(crate) fn who_covers(&self, file: &str, line: u32) -> Result<(&str, Coverage<'_>)> {
         let found = self.find_files(file);
         let path = match found.as_slice() {
             [one] => *one,
@@ -285,23 +278,23 @@ fn members(bits: &[u64]) -> impl Iterator<Item = u32> + '_ {
 
 /// One trial in `report/trials.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TrialSummary {
-    pub index: usize,
-    pub trial: String,
-    pub slug: String,
-    pub duration_s: f64,
+pub(crate) struct TrialSummary {
+    pub(crate) index: usize,
+    pub(crate) trial: String,
+    pub(crate) slug: String,
+    pub(crate) duration_s: f64,
     /// `covered/count`, as llvm-cov counts them over this trial's profile alone.
-    pub lines: String,
-    pub functions: String,
-    pub regions: String,
+    pub(crate) lines: String,
+    pub(crate) functions: String,
+    pub(crate) regions: String,
     /// Lines no other trial covers.
-    pub unique_lines: usize,
+    pub(crate) unique_lines: usize,
     /// Functions no other trial covers.
-    pub unique_functions: usize,
+    pub(crate) unique_functions: usize,
 }
 
 /// What each trial covers, and how many lines and functions only it covers.
-pub fn trial_summaries(trials: &[TrialCoverage]) -> Vec<TrialSummary> {
+pub(crate) fn trial_summaries(trials: &[TrialCoverage]) -> Vec<TrialSummary> {
     let mut line_owners: HashMap<(&str, u32), (usize, usize)> = HashMap::new();
     let mut fn_owners: HashMap<(&str, &str), (usize, usize)> = HashMap::new();
     for (i, t) in trials.iter().enumerate() {
@@ -348,7 +341,7 @@ pub fn trial_summaries(trials: &[TrialCoverage]) -> Vec<TrialSummary> {
 
 /// The `n` trials that add the most unique lines (ties by name), leaving
 /// out those that add none.
-pub fn top_unique(summaries: &[TrialSummary], n: usize) -> Vec<&TrialSummary> {
+pub(crate) fn top_unique(summaries: &[TrialSummary], n: usize) -> Vec<&TrialSummary> {
     let mut top: Vec<&TrialSummary> = summaries.iter().filter(|s| s.unique_lines > 0).collect();
     top.sort_by(|a, b| b.unique_lines.cmp(&a.unique_lines).then_with(|| a.trial.cmp(&b.trial)));
     top.truncate(n);
@@ -356,7 +349,7 @@ pub fn top_unique(summaries: &[TrialSummary], n: usize) -> Vec<&TrialSummary> {
 }
 
 /// The Markdown section of `summary.md` for attribution.
-pub fn markdown(summaries: &[TrialSummary]) -> String {
+pub(crate) fn markdown(summaries: &[TrialSummary]) -> String {
     let mut md = String::from("\n### Trials that add the most unique lines\n\n");
     let top = top_unique(summaries, 5);
     if top.is_empty() {
@@ -400,7 +393,7 @@ td.t{font-size:small}</style>";
 /// source file (file name, contents). `source` reads a source file's text
 /// (`None` when it cannot be read: the page then shows line numbers only);
 /// `llvm_cov_page` gives the relative link to llvm-cov's page of a file.
-pub fn html_pages(
+pub(crate) fn html_pages(
     attribution: &Attribution,
     source: &dyn Fn(&str) -> Option<String>,
     llvm_cov_page: &dyn Fn(&str) -> String,
@@ -524,7 +517,7 @@ mod tests {
         assert_eq!(a.lines.len(), 4);
         assert_eq!(a.functions["f"], (3, 2));
         assert_eq!(a.covered_functions().collect::<Vec<_>>(), ["f"]);
-        assert_eq!(lcov.covered_line_count(), 3);
+        assert_eq!(lcov.files.values().map(|f| f.covered_lines().count()).sum::<usize>(), 3);
         // lcov 2.x's FN with an end line; records of one file add up.
         let two =
             parse_lcov("SF:x\nFN:1,4,main\nFNDA:1,main\nDA:1,1\nend_of_record\nSF:x\nDA:1,2\nend_of_record\n", "t")

@@ -21,12 +21,12 @@ use std::path::{Path, PathBuf};
 
 /// The changed lines of one file, on its new side.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileDiff {
+pub(crate) struct FileDiff {
     /// Relative to the repository's top level.
-    pub path: String,
+    pub(crate) path: String,
     /// Set when git found the file renamed (or copied) from this path.
-    pub renamed_from: Option<String>,
-    pub lines: BTreeSet<u32>,
+    pub(crate) renamed_from: Option<String>,
+    pub(crate) lines: BTreeSet<u32>,
 }
 
 /// Strips git's quoting of an unusual path (`"a/tab\there"`) and the prefix.
@@ -42,7 +42,7 @@ fn diff_path(text: &str, prefix: &str) -> Option<String> {
 /// Parses `git diff --unified=0 --src-prefix=a/ --dst-prefix=b/` output into
 /// the new-side changed lines of each file still there (deleted files and
 /// pure deletions change no line of the new version).
-pub fn parse_diff(text: &str) -> Result<Vec<FileDiff>> {
+pub(crate) fn parse_diff(text: &str) -> Result<Vec<FileDiff>> {
     let mut files: Vec<FileDiff> = Vec::new();
     let mut current: Option<FileDiff> = None;
     let mut renamed_from: Option<String> = None;
@@ -96,13 +96,13 @@ pub fn parse_diff(text: &str) -> Result<Vec<FileDiff>> {
 
 /// The changes of the working tree of the repository holding `source_dir`
 /// against `base`: its top level, the base's commit, and each changed file.
-pub struct Changes {
-    pub toplevel: PathBuf,
-    pub base_commit: String,
-    pub files: Vec<FileDiff>,
+pub(crate) struct Changes {
+    pub(crate) toplevel: PathBuf,
+    pub(crate) base_commit: String,
+    pub(crate) files: Vec<FileDiff>,
 }
 
-pub fn git_changes(source_dir: &Path, base: &str) -> Result<Changes> {
+pub(crate) fn git_changes(source_dir: &Path, base: &str) -> Result<Changes> {
     let git = |args: &[&str]| Cmd::new("git").arg("-C").arg(source_dir).args(args).read();
     let toplevel = git(&["rev-parse", "--show-toplevel"]).map_err(|e| {
         e.context(format!("{} is not in a git repository, so CCL_COV_DIFF_BASE cannot apply", source_dir.display()))
@@ -138,31 +138,31 @@ pub fn git_changes(source_dir: &Path, base: &str) -> Result<Changes> {
 
 /// One file of `report/diff.json`; line lists are inclusive ranges.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DiffFile {
-    pub path: String,
-    pub renamed_from: Option<String>,
-    pub changed: Vec<(u32, u32)>,
+pub(crate) struct DiffFile {
+    pub(crate) path: String,
+    pub(crate) renamed_from: Option<String>,
+    pub(crate) changed: Vec<(u32, u32)>,
     /// Changed lines that hold code (llvm-cov instruments them).
-    pub instrumented: Vec<(u32, u32)>,
-    pub covered: Vec<(u32, u32)>,
-    pub uncovered: Vec<(u32, u32)>,
+    pub(crate) instrumented: Vec<(u32, u32)>,
+    pub(crate) covered: Vec<(u32, u32)>,
+    pub(crate) uncovered: Vec<(u32, u32)>,
 }
 
 /// `report/diff.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DiffReport {
-    pub base: String,
-    pub base_commit: String,
-    pub repository: PathBuf,
+pub(crate) struct DiffReport {
+    pub(crate) base: String,
+    pub(crate) base_commit: String,
+    pub(crate) repository: PathBuf,
     /// Changed lines that hold code, and how many of them ran.
-    pub instrumented: usize,
-    pub covered: usize,
-    pub percent: f64,
+    pub(crate) instrumented: usize,
+    pub(crate) covered: usize,
+    pub(crate) percent: f64,
     /// Files with changed lines that hold code.
-    pub files: Vec<DiffFile>,
+    pub(crate) files: Vec<DiffFile>,
     /// Changed files with no instrumented changed line (build files, headers
     /// without code, comment-only changes, files outside the build).
-    pub without_code_changes: Vec<String>,
+    pub(crate) without_code_changes: Vec<String>,
 }
 
 /// The lcov record of `path`, trying it as written and canonicalised.
@@ -174,7 +174,7 @@ fn lookup<'a>(lcov: &'a Lcov, path: &Path) -> Option<&'a FileCoverage> {
 }
 
 /// Which changed lines hold code and which of them the merged report covers.
-pub fn diff_report(base: &str, changes: &Changes, all: &Lcov) -> DiffReport {
+pub(crate) fn diff_report(base: &str, changes: &Changes, all: &Lcov) -> DiffReport {
     let mut files = Vec::new();
     let mut without_code_changes = Vec::new();
     let (mut instrumented, mut covered) = (0, 0);
@@ -213,7 +213,7 @@ pub fn diff_report(base: &str, changes: &Changes, all: &Lcov) -> DiffReport {
 
 impl DiffReport {
     /// `report/diff.md`, to paste as a pull-request comment.
-    pub fn markdown(&self) -> String {
+    pub(crate) fn markdown(&self) -> String {
         let short = self.base_commit.get(..12).unwrap_or(&self.base_commit);
         let mut md = format!(
             "### Changed-line coverage: {} of {} changed lines with code covered ({:.2}%)\n\nAgainst `{}` ({short}), working tree of `{}`; comments, blank lines and other lines without code are not counted.\n\n",
@@ -254,7 +254,7 @@ impl DiffReport {
 }
 
 /// `CCL_COV_FAIL_UNDER_DIFF`: why the changed lines fall short, if they do.
-pub fn check_diff_bar(report: &DiffReport, bar: Option<&str>) -> Result<Option<String>> {
+pub(crate) fn check_diff_bar(report: &DiffReport, bar: Option<&str>) -> Result<Option<String>> {
     let Some(bar) = bar.filter(|b| !b.is_empty()) else { return Ok(None) };
     let value: f64 = bar
         .parse()
@@ -270,7 +270,7 @@ pub fn check_diff_bar(report: &DiffReport, bar: Option<&str>) -> Result<Option<S
 }
 
 /// lcov 2.x's differential categories, for lines matched by number.
-pub const CATEGORIES: [(&str, &str); 8] = [
+pub(crate) const CATEGORIES: [(&str, &str); 8] = [
     ("LBC", "lost baseline coverage: covered in the baseline, not now"),
     ("UNC", "uncovered new code: not instrumented in the baseline, not covered now"),
     ("GNC", "gained coverage of new code: not instrumented in the baseline, covered now"),
@@ -287,7 +287,7 @@ pub const CATEGORIES: [(&str, &str); 8] = [
 /// Which baseline file each current file is: the same path, else the one
 /// with the longest common path suffix (at least the file name), if only
 /// one has it.
-pub fn match_files<'a>(current: &[&'a str], baseline: &[&'a str]) -> BTreeMap<&'a str, &'a str> {
+pub(crate) fn match_files<'a>(current: &[&'a str], baseline: &[&'a str]) -> BTreeMap<&'a str, &'a str> {
     let suffix = |a: &str, b: &str| {
         Path::new(a).components().rev().zip(Path::new(b).components().rev()).take_while(|(x, y)| x == y).count()
     };
@@ -309,19 +309,19 @@ pub fn match_files<'a>(current: &[&'a str], baseline: &[&'a str]) -> BTreeMap<&'
 
 /// `report/baseline.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BaselineReport {
-    pub baseline: PathBuf,
+pub(crate) struct BaselineReport {
+    pub(crate) baseline: PathBuf,
     /// Lines per category (see `categories`).
-    pub counts: BTreeMap<String, usize>,
-    pub categories: BTreeMap<String, String>,
+    pub(crate) counts: BTreeMap<String, usize>,
+    pub(crate) categories: BTreeMap<String, String>,
     /// Per file, the lines in categories LBC (lost) and UNC (uncovered new code).
-    pub lost_baseline_coverage: BTreeMap<String, Vec<(u32, u32)>>,
-    pub uncovered_new_code: BTreeMap<String, Vec<(u32, u32)>>,
-    pub lost_lines: usize,
+    pub(crate) lost_baseline_coverage: BTreeMap<String, Vec<(u32, u32)>>,
+    pub(crate) uncovered_new_code: BTreeMap<String, Vec<(u32, u32)>>,
+    pub(crate) lost_lines: usize,
 }
 
 /// Compares this run's lines with the baseline's.
-pub fn baseline_report(baseline_path: &Path, baseline: &Lcov, current: &Lcov) -> BaselineReport {
+pub(crate) fn baseline_report(baseline_path: &Path, baseline: &Lcov, current: &Lcov) -> BaselineReport {
     let cur_names: Vec<&str> = current.files.keys().map(String::as_str).collect();
     let base_names: Vec<&str> = baseline.files.keys().map(String::as_str).collect();
     let matched = match_files(&cur_names, &base_names);
@@ -391,7 +391,7 @@ pub fn baseline_report(baseline_path: &Path, baseline: &Lcov, current: &Lcov) ->
 }
 
 impl BaselineReport {
-    pub fn markdown(&self) -> String {
+    pub(crate) fn markdown(&self) -> String {
         let mut md = format!(
             "### Coverage against the baseline `{}`\n\n| category | lines |\n|---|---:|\n",
             self.baseline.display()
@@ -415,7 +415,7 @@ impl BaselineReport {
 
 /// The baseline's lcov: `path` itself, or a workspace's `report/coverage.lcov`
 /// (or a report folder's `coverage.lcov`).
-pub fn baseline_lcov(path: &Path) -> Result<PathBuf> {
+pub(crate) fn baseline_lcov(path: &Path) -> Result<PathBuf> {
     if path.is_file() {
         return Ok(path.to_path_buf());
     }

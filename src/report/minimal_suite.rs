@@ -11,18 +11,18 @@ use std::collections::{BinaryHeap, HashMap};
 
 /// A cover: the chosen candidates and what can be said about its cost.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Cover {
+pub(crate) struct Cover {
     /// Indices into the candidates, in the order chosen.
-    pub chosen: Vec<usize>,
-    pub cost: f64,
+    pub(crate) chosen: Vec<usize>,
+    pub(crate) cost: f64,
     /// The greedy cover's cost before redundant sets were dropped.
-    pub greedy_cost: f64,
+    pub(crate) greedy_cost: f64,
     /// No cover costs less than this (see [`greedy_cover`]).
-    pub lower_bound: f64,
+    pub(crate) lower_bound: f64,
     /// The most elements one candidate has (`d`).
-    pub largest_set: usize,
+    pub(crate) largest_set: usize,
     /// `H(d) = 1 + 1/2 + … + 1/d`: the greedy cost is at most `H(d)` times the optimum.
-    pub harmonic: f64,
+    pub(crate) harmonic: f64,
 }
 
 /// Ratio of new elements to cost, ordered for a max-heap (ties: lower index first).
@@ -60,7 +60,7 @@ const MIN_COST: f64 = 1e-9;
 /// (Chvátal 1979), so `greedy cost / H(d)` is a lower bound on it; so is the
 /// cost of the candidates that alone have some element (every cover holds
 /// them). `lower_bound` is the larger.
-pub fn greedy_cover(universe: usize, candidates: &[(f64, Vec<u32>)]) -> Cover {
+pub(crate) fn greedy_cover(universe: usize, candidates: &[(f64, Vec<u32>)]) -> Cover {
     let cost = |i: usize| candidates[i].0.max(MIN_COST);
     let mut holders = vec![0u32; universe];
     for (_, elements) in candidates {
@@ -138,7 +138,7 @@ pub fn greedy_cover(universe: usize, candidates: &[(f64, Vec<u32>)]) -> Cover {
 /// The elements to cover, numbered: every (file, line) and every (file,
 /// function) some trial covers; per trial, the numbers it covers. Also the
 /// number of lines and of functions among them.
-pub fn elements(trials: &[TrialCoverage]) -> (usize, Vec<Vec<u32>>, usize, usize) {
+pub(crate) fn elements(trials: &[TrialCoverage]) -> (usize, Vec<Vec<u32>>, usize, usize) {
     let mut lines: HashMap<(&str, u32), u32> = HashMap::new();
     let mut functions: HashMap<(&str, &str), u32> = HashMap::new();
     let mut sets = Vec::with_capacity(trials.len());
@@ -161,43 +161,43 @@ pub fn elements(trials: &[TrialCoverage]) -> (usize, Vec<Vec<u32>>, usize, usize
 
 /// `report/minimal-suite.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MinimalSuite {
-    pub about: String,
-    pub trials: Vec<String>,
-    pub trial_count: usize,
-    pub full_suite_trials: usize,
-    pub duration_s: f64,
-    pub full_suite_duration_s: f64,
-    pub percent_of_full_duration: f64,
+pub(crate) struct MinimalSuite {
+    pub(crate) about: String,
+    pub(crate) trials: Vec<String>,
+    pub(crate) trial_count: usize,
+    pub(crate) full_suite_trials: usize,
+    pub(crate) duration_s: f64,
+    pub(crate) full_suite_duration_s: f64,
+    pub(crate) percent_of_full_duration: f64,
     /// Covered by the subset, and so by the full suite.
-    pub lines: usize,
-    pub functions: usize,
-    pub optimality: Optimality,
+    pub(crate) lines: usize,
+    pub(crate) functions: usize,
+    pub(crate) optimality: Optimality,
     /// Runs just these trials (libtest-mimic takes one filter: the others are skipped by exact name).
-    pub command: String,
-    pub argv: Vec<String>,
+    pub(crate) command: String,
+    pub(crate) argv: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Optimality {
-    pub method: String,
-    pub guarantee: String,
+pub(crate) struct Optimality {
+    pub(crate) method: String,
+    pub(crate) guarantee: String,
     /// The optimal subset takes at least this many trial-seconds.
-    pub lower_bound_s: f64,
+    pub(crate) lower_bound_s: f64,
     /// How much longer than the lower bound the subset may be, in percent.
-    pub gap_percent: f64,
+    pub(crate) gap_percent: f64,
 }
 
 /// One planned trial: its name and whether it is ignored by default.
-pub struct Planned<'a> {
-    pub name: &'a str,
-    pub ignored: bool,
+pub(crate) struct Planned<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) ignored: bool,
 }
 
 /// `cargo test --test collectives -- --exact [--include-ignored] --skip X …`:
 /// every planned trial but `selected` skipped by its exact name (libtest-mimic
 /// 0.8 accepts one filter only, `--skip` many).
-pub fn command(selected: &[&str], planned: &[Planned]) -> Vec<String> {
+pub(crate) fn command(selected: &[&str], planned: &[Planned]) -> Vec<String> {
     let mut argv: Vec<String> =
         ["cargo", "test", "--test", "collectives", "--", "--exact"].iter().map(|s| (*s).to_string()).collect();
     let include_ignored = planned.iter().any(|p| p.ignored && selected.contains(&p.name));
@@ -216,7 +216,7 @@ pub fn command(selected: &[&str], planned: &[Planned]) -> Vec<String> {
 /// The minimal suite of `trials` (durations as costs) and its command line.
 /// `full_trials` and `full_duration_s` are the whole suite's, trials
 /// without a profile included.
-pub fn minimal_suite(
+pub(crate) fn minimal_suite(
     trials: &[TrialCoverage],
     planned: &[Planned],
     full_trials: usize,

@@ -3,8 +3,8 @@
 //! and the normalised summary that is snapshot-checked.
 
 pub mod attribution;
-pub mod diff_coverage;
-pub mod minimal_suite;
+pub(crate) mod diff_coverage;
+pub(crate) mod minimal_suite;
 
 use crate::bail;
 use crate::build::fixture::BuildManifest;
@@ -60,17 +60,17 @@ impl ReportInputs {
     }
 
     /// The same report over another profile (one trial's).
-    pub fn with_profdata(&self, profdata: PathBuf) -> ReportInputs {
+    pub(crate) fn with_profdata(&self, profdata: PathBuf) -> ReportInputs {
         ReportInputs { profdata, ..self.clone() }
     }
 
     /// `llvm-cov export -format=lcov`, as text.
-    pub fn lcov_text(&self) -> Result<String> {
+    pub(crate) fn lcov_text(&self) -> Result<String> {
         self.cmd("export").arg("-format=lcov").read()
     }
 
     /// `llvm-cov export -summary-only`, as text.
-    pub fn summary_text(&self) -> Result<String> {
+    pub(crate) fn summary_text(&self) -> Result<String> {
         self.cmd("export").arg("-summary-only").read()
     }
 
@@ -98,17 +98,17 @@ impl ReportInputs {
     }
 
     /// The full llvm JSON export (per-file segments, branches, functions).
-    pub fn json(&self, out: &Path) -> Result<()> {
+    pub(crate) fn json(&self, out: &Path) -> Result<()> {
         let text = self.cmd("export").arg("-format=text").read()?;
         workspace::write_atomic(out, text.as_bytes())
     }
 
-    pub fn lcov(&self, out: &Path) -> Result<()> {
+    pub(crate) fn lcov(&self, out: &Path) -> Result<()> {
         let text = self.lcov_text()?;
         workspace::write_atomic(out, text.as_bytes())
     }
 
-    pub fn text(&self, out: &Path) -> Result<()> {
+    pub(crate) fn text(&self, out: &Path) -> Result<()> {
         let mut cmd = self.cmd("report").arg("-show-region-summary").arg("-show-branch-summary");
         if let Some(filt) = &self.cxxfilt {
             cmd = cmd.arg(format!("-Xdemangler={}", filt.display()));
@@ -117,7 +117,7 @@ impl ReportInputs {
         workspace::write_atomic(out, text.as_bytes())
     }
 
-    pub fn html(&self, out_dir: &Path) -> Result<PathBuf> {
+    pub(crate) fn html(&self, out_dir: &Path) -> Result<PathBuf> {
         let mut cmd = self
             .cmd("show")
             .arg("-format=html")
@@ -182,7 +182,7 @@ impl Counts {
 }
 
 /// Cobertura XML (GitLab, Jenkins) converted from the lcov export.
-pub fn cobertura(lcov: &Path, base_dir: &Path, out: &Path) -> Result<()> {
+pub(crate) fn cobertura(lcov: &Path, base_dir: &Path, out: &Path) -> Result<()> {
     let data = lcov2cobertura::parse_file(lcov, base_dir, &[])
         .map_err(|e| Error::new(format!("cannot read {} as lcov: {e}", lcov.display())))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -192,7 +192,7 @@ pub fn cobertura(lcov: &Path, base_dir: &Path, out: &Path) -> Result<()> {
 }
 
 /// Percentages of the totals of a summary export, by metric name.
-pub fn percentages(summary_json: &str) -> Result<Vec<(&'static str, u64, u64)>> {
+pub(crate) fn percentages(summary_json: &str) -> Result<Vec<(&'static str, u64, u64)>> {
     let export: Export =
         serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
     let t = &export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?.totals;
@@ -207,13 +207,13 @@ pub fn percentages(summary_json: &str) -> Result<Vec<(&'static str, u64, u64)>> 
     Ok(rows)
 }
 
-pub fn percent(covered: u64, count: u64) -> f64 {
+pub(crate) fn percent(covered: u64, count: u64) -> f64 {
     if count == 0 { 100.0 } else { covered as f64 * 100.0 / count as f64 }
 }
 
 /// Checks `CCL_COV_FAIL_UNDER_<METRIC>` bars against the totals; the
 /// shortfalls, or `None` when no bar is set.
-pub fn check_bars(summary_json: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Vec<String>>> {
+pub(crate) fn check_bars(summary_json: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Vec<String>>> {
     let mut any = false;
     let mut short = Vec::new();
     for (metric, covered, count) in percentages(summary_json)? {
@@ -238,7 +238,7 @@ pub fn totals(summary_json: &str) -> Result<Value> {
 
 /// The summary made comparable between machines and runs: paths relative to
 /// the source roots, `covered/count` per file and in total.
-pub fn normalize(summary_json: &str, roots: &[&Path]) -> Result<Value> {
+pub(crate) fn normalize(summary_json: &str, roots: &[&Path]) -> Result<Value> {
     let export: Export =
         serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
     let data = export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?;
@@ -262,18 +262,18 @@ fn relative(path: &str, roots: &[&Path]) -> String {
 
 /// What a report cannot vouch for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Health {
+pub(crate) struct Health {
     /// Unreadable, altered or unrecorded profiles, moved to quarantine.
-    pub quarantined: Vec<Quarantined>,
-    pub merge_errors: Vec<String>,
+    pub(crate) quarantined: Vec<Quarantined>,
+    pub(crate) merge_errors: Vec<String>,
     /// Profiles a trial recorded that are gone.
-    pub missing: Vec<String>,
+    pub(crate) missing: Vec<String>,
     /// Trials that exited 0 but left no profile.
-    pub no_profile: Vec<String>,
+    pub(crate) no_profile: Vec<String>,
     /// Timed out, interrupted or killed by a signal: their processes wrote no profile.
-    pub no_coverage: Vec<String>,
+    pub(crate) no_coverage: Vec<String>,
     /// Killed under device coverage: `trial (why)`; see `TrialResult::device_counters_lost`.
-    pub device_counters_lost: Vec<String>,
+    pub(crate) device_counters_lost: Vec<String>,
 }
 
 impl Health {
@@ -303,7 +303,7 @@ impl Health {
 
     /// Why the report's profiles cannot be trusted, or `None` if they can.
     /// Trials without coverage because they timed out are said, not failed.
-    pub fn problems(&self) -> Option<String> {
+    pub(crate) fn problems(&self) -> Option<String> {
         let mut problems = Vec::new();
         if !self.quarantined.is_empty() {
             let files: Vec<String> =
@@ -340,21 +340,21 @@ impl Health {
 /// `report/meta.json`: which build, trials and runs a report came from, and
 /// what it could not vouch for.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ReportMeta {
-    pub build_id: String,
-    pub generated_at: String,
-    pub device_coverage: String,
-    pub profiles_merged: usize,
-    pub trials: Vec<MetaTrial>,
-    pub quarantined: Vec<Quarantined>,
-    pub missing: Vec<String>,
-    pub no_coverage_from: Vec<String>,
+pub(crate) struct ReportMeta {
+    pub(crate) build_id: String,
+    pub(crate) generated_at: String,
+    pub(crate) device_coverage: String,
+    pub(crate) profiles_merged: usize,
+    pub(crate) trials: Vec<MetaTrial>,
+    pub(crate) quarantined: Vec<Quarantined>,
+    pub(crate) missing: Vec<String>,
+    pub(crate) no_coverage_from: Vec<String>,
     #[serde(default)]
-    pub device_counters_lost: Vec<String>,
-    pub exited_0_without_profile: Vec<String>,
+    pub(crate) device_counters_lost: Vec<String>,
+    pub(crate) exited_0_without_profile: Vec<String>,
     /// The report's own pages and files beside llvm-cov's, by what they hold.
     #[serde(default)]
-    pub pages: std::collections::BTreeMap<String, String>,
+    pub(crate) pages: std::collections::BTreeMap<String, String>,
 }
 
 /// What `meta.json` lists under `pages`: written by the attribution,
@@ -369,10 +369,10 @@ const PAGES: [(&str, &str); 6] = [
 ];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MetaTrial {
-    pub trial: String,
-    pub run_id: String,
-    pub status: Status,
+pub(crate) struct MetaTrial {
+    pub(crate) trial: String,
+    pub(crate) run_id: String,
+    pub(crate) status: Status,
 }
 
 impl ReportMeta {
@@ -403,7 +403,7 @@ impl ReportMeta {
 
 /// `report/summary.md`: totals, the device-coverage decision, the trials'
 /// outcomes and runs, and what the report could not vouch for.
-pub fn markdown(
+pub(crate) fn markdown(
     config: &str,
     manifest: &BuildManifest,
     summary_json: &str,

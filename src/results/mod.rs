@@ -23,65 +23,65 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TrialResult {
-    pub trial: String,
-    pub slug: String,
+pub(crate) struct TrialResult {
+    pub(crate) trial: String,
+    pub(crate) slug: String,
     /// The collective; an upstream test's suite.
-    pub collective: String,
+    pub(crate) collective: String,
     /// Empty for an upstream test.
-    pub size: String,
+    pub(crate) size: String,
     /// The variant; an upstream test's name.
-    pub variant: Option<String>,
+    pub(crate) variant: Option<String>,
     /// `perf`, `gtest` or `pytest`: which verdict judged it.
     #[serde(default = "perf_kind")]
-    pub kind: String,
-    pub build_id: String,
-    pub run_id: String,
-    pub status: Status,
-    pub reason: String,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub started_at: String,
+    pub(crate) kind: String,
+    pub(crate) build_id: String,
+    pub(crate) run_id: String,
+    pub(crate) status: Status,
+    pub(crate) reason: String,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) signal: Option<i32>,
+    pub(crate) started_at: String,
     /// Start in milliseconds since the Unix epoch, for ordering trials precisely.
-    pub started_unix_ms: u64,
-    pub duration_s: f64,
-    pub timeout_s: u64,
-    pub launcher: String,
-    pub ranks: usize,
+    pub(crate) started_unix_ms: u64,
+    pub(crate) duration_s: f64,
+    pub(crate) timeout_s: u64,
+    pub(crate) launcher: String,
+    pub(crate) ranks: usize,
     /// The command as a shell line, and exactly as it was run.
-    pub command: String,
-    pub argv: Vec<String>,
+    pub(crate) command: String,
+    pub(crate) argv: Vec<String>,
     /// What the trial added to the inherited environment.
-    pub env: Vec<(String, String)>,
-    pub cwd: PathBuf,
-    pub log: PathBuf,
-    pub profile_dir: PathBuf,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) cwd: PathBuf,
+    pub(crate) log: PathBuf,
+    pub(crate) profile_dir: PathBuf,
     /// Raw profiles the trial left.
-    pub profiles: usize,
+    pub(crate) profiles: usize,
     /// Exited 0 but left no profile: is the instrumented library really the
     /// one loaded (`LD_LIBRARY_PATH`)?
-    pub no_profile: bool,
+    pub(crate) no_profile: bool,
     /// The trial's incremental merge, when it ran.
-    pub merge: Option<crate::coverage::profiles::TrialMerge>,
-    pub merge_error: Option<String>,
+    pub(crate) merge: Option<crate::coverage::profiles::TrialMerge>,
+    pub(crate) merge_error: Option<String>,
     /// Why the trial's device counters are lost, when it ran under device
     /// coverage and was killed: the host collector drains them only at exit
     /// and at module unload, never on a signal.
     #[serde(default)]
-    pub device_counters_lost: Option<String>,
+    pub(crate) device_counters_lost: Option<String>,
     /// SHA-256 of the raw profiles left unmerged, by file name.
     #[serde(default)]
-    pub raw_sha256: std::collections::BTreeMap<String, String>,
+    pub(crate) raw_sha256: std::collections::BTreeMap<String, String>,
     /// Processes still alive after the trial's main process exited.
-    pub leftovers: usize,
-    pub perf: PerfReport,
+    pub(crate) leftovers: usize,
+    pub(crate) perf: PerfReport,
     /// The test cases the trial ran (gtest tests, pytest items).
     #[serde(default)]
-    pub cases: Vec<Case>,
+    pub(crate) cases: Vec<Case>,
     /// The diagnostic rerun of a failed trial (`CCL_COV_RERUN_FAILED=1`); it
     /// never changes the verdict.
     #[serde(default)]
-    pub rerun: Option<Box<Rerun>>,
+    pub(crate) rerun: Option<Box<Rerun>>,
 }
 
 fn perf_kind() -> String {
@@ -90,18 +90,18 @@ fn perf_kind() -> String {
 
 /// A failed trial's second attempt, with its `rerun_env_variables`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Rerun {
-    pub status: Status,
-    pub reason: String,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub duration_s: f64,
-    pub command: String,
-    pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub log: PathBuf,
+pub(crate) struct Rerun {
+    pub(crate) status: Status,
+    pub(crate) reason: String,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) signal: Option<i32>,
+    pub(crate) duration_s: f64,
+    pub(crate) command: String,
+    pub(crate) argv: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) log: PathBuf,
     #[serde(default)]
-    pub cases: Vec<Case>,
+    pub(crate) cases: Vec<Case>,
 }
 
 impl Rerun {
@@ -125,11 +125,11 @@ impl Rerun {
 
 /// Which trial a record is of: the plan's entry, the build and the run.
 #[derive(Debug, Clone, Copy)]
-pub struct TrialIdentity<'a> {
-    pub spec: &'a TrialSpec,
-    pub config: &'a Config,
-    pub manifest: &'a BuildManifest,
-    pub run_id: &'a str,
+pub(crate) struct TrialIdentity<'a> {
+    pub(crate) spec: &'a TrialSpec,
+    pub(crate) config: &'a Config,
+    pub(crate) manifest: &'a BuildManifest,
+    pub(crate) run_id: &'a str,
 }
 
 /// Under device coverage, why a killed trial's device counters are gone.
@@ -201,7 +201,7 @@ impl TrialResult {
 
     /// What libtest shows for a trial that did not pass: the verdict, the
     /// command (redacted), the log and its last lines; `None` if it passed.
-    pub fn failure_message(&self, output: &str) -> Option<String> {
+    pub(crate) fn failure_message(&self, output: &str) -> Option<String> {
         if self.status == Status::Passed {
             return None;
         }
@@ -218,7 +218,7 @@ impl TrialResult {
     /// The record with secrets masked in its command, argv and environment
     /// (see [`crate::exec::redact`]); `run.json` and JUnit are built from the
     /// written records, so they never see the real values either.
-    pub fn redacted(&self) -> TrialResult {
+    pub(crate) fn redacted(&self) -> TrialResult {
         TrialResult {
             command: redact::shell_line(&self.command),
             argv: redact::argv(&self.argv),
@@ -236,7 +236,7 @@ impl TrialResult {
     }
 
     /// What the trial recorded about its stored profiles, for the report's checks.
-    pub fn recorded_profiles(&self) -> crate::coverage::profiles::Recorded<'_> {
+    pub(crate) fn recorded_profiles(&self) -> crate::coverage::profiles::Recorded<'_> {
         crate::coverage::profiles::Recorded {
             trial: &self.trial,
             slug: &self.slug,
@@ -246,7 +246,7 @@ impl TrialResult {
     }
 
     /// Writes `results/<slug>.json`, redacted whatever the caller filled in.
-    pub fn write(&self, ws: &Workspace) -> Result<()> {
+    pub(crate) fn write(&self, ws: &Workspace) -> Result<()> {
         let text = serde_json::to_string_pretty(&self.redacted()).expect("result serializes");
         workspace::write_atomic(&ws.trial_result(&self.slug), text.as_bytes())
     }
@@ -255,7 +255,7 @@ impl TrialResult {
 /// The trial results in the workspace recorded for build `build_id`, of the
 /// trials named in `planned` (results of trials the config no longer has are
 /// left out).
-pub fn load_all(ws: &Workspace, build_id: &str, planned: &BTreeSet<String>) -> Result<Vec<TrialResult>> {
+pub(crate) fn load_all(ws: &Workspace, build_id: &str, planned: &BTreeSet<String>) -> Result<Vec<TrialResult>> {
     let dir = ws.results_dir();
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -283,43 +283,43 @@ pub fn load_all(ws: &Workspace, build_id: &str, planned: &BTreeSet<String>) -> R
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Summary {
-    pub total: usize,
-    pub passed: usize,
-    pub failed: usize,
-    pub timeout: usize,
+pub(crate) struct Summary {
+    pub(crate) total: usize,
+    pub(crate) passed: usize,
+    pub(crate) failed: usize,
+    pub(crate) timeout: usize,
     #[serde(default)]
-    pub interrupted: usize,
-    pub duration_s: f64,
+    pub(crate) interrupted: usize,
+    pub(crate) duration_s: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunRecord {
-    pub schema_version: u32,
-    pub config: String,
-    pub config_path: PathBuf,
-    pub description: String,
-    pub host: String,
+pub(crate) struct RunRecord {
+    pub(crate) schema_version: u32,
+    pub(crate) config: String,
+    pub(crate) config_path: PathBuf,
+    pub(crate) description: String,
+    pub(crate) host: String,
     /// One line per GPU (`nvidia-smi -L` or `rocm-smi --showproductname`), if any.
-    pub gpus: Vec<String>,
-    pub library_git_sha: Option<String>,
-    pub build: BuildManifest,
-    pub started_at: Option<String>,
-    pub finished_at: String,
-    pub summary: Summary,
-    pub trials: Vec<TrialResult>,
+    pub(crate) gpus: Vec<String>,
+    pub(crate) library_git_sha: Option<String>,
+    pub(crate) build: BuildManifest,
+    pub(crate) started_at: Option<String>,
+    pub(crate) finished_at: String,
+    pub(crate) summary: Summary,
+    pub(crate) trials: Vec<TrialResult>,
 }
 
 /// Static facts of a run that every rewrite of `run.json` repeats.
 #[derive(Clone)]
-pub struct RunInfo {
-    pub config_path: PathBuf,
-    pub description: String,
-    pub host: String,
-    pub gpus: Vec<String>,
-    pub library_git_sha: Option<String>,
+pub(crate) struct RunInfo {
+    pub(crate) config_path: PathBuf,
+    pub(crate) description: String,
+    pub(crate) host: String,
+    pub(crate) gpus: Vec<String>,
+    pub(crate) library_git_sha: Option<String>,
     /// Every trial of the config's plan, ignored ones included.
-    pub planned: BTreeSet<String>,
+    pub(crate) planned: BTreeSet<String>,
 }
 
 /// Records finished trials and keeps `run.json` and `junit.xml` current
@@ -349,7 +349,7 @@ pub struct RunInfo {
 ///
 /// A separate journal (one `run.jsonl` line per trial) was not needed: it would
 /// duplicate the per-trial files, which the report reads anyway.
-pub struct RunWriter {
+pub(crate) struct RunWriter {
     shared: Arc<WriterShared>,
     flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -385,7 +385,7 @@ impl RunWriter {
     }
 
     /// Writes `results/<slug>.json` and schedules `run.json` and `junit.xml`.
-    pub fn record(&self, result: &TrialResult, manifest: &BuildManifest, info: &RunInfo) -> Result<()> {
+    pub(crate) fn record(&self, result: &TrialResult, manifest: &BuildManifest, info: &RunInfo) -> Result<()> {
         let shared = &self.shared;
         result.write(&shared.ws)?;
         let interval = {
@@ -419,7 +419,7 @@ impl RunWriter {
 
     /// Ends this process's part of the run: rebuilds `run.json` and
     /// `junit.xml` if no other process of the run is still recording.
-    pub fn finish(&self) -> Result<()> {
+    pub(crate) fn finish(&self) -> Result<()> {
         let shared = &self.shared;
         shared.lock().stopping = true;
         shared.wake.notify_all();

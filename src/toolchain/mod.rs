@@ -7,7 +7,7 @@
 //! trusted: tools are looked for next to the compiler and every candidate's
 //! version is checked. A miss names every place looked and what was there.
 
-pub mod objects;
+pub(crate) mod objects;
 
 use crate::bail;
 use crate::config::ToolchainConfig;
@@ -34,11 +34,11 @@ pub struct Toolchain {
     pub llvm_cov: Tool,
 }
 
-pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+pub(crate) type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// Resolves the toolchain from `config`, with `CC`, `CXX`, `LLVM_PROFDATA`
 /// and `LLVM_COV` from `env` taking precedence.
-pub fn resolve(config: &ToolchainConfig, env: Lookup) -> Result<Toolchain> {
+pub(crate) fn resolve(config: &ToolchainConfig, env: Lookup) -> Result<Toolchain> {
     let cxx = compiler("C++ compiler", "CXX", "toolchain.cxx", &config.cxx, &config.cxx_fallbacks, env)?;
     let cc = compiler("C compiler", "CC", "toolchain.cc", &config.cc, &config.cc_fallbacks, env)?;
     if cc.major != cxx.major {
@@ -64,7 +64,7 @@ pub fn resolve(config: &ToolchainConfig, env: Lookup) -> Result<Toolchain> {
 
 impl Toolchain {
     /// `llvm-cxxfilt` from the same LLVM, for demangled reports, if present.
-    pub fn cxxfilt(&self) -> Option<PathBuf> {
+    pub(crate) fn cxxfilt(&self) -> Option<PathBuf> {
         let path = self.llvm_bin.join("llvm-cxxfilt");
         path.is_file().then_some(path)
     }

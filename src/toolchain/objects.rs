@@ -9,20 +9,20 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Instrumentation {
-    pub coverage_mapping: bool,
-    pub counters: bool,
+pub(crate) struct Instrumentation {
+    pub(crate) coverage_mapping: bool,
+    pub(crate) counters: bool,
 }
 
 impl Instrumentation {
     /// Both mapping and counters: llvm-cov can report on it.
-    pub fn is_instrumented(self) -> bool {
+    pub(crate) fn is_instrumented(self) -> bool {
         self.coverage_mapping && self.counters
     }
 }
 
 /// Reads the section table of the ELF file at `path`.
-pub fn inspect(path: &Path) -> Result<Instrumentation> {
+pub(crate) fn inspect(path: &Path) -> Result<Instrumentation> {
     let data = std::fs::read(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
     let file = object::File::parse(&*data)
         .map_err(|e| Error::new(format!("{} is not an object file llvm-cov can read: {e}", path.display())))?;

@@ -6,7 +6,7 @@
 //! SIGKILL, see `proctree.rs`), so the same code stops a trial on timeout, on
 //! Ctrl-C, and when the harness itself is killed.
 
-pub mod shared_fs;
+pub(crate) mod shared_fs;
 
 use crate::error::{Error, Result};
 use crate::exec::interrupt;
@@ -48,18 +48,18 @@ pub struct Finished {
 /// What happened while a trial held its rank slots: the command that ran,
 /// when, and how it ended.
 #[derive(Debug, Clone)]
-pub struct Execution {
-    pub launch: TrialLaunch,
-    pub finished: Finished,
-    pub log: PathBuf,
+pub(crate) struct Execution {
+    pub(crate) launch: TrialLaunch,
+    pub(crate) finished: Finished,
+    pub(crate) log: PathBuf,
     /// RFC 3339 start time, and the same in milliseconds since the epoch.
-    pub started_at: String,
-    pub started_unix_ms: u64,
+    pub(crate) started_at: String,
+    pub(crate) started_unix_ms: u64,
 }
 
 impl Execution {
     /// The exit code and the signal of a trial that ended on its own.
-    pub fn exit(&self) -> (Option<i32>, Option<i32>) {
+    pub(crate) fn exit(&self) -> (Option<i32>, Option<i32>) {
         match &self.finished.ending {
             Ending::Exited(s) => (s.code(), s.signal()),
             Ending::TimedOut { .. } | Ending::Interrupted { .. } => (None, None),
@@ -69,7 +69,7 @@ impl Execution {
 
 /// Writes the command line at the head of `log`, runs the trial (see
 /// [`run`]), and records when it started.
-pub fn execute(
+pub(crate) fn execute(
     launch: TrialLaunch,
     log: &Path,
     supervisor_exe: &Path,

@@ -23,12 +23,12 @@ use std::path::Path;
 use std::time::Duration;
 
 /// How long reading the marker back from one node may take.
-pub const LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const LIMIT: Duration = Duration::from_secs(60);
 
 /// Checks that each of `nodes` sees the workspace `ws` through `launcher`
 /// (flavour resolved) with its rendered `args`. The error names the first
 /// node that does not, and what it printed.
-pub fn check(
+pub(crate) fn check(
     ws: &Workspace,
     launcher: &LauncherConfig,
     args: &[String],

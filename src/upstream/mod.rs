@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub type Env = BTreeMap<String, String>;
+pub(crate) type Env = BTreeMap<String, String>;
 
 /// Whether a parsed config is in upstream's format: upstream requires
 /// `test_configurations` and `test_suites`, and ccl-coverage's own format
@@ -60,7 +60,7 @@ pub struct Options<'a> {
 /// Something upstream accepts without a word that deserves one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Warning {
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Where in the file (`test_suites[3].env_variables`); `$` for the root.
     pub json_path: String,
     pub message: String,
@@ -76,79 +76,79 @@ impl fmt::Display for Warning {
 #[derive(Debug, Clone, Serialize)]
 pub struct Resolved {
     /// `system_configurations.name` / `.description`: metadata only.
-    pub name: Option<String>,
-    pub description: Option<String>,
-    pub system: Option<String>,
-    pub paths: Paths,
+    pub(crate) name: Option<String>,
+    pub(crate) description: Option<String>,
+    pub(crate) system: Option<String>,
+    pub(crate) paths: Paths,
     /// Where upstream builds (or finds) `librccl.so`: `RCCL_LIB_PATH` or
     /// `RCCL_BUILD_DIR`, else `<workdir>/build/<build_type>`.
-    pub build_dir: PathBuf,
-    pub build_type: BuildType,
+    pub(crate) build_dir: PathBuf,
+    pub(crate) build_type: BuildType,
     /// Global `env_variables` with the `--system` overlay.
-    pub env: Env,
+    pub(crate) env: Env,
     /// The mpirun arguments every MPI test starts with (top-level `mpi_args`,
     /// else upstream's Open MPI default).
-    pub mpi_base: Vec<String>,
-    pub auto_detect_hosts: bool,
-    pub build: Build,
+    pub(crate) mpi_base: Vec<String>,
+    pub(crate) auto_detect_hosts: bool,
+    pub(crate) build: Build,
     /// `None` when the section is absent or empty (upstream skips the step).
-    pub rccl_tests_build: Option<RcclTestsBuild>,
+    pub(crate) rccl_tests_build: Option<RcclTestsBuild>,
     pub tests: Vec<Test>,
     pub warnings: Vec<Warning>,
 }
 
 /// `paths`, after upstream's `${VAR}` expansion at load time.
 #[derive(Debug, Clone, Serialize)]
-pub struct Paths {
+pub(crate) struct Paths {
     /// `paths.workdir`, else the current directory (`PWD`).
-    pub workdir: String,
+    pub(crate) workdir: String,
     /// `None`: upstream searches `$ROCM_PATH`, the compilers on `PATH` and
     /// `/opt/rocm` when it needs the root.
-    pub rocm_path: Option<String>,
-    pub mpi_path: Option<String>,
-    pub test_binary_dir: Option<String>,
+    pub(crate) rocm_path: Option<String>,
+    pub(crate) mpi_path: Option<String>,
+    pub(crate) test_binary_dir: Option<String>,
     /// Tool overrides the executor honours although the schema rejects them.
-    pub llvm_profdata: Option<String>,
-    pub llvm_cov: Option<String>,
+    pub(crate) llvm_profdata: Option<String>,
+    pub(crate) llvm_cov: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum BuildType {
+pub(crate) enum BuildType {
     Debug,
     Release,
 }
 
 /// `build_configuration`: what upstream passes to RCCL's `install.sh`.
 #[derive(Debug, Clone, Serialize)]
-pub struct Build {
+pub(crate) struct Build {
     /// `false`: no build and no `librccl.so` check (CPU-only suites).
-    pub requires_build: bool,
-    pub install_flags: Vec<String>,
+    pub(crate) requires_build: bool,
+    pub(crate) install_flags: Vec<String>,
     /// One string for `--cmake-options`; an object becomes `-DKEY=VALUE ...`.
-    pub cmake_options: String,
+    pub(crate) cmake_options: String,
     /// `-j N`.
-    pub parallel_jobs: Option<u64>,
-    pub env: Env,
+    pub(crate) parallel_jobs: Option<u64>,
+    pub(crate) env: Env,
 }
 
 /// `rccl_tests_build_configuration`: how the perf binaries are built.
 #[derive(Debug, Clone, Serialize)]
-pub struct RcclTestsBuild {
-    pub enabled: bool,
-    pub source_dir: String,
-    pub install_script: String,
+pub(crate) struct RcclTestsBuild {
+    pub(crate) enabled: bool,
+    pub(crate) source_dir: String,
+    pub(crate) install_script: String,
     /// Replaces `install_script` + `install_flags` when set.
-    pub build_command: Option<BuildCommand>,
-    pub install_flags: Vec<String>,
+    pub(crate) build_command: Option<BuildCommand>,
+    pub(crate) install_flags: Vec<String>,
     /// The RCCL to link against; the RCCL build dir unless given.
-    pub rccl_home: String,
-    pub env: Env,
+    pub(crate) rccl_home: String,
+    pub(crate) env: Env,
 }
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum BuildCommand {
+pub(crate) enum BuildCommand {
     /// Run through the shell upstream (`shell=True`).
     Shell(String),
     Argv(Vec<String>),
@@ -158,7 +158,7 @@ pub enum BuildCommand {
 /// first, then `is_gtest` (default true), else a plain (perf) binary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Kind {
+pub(crate) enum Kind {
     Gtest,
     Perf,
     Pytest,
@@ -167,7 +167,7 @@ pub enum Kind {
 /// `num_ranks` / `num_gpus`: a number, or `"auto"` (decided on the machine).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Count {
+pub(crate) enum Count {
     Auto,
     #[serde(untagged)]
     Fixed(u64),
@@ -175,10 +175,10 @@ pub enum Count {
 
 /// A test's ranks, nodes and GPUs per node on a given machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Placement {
-    pub ranks: u64,
-    pub nodes: u64,
-    pub gpus_per_node: u64,
+pub(crate) struct Placement {
+    pub(crate) ranks: u64,
+    pub(crate) nodes: u64,
+    pub(crate) gpus_per_node: u64,
 }
 
 /// What the machine offers, for [`Test::ignore_reason`].
@@ -192,61 +192,61 @@ pub struct Machine {
 
 /// pytest-only settings (`_run_pytest_test`).
 #[derive(Debug, Clone, Serialize)]
-pub struct Pytest {
-    pub python_bin: Option<String>,
-    pub setup_venv: bool,
-    pub venv_dir: Option<String>,
-    pub requirements: Option<String>,
+pub(crate) struct Pytest {
+    pub(crate) python_bin: Option<String>,
+    pub(crate) setup_venv: bool,
+    pub(crate) venv_dir: Option<String>,
+    pub(crate) requirements: Option<String>,
     /// What `test_filter` becomes: the words of a filter starting with `-`,
     /// else `-k <filter>`.
-    pub select_args: Vec<String>,
+    pub(crate) select_args: Vec<String>,
 }
 
 /// One resolved test: a future trial.
 #[derive(Debug, Clone, Serialize)]
 pub struct Test {
     pub suite: String,
-    pub name: String,
+    pub(crate) name: String,
     /// `<suite>::<test>`, with `#N` added to a repeated pair.
-    pub trial: String,
+    pub(crate) trial: String,
     /// A file name for the trial's logs and profiles, unique ignoring case.
     pub slug: String,
     /// Where the test's own entry is (`test_configurations.x.tests[2]`).
-    pub json_path: String,
-    pub description: Option<String>,
-    pub kind: Kind,
+    pub(crate) json_path: String,
+    pub(crate) description: Option<String>,
+    pub(crate) kind: Kind,
     /// The program upstream runs (gtest and perf); `None` for pytest.
-    pub binary: Option<String>,
+    pub(crate) binary: Option<String>,
     /// Configuration `command_args`, then the test's, as shell words.
-    pub args: Vec<String>,
+    pub(crate) args: Vec<String>,
     /// `None` for `*`, `ALL` or no filter.
-    pub test_filter: Option<String>,
-    pub num_ranks: Count,
-    pub num_nodes: u64,
-    pub num_gpus: Count,
+    pub(crate) test_filter: Option<String>,
+    pub(crate) num_ranks: Count,
+    pub(crate) num_nodes: u64,
+    pub(crate) num_gpus: Count,
     /// Seconds; `None` where upstream waits forever (0): the caller caps it.
-    pub timeout: Option<u64>,
+    pub(crate) timeout: Option<u64>,
     /// `false` when the suite entry says `enabled: false`.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// Global < configuration < test, as upstream merges them.
-    pub env: Env,
+    pub(crate) env: Env,
     /// Added to `env` when a failed test is rerun (configuration < test).
-    pub rerun_env: Env,
+    pub(crate) rerun_env: Env,
     /// Base, configuration (with `extends` and the suite entry), test, then
     /// `RCCL_TEST_MPI_ARGS`: upstream's order. Used only when ranks > 1.
-    pub mpi_args: Vec<String>,
+    pub(crate) mpi_args: Vec<String>,
     /// `<build_dir>/test` (upstream falls back to the build dir, then the
     /// binary's dir, when it does not exist); the `test_dir` for pytest.
-    pub cwd: Option<String>,
-    pub pytest: Option<Pytest>,
+    pub(crate) cwd: Option<String>,
+    pub(crate) pytest: Option<Pytest>,
     /// Why upstream fails this test without running it, if it does.
-    pub problem: Option<String>,
+    pub(crate) problem: Option<String>,
 }
 
 impl Test {
     /// `"auto"` GPUs are the detected count (8 when unknown); `"auto"` ranks
     /// are GPUs × nodes (`_resolve_gpu_count`, `run_test`).
-    pub fn placement(&self, gpus_per_node: Option<u64>) -> Placement {
+    pub(crate) fn placement(&self, gpus_per_node: Option<u64>) -> Placement {
         let gpus = match self.num_gpus {
             Count::Auto => gpus_per_node.filter(|&n| n > 0).unwrap_or(8),
             Count::Fixed(n) => n,

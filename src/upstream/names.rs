@@ -37,10 +37,10 @@ pub(super) struct Names {
 
 /// A name handed out, and what had to change to make it unique.
 pub(super) struct Named {
-    pub trial: String,
-    pub slug: String,
+    pub(crate) trial: String,
+    pub(crate) slug: String,
     /// Set when the name or slug needed a suffix: the warning to give.
-    pub renamed: Option<String>,
+    pub(crate) renamed: Option<String>,
 }
 
 impl Names {

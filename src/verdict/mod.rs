@@ -3,7 +3,7 @@
 //! (older nccl-tests did) must still fail, and a run that stops before its
 //! summary line did not test what it was asked to.
 
-pub mod perf;
+pub(crate) mod perf;
 
 use crate::exec::process::{describe_status, signal_name};
 use crate::trial::{Ending, Finished};
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
-pub enum Status {
+pub(crate) enum Status {
     Passed,
     Failed,
     Timeout,
@@ -22,7 +22,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Status::Passed => "PASSED",
             Status::Failed => "FAILED",
@@ -33,13 +33,13 @@ impl Status {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
-    pub status: Status,
+pub(crate) struct Verdict {
+    pub(crate) status: Status,
     /// Why it did not pass; empty when it passed.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
-pub fn judge(finished: &Finished, perf: &PerfReport, timeout: Duration) -> Verdict {
+pub(crate) fn judge(finished: &Finished, perf: &PerfReport, timeout: Duration) -> Verdict {
     let fail = |reason: String| Verdict { status: Status::Failed, reason };
     let wrong_data = || match &perf.out_of_bounds {
         Some(oob) if !oob.ok || oob.count > 0 => Some(format!("# Out of bounds values : {} FAILED", oob.count)),
@@ -92,19 +92,19 @@ fn stopped(finished: &Finished, timeout: Duration) -> Option<Verdict> {
 
 /// One test case a trial ran (a gtest test, a pytest item).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Case {
+pub(crate) struct Case {
     /// `Suite.Test` (gtest), `module.Class::test` (pytest).
-    pub name: String,
-    pub status: CaseStatus,
-    pub time_s: f64,
+    pub(crate) name: String,
+    pub(crate) status: CaseStatus,
+    pub(crate) time_s: f64,
     /// The failure's text; empty when it passed.
     #[serde(default)]
-    pub message: String,
+    pub(crate) message: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
-pub enum CaseStatus {
+pub(crate) enum CaseStatus {
     Passed,
     Failed,
     Skipped,
@@ -113,7 +113,7 @@ pub enum CaseStatus {
 /// A googletest trial: its exit status and its JSON reports (one per
 /// process: MPI ranks each write one). A filter that matches no test fails;
 /// a crash names the test that was running.
-pub fn judge_gtest(
+pub(crate) fn judge_gtest(
     finished: &Finished,
     reports: &[String],
     output: &str,
@@ -291,7 +291,7 @@ fn without_colors(line: &str) -> String {
 
 /// A pytest trial: its exit status and its JUnit XML. Exit 5 (nothing
 /// collected) fails.
-pub fn judge_pytest(finished: &Finished, junit: Option<&str>, timeout: Duration) -> (Verdict, Vec<Case>) {
+pub(crate) fn judge_pytest(finished: &Finished, junit: Option<&str>, timeout: Duration) -> (Verdict, Vec<Case>) {
     let cases = junit.map(junit_cases).unwrap_or_default();
     if let Some(v) = stopped(finished, timeout) {
         return (v, cases);
@@ -391,28 +391,28 @@ fn signal_hint(code: Option<i32>) -> String {
 
 /// What a trial left for coverage: enough to tell whether coverage was lost.
 #[derive(Debug, Clone)]
-pub struct ProfileEvidence<'a> {
+pub(crate) struct ProfileEvidence<'a> {
     /// Processes that wrote their raw profiles into the trial's profile
     /// folder, one for each module (`profiles::writers`).
-    pub writers: usize,
+    pub(crate) writers: usize,
     /// Processes that wrote profiles for only some modules.
-    pub partial: &'a [String],
+    pub(crate) partial: &'a [String],
     /// Processes of the instrumented program that should each have written one.
-    pub expected: usize,
-    pub dir: &'a std::path::Path,
-    pub merge_error: Option<&'a str>,
+    pub(crate) expected: usize,
+    pub(crate) dir: &'a std::path::Path,
+    pub(crate) merge_error: Option<&'a str>,
     /// Raw profiles set aside as unreadable.
-    pub quarantined: &'a [String],
+    pub(crate) quarantined: &'a [String],
     /// What the profile runtime printed when it failed to write (`LLVM Profile Error: …`).
-    pub runtime_errors: &'a [String],
+    pub(crate) runtime_errors: &'a [String],
     /// Bytes free on the profile folder's filesystem, when known.
-    pub free_bytes: Option<u64>,
+    pub(crate) free_bytes: Option<u64>,
 }
 
 /// Under coverage, a trial that lost coverage does not pass: its profiles
 /// were not written, some rank's is missing, or they could not be merged.
 /// A failed verdict keeps its own reason.
-pub fn judge_coverage(verdict: Verdict, evidence: &ProfileEvidence) -> Verdict {
+pub(crate) fn judge_coverage(verdict: Verdict, evidence: &ProfileEvidence) -> Verdict {
     if verdict.status != Status::Passed {
         return verdict;
     }

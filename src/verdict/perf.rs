@@ -10,42 +10,42 @@
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Measure {
-    pub time_us: f64,
-    pub algbw_gbs: f64,
-    pub busbw_gbs: f64,
+pub(crate) struct Measure {
+    pub(crate) time_us: f64,
+    pub(crate) algbw_gbs: f64,
+    pub(crate) busbw_gbs: f64,
     /// `None` when the test ran without checking (`-c 0` prints `N/A`).
-    pub wrong: Option<u64>,
+    pub(crate) wrong: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PerfRow {
-    pub size: u64,
-    pub count: u64,
+pub(crate) struct PerfRow {
+    pub(crate) size: u64,
+    pub(crate) count: u64,
     #[serde(rename = "type")]
-    pub dtype: String,
-    pub redop: String,
-    pub root: i64,
-    pub out_of_place: Measure,
-    pub in_place: Option<Measure>,
+    pub(crate) dtype: String,
+    pub(crate) redop: String,
+    pub(crate) root: i64,
+    pub(crate) out_of_place: Measure,
+    pub(crate) in_place: Option<Measure>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct OutOfBounds {
-    pub count: u64,
-    pub ok: bool,
+pub(crate) struct OutOfBounds {
+    pub(crate) count: u64,
+    pub(crate) ok: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PerfReport {
-    pub rows: Vec<PerfRow>,
-    pub out_of_bounds: Option<OutOfBounds>,
-    pub avg_busbw_gbs: Option<f64>,
+pub(crate) struct PerfReport {
+    pub(crate) rows: Vec<PerfRow>,
+    pub(crate) out_of_bounds: Option<OutOfBounds>,
+    pub(crate) avg_busbw_gbs: Option<f64>,
 }
 
 impl PerfReport {
     /// Rows whose `#wrong` column is not zero.
-    pub fn wrong_rows(&self) -> usize {
+    pub(crate) fn wrong_rows(&self) -> usize {
         self.rows
             .iter()
             .filter(|r| std::iter::once(&r.out_of_place).chain(&r.in_place).any(|m| m.wrong.unwrap_or(0) > 0))
@@ -53,7 +53,7 @@ impl PerfReport {
     }
 }
 
-pub fn parse(output: &str) -> PerfReport {
+pub(crate) fn parse(output: &str) -> PerfReport {
     let mut report = PerfReport::default();
     for line in output.lines() {
         let trimmed = line.trim();

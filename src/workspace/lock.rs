@@ -21,14 +21,14 @@ use std::path::PathBuf;
 
 /// Who holds a workspace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Holder {
-    pub pid: u32,
+pub(crate) struct Holder {
+    pub(crate) pid: u32,
     /// The holder's start time in clock ticks after boot (tells a reused pid apart).
-    pub start_time: u64,
-    pub command: String,
-    pub started_at: String,
+    pub(crate) start_time: u64,
+    pub(crate) command: String,
+    pub(crate) started_at: String,
     /// `NEXTEST_RUN_ID` of the holder, when nextest runs it.
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
 }
 
 impl Holder {
@@ -55,7 +55,7 @@ impl Holder {
 
 /// The held lock; dropping it releases the workspace.
 #[derive(Debug)]
-pub struct WorkspaceLock {
+pub(crate) struct WorkspaceLock {
     _file: File,
     record: PathBuf,
     exclusive: bool,
@@ -68,7 +68,7 @@ impl WorkspaceLock {
         Self::acquire_as(ws, std::env::var(crate::env_names::NEXTEST_RUN_ID).ok().filter(|r| !r.is_empty()))
     }
 
-    pub fn acquire_as(ws: &Workspace, run_id: Option<String>) -> Result<WorkspaceLock> {
+    pub(crate) fn acquire_as(ws: &Workspace, run_id: Option<String>) -> Result<WorkspaceLock> {
         let open = |name: &str| workspace::open_lock_file(&ws.root().join(name));
         let guard = open(".owner.guard")?;
         guard

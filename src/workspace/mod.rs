@@ -17,7 +17,7 @@
 //! `profiles/`, `quarantine/` and `report/` of a marked workspace, never
 //! follows a symlink, and refuses a workspace whose folders are symlinks.
 
-pub mod lock;
+pub(crate) mod lock;
 
 use crate::bail;
 use crate::error::{Error, Result};
@@ -27,35 +27,35 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The longest file name most file systems accept.
-pub const FILE_NAME_BYTES: usize = 255;
+pub(crate) const FILE_NAME_BYTES: usize = 255;
 
 /// The file that makes a folder a workspace of ours.
-pub const MARKER: &str = ".ccl-coverage-workspace";
+pub(crate) const MARKER: &str = ".ccl-coverage-workspace";
 
 /// What the marker records: which config the workspace belongs to.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Marker {
-    pub tool: String,
-    pub config: String,
-    pub config_path: PathBuf,
-    pub created_at: String,
+pub(crate) struct Marker {
+    pub(crate) tool: String,
+    pub(crate) config: String,
+    pub(crate) config_path: PathBuf,
+    pub(crate) created_at: String,
 }
 
 /// A folder the workspace must not hold, and (for sources, whose hash keys
 /// the build) must not lie inside either.
 #[derive(Debug, Clone)]
-pub struct Protected {
+pub(crate) struct Protected {
     what: &'static str,
     path: PathBuf,
     inside_too: bool,
 }
 
 impl Protected {
-    pub fn holding(what: &'static str, path: PathBuf) -> Protected {
+    pub(crate) fn holding(what: &'static str, path: PathBuf) -> Protected {
         Protected { what, path, inside_too: false }
     }
 
-    pub fn holding_or_inside(what: &'static str, path: PathBuf) -> Protected {
+    pub(crate) fn holding_or_inside(what: &'static str, path: PathBuf) -> Protected {
         Protected { what, path, inside_too: true }
     }
 }
@@ -65,7 +65,8 @@ impl Protected {
 const LEGACY_ENTRIES: [&str; 7] = ["build.json", "profiles", "quarantine", "logs", "results", "report", ".lock"];
 
 /// Files of the workspace that no trial may write, relative to its root.
-pub const RESERVED_FILES: &[&str] = &["results/run.json", "results/junit.xml", "build.json", ".lock", ".writers.lock"];
+pub(crate) const RESERVED_FILES: &[&str] =
+    &["results/run.json", "results/junit.xml", "build.json", ".lock", ".writers.lock"];
 
 /// Every file and folder the trial with file name `slug` owns, relative to
 /// the workspace root (what `trial_profiles`, `trial_profdata`,
@@ -105,7 +106,7 @@ pub fn check_slug(slug: &str) -> std::result::Result<(), String> {
 /// systems): `:`, which AMD device profiles carry in their target ID
 /// (`gfx942:xnack-`), is refused by artifact uploads and Windows, so it
 /// becomes `%3A`; reversible, so two names never become one.
-pub fn portable_name(name: &str) -> String {
+pub(crate) fn portable_name(name: &str) -> String {
     name.replace(':', "%3A")
 }
 
@@ -116,7 +117,7 @@ pub struct Workspace {
 
 /// The folders whose contents the harness may delete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Area {
+pub(crate) enum Area {
     Profiles,
     Quarantine,
     Report,
@@ -143,11 +144,11 @@ impl Workspace {
         Ok(Workspace { root: normalize(&root) })
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
-    pub fn area(&self, area: Area) -> PathBuf {
+    pub(crate) fn area(&self, area: Area) -> PathBuf {
         self.root.join(area.dir_name())
     }
 
@@ -155,56 +156,56 @@ impl Workspace {
         self.area(Area::Profiles).join(slug)
     }
 
-    pub fn trial_quarantine(&self, slug: &str) -> PathBuf {
+    pub(crate) fn trial_quarantine(&self, slug: &str) -> PathBuf {
         self.area(Area::Quarantine).join(slug)
     }
 
-    pub fn report_dir(&self) -> PathBuf {
+    pub(crate) fn report_dir(&self) -> PathBuf {
         self.area(Area::Report)
     }
 
-    pub fn logs_dir(&self) -> PathBuf {
+    pub(crate) fn logs_dir(&self) -> PathBuf {
         self.root.join("logs")
     }
 
-    pub fn trial_log(&self, slug: &str) -> PathBuf {
+    pub(crate) fn trial_log(&self, slug: &str) -> PathBuf {
         self.logs_dir().join(format!("{slug}.log"))
     }
 
     /// The folder a trial's own test report goes to (gtest's JSON, pytest's
     /// JUnit XML), emptied before it runs.
-    pub fn trial_cases(&self, slug: &str) -> PathBuf {
+    pub(crate) fn trial_cases(&self, slug: &str) -> PathBuf {
         self.area(Area::Cases).join(slug)
     }
 
     /// The log of a failed trial's diagnostic rerun.
-    pub fn trial_rerun_log(&self, slug: &str) -> PathBuf {
+    pub(crate) fn trial_rerun_log(&self, slug: &str) -> PathBuf {
         self.logs_dir().join(format!("{slug}.rerun.log"))
     }
 
-    pub fn results_dir(&self) -> PathBuf {
+    pub(crate) fn results_dir(&self) -> PathBuf {
         self.root.join("results")
     }
 
-    pub fn trial_result(&self, slug: &str) -> PathBuf {
+    pub(crate) fn trial_result(&self, slug: &str) -> PathBuf {
         self.results_dir().join(format!("{slug}.json"))
     }
 
-    pub fn build_manifest(&self) -> PathBuf {
+    pub(crate) fn build_manifest(&self) -> PathBuf {
         self.root.join("build.json")
     }
 
-    pub fn lock_file(&self) -> PathBuf {
+    pub(crate) fn lock_file(&self) -> PathBuf {
         self.root.join(".lock")
     }
 
     /// Held shared by each process recording trials, so the last one can tell
     /// it is last (`results::RunWriter`).
-    pub fn writers_lock_file(&self) -> PathBuf {
+    pub(crate) fn writers_lock_file(&self) -> PathBuf {
         self.root.join(".writers.lock")
     }
 
-    pub fn marker_file(&self) -> PathBuf {
+    pub(crate) fn marker_file(&self) -> PathBuf {
         self.root.join(MARKER)
     }
 
@@ -212,7 +213,7 @@ impl Workspace {
     /// if it is new (or an empty folder). Refused: a symlink, `/`, a folder
     /// that holds or lies inside one of `protected` (what, path), a non-empty
     /// folder without the marker, and a workspace of another config.
-    pub fn claim(&self, config: &str, config_path: &Path, protected: &[Protected]) -> Result<()> {
+    pub(crate) fn claim(&self, config: &str, config_path: &Path, protected: &[Protected]) -> Result<()> {
         self.check_place(protected)?;
         match fs::symlink_metadata(&self.root) {
             Ok(meta) if !meta.is_dir() => bail!("CCL_COV_WORKSPACE={} is not a folder", self.root.display()),
@@ -254,7 +255,7 @@ impl Workspace {
 
     /// For readers that must not create anything (`coverage_report`): the
     /// workspace must exist, carry the marker, and belong to `config`.
-    pub fn check_claimed(&self, config: &str, config_path: &Path, protected: &[Protected]) -> Result<()> {
+    pub(crate) fn check_claimed(&self, config: &str, config_path: &Path, protected: &[Protected]) -> Result<()> {
         self.check_place(protected)?;
         match self.read_marker()? {
             Some(marker) => self.check_config(&marker, config, config_path),
@@ -352,7 +353,7 @@ impl Workspace {
 
     /// Empties `path`, which must be `area` itself or inside it; the folder
     /// itself stays (or is created). Symlinks inside are removed, never followed.
-    pub fn clear(&self, area: Area, path: &Path) -> Result<()> {
+    pub(crate) fn clear(&self, area: Area, path: &Path) -> Result<()> {
         let Some(path) = self.confined(area, path)? else { return create_dir(&normalize(path)) };
         for entry in fs::read_dir(&path).map_err(|e| Error::new(format!("cannot list {}: {e}", path.display())))? {
             let entry = entry.map_err(|e| Error::new(format!("cannot list {}: {e}", path.display())))?;
@@ -362,7 +363,7 @@ impl Workspace {
     }
 
     /// Removes one file (or symlink) inside `area`; a missing file is fine.
-    pub fn remove(&self, area: Area, path: &Path) -> Result<()> {
+    pub(crate) fn remove(&self, area: Area, path: &Path) -> Result<()> {
         match self.confined(area, path)? {
             Some(path) => remove_no_follow(&path),
             None => Ok(()),
@@ -370,7 +371,7 @@ impl Workspace {
     }
 
     /// Moves a file between the workspace's profile and quarantine folders.
-    pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+    pub(crate) fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         let areas = [Area::Profiles, Area::Quarantine];
         let inside = |p: &Path| areas.iter().any(|&a| normalize(p).starts_with(self.area(a)));
         if !inside(from) || !inside(to) {
@@ -454,13 +455,13 @@ fn remove_no_follow(path: &Path) -> Result<()> {
     result.map_err(|e| Error::new(format!("cannot delete {}: {e}", path.display())))
 }
 
-pub fn create_dir(dir: &Path) -> Result<()> {
+pub(crate) fn create_dir(dir: &Path) -> Result<()> {
     fs::create_dir_all(dir).map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))
 }
 
 /// Removes `.` and `..` lexically, so `starts_with` checks cannot be fooled
 /// and paths read the same in every report.
-pub fn normalize(path: &Path) -> PathBuf {
+pub(crate) fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
         match part {
@@ -476,7 +477,7 @@ pub fn normalize(path: &Path) -> PathBuf {
 
 /// The SHA-256 of a file, in hex: recorded when a profile is written and
 /// checked before a report uses it.
-pub fn sha256_file(path: &Path) -> Result<String> {
+pub(crate) fn sha256_file(path: &Path) -> Result<String> {
     use sha2::{Digest, Sha256};
     let mut file = fs::File::open(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
     let mut hasher = Sha256::new();
@@ -499,7 +500,7 @@ static UMASK: AtomicU32 = AtomicU32::new(0o022);
 /// Adds group and world write to the process umask (keeping whatever else it
 /// takes away), so that no file or folder of the workspace, the build or a
 /// trial is world-writable whatever the umask the harness started with.
-pub fn restrict_umask() {
+pub(crate) fn restrict_umask() {
     // SAFETY: umask only swaps the process's mask; it cannot fail.
     let old = unsafe { libc::umask(0o022) };
     let mask = old | 0o022;
@@ -511,7 +512,7 @@ pub fn restrict_umask() {
 /// Gives every folder and file under `dir` the modes the harness's own get
 /// (folders `0777`, files `0666`, less the umask): tools such as `llvm-cov`
 /// create theirs with modes of their own.
-pub fn normalize_modes(dir: &Path) -> Result<()> {
+pub(crate) fn normalize_modes(dir: &Path) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let mask = UMASK.load(Ordering::SeqCst);
     fs::set_permissions(dir, fs::Permissions::from_mode(0o777 & !mask))
@@ -543,7 +544,7 @@ fn normalize_modes_under(dir: &Path, mask: u32) -> Result<()> {
 /// reader never sees half a file even if the run is interrupted.
 /// Opens (creating it if needed, never truncating) a file that is only ever
 /// `flock`ed: the workspace lock and the GPU slots.
-pub fn open_lock_file(path: &Path) -> Result<fs::File> {
+pub(crate) fn open_lock_file(path: &Path) -> Result<fs::File> {
     fs::File::options()
         .create(true)
         .truncate(false)
@@ -552,7 +553,7 @@ pub fn open_lock_file(path: &Path) -> Result<fs::File> {
         .map_err(|e| Error::new(format!("cannot open {}: {e}", path.display())))
 }
 
-pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     let dir = path.parent().ok_or_else(|| Error::new(format!("{} has no parent folder", path.display())))?;
     create_dir(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)
