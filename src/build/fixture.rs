@@ -21,10 +21,9 @@ use crate::exec::proctree;
 use crate::exec::supervisor::Supervised;
 use crate::toolchain::objects::{self, Instrumentation};
 use crate::toolchain::{self, Toolchain};
-use crate::workspace::{self, Area, Workspace};
+use crate::workspace::{Area, Workspace, files};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -88,7 +87,7 @@ impl BuildManifest {
 
     fn write(&self, path: &Path) -> Result<()> {
         let text = serde_json::to_string_pretty(self).expect("manifest serializes");
-        workspace::write_atomic(path, text.as_bytes())
+        files::write_atomic(path, text.as_bytes())
     }
 }
 
@@ -206,10 +205,9 @@ impl BuildPlan {
 
     /// Builds (or reuses) the fixture and returns its manifest.
     pub(crate) fn build(&self, ctx: &Context) -> Result<BuildManifest> {
-        workspace::create_dir(self.cache_dir.parent().expect("builds/<key>"))?;
+        files::create_dir(self.cache_dir.parent().expect("builds/<key>"))?;
         let lock_path = self.cache_dir.with_extension("lock");
-        let lock =
-            File::create(&lock_path).map_err(|e| Error::new(format!("cannot create {}: {e}", lock_path.display())))?;
+        let lock = files::open_lock_file(&lock_path)?;
         if lock.try_lock().is_err() {
             eprintln!("ccl-coverage: waiting for another process building {}", self.cache_dir.display());
             lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", lock_path.display())))?;
@@ -225,7 +223,7 @@ impl BuildPlan {
             eprintln!("ccl-coverage: building {} as build {} in {}", config.name, self.key, self.build_dir.display());
         }
         let logs = self.cache_dir.join("logs");
-        workspace::create_dir(&logs)?;
+        files::create_dir(&logs)?;
         let started = Instant::now();
         let mut records = Vec::new();
         let total = self.steps.len();
@@ -234,7 +232,7 @@ impl BuildPlan {
             let log = logs.join(format!("{:02}-{}.log", i + 1, slug(name)));
             eprintln!("ccl-coverage:   [{}/{total}] {name}", i + 1);
             if let Some(dir) = cmd.get_cwd() {
-                workspace::create_dir(dir)?;
+                files::create_dir(dir)?;
             }
             std::fs::write(&log, format!("$ {}\n", cmd.display()))
                 .map_err(|e| Error::new(format!("cannot write {}: {e}", log.display())))?;
@@ -404,7 +402,7 @@ impl BuildKey {
     }
 
     fn finish(self) -> String {
-        self.0.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+        files::hex(&self.0.finalize()[..8])
     }
 }
 
@@ -501,7 +499,7 @@ fn inspect_existing(ctx: &Context, vars: &Vars, dir: &Path) -> Result<Vec<Object
 /// A file's identity for the build key: its content hash, so a rebuild in
 /// place gives a new build id and retires the old profiles.
 fn file_identity(path: &Path) -> Result<String> {
-    Ok(format!("{} {}", path.display(), workspace::sha256_file(path)?))
+    Ok(format!("{} {}", path.display(), files::sha256_file(path)?))
 }
 
 /// A folder's identity: its files' names, sizes and modification times.
@@ -556,15 +554,7 @@ fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
     let cmd = cmd.clone().env(crate::env_names::TRIAL_TOKEN, token.clone());
     let grace = std::time::Duration::from_secs(ctx.config().timeouts.grace);
     let mut step = Supervised::spawn(&ctx.supervisor, &cmd, &token, log, grace)?;
-    let status = loop {
-        if let Some(status) = step.try_wait()? {
-            break status;
-        }
-        if interrupt::requested().is_some() {
-            step.stop();
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let (status, _) = step.wait(None, None)?;
     let (report, _) = step.finish(status)?;
     if report.stopped.is_some() {
         bail!(
@@ -592,8 +582,7 @@ fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
 /// another build are deleted: they describe other objects.
 pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
     ws.create()?;
-    let lock = File::create(ws.lock_file())
-        .map_err(|e| Error::new(format!("cannot create {}: {e}", ws.lock_file().display())))?;
+    let lock = files::open_lock_file(&ws.lock_file())?;
     lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", ws.lock_file().display())))?;
     let previous = BuildManifest::read(&ws.build_manifest()).ok();
     match previous {
@@ -683,7 +672,7 @@ pub(crate) fn hash_tree(root: &Path, exclude: &[String]) -> Result<String> {
             }
         }
     }
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(files::hex(&hasher.finalize()))
 }
 
 /// A manifest for unit tests of later stages.
@@ -754,7 +743,7 @@ mod tests {
         let report = ws.report_dir().join("summary.json");
         let log = ws.trial_log("T");
         for file in [&profile, &report, &log] {
-            workspace::create_dir(file.parent().unwrap()).unwrap();
+            files::create_dir(file.parent().unwrap()).unwrap();
             std::fs::write(file, "x").unwrap();
         }
         adopt(&ws, &test_manifest("aaaa")).unwrap();

@@ -261,7 +261,7 @@ pub(crate) fn raw_checksums(dir: &Path) -> Result<BTreeMap<String, String>> {
     let mut sums = BTreeMap::new();
     for file in raw_files(dir)? {
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        sums.insert(name, workspace::sha256_file(&file)?);
+        sums.insert(name, workspace::files::sha256_file(&file)?);
     }
     Ok(sums)
 }
@@ -321,7 +321,7 @@ pub(crate) fn verified_inputs(ws: &Workspace, trials: &[Recorded]) -> Result<Ver
                 .collect()
         };
         for (file, recorded) in checks {
-            let actual = workspace::sha256_file(&file)?;
+            let actual = workspace::files::sha256_file(&file)?;
             let why = match recorded {
                 Some(sum) if *sum == actual => {
                     verified.inputs.push(file);
@@ -331,7 +331,7 @@ pub(crate) fn verified_inputs(ws: &Workspace, trials: &[Recorded]) -> Result<Ver
                 None => format!("not recorded by trial {} (no checksum), so not trusted", result.trial),
             };
             let dir = ws.trial_quarantine(slug);
-            workspace::create_dir(&dir)?;
+            workspace::files::create_dir(&dir)?;
             let to = quarantine_path(&dir, &file);
             ws.rename(&file, &to)?;
             verified.quarantined.push(Quarantined { file: to, reason: why });
@@ -363,7 +363,7 @@ pub(crate) fn merge_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, kee
             }
         }
     }
-    let sha256 = if merged > 0 { Some(workspace::sha256_file(&output)?) } else { None };
+    let sha256 = if merged > 0 { Some(workspace::files::sha256_file(&output)?) } else { None };
     Ok(TrialMerge {
         profdata: (merged > 0).then_some(output),
         merged,
@@ -399,7 +399,7 @@ pub(crate) fn merge_checked(
             Ok(()) => good.push(input.clone()),
             Err(why) if input.extension().is_some_and(|e| e == "profraw") => {
                 let dir = quarantine_for(input);
-                workspace::create_dir(&dir)?;
+                workspace::files::create_dir(&dir)?;
                 let to = quarantine_path(&dir, input);
                 ws.rename(input, &to)?;
                 quarantined.push(Quarantined { file: to, reason: why });
@@ -432,7 +432,7 @@ fn check(toolchain: &Toolchain, input: &Path) -> std::result::Result<(), String>
 /// Merges `inputs` into the indexed profile `output`.
 pub(crate) fn merge(toolchain: &Toolchain, inputs: &[PathBuf], list_file: &Path, output: &Path) -> Result<()> {
     let list: String = inputs.iter().map(|p| format!("{}\n", p.display())).collect();
-    workspace::write_atomic(list_file, list.as_bytes())?;
+    workspace::files::write_atomic(list_file, list.as_bytes())?;
     Cmd::new(&toolchain.llvm_profdata.path)
         .args(["merge", "-sparse"])
         .arg(format!("--input-files={}", list_file.display()))

@@ -38,6 +38,14 @@ const POLL: Duration = Duration::from_millis(20);
 /// harness kills it and stops the processes itself.
 const STOP_SLACK: Duration = Duration::from_secs(15);
 
+/// Why the harness asked the supervisor to stop its command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stopping {
+    TimedOut,
+    /// The run was interrupted by this signal.
+    Interrupted(i32),
+}
+
 /// A command running under its supervisor: the harness's end of the lifeline.
 pub(crate) struct Supervised {
     child: Child,
@@ -117,6 +125,42 @@ impl Supervised {
         if let Some(lifeline) = self.child.stdin.as_mut() {
             // A supervisor that already ended has nothing left to stop.
             let _ = lifeline.write_all(&[STOP]).and_then(|()| lifeline.flush());
+        }
+    }
+
+    /// Waits for the supervised command, the one wait loop of every trial and
+    /// build step: asks the supervisor to stop it on the first interruption or
+    /// once `deadline` passes, and calls `heartbeat` about once per `every`
+    /// while it runs. Says why it asked for a stop, if it did.
+    pub(crate) fn wait(
+        &mut self,
+        deadline: Option<Instant>,
+        heartbeat: Option<(Duration, &dyn Fn(Duration))>,
+    ) -> Result<(ExitStatus, Option<Stopping>)> {
+        let started = Instant::now();
+        let mut next_beat = heartbeat.and_then(|(every, _)| started.checked_add(every));
+        let mut stop: Option<Stopping> = None;
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Ok((status, stop));
+            }
+            let now = Instant::now();
+            if stop.is_none() {
+                stop = match crate::exec::interrupt::requested() {
+                    Some(signal) => Some(Stopping::Interrupted(signal)),
+                    None if deadline.is_some_and(|d| now >= d) => Some(Stopping::TimedOut),
+                    None => None,
+                };
+                if stop.is_some() {
+                    self.stop();
+                } else if let (Some(beat), Some((every, call))) = (next_beat, heartbeat)
+                    && now >= beat
+                {
+                    call(now - started);
+                    next_beat = beat.checked_add(every);
+                }
+            }
+            std::thread::sleep(POLL);
         }
     }
 

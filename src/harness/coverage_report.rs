@@ -193,7 +193,7 @@ impl Shared {
         quarantined.extend(verified.quarantined);
         let health = Health::new(&results, quarantined, verified.missing);
         let meta = ReportMeta::new(&manifest, &results, merged_inputs, &health);
-        workspace::write_atomic(
+        workspace::files::write_atomic(
             &report_dir.join("meta.json"),
             serde_json::to_string_pretty(&meta).expect("meta serializes").as_bytes(),
         )?;
@@ -265,7 +265,7 @@ impl Shared {
     fn html(&self, merged: &Merged) -> Result<(), Failed> {
         let dir = self.report_dir().join("html");
         let index = merged.inputs.html(&dir).map_err(|e| failed("llvm-cov show -format=html", &e))?;
-        workspace::normalize_modes(&dir).map_err(|e| failed("setting the report's modes", &e))?;
+        workspace::files::normalize_modes(&dir).map_err(|e| failed("setting the report's modes", &e))?;
         eprintln!("ccl-coverage: HTML report: {}", index.display());
         Ok(())
     }
@@ -288,7 +288,7 @@ impl Shared {
             )),
         }
         let out = self.report_dir().join("summary.md");
-        workspace::write_atomic(&out, md.as_bytes()).map_err(|e| failed("writing summary.md", &e))?;
+        workspace::files::write_atomic(&out, md.as_bytes()).map_err(|e| failed("writing summary.md", &e))?;
         if let Some(step_summary) = process_env("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {
             use std::io::Write;
             std::fs::OpenOptions::new()
@@ -412,7 +412,7 @@ impl Shared {
                         continue;
                     }
                     let dir = self.report_dir().join("trials");
-                    workspace::create_dir(&dir)?;
+                    workspace::files::create_dir(&dir)?;
                     let out = dir.join(format!("{}.profdata", r.slug));
                     profiles::merge(&merged.manifest.toolchain, &raw, &dir.join(format!("{}.list", r.slug)), &out)?;
                     jobs.push((r, out));
@@ -455,19 +455,19 @@ impl Shared {
         let dir = self.report_dir();
         let attribution = Attribution::new(&a.all, &a.trials);
         let write = |name: &str, json: String| {
-            workspace::write_atomic(&dir.join(name), json.as_bytes())
+            workspace::files::write_atomic(&dir.join(name), json.as_bytes())
                 .map_err(|e| failed(&format!("writing {name}"), &e))
         };
         // One line: at ~800 trials the ranges would be mostly indentation.
         write("attribution.json", serde_json::to_string(&attribution).expect("attribution serializes"))?;
         write("trials.json", serde_json::to_string_pretty(&a.summaries).expect("trials serialize"))?;
         let pages_dir = dir.join("attribution");
-        workspace::create_dir(&pages_dir).map_err(|e| failed("creating report/attribution", &e))?;
+        workspace::files::create_dir(&pages_dir).map_err(|e| failed("creating report/attribution", &e))?;
         let pages = attribution::html_pages(&attribution, &|f| std::fs::read_to_string(f).ok(), &|f| {
             format!("../html/coverage{f}.html")
         });
         for (name, html) in pages {
-            workspace::write_atomic(&pages_dir.join(&name), html.as_bytes())
+            workspace::files::write_atomic(&pages_dir.join(&name), html.as_bytes())
                 .map_err(|e| failed(&format!("writing attribution/{name}"), &e))?;
         }
         eprintln!("ccl-coverage: which trial covered which line: {}", pages_dir.join("index.html").display());
@@ -481,7 +481,7 @@ impl Shared {
             plan.iter().map(|t| minimal_suite::Planned { name: &t.name, ignored: t.ignored }).collect();
         let full_s: f64 = merged.results.iter().map(|r| r.duration_s.max(0.0)).sum();
         let suite = minimal_suite::minimal_suite(&a.trials, &planned, merged.results.len(), full_s);
-        workspace::write_atomic(
+        workspace::files::write_atomic(
             &self.report_dir().join("minimal-suite.json"),
             serde_json::to_string_pretty(&suite).expect("minimal suite serializes").as_bytes(),
         )
@@ -506,11 +506,11 @@ impl Shared {
         let report = diff_coverage::diff_report(&base, &changes, &a.all);
         let dir = self.report_dir();
         let md = report.markdown();
-        workspace::write_atomic(
+        workspace::files::write_atomic(
             &dir.join("diff.json"),
             serde_json::to_string_pretty(&report).expect("diff report serializes").as_bytes(),
         )
-        .and_then(|()| workspace::write_atomic(&dir.join("diff.md"), md.as_bytes()))
+        .and_then(|()| workspace::files::write_atomic(&dir.join("diff.md"), md.as_bytes()))
         .map_err(|e| failed("writing diff.json and diff.md", &e))?;
         eprintln!("ccl-coverage: {}", md.lines().next().unwrap_or_default().trim_start_matches("### "));
         let bar = process_env("CCL_COV_FAIL_UNDER_DIFF");
@@ -539,11 +539,11 @@ impl Shared {
         let report = diff_coverage::baseline_report(&path, &before, &a.all);
         let dir = self.report_dir();
         let md = report.markdown();
-        workspace::write_atomic(
+        workspace::files::write_atomic(
             &dir.join("baseline.json"),
             serde_json::to_string_pretty(&report).expect("baseline report serializes").as_bytes(),
         )
-        .and_then(|()| workspace::write_atomic(&dir.join("baseline.md"), md.as_bytes()))
+        .and_then(|()| workspace::files::write_atomic(&dir.join("baseline.md"), md.as_bytes()))
         .map_err(|e| failed("writing baseline.json and baseline.md", &e))?;
         eprintln!("ccl-coverage: {} lines lost baseline coverage (LBC) against {}", report.lost_lines, path.display());
         let fail_on_lost =

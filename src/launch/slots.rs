@@ -135,7 +135,7 @@ impl Slots {
         if let Some(why) = self.misfit(want) {
             bail!("{why}");
         }
-        workspace::create_dir(&self.dir)?;
+        workspace::files::create_dir(&self.dir)?;
         let (ticket, number) = self.draw_ticket()?;
         if let Some(number) = number.checked_sub(1) {
             let previous = self.dir.join(format!("ticket-{number}.lock"));
@@ -161,7 +161,7 @@ impl Slots {
         let name = format!("ticket-{number}.lock");
         let ticket = self.open(&name)?;
         ticket.lock().map_err(|e| self.lock_error(&name, e))?;
-        workspace::write_atomic(&tail, (number + 1).to_string().as_bytes())?;
+        workspace::files::write_atomic(&tail, (number + 1).to_string().as_bytes())?;
         Ok((ticket, number))
     }
 
@@ -255,7 +255,7 @@ impl Slots {
     }
 
     fn open(&self, name: &str) -> Result<File> {
-        workspace::open_lock_file(&self.dir.join(name))
+        workspace::files::open_lock_file(&self.dir.join(name))
     }
 
     fn open_existing(&self, path: &Path) -> Result<Option<File>> {

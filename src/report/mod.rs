@@ -93,19 +93,19 @@ impl ReportInputs {
     /// `llvm-cov export -summary-only`: the machine-readable totals.
     pub fn summary_json(&self, out: &Path) -> Result<String> {
         let text = self.summary_text()?;
-        workspace::write_atomic(out, text.as_bytes())?;
+        workspace::files::write_atomic(out, text.as_bytes())?;
         Ok(text)
     }
 
     /// The full llvm JSON export (per-file segments, branches, functions).
     pub(crate) fn json(&self, out: &Path) -> Result<()> {
         let text = self.cmd("export").arg("-format=text").read()?;
-        workspace::write_atomic(out, text.as_bytes())
+        workspace::files::write_atomic(out, text.as_bytes())
     }
 
     pub(crate) fn lcov(&self, out: &Path) -> Result<()> {
         let text = self.lcov_text()?;
-        workspace::write_atomic(out, text.as_bytes())
+        workspace::files::write_atomic(out, text.as_bytes())
     }
 
     pub(crate) fn text(&self, out: &Path) -> Result<()> {
@@ -114,7 +114,7 @@ impl ReportInputs {
             cmd = cmd.arg(format!("-Xdemangler={}", filt.display()));
         }
         let text = cmd.read()?;
-        workspace::write_atomic(out, text.as_bytes())
+        workspace::files::write_atomic(out, text.as_bytes())
     }
 
     pub(crate) fn html(&self, out_dir: &Path) -> Result<PathBuf> {
@@ -188,7 +188,7 @@ pub(crate) fn cobertura(lcov: &Path, base_dir: &Path, out: &Path) -> Result<()> 
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let xml = lcov2cobertura::coverage_to_string(&data, now, lcov2cobertura::NullDemangler::new())
         .map_err(|e| Error::new(format!("cannot convert {} to Cobertura XML: {e}", lcov.display())))?;
-    workspace::write_atomic(out, xml.as_bytes())
+    workspace::files::write_atomic(out, xml.as_bytes())
 }
 
 /// Percentages of the totals of a summary export, by metric name.

@@ -248,7 +248,7 @@ impl TrialResult {
     /// Writes `results/<slug>.json`, redacted whatever the caller filled in.
     pub(crate) fn write(&self, ws: &Workspace) -> Result<()> {
         let text = serde_json::to_string_pretty(&self.redacted()).expect("result serializes");
-        workspace::write_atomic(&ws.trial_result(&self.slug), text.as_bytes())
+        workspace::files::write_atomic(&ws.trial_result(&self.slug), text.as_bytes())
     }
 }
 
@@ -544,8 +544,8 @@ fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result
         trials,
     };
     let json = serde_json::to_string_pretty(&record).expect("run record serializes");
-    workspace::write_atomic(&ws.results_dir().join("run.json"), json.as_bytes())?;
-    workspace::write_atomic(&ws.results_dir().join("junit.xml"), junit(&record)?.as_bytes())
+    workspace::files::write_atomic(&ws.results_dir().join("run.json"), json.as_bytes())?;
+    workspace::files::write_atomic(&ws.results_dir().join("junit.xml"), junit(&record)?.as_bytes())
 }
 
 fn junit(record: &RunRecord) -> Result<String> {

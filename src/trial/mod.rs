@@ -9,15 +9,12 @@
 pub(crate) mod shared_fs;
 
 use crate::error::{Error, Result};
-use crate::exec::interrupt;
-use crate::exec::supervisor::{StopCause, Supervised};
+use crate::exec::supervisor::{StopCause, Stopping, Supervised};
 use crate::launch::TrialLaunch;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
-
-const POLL: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
@@ -98,29 +95,7 @@ pub fn run(
     let started = Instant::now();
     let mut child = Supervised::spawn(supervisor_exe, cmd, &launch.token, log, launch.grace)?;
     // A deadline past what `Instant` can hold is no deadline.
-    let deadline = started.checked_add(launch.timeout);
-    let mut next_beat = started.checked_add(heartbeat_every);
-    let mut stop: Option<Stopping> = None;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        let now = Instant::now();
-        if stop.is_none() {
-            stop = match interrupt::requested() {
-                Some(signal) => Some(Stopping::Interrupted(signal)),
-                None if deadline.is_some_and(|d| now >= d) => Some(Stopping::TimedOut),
-                None => None,
-            };
-            if stop.is_some() {
-                child.stop();
-            } else if next_beat.is_some_and(|b| now >= b) {
-                heartbeat(now - started);
-                next_beat = next_beat.and_then(|b| b.checked_add(heartbeat_every));
-            }
-        }
-        std::thread::sleep(POLL);
-    };
+    let (status, stop) = child.wait(started.checked_add(launch.timeout), Some((heartbeat_every, heartbeat)))?;
     let (report, backstop) = child.finish(status)?;
     let killed = report.killed_with.clone().unwrap_or_else(|| "SIGKILL".into());
     let ending = match (stop, report.stopped, report.wait_status) {
@@ -135,11 +110,4 @@ pub fn run(
         leftovers: report.leftovers,
         survivors: report.survivors + backstop,
     })
-}
-
-/// Why the harness asked the supervisor to stop the trial.
-#[derive(Debug, Clone, Copy)]
-enum Stopping {
-    TimedOut,
-    Interrupted(i32),
 }

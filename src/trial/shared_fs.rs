@@ -39,10 +39,10 @@ pub(crate) fn check(
     let token = crate::exec::proctree::new_token();
     let content = format!("ccl-coverage shared filesystem check {token} {}", random_hex()?);
     let dir = ws.area(Area::Profiles);
-    workspace::create_dir(&dir)?;
-    workspace::create_dir(&ws.logs_dir())?;
+    workspace::files::create_dir(&dir)?;
+    workspace::files::create_dir(&ws.logs_dir())?;
     let marker = dir.join(format!(".shared-filesystem-check-{token}"));
-    workspace::write_atomic(&marker, content.as_bytes())?;
+    workspace::files::write_atomic(&marker, content.as_bytes())?;
     let probe = Probe { ws, launcher, args, marker: &marker, content: &content, supervisor, grace };
     let checked = nodes.iter().try_for_each(|node| probe.read_back(node));
     ws.remove(Area::Profiles, &marker)?;
@@ -116,5 +116,5 @@ fn random_hex() -> Result<String> {
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
         .map_err(|e| Error::new(format!("cannot read /dev/urandom for the shared filesystem check: {e}")))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(workspace::files::hex(&bytes))
 }

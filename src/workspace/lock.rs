@@ -69,7 +69,7 @@ impl WorkspaceLock {
     }
 
     pub(crate) fn acquire_as(ws: &Workspace, run_id: Option<String>) -> Result<WorkspaceLock> {
-        let open = |name: &str| workspace::open_lock_file(&ws.root().join(name));
+        let open = |name: &str| workspace::files::open_lock_file(&ws.root().join(name));
         let guard = open(".owner.guard")?;
         guard
             .lock()
@@ -89,7 +89,7 @@ impl WorkspaceLock {
                 }
                 let me = Holder::me(run_id.clone());
                 let text = serde_json::to_string_pretty(&me).expect("holder serializes");
-                workspace::write_atomic(&record, text.as_bytes())?;
+                workspace::files::write_atomic(&record, text.as_bytes())?;
                 let exclusive = run_id.is_none();
                 if !exclusive {
                     // Under the guard nobody can slip in between the two calls.

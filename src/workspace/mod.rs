@@ -17,6 +17,7 @@
 //! `profiles/`, `quarantine/` and `report/` of a marked workspace, never
 //! follows a symlink, and refuses a workspace whose folders are symlinks.
 
+pub(crate) mod files;
 pub(crate) mod lock;
 
 use crate::bail;
@@ -24,7 +25,6 @@ use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The longest file name most file systems accept.
 pub(crate) const FILE_NAME_BYTES: usize = 255;
@@ -238,7 +238,7 @@ impl Workspace {
                     }
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_dir(&self.root)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => files::create_dir(&self.root)?,
             Err(e) => bail!("cannot inspect the workspace {}: {e}", self.root.display()),
         }
         let marker = Marker {
@@ -248,7 +248,7 @@ impl Workspace {
             created_at: crate::exec::host::now(),
         };
         let text = serde_json::to_string_pretty(&marker).expect("marker serializes");
-        write_atomic(&self.marker_file(), text.as_bytes())
+        files::write_atomic(&self.marker_file(), text.as_bytes())
             .map_err(|e| e.context(format!("the workspace {} is not writable", self.root.display())))?;
         self.create().map_err(|e| e.context(format!("the workspace {} is not writable", self.root.display())))
     }
@@ -346,7 +346,7 @@ impl Workspace {
     /// Creates the workspace folders.
     pub fn create(&self) -> Result<()> {
         for dir in [self.area(Area::Profiles), self.logs_dir(), self.results_dir()] {
-            create_dir(&dir)?;
+            files::create_dir(&dir)?;
         }
         Ok(())
     }
@@ -354,7 +354,7 @@ impl Workspace {
     /// Empties `path`, which must be `area` itself or inside it; the folder
     /// itself stays (or is created). Symlinks inside are removed, never followed.
     pub(crate) fn clear(&self, area: Area, path: &Path) -> Result<()> {
-        let Some(path) = self.confined(area, path)? else { return create_dir(&normalize(path)) };
+        let Some(path) = self.confined(area, path)? else { return files::create_dir(&normalize(path)) };
         for entry in fs::read_dir(&path).map_err(|e| Error::new(format!("cannot list {}: {e}", path.display())))? {
             let entry = entry.map_err(|e| Error::new(format!("cannot list {}: {e}", path.display())))?;
             remove_no_follow(&entry.path())?;
@@ -455,10 +455,6 @@ fn remove_no_follow(path: &Path) -> Result<()> {
     result.map_err(|e| Error::new(format!("cannot delete {}: {e}", path.display())))
 }
 
-pub(crate) fn create_dir(dir: &Path) -> Result<()> {
-    fs::create_dir_all(dir).map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))
-}
-
 /// Removes `.` and `..` lexically, so `starts_with` checks cannot be fooled
 /// and paths read the same in every report.
 pub(crate) fn normalize(path: &Path) -> PathBuf {
@@ -473,100 +469,6 @@ pub(crate) fn normalize(path: &Path) -> PathBuf {
         }
     }
     out
-}
-
-/// The SHA-256 of a file, in hex: recorded when a profile is written and
-/// checked before a report uses it.
-pub(crate) fn sha256_file(path: &Path) -> Result<String> {
-    use sha2::{Digest, Sha256};
-    let mut file = fs::File::open(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let n = std::io::Read::read(&mut file, &mut buffer)
-            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-    }
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// The bits taken away from the modes of everything the harness and its
-/// trials create: the user's umask, always with group and world write.
-static UMASK: AtomicU32 = AtomicU32::new(0o022);
-
-/// Adds group and world write to the process umask (keeping whatever else it
-/// takes away), so that no file or folder of the workspace, the build or a
-/// trial is world-writable whatever the umask the harness started with.
-pub(crate) fn restrict_umask() {
-    // SAFETY: umask only swaps the process's mask; it cannot fail.
-    let old = unsafe { libc::umask(0o022) };
-    let mask = old | 0o022;
-    // SAFETY: as above.
-    unsafe { libc::umask(mask) };
-    UMASK.store(mask, Ordering::SeqCst);
-}
-
-/// Gives every folder and file under `dir` the modes the harness's own get
-/// (folders `0777`, files `0666`, less the umask): tools such as `llvm-cov`
-/// create theirs with modes of their own.
-pub(crate) fn normalize_modes(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mask = UMASK.load(Ordering::SeqCst);
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o777 & !mask))
-        .map_err(|e| Error::new(format!("cannot set the mode of {}: {e}", dir.display())))?;
-    normalize_modes_under(dir, mask)
-}
-
-fn normalize_modes_under(dir: &Path, mask: u32) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let entries = fs::read_dir(dir).map_err(|e| Error::new(format!("cannot list {}: {e}", dir.display())))?;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let meta =
-            fs::symlink_metadata(&path).map_err(|e| Error::new(format!("cannot inspect {}: {e}", path.display())))?;
-        if meta.file_type().is_symlink() {
-            continue;
-        }
-        let mode = if meta.is_dir() { 0o777 & !mask } else { 0o666 & !mask };
-        fs::set_permissions(&path, fs::Permissions::from_mode(mode))
-            .map_err(|e| Error::new(format!("cannot set the mode of {}: {e}", path.display())))?;
-        if meta.is_dir() {
-            normalize_modes_under(&path, mask)?;
-        }
-    }
-    Ok(())
-}
-
-/// Writes `contents` to `path` atomically (temporary file, then rename), so a
-/// reader never sees half a file even if the run is interrupted.
-/// Opens (creating it if needed, never truncating) a file that is only ever
-/// `flock`ed: the workspace lock and the GPU slots.
-pub(crate) fn open_lock_file(path: &Path) -> Result<fs::File> {
-    fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(|e| Error::new(format!("cannot open {}: {e}", path.display())))
-}
-
-pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
-    let dir = path.parent().ok_or_else(|| Error::new(format!("{} has no parent folder", path.display())))?;
-    create_dir(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .map_err(|e| Error::new(format!("cannot create a file in {}: {e}", dir.display())))?;
-    std::io::Write::write_all(&mut tmp, contents)
-        .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
-    // A temporary file is created 0600; give it the mode any other file gets.
-    let mode = 0o666 & !UMASK.load(Ordering::SeqCst);
-    tmp.as_file()
-        .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
-        .map_err(|e| Error::new(format!("cannot set the mode of {}: {e}", path.display())))?;
-    tmp.persist(path).map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -616,7 +518,7 @@ mod tests {
     fn clear_empties_a_trial_folder_but_keeps_it() {
         let (_d, ws) = setup();
         let trial = ws.trial_profiles("AllReduce.1K");
-        create_dir(&trial.join("nested")).unwrap();
+        files::create_dir(&trial.join("nested")).unwrap();
         fs::write(trial.join("a.profraw"), "x").unwrap();
         fs::write(trial.join("nested/b.profraw"), "x").unwrap();
         ws.clear(Area::Profiles, &trial).unwrap();
@@ -628,10 +530,10 @@ mod tests {
     fn clear_never_follows_symlinks_out_of_the_workspace() {
         let (d, ws) = setup();
         let outside = d.path().join("precious");
-        create_dir(&outside).unwrap();
+        files::create_dir(&outside).unwrap();
         fs::write(outside.join("keep.txt"), "x").unwrap();
         let trial = ws.trial_profiles("T");
-        create_dir(&trial).unwrap();
+        files::create_dir(&trial).unwrap();
         symlink(&outside, trial.join("link")).unwrap();
         symlink(outside.join("keep.txt"), trial.join("file-link")).unwrap();
         ws.clear(Area::Profiles, &trial).unwrap();
@@ -643,7 +545,7 @@ mod tests {
     fn clear_refuses_symlinked_area_and_paths_outside_it() {
         let (d, ws) = setup();
         let outside = d.path().join("elsewhere");
-        create_dir(&outside).unwrap();
+        files::create_dir(&outside).unwrap();
         fs::write(outside.join("keep.profraw"), "x").unwrap();
         fs::remove_dir(ws.area(Area::Profiles)).unwrap();
         symlink(&outside, ws.area(Area::Profiles)).unwrap();
@@ -666,7 +568,7 @@ mod tests {
         // A reader racing a writer sees one whole version or the other, never
         // an empty or half-written file (which a plain truncate-and-write shows).
         let versions = [vec![b'a'; 1 << 20], vec![b'b'; 1 << 20]];
-        write_atomic(&path, &versions[0]).unwrap();
+        files::write_atomic(&path, &versions[0]).unwrap();
         let done = std::sync::Arc::new(AtomicBool::new(false));
         let reader = {
             let (path, done) = (path.clone(), done.clone());
@@ -686,7 +588,7 @@ mod tests {
             })
         };
         for i in 0..50 {
-            write_atomic(&path, &versions[i % 2]).unwrap();
+            files::write_atomic(&path, &versions[i % 2]).unwrap();
         }
         done.store(true, Ordering::SeqCst);
         assert!(reader.join().unwrap() > 0);

@@ -1,0 +1,115 @@
+//! The workspace's file helpers, which every stage that writes uses: atomic
+//! writes, folders, lock files that are never truncated, SHA-256 digests, and
+//! the modes everything the harness creates gets.
+
+use crate::error::{Error, Result};
+use std::fs;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub(crate) fn create_dir(dir: &Path) -> Result<()> {
+    fs::create_dir_all(dir).map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))
+}
+
+/// The SHA-256 of a file, in hex: recorded when a profile is written and
+/// checked before a report uses it.
+pub(crate) fn sha256_file(path: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut file = fs::File::open(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buffer)
+            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+/// Bytes as lowercase hex: digests in records and cache keys, random markers.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
+}
+
+/// The bits taken away from the modes of everything the harness and its
+/// trials create: the user's umask, always with group and world write.
+static UMASK: AtomicU32 = AtomicU32::new(0o022);
+
+/// Adds group and world write to the process umask (keeping whatever else it
+/// takes away), so that no file or folder of the workspace, the build or a
+/// trial is world-writable whatever the umask the harness started with.
+pub(crate) fn restrict_umask() {
+    // SAFETY: umask only swaps the process's mask; it cannot fail.
+    let old = unsafe { libc::umask(0o022) };
+    let mask = old | 0o022;
+    // SAFETY: as above.
+    unsafe { libc::umask(mask) };
+    UMASK.store(mask, Ordering::SeqCst);
+}
+
+/// Gives every folder and file under `dir` the modes the harness's own get
+/// (folders `0777`, files `0666`, less the umask): tools such as `llvm-cov`
+/// create theirs with modes of their own.
+pub(crate) fn normalize_modes(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mask = UMASK.load(Ordering::SeqCst);
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o777 & !mask))
+        .map_err(|e| Error::new(format!("cannot set the mode of {}: {e}", dir.display())))?;
+    normalize_modes_under(dir, mask)
+}
+
+fn normalize_modes_under(dir: &Path, mask: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let entries = fs::read_dir(dir).map_err(|e| Error::new(format!("cannot list {}: {e}", dir.display())))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let meta =
+            fs::symlink_metadata(&path).map_err(|e| Error::new(format!("cannot inspect {}: {e}", path.display())))?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mode = if meta.is_dir() { 0o777 & !mask } else { 0o666 & !mask };
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::new(format!("cannot set the mode of {}: {e}", path.display())))?;
+        if meta.is_dir() {
+            normalize_modes_under(&path, mask)?;
+        }
+    }
+    Ok(())
+}
+
+/// Opens (creating it if needed, never truncating) a file that is only ever
+/// `flock`ed: the workspace lock, the build cache's lock and the GPU slots.
+pub(crate) fn open_lock_file(path: &Path) -> Result<fs::File> {
+    fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::new(format!("cannot open {}: {e}", path.display())))
+}
+
+/// Writes `contents` to `path` atomically (temporary file, then rename), so a
+/// reader never sees half a file even if the run is interrupted.
+pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+    let dir = path.parent().ok_or_else(|| Error::new(format!("{} has no parent folder", path.display())))?;
+    create_dir(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .map_err(|e| Error::new(format!("cannot create a file in {}: {e}", dir.display())))?;
+    std::io::Write::write_all(&mut tmp, contents)
+        .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
+    // A temporary file is created 0600; give it the mode any other file gets.
+    let mode = 0o666 & !UMASK.load(Ordering::SeqCst);
+    tmp.as_file()
+        .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+        .map_err(|e| Error::new(format!("cannot set the mode of {}: {e}", path.display())))?;
+    tmp.persist(path).map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
+    Ok(())
+}
