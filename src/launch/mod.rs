@@ -124,7 +124,6 @@ fn prepare_matrix(
     }
     program_args.extend(vars.render_all(&launcher.program_args)?);
 
-    let token = crate::exec::proctree::new_token();
     let mut env = Vec::new();
     let maps = std::iter::once(&config.env).chain(std::iter::once(&collective.env)).chain(variant.map(|v| &v.env));
     for map in maps {
@@ -133,14 +132,7 @@ fn prepare_matrix(
             env.push((k.to_string(), vars.render(v)?));
         }
     }
-    env.retain(|(key, _)| key != PROFILE_FILE && key != TRIAL_TOKEN);
-    // Without coverage nothing is instrumented, and upstream does not set it
-    // either: an instrumented process would pay for writing a profile.
-    if manifest.coverage {
-        let profile_file = profile_dir.join(&config.coverage.profile_pattern);
-        env.push((PROFILE_FILE.into(), profile_file.display().to_string()));
-    }
-    env.push((TRIAL_TOKEN.into(), token.clone()));
+    let (env, token) = harness_env(env, config, manifest, profile_dir);
 
     let rendered = vars.render_all(&launcher.args)?;
     let mut launcher_args = host_args(launcher, &rendered, hosts);
@@ -222,35 +214,26 @@ fn prepare_upstream(
         }
     };
 
-    let token = crate::exec::proctree::new_token();
     let mut merged = test.env.clone();
     merged.extend(extra_env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let mut env: Vec<(String, String)> = Vec::new();
     env.push(("LD_LIBRARY_PATH".into(), ld_library_path(run, manifest, merged.get("LD_LIBRARY_PATH"))));
-    for (k, v) in &merged {
-        if k != "LD_LIBRARY_PATH" && k != PROFILE_FILE && k != TRIAL_TOKEN {
-            env.push((k.clone(), v.clone()));
-        }
-    }
-    if manifest.coverage {
-        let profile_file = profile_dir.join(&config.coverage.profile_pattern);
-        env.push((PROFILE_FILE.into(), profile_file.display().to_string()));
-    }
-    env.push((TRIAL_TOKEN.into(), token.clone()));
+    env.extend(merged.into_iter().filter(|(k, _)| k != "LD_LIBRARY_PATH"));
+    let (env, token) = harness_env(env, config, manifest, profile_dir);
 
     let mut argv = Vec::new();
     if spec.ranks > 1 {
-        argv.push(spec.launcher(config).and_then(|l| l.program.clone()).unwrap_or_else(|| "mpirun".into()));
-        if is_root() {
-            argv.push("--allow-run-as-root".into());
+        // The overlay's `mpirun` launcher, with its program and flavour.
+        let Some(launcher) = spec.launcher(config) else {
+            bail!("trial {}: unknown launcher {}", spec.name, spec.launcher)
+        };
+        let launcher = mpi::resolve(launcher)?;
+        let mut forwarded = env.clone();
+        if let Some(preload) = std::env::var("LD_PRELOAD").ok().filter(|v| !v.is_empty()) {
+            forwarded.push(("LD_PRELOAD".into(), preload));
         }
-        argv.extend(["-np".into(), spec.ranks.to_string()]);
-        argv.extend(test.mpi_args.iter().cloned());
-        let preload = std::env::var_os("LD_PRELOAD").is_some_and(|v| !v.is_empty());
-        let forwarded = env.iter().map(|(k, _)| k.as_str()).chain(preload.then_some("LD_PRELOAD"));
-        for name in forwarded {
-            argv.extend(["-x".into(), name.to_string()]);
-        }
+        let shape = Shape { ranks: spec.ranks, nodes: launcher.nodes, per_rank: true };
+        argv = launcher_prefix(&launcher, shape, &test.mpi_args, &forwarded, is_root());
     }
     argv.push(program);
     argv.append(&mut program_args);
@@ -265,6 +248,27 @@ fn prepare_upstream(
         kind,
         cases_dir: (kind != TrialKind::Perf).then_some(cases_dir),
     })
+}
+
+/// A trial's environment, `env`, with what the harness itself sets in place
+/// of any value of the same name: `LLVM_PROFILE_FILE` (into the trial's
+/// profile folder) and the trial's token; returns the token too.
+fn harness_env(
+    mut env: Vec<(String, String)>,
+    config: &Config,
+    manifest: &BuildManifest,
+    profile_dir: &Path,
+) -> (Vec<(String, String)>, String) {
+    let token = crate::exec::proctree::new_token();
+    env.retain(|(key, _)| key != PROFILE_FILE && key != TRIAL_TOKEN);
+    // Without coverage nothing is instrumented, and upstream does not set it
+    // either: an instrumented process would pay for writing a profile.
+    if manifest.coverage {
+        let profile_file = profile_dir.join(&config.coverage.profile_pattern);
+        env.push((PROFILE_FILE.into(), profile_file.display().to_string()));
+    }
+    env.push((TRIAL_TOKEN.into(), token.clone()));
+    (env, token)
 }
 
 /// Upstream's order: the RCCL build, the test's own `LD_LIBRARY_PATH`, the
@@ -288,10 +292,7 @@ fn ld_library_path(run: &crate::config::UpstreamRun, manifest: &BuildManifest, t
 }
 
 /// The argv of one trial: the test binary itself, or a launcher that starts
-/// `ranks` copies of it and forwards the trial's environment to them (Open
-/// MPI `-x NAME` takes the value from mpirun's own environment; MPICH/Hydra
-/// needs `-genv NAME VALUE`; srun forwards everything with `--export=ALL`).
-/// An `auto` flavour is resolved before this ([`crate::launch::mpi::resolve`]).
+/// `ranks` copies of it (see [`launcher_prefix`]).
 pub(crate) fn command_line(
     launcher: &LauncherConfig,
     launcher_args: &[String],
@@ -299,6 +300,36 @@ pub(crate) fn command_line(
     env: &[(String, String)],
     binary: &str,
     program_args: &[String],
+    root: bool,
+) -> Vec<String> {
+    let shape = Shape { ranks, nodes: launcher.nodes, per_rank: true };
+    let mut argv = launcher_prefix(launcher, shape, launcher_args, env, root);
+    argv.push(binary.to_string());
+    argv.extend(program_args.iter().cloned());
+    argv
+}
+
+/// How many processes a launcher starts, on how many nodes, and whether they
+/// are a trial's ranks (which get srun's `--gpus-per-task` and `--mpi=`).
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    ranks: usize,
+    nodes: usize,
+    per_rank: bool,
+}
+
+/// The one place a launcher's words are written, for trials, upstream tests
+/// and the one-process checks on a node: nothing for a direct launch, else
+/// the launcher and its options, with the trial's environment forwarded to
+/// the ranks (Open MPI `-x NAME` takes the value from mpirun's own
+/// environment; MPICH/Hydra needs `-genv NAME VALUE`; srun forwards
+/// everything with `--export=ALL`). An `auto` flavour is resolved before
+/// this ([`mpi::resolve`]).
+fn launcher_prefix(
+    launcher: &LauncherConfig,
+    shape: Shape,
+    launcher_args: &[String],
+    env: &[(String, String)],
     root: bool,
 ) -> Vec<String> {
     let mut argv: Vec<String> = Vec::new();
@@ -309,7 +340,7 @@ pub(crate) fn command_line(
             if launcher.flavor == MpiFlavor::Openmpi && root {
                 argv.push("--allow-run-as-root".into());
             }
-            argv.extend(["-np".into(), ranks.to_string()]);
+            argv.extend(["-np".into(), shape.ranks.to_string()]);
             argv.extend(launcher_args.iter().cloned());
             for (k, v) in env {
                 match launcher.flavor {
@@ -320,19 +351,19 @@ pub(crate) fn command_line(
         }
         LauncherKind::Srun => {
             argv.push(mpi::program(launcher).to_string());
-            argv.extend(["--ntasks".into(), ranks.to_string(), "--nodes".into(), launcher.nodes.to_string()]);
-            if launcher.gpus_per_task > 0 {
-                argv.push(format!("--gpus-per-task={}", launcher.gpus_per_task));
+            argv.extend(["--ntasks".into(), shape.ranks.to_string(), "--nodes".into(), shape.nodes.to_string()]);
+            if shape.per_rank {
+                if launcher.gpus_per_task > 0 {
+                    argv.push(format!("--gpus-per-task={}", launcher.gpus_per_task));
+                }
+                argv.extend(mpi::srun_plugin(launcher.flavor).map(|p| format!("--mpi={p}")));
             }
-            argv.extend(mpi::srun_plugin(launcher.flavor).map(|p| format!("--mpi={p}")));
             // --immediate: a request the cluster cannot meet fails at once
             // instead of queueing forever.
             argv.extend(["--immediate".into(), "--export=ALL".into()]);
             argv.extend(launcher_args.iter().cloned());
         }
     }
-    argv.push(binary.to_string());
-    argv.extend(program_args.iter().cloned());
     argv
 }
 
@@ -421,25 +452,13 @@ pub(crate) fn on_node(
     argv: &[String],
     root: bool,
 ) -> Vec<String> {
-    let mut out = vec![mpi::program(launcher).to_string()];
-    let args = without_hosts(launcher, args);
-    match launcher.kind {
-        LauncherKind::Direct => return argv.to_vec(),
-        LauncherKind::Mpirun => {
-            if launcher.flavor == MpiFlavor::Openmpi && root {
-                out.push("--allow-run-as-root".into());
-            }
-            out.extend(["-np".into(), "1".into()]);
-            out.extend(host_args(launcher, &[], &[(node.to_string(), 1)]));
-            out.extend(args);
-        }
-        LauncherKind::Srun => {
-            out.extend(["--ntasks".into(), "1".into(), "--nodes".into(), "1".into()]);
-            out.extend(host_args(launcher, &[], &[(node.to_string(), 1)]));
-            out.extend(["--immediate".into(), "--export=ALL".into()]);
-            out.extend(args);
-        }
+    if launcher.kind == LauncherKind::Direct {
+        return argv.to_vec();
     }
+    let mut args_there = host_args(launcher, &[], &[(node.to_string(), 1)]);
+    args_there.extend(without_hosts(launcher, args));
+    let shape = Shape { ranks: 1, nodes: 1, per_rank: false };
+    let mut out = launcher_prefix(launcher, shape, &args_there, &[], root);
     out.extend(argv.iter().cloned());
     out
 }
@@ -597,7 +616,8 @@ mod tests {
         let args: Vec<String> = ["-w", "x", "-p", "gpu"].iter().map(ToString::to_string).collect();
         assert_eq!(
             on_node(&srun, &args, "b", &cat, true).join(" "),
-            "srun --ntasks 1 --nodes 1 --nodelist=b --immediate --export=ALL -p gpu cat /ws/m"
+            // The harness's host option comes where a trial's does: after srun's own.
+            "srun --ntasks 1 --nodes 1 --immediate --export=ALL --nodelist=b -p gpu cat /ws/m"
         );
     }
 
