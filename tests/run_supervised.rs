@@ -6,8 +6,9 @@
 use ccl_coverage::env_names::{SUPERVISE, TRIAL_TOKEN};
 use ccl_coverage::exec::process::Cmd;
 use ccl_coverage::exec::supervisor::{self, Report, Spec, StopCause};
-use ccl_coverage::launch::{TrialKind, TrialLaunch};
+use ccl_coverage::launch::TrialLaunch;
 use ccl_coverage::trial::{self as run, Ending, Finished};
+use ccl_coverage::upstream::TrialKind;
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;

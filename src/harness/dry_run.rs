@@ -155,9 +155,9 @@ pub(crate) fn render_json(ctx: &Context, selected: &[&TrialSpec]) -> Result<Stri
         let mut t = json!({
             "name": spec.name,
             "kind": upstream.map_or("perf", |u| match u.test.kind {
-                crate::upstream::Kind::Gtest => "gtest",
-                crate::upstream::Kind::Perf => "perf",
-                crate::upstream::Kind::Pytest => "pytest",
+                crate::upstream::TrialKind::Gtest => "gtest",
+                crate::upstream::TrialKind::Perf => "perf",
+                crate::upstream::TrialKind::Pytest => "pytest",
             }),
             "ranks": spec.ranks,
             "nodes": upstream.map_or_else(|| spec.launcher(ctx.config()).map_or(1, |l| l.nodes as u64), |u| u.nodes),

@@ -23,30 +23,9 @@ use crate::env_names::{PROFILE_FILE, PROFILE_INIT_ONCE, TRIAL_TOKEN};
 use crate::error::Result;
 use crate::exec::process::Cmd;
 use crate::plan::{Source, TrialSpec, UpstreamTrial};
-use crate::upstream::{Env, Kind};
+use crate::upstream::{Env, TrialKind};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// What kind of test a trial runs, which decides its verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TrialKind {
-    /// An nccl-tests style perf binary: exit status and its result table.
-    Perf,
-    /// A googletest binary: exit status and its JSON report.
-    Gtest,
-    /// A pytest suite: exit status and its JUnit XML.
-    Pytest,
-}
-
-impl TrialKind {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            TrialKind::Perf => "perf",
-            TrialKind::Gtest => "gtest",
-            TrialKind::Pytest => "pytest",
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct TrialLaunch {
@@ -179,7 +158,7 @@ fn prepare_upstream(
     };
     let cases_dir = ctx.workspace.trial_cases(&spec.slug);
     let (kind, program, mut program_args, cwd) = match test.kind {
-        Kind::Pytest => {
+        TrialKind::Pytest => {
             let Some(dir) = &test.cwd else { bail!("trial {}: pytest test without test_dir", spec.name) };
             let python = test.pytest.as_ref().and_then(|p| p.python_bin.clone()).unwrap_or_else(|| "python3".into());
             let mut args: Vec<String> = vec!["-m".into(), "pytest".into(), "-p".into(), "no:cacheprovider".into()];
@@ -188,15 +167,15 @@ fn prepare_upstream(
             args.push(format!("--junitxml={}", cases_dir.join("junit.xml").display()));
             (TrialKind::Pytest, python, args, rebase(dir))
         }
-        Kind::Gtest | Kind::Perf => {
+        TrialKind::Gtest | TrialKind::Perf => {
             let Some(binary) = &test.binary else { bail!("trial {}: no binary", spec.name) };
             let binary = rebase(binary);
             let mut args = Vec::new();
-            if let Some(filter) = test.test_filter.as_ref().filter(|_| test.kind == Kind::Gtest) {
+            if let Some(filter) = test.test_filter.as_ref().filter(|_| test.kind == TrialKind::Gtest) {
                 args.push(format!("--gtest_filter={filter}"));
             }
             args.extend(test.args.iter().cloned());
-            if test.kind == Kind::Gtest {
+            if test.kind == TrialKind::Gtest {
                 // A folder: gtest names the file after the binary. MPI ranks
                 // race for that name and may tear the report; the verdict
                 // then reads gtest's result lines from the output instead.
@@ -209,7 +188,7 @@ fn prepare_upstream(
                 .find(|d| d.is_dir())
                 .or_else(|| binary.parent().map(Path::to_path_buf))
                 .unwrap_or_else(|| manifest.build_dir.clone());
-            let kind = if test.kind == Kind::Gtest { TrialKind::Gtest } else { TrialKind::Perf };
+            let kind = if test.kind == TrialKind::Gtest { TrialKind::Gtest } else { TrialKind::Perf };
             (kind, binary.display().to_string(), args, cwd)
         }
     };

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::exec::redact;
 use crate::plan::TrialSpec;
 use crate::trial::{Ending, Execution};
+use crate::upstream::TrialKind;
 use crate::verdict::perf::PerfReport;
 use crate::verdict::{Case, CaseStatus, Status, Verdict};
 use crate::workspace::{self, Workspace};
@@ -34,7 +35,7 @@ pub(crate) struct TrialResult {
     pub(crate) variant: Option<String>,
     /// `perf`, `gtest` or `pytest`: which verdict judged it.
     #[serde(default = "perf_kind")]
-    pub(crate) kind: String,
+    pub(crate) kind: TrialKind,
     pub(crate) build_id: String,
     pub(crate) run_id: String,
     pub(crate) status: Status,
@@ -84,8 +85,8 @@ pub(crate) struct TrialResult {
     pub(crate) rerun: Option<Box<Rerun>>,
 }
 
-fn perf_kind() -> String {
-    "perf".into()
+fn perf_kind() -> TrialKind {
+    TrialKind::Perf
 }
 
 /// A failed trial's second attempt, with its `rerun_env_variables`.
@@ -167,7 +168,7 @@ impl TrialResult {
                 Some(u) => Some(u.test.name.clone()),
                 None => spec.variant(config).map(|v| v.name.to_string()),
             },
-            kind: execution.launch.kind.as_str().to_string(),
+            kind: execution.launch.kind,
             build_id: manifest.build_id.clone(),
             run_id: run_id.to_string(),
             status: verdict.status,
@@ -619,7 +620,7 @@ mod tests {
             collective: "T".into(),
             size: i.to_string(),
             variant: None,
-            kind: "perf".into(),
+            kind: TrialKind::Perf,
             build_id: "b1".into(),
             run_id: "r".into(),
             status: Status::Passed,

@@ -154,14 +154,29 @@ pub(crate) enum BuildCommand {
     Argv(Vec<String>),
 }
 
-/// How a test runs and is judged, decided as upstream does: `is_pytest`
-/// first, then `is_gtest` (default true), else a plain (perf) binary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// What kind of test a trial runs, which decides how it is launched and
+/// judged. For an upstream test it is decided as upstream does: `is_pytest`
+/// first, then `is_gtest` (default true), else a plain (perf) binary; a
+/// matrix trial is always a perf binary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum Kind {
+pub enum TrialKind {
+    /// A googletest binary: exit status and its JSON report.
     Gtest,
+    /// An nccl-tests style perf binary: exit status and its result table.
     Perf,
+    /// A pytest suite: exit status and its JUnit XML.
     Pytest,
+}
+
+impl TrialKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            TrialKind::Perf => "perf",
+            TrialKind::Gtest => "gtest",
+            TrialKind::Pytest => "pytest",
+        }
+    }
 }
 
 /// `num_ranks` / `num_gpus`: a number, or `"auto"` (decided on the machine).
@@ -214,7 +229,7 @@ pub struct Test {
     /// Where the test's own entry is (`test_configurations.x.tests[2]`).
     pub(crate) json_path: String,
     pub(crate) description: Option<String>,
-    pub(crate) kind: Kind,
+    pub(crate) kind: TrialKind,
     /// The program upstream runs (gtest and perf); `None` for pytest.
     pub(crate) binary: Option<String>,
     /// Configuration `command_args`, then the test's, as shell words.
@@ -266,7 +281,7 @@ impl Test {
         if !self.enabled {
             return Some(format!("suite `{}` is disabled (enabled: false)", self.suite));
         }
-        if self.kind == Kind::Pytest {
+        if self.kind == TrialKind::Pytest {
             return None;
         }
         let p = self.placement(machine.gpus_per_node);

@@ -8,7 +8,7 @@ use super::json::{J, Obj, join};
 use super::names::Names;
 use super::text::{self, Lookup};
 use super::{
-    Build, BuildCommand, BuildType, Count, Ctx, Env, Kind, Options, Paths, Pytest, RcclTestsBuild, Resolved, Test,
+    Build, BuildCommand, BuildType, Count, Ctx, Env, Options, Paths, Pytest, RcclTestsBuild, Resolved, Test, TrialKind,
     schema,
 };
 use crate::error::Result;
@@ -626,21 +626,21 @@ impl Resolver<'_, '_> {
             _ => default,
         };
         let kind = if flag("is_pytest", false) {
-            Kind::Pytest
+            TrialKind::Pytest
         } else if flag("is_gtest", true) {
-            Kind::Gtest
+            TrialKind::Gtest
         } else {
-            Kind::Perf
+            TrialKind::Perf
         };
         let name = s("name").unwrap_or_default();
         let filter = s("test_filter");
-        if kind == Kind::Perf && filter.is_some() {
+        if kind == TrialKind::Perf && filter.is_some() {
             self.ctx.warn(
                 &join(path, "test_filter"),
                 "upstream's executor ignores test_filter for non-gtest tests (its schema says otherwise); ignored",
             );
         }
-        let test_filter = filter.filter(|f| f != "*" && f != "ALL" && !(kind == Kind::Pytest && f.is_empty()));
+        let test_filter = filter.filter(|f| f != "*" && f != "ALL" && !(kind == TrialKind::Pytest && f.is_empty()));
 
         let mut env = site.global_env.clone();
         env.extend(env_of(suite.combined.fields.get("env_variables")));
@@ -665,7 +665,7 @@ impl Resolver<'_, '_> {
             if test_args.is_empty() { join(suite.config_path, "command_args") } else { join(path, "command_args") };
         let args = self.words(line.trim(), &args_at)?;
 
-        let (binary, cwd, pytest, problem) = if kind == Kind::Pytest {
+        let (binary, cwd, pytest, problem) = if kind == TrialKind::Pytest {
             let pytest = Pytest {
                 python_bin: s("python_bin").filter(|p| !p.is_empty()),
                 setup_venv: flag("setup_venv", false),

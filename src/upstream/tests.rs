@@ -131,7 +131,7 @@ fn defaults_cascade_configuration_then_suite_then_test() {
     let r = load(&v);
     let plain = test(&r, "S::plain");
     assert_eq!((plain.num_ranks, plain.num_gpus, plain.timeout), (Count::Fixed(4), Count::Fixed(2), Some(10)));
-    assert_eq!((plain.kind, plain.binary.as_deref()), (Kind::Perf, Some("/work/rccl/build/release/test/suite")));
+    assert_eq!((plain.kind, plain.binary.as_deref()), (TrialKind::Perf, Some("/work/rccl/build/release/test/suite")));
     let own = test(&r, "S::own");
     assert_eq!((own.num_ranks, own.binary.as_deref()), (Count::Fixed(8), Some("/work/rccl/build/release/test/mine")));
 }
@@ -145,12 +145,12 @@ fn runtime_fallbacks_and_kinds() {
     let g = test(&r, "S::g");
     assert_eq!(
         (g.kind, g.num_ranks, g.num_nodes, g.num_gpus, g.timeout),
-        (Kind::Gtest, Count::Fixed(1), 1, Count::Auto, None)
+        (TrialKind::Gtest, Count::Fixed(1), 1, Count::Auto, None)
     );
     assert_eq!(g.binary.as_deref(), Some("/work/rccl/build/release/test/rccl-UnitTestsMPI"));
     assert_eq!(g.cwd.as_deref(), Some("/work/rccl/build/release/test"));
     let p = test(&r, "S::p");
-    assert_eq!((p.kind, p.binary.as_deref(), p.cwd.as_deref()), (Kind::Pytest, None, Some("/work/rccl/test/py")));
+    assert_eq!((p.kind, p.binary.as_deref(), p.cwd.as_deref()), (TrialKind::Pytest, None, Some("/work/rccl/test/py")));
 }
 
 #[test]
