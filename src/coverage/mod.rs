@@ -1,3 +1,5 @@
-//! Coverage data: raw profiles and their per-trial merge.
+//! Coverage data: raw profiles and their per-trial merge, and llvm-cov's
+//! summary export as types.
 
+pub mod llvm_export;
 pub mod profiles;

@@ -8,6 +8,7 @@
 use crate::build::fixture::BuildManifest;
 use crate::config::process_env;
 use crate::context::Context;
+use crate::coverage::llvm_export::SummaryExport;
 use crate::coverage::profiles;
 use crate::error::Error;
 use crate::plan;
@@ -56,7 +57,7 @@ struct Merged {
 /// `llvm-cov export -summary-only` over all objects, and the host and device
 /// totals when there are device objects.
 struct Summary {
-    all: String,
+    all: SummaryExport,
     host: Value,
     device: Option<Value>,
 }
@@ -225,7 +226,7 @@ impl Shared {
                 let all = merged.inputs.summary_json(&dir.join("summary.json"))?;
                 let m = &merged.manifest;
                 if m.device_objects.is_empty() {
-                    return Ok(Summary { host: report::totals(&all)?, all, device: None });
+                    return Ok(Summary { host: report::totals(&all), all, device: None });
                 }
                 let host = merged
                     .inputs
@@ -235,7 +236,7 @@ impl Shared {
                     .inputs
                     .with_objects(m.device_objects.iter().map(|o| o.path.clone()).collect())
                     .summary_json(&dir.join("summary-device.json"))?;
-                Ok(Summary { host: report::totals(&host)?, device: Some(report::totals(&device)?), all })
+                Ok(Summary { host: report::totals(&host), device: Some(report::totals(&device)), all })
             })
             .as_ref()
             .map_err(|e| failed("llvm-cov export -summary-only", e))
@@ -278,8 +279,7 @@ impl Shared {
     fn markdown(&self, merged: &Merged) -> Result<(), Failed> {
         let summary = self.summary()?;
         let mut md =
-            report::markdown(&self.ctx.config().name, &merged.manifest, &summary.all, &merged.results, &merged.health)
-                .map_err(|e| failed("reading the summary", &e))?;
+            report::markdown(&self.ctx.config().name, &merged.manifest, &summary.all, &merged.results, &merged.health);
         match self.attributed(merged) {
             Ok(a) => md.push_str(&attribution::markdown(&a.summaries)),
             Err(e) => md.push_str(&format!(
@@ -360,7 +360,7 @@ impl Shared {
         }
         let m = &merged.manifest;
         let roots = [m.library_src.as_path(), m.tests_src.as_path(), self.ctx.root.as_path()];
-        let mut value = report::normalize(&summary.all, &roots).map_err(|e| failed("normalising the summary", &e))?;
+        let mut value = report::normalize(&summary.all, &roots);
         value["config"] = json!(config.name);
         value["build_id"] = json!(m.build_id);
         value["device_coverage"] = json!(m.device.summary());
@@ -571,7 +571,7 @@ fn trial_coverage(inputs: &ReportInputs, r: &TrialResult, profdata: &Path) -> Re
     let inputs = inputs.with_profdata(profdata.to_path_buf());
     let lcov = attribution::parse_lcov(&inputs.lcov_text()?, &format!("llvm-cov export of {}", profdata.display()))?;
     let mut totals = BTreeMap::new();
-    for (metric, covered, count) in report::percentages(&inputs.summary_text()?)? {
+    for (metric, covered, count) in inputs.summary()?.totals().rows() {
         totals.insert(metric, (covered, count));
     }
     let get = |m: &str| totals.get(m).copied().unwrap_or((0, 0));

@@ -8,6 +8,7 @@ pub(crate) mod minimal_suite;
 
 use crate::bail;
 use crate::build::fixture::BuildManifest;
+use crate::coverage::llvm_export::{Counts, FileSummary, Metric, SummaryExport};
 use crate::coverage::profiles::Quarantined;
 use crate::error::{Error, Result};
 use crate::exec::process::Cmd;
@@ -70,8 +71,13 @@ impl ReportInputs {
     }
 
     /// `llvm-cov export -summary-only`, as text.
-    pub(crate) fn summary_text(&self) -> Result<String> {
+    fn summary_text(&self) -> Result<String> {
         self.cmd("export").arg("-summary-only").read()
+    }
+
+    /// `llvm-cov export -summary-only`, as types.
+    pub(crate) fn summary(&self) -> Result<SummaryExport> {
+        SummaryExport::parse(&self.summary_text()?)
     }
 
     /// `llvm-cov <subcommand> -instr-profile=P <obj0> -object <obj1> ... [-ignore-filename-regex=R]`.
@@ -90,11 +96,11 @@ impl ReportInputs {
         cmd
     }
 
-    /// `llvm-cov export -summary-only`: the machine-readable totals.
-    pub fn summary_json(&self, out: &Path) -> Result<String> {
+    /// `llvm-cov export -summary-only`, written to `out` and read as types.
+    pub fn summary_json(&self, out: &Path) -> Result<SummaryExport> {
         let text = self.summary_text()?;
         workspace::files::write_atomic(out, text.as_bytes())?;
-        Ok(text)
+        SummaryExport::parse(&text)
     }
 
     /// The full llvm JSON export (per-file segments, branches, functions).
@@ -137,48 +143,15 @@ impl ReportInputs {
     }
 }
 
-#[derive(Deserialize)]
-struct Export {
-    data: Vec<ExportData>,
-}
-
-#[derive(Deserialize)]
-struct ExportData {
-    files: Vec<ExportFile>,
-    totals: Counts,
-}
-
-#[derive(Deserialize)]
-struct ExportFile {
-    filename: String,
-    summary: Counts,
-}
-
-#[derive(Deserialize)]
-struct Counts {
-    lines: Metric,
-    functions: Metric,
-    regions: Metric,
-    #[serde(default)]
-    branches: Option<Metric>,
-}
-
-#[derive(Deserialize)]
-struct Metric {
-    count: u64,
-    covered: u64,
-}
-
-impl Counts {
-    fn to_json(&self) -> Value {
-        let m = |m: &Metric| Value::String(format!("{}/{}", m.covered, m.count));
-        json!({
-            "lines": m(&self.lines),
-            "functions": m(&self.functions),
-            "regions": m(&self.regions),
-            "branches": self.branches.as_ref().map_or(Value::Null, m),
-        })
-    }
+/// `covered/count` strings of each metric, as the summary and snapshot show them.
+fn counts_json(counts: &Counts) -> Value {
+    let m = |m: &Metric| Value::String(format!("{}/{}", m.covered, m.count));
+    json!({
+        "lines": m(&counts.lines),
+        "functions": m(&counts.functions),
+        "regions": m(&counts.regions),
+        "branches": counts.branches.as_ref().map_or(Value::Null, m),
+    })
 }
 
 /// Cobertura XML (GitLab, Jenkins) converted from the lcov export.
@@ -191,32 +164,16 @@ pub(crate) fn cobertura(lcov: &Path, base_dir: &Path, out: &Path) -> Result<()> 
     workspace::files::write_atomic(out, xml.as_bytes())
 }
 
-/// Percentages of the totals of a summary export, by metric name.
-pub(crate) fn percentages(summary_json: &str) -> Result<Vec<(&'static str, u64, u64)>> {
-    let export: Export =
-        serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
-    let t = &export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?.totals;
-    let mut rows = vec![
-        ("lines", t.lines.covered, t.lines.count),
-        ("functions", t.functions.covered, t.functions.count),
-        ("regions", t.regions.covered, t.regions.count),
-    ];
-    if let Some(b) = &t.branches {
-        rows.push(("branches", b.covered, b.count));
-    }
-    Ok(rows)
-}
-
 pub(crate) fn percent(covered: u64, count: u64) -> f64 {
     if count == 0 { 100.0 } else { covered as f64 * 100.0 / count as f64 }
 }
 
 /// Checks `CCL_COV_FAIL_UNDER_<METRIC>` bars against the totals; the
 /// shortfalls, or `None` when no bar is set.
-pub(crate) fn check_bars(summary_json: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Vec<String>>> {
+pub(crate) fn check_bars(summary: &SummaryExport, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Vec<String>>> {
     let mut any = false;
     let mut short = Vec::new();
-    for (metric, covered, count) in percentages(summary_json)? {
+    for (metric, covered, count) in summary.totals().rows() {
         let var = format!("CCL_COV_FAIL_UNDER_{}", metric.to_ascii_uppercase());
         let Some(bar) = env(&var).filter(|v| !v.is_empty()) else { continue };
         let bar: f64 = bar.parse().map_err(|_| Error::new(format!("{var}={bar:?} is not a percentage")))?;
@@ -230,25 +187,20 @@ pub(crate) fn check_bars(summary_json: &str, env: &dyn Fn(&str) -> Option<String
 }
 
 /// The totals of a summary export as `covered/count` strings.
-pub fn totals(summary_json: &str) -> Result<Value> {
-    let export: Export =
-        serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
-    Ok(export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?.totals.to_json())
+pub fn totals(summary: &SummaryExport) -> Value {
+    counts_json(summary.totals())
 }
 
 /// The summary made comparable between machines and runs: paths relative to
 /// the source roots, `covered/count` per file and in total.
-pub(crate) fn normalize(summary_json: &str, roots: &[&Path]) -> Result<Value> {
-    let export: Export =
-        serde_json::from_str(summary_json).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
-    let data = export.data.first().ok_or_else(|| Error::new("llvm-cov export has no data"))?;
+pub(crate) fn normalize(summary: &SummaryExport, roots: &[&Path]) -> Value {
     let mut files = serde_json::Map::new();
-    let mut sorted: Vec<&ExportFile> = data.files.iter().collect();
+    let mut sorted: Vec<&FileSummary> = summary.files().iter().collect();
     sorted.sort_by(|a, b| a.filename.cmp(&b.filename));
     for file in sorted {
-        files.insert(relative(&file.filename, roots), file.summary.to_json());
+        files.insert(relative(&file.filename, roots), counts_json(&file.summary));
     }
-    Ok(json!({ "totals": data.totals.to_json(), "files": files }))
+    json!({ "totals": counts_json(summary.totals()), "files": files })
 }
 
 fn relative(path: &str, roots: &[&Path]) -> String {
@@ -406,13 +358,13 @@ impl ReportMeta {
 pub(crate) fn markdown(
     config: &str,
     manifest: &BuildManifest,
-    summary_json: &str,
+    summary: &SummaryExport,
     results: &[TrialResult],
     health: &Health,
-) -> Result<String> {
+) -> String {
     let mut md = format!("## Coverage: {config} (build {})\n\n", manifest.build_id);
     md.push_str("| | covered | total | % |\n|---|---:|---:|---:|\n");
-    for (metric, covered, count) in percentages(summary_json)? {
+    for (metric, covered, count) in summary.totals().rows() {
         md.push_str(&format!("| {metric} | {covered} | {count} | {:.2} |\n", percent(covered, count)));
     }
     md.push_str(&format!("\nDevice coverage: {}\n\n", manifest.device.summary()));
@@ -438,7 +390,7 @@ pub(crate) fn markdown(
     if !health.device_counters_lost.is_empty() {
         md.push_str(&format!("\nDevice counters lost: {}\n", health.device_counters_lost.join("; ")));
     }
-    Ok(md)
+    md
 }
 
 #[cfg(test)]
@@ -453,21 +405,22 @@ mod tests {
 
     #[test]
     fn normalize_makes_paths_relative_and_counts_compact() {
-        let v = normalize(EXPORT, &[Path::new("/src/fixtures"), Path::new("/src")]).unwrap();
+        let export = SummaryExport::parse(EXPORT).unwrap();
+        let v = normalize(&export, &[Path::new("/src/fixtures"), Path::new("/src")]);
         assert_eq!(v["totals"]["lines"], "7/11");
         assert_eq!(v["files"]["ccl/src/init.cc"]["branches"], "1/4");
         assert_eq!(v["files"]["/elsewhere/gen.cc"]["functions"], "0/1");
         assert_eq!(
-            percentages(EXPORT).unwrap(),
+            export.totals().rows(),
             [("lines", 7, 11), ("functions", 2, 3), ("regions", 4, 6), ("branches", 1, 4)]
         );
         let bars =
             |lines: &'static str| move |name: &str| (name == "CCL_COV_FAIL_UNDER_LINES").then(|| lines.to_string());
-        assert_eq!(check_bars(EXPORT, &|_| None).unwrap(), None);
-        assert_eq!(check_bars(EXPORT, &bars("60")).unwrap(), Some(vec![]));
-        let short = check_bars(EXPORT, &bars("70")).unwrap().unwrap();
+        assert_eq!(check_bars(&export, &|_| None).unwrap(), None);
+        assert_eq!(check_bars(&export, &bars("60")).unwrap(), Some(vec![]));
+        let short = check_bars(&export, &bars("70")).unwrap().unwrap();
         assert_eq!(short, ["lines 63.64% (7/11) is under CCL_COV_FAIL_UNDER_LINES=70"]);
-        assert!(check_bars(EXPORT, &bars("lots")).is_err());
+        assert!(check_bars(&export, &bars("lots")).is_err());
     }
 
     #[test]
@@ -531,9 +484,10 @@ mod tests {
             "regions": {"covered": 0, "count": 0}, "branches": {"covered": 1, "count": 4}
         }}]})
         .to_string();
+        let summary = SummaryExport::parse(&summary).unwrap();
         let results = [trial("A::1K::a", "PASSED", ""), trial("A::1K::i", "INTERRUPTED", "INTERRUPTED by SIGINT")];
         let health = Health::new(&results, Vec::new(), Vec::new());
-        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &results, &health).unwrap();
+        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &results, &health);
         assert!(md.starts_with("## Coverage: local (build b1)\n"), "{md}");
         assert!(md.contains("| lines | 3 | 4 | 75.00 |"), "{md}");
         assert!(md.contains("Trials: 1 passed, 0 failed, 0 timed out, 1 interrupted (runs r1)."), "{md}");
@@ -542,7 +496,7 @@ mod tests {
         let mut lost = trial("A::1G::t", "TIMEOUT", "TIMEOUT after 1800s");
         lost.device_counters_lost = Some("TIMEOUT after 1800s: drained only at exit".into());
         let health = Health::new(std::slice::from_ref(&lost), Vec::new(), Vec::new());
-        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &[lost], &health).unwrap();
+        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &[lost], &health);
         assert!(md.contains("\nDevice counters lost: A::1G::t (TIMEOUT after 1800s: drained only at exit)\n"), "{md}");
     }
 
