@@ -362,11 +362,9 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
     };
     let all = inputs.summary_json(&d.join("summary.json")).unwrap().file_names().join("\n");
     assert!(all.contains("kernel.hip"), "the device source is reported: {all}");
-    let device_totals =
-        report::totals(&inputs.with_objects(vec![elf]).summary_json(&d.join("device.json")).unwrap());
+    let device_totals = report::totals(&inputs.with_objects(vec![elf]).summary_json(&d.join("device.json")).unwrap());
     assert_eq!(device_totals["functions"], "0/1", "the kernel never ran on this machine");
-    let host_totals =
-        report::totals(&inputs.with_objects(vec![host]).summary_json(&d.join("host.json")).unwrap());
+    let host_totals = report::totals(&inputs.with_objects(vec![host]).summary_json(&d.join("host.json")).unwrap());
     assert_eq!(host_totals["functions"], "2/2");
 }
 
@@ -504,8 +502,7 @@ fn host_and_device_raw_profiles_merge_and_report_apart() {
     let files = all.file_names().join("\n");
     assert!(files.contains("collector.c") && files.contains("kernel.hip"), "{files}");
     assert_eq!(report::totals(&all)["functions"], "2/2");
-    let host =
-        report::totals(&inputs.with_objects(vec![collector]).summary_json(&d.join("host.json")).unwrap());
+    let host = report::totals(&inputs.with_objects(vec![collector]).summary_json(&d.join("host.json")).unwrap());
     let device = report::totals(&inputs.with_objects(vec![elf]).summary_json(&d.join("device.json")).unwrap());
     assert_eq!(host["functions"], "1/1", "the collector's main");
     assert_eq!(device["functions"], "1/1", "the kernel, from the device profile");
