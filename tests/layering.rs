@@ -144,7 +144,7 @@ fn violations(stages: &[Stage], src: &Path) -> (Vec<String>, BTreeSet<usize>) {
                 )),
                 Some(_) => {}
                 None => {
-                    problems.push(format!("src/{rel} imports crate::{module}, which no row of the stage table names"))
+                    problems.push(format!("src/{rel} imports crate::{module}, which no row of the stage table names"));
                 }
             }
         }
