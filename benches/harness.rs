@@ -90,7 +90,7 @@ fn last_trial_end(run: &Value) -> u64 {
 }
 
 /// One pass of the many-profiles suite: collectives (sampling raw-profile
-/// disk use) then coverage_report.
+/// disk use) then `coverage_report`.
 fn profile_pass(dir: &Path, config: &Path, incremental: bool, overlap: bool) -> Value {
     let ws = dir.join(format!("ws-{incremental}-{overlap}"));
     let mode = if incremental { "on" } else { "off" };

@@ -1,4 +1,4 @@
-//! Dry-resolves every `*.json` in a folder of RCCL test_runner configs and
+//! Dry-resolves every `*.json` in a folder of RCCL `test_runner` configs and
 //! prints a Markdown table: tests, how many a 1-node / 8-GPU machine would
 //! ignore and why, and every warning. Used to fill `docs/upstream-configs.md`.
 //!

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::workspace::Workspace;
 use std::path::{Path, PathBuf};
 
-/// The overlay laid over an upstream test_runner config, relative to the
+/// The overlay laid over an upstream `test_runner` config, relative to the
 /// project root, unless `CCL_COV_OVERLAY` names another or the config has
 /// one beside it (`x.json` → `x.overlay.json`).
 pub(crate) const DEFAULT_OVERLAY_PATH: &str = "configs/rccl-overlay.json";

@@ -1,5 +1,5 @@
 //! The plan: one trial per collective × size × variant, named
-//! `Collective::size[::variant]`; or, for an upstream RCCL test_runner
+//! `Collective::size[::variant]`; or, for an upstream RCCL `test_runner`
 //! config, one trial per resolved test, named `<suite>::<test>`. Planning
 //! reads only the config, so listing trials is instant and builds nothing.
 

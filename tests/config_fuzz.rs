@@ -2,7 +2,7 @@
 //! however wrong, may panic, and every error names the config file.
 //!
 //! Deterministic: every property runs with a fixed seed
-//! (`RngSeed::Fixed(SEED)`, proptest's default ChaCha RNG) and a fixed number
+//! (`RngSeed::Fixed(SEED)`, proptest's default `ChaCha` RNG) and a fixed number
 //! of cases, so CI sees the same inputs on every run and a failure reproduces
 //! by rerunning the test; `PROPTEST_*` variables cannot change either, and no
 //! regression file is written (`failure_persistence: None`). To explore other

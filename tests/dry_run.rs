@@ -337,7 +337,7 @@ fn rccl_shaped_run() -> Run {
     run
 }
 
-/// An RCCL-shaped test_runner config with the default RCCL overlay, against
+/// An RCCL-shaped `test_runner` config with the default RCCL overlay, against
 /// the fake ROCm 7.15 layout: what an RCCL developer's config would run.
 #[test]
 fn rccl_shaped_upstream_config_json_dry_run() {

@@ -314,7 +314,7 @@ fn an_existing_instrumented_build_is_used_and_identified_by_its_objects() {
     assert!(log.contains("unset CCL_COV_BUILD_DIR"), "{log}");
 }
 
-/// The fixture's CMakeLists add -Wall -Wextra (as warnings, not errors); its
+/// The fixture's `CMakeLists` add -Wall -Wextra (as warnings, not errors); its
 /// build logs, which hold the compiler's output, must show none.
 #[test]
 fn the_fixture_builds_without_a_compiler_warning() {

@@ -21,7 +21,7 @@ use support::{Setup, files_under, is_root, only, output_within, processes_mentio
 const LIMIT: Duration = Duration::from_secs(600);
 
 /// `configs/local.json` with its perf binaries built against MPICH: CMake's
-/// FindMPI reads the include and link flags from MPICH's compiler wrapper
+/// `FindMPI` reads the include and link flags from MPICH's compiler wrapper
 /// (the compiler stays clang). Open MPI's `mpirun` stays the default
 /// alternative; MPICH is reached as `mpirun.mpich`.
 fn build_against_mpich(v: &mut Value) {

@@ -1,5 +1,5 @@
 //! Resolves each config under `tests/fixtures/upstream-configs/` (our own
-//! configs in RCCL test_runner's format) and snapshots the resolved model,
+//! configs in RCCL `test_runner`'s format) and snapshots the resolved model,
 //! warnings included, as JSON; and checks that no JSON value, however wrong,
 //! makes the resolver panic, and that every error names the file.
 //!

@@ -1,5 +1,5 @@
 //! The fixture's upstream-format config (`configs/local_test_runner.json`,
-//! RCCL test_runner's format) through the real harness binary: gtest, perf
+//! RCCL `test_runner`'s format) through the real harness binary: gtest, perf
 //! and pytest trials with their verdicts and cases, tests ignored with the
 //! reason, a filter matching nothing, a crash naming its test, pytest
 //! collecting nothing, the diagnostic rerun, and a coverage report. The

@@ -262,27 +262,27 @@ impl BuildPlan {
     /// coverage mapping: an uninstrumented library would give an empty
     /// report much later.
     fn inspect_objects(&self, ctx: &Context) -> Result<Vec<ObjectRecord>> {
-        let mut records = Vec::new();
-        for (i, template) in ctx.loaded.config.library.objects.iter().enumerate() {
-            let path = PathBuf::from(self.vars.render(template)?);
-            if !path.is_file() {
-                bail!(
+        let config = &ctx.loaded.path;
+        let flags = "{coverage_flags}";
+        library_objects(
+            ctx,
+            &self.vars,
+            self.coverage,
+            |i, path| {
+                Error::new(format!(
                     "{}: library.objects[{i}]: the build finished but {} does not exist; fix the path or the build steps",
-                    ctx.loaded.path.display(),
+                    config.display(),
                     path.display()
-                );
-            }
-            let instrumentation = objects::inspect(&path)?;
-            if self.coverage && !instrumentation.is_instrumented() {
-                bail!(
-                    "{}: library.objects[{i}]: {} has no coverage mapping (__llvm_covmap/__llvm_covfun and __llvm_prf_cnts): the build did not apply {{coverage_flags}} to it",
-                    ctx.loaded.path.display(),
+                ))
+            },
+            |i, path| {
+                Error::new(format!(
+                    "{}: library.objects[{i}]: {} has no coverage mapping (__llvm_covmap/__llvm_covfun and __llvm_prf_cnts): the build did not apply {flags} to it",
+                    config.display(),
                     path.display()
-                );
-            }
-            records.push(ObjectRecord { path, instrumentation });
-        }
-        Ok(records)
+                ))
+            },
+        )
     }
 
     fn device_objects(&self, ctx: &Context) -> Result<Vec<ObjectRecord>> {
@@ -337,7 +337,6 @@ pub fn select_device_objects(patterns: &[PathBuf], device: &DeviceDecision) -> R
     Ok(found)
 }
 
-/// Inspects the objects of an existing build: each must exist and carry
 /// The toolchain and the device-coverage decision: what the build will be
 /// made with, from the config and an environment lookup (the process's, or
 /// a fake one in tests).
@@ -472,24 +471,48 @@ fn render_steps(ctx: &Context, vars: &Vars, rccl: rccl::Coverage) -> Result<(Vec
     Ok((steps, bin_dir))
 }
 
+/// Inspects the objects of an existing build: each must exist and carry
 /// coverage mapping, else the error says how to get one that does.
 fn inspect_existing(ctx: &Context, vars: &Vars, dir: &Path) -> Result<Vec<ObjectRecord>> {
     if !dir.is_dir() {
         bail!("the existing build {} (CCL_COV_BUILD_DIR or library.existing_build) does not exist", dir.display());
     }
-    let mut records = Vec::new();
-    for template in &ctx.loaded.config.library.objects {
-        let path = PathBuf::from(vars.render(template)?);
-        if !path.is_file() {
-            bail!("the existing build {} has no {} (library.objects)", dir.display(), path.display());
-        }
-        let instrumentation = objects::inspect(&path)?;
-        if ctx.coverage && !instrumentation.is_instrumented() {
-            bail!(
+    library_objects(
+        ctx,
+        vars,
+        ctx.coverage,
+        |_, path| {
+            Error::new(format!("the existing build {} has no {} (library.objects)", dir.display(), path.display()))
+        },
+        |_, path| {
+            Error::new(format!(
                 "the existing build's {} carries no coverage mapping: it was built without coverage instrumentation. Rebuild it with {} (for RCCL: install.sh --debug --enable-code-coverage), or unset CCL_COV_BUILD_DIR so that ccl-coverage builds the library itself",
                 path.display(),
                 ctx.loaded.config.coverage.host_flags.join(" ")
-            );
+            ))
+        },
+    )
+}
+
+/// The config's `library.objects`, each of which must exist and, when
+/// `coverage` is on, carry coverage mapping; `missing` and `uninstrumented`
+/// say why not (with the object's index).
+fn library_objects(
+    ctx: &Context,
+    vars: &Vars,
+    coverage: bool,
+    missing: impl Fn(usize, &Path) -> Error,
+    uninstrumented: impl Fn(usize, &Path) -> Error,
+) -> Result<Vec<ObjectRecord>> {
+    let mut records = Vec::new();
+    for (i, template) in ctx.loaded.config.library.objects.iter().enumerate() {
+        let path = PathBuf::from(vars.render(template)?);
+        if !path.is_file() {
+            return Err(missing(i, &path));
+        }
+        let instrumentation = objects::inspect(&path)?;
+        if coverage && !instrumentation.is_instrumented() {
+            return Err(uninstrumented(i, &path));
         }
         records.push(ObjectRecord { path, instrumentation });
     }

@@ -124,7 +124,7 @@ fn bounded<'de, D: Deserializer<'de>>(d: D, bound: Bound) -> Result<u64, D::Erro
                 Err(_) => Err(self.out_of_range(v)),
             }
         }
-        /// JSON integers beyond u64 arrive here too (serde_json reads them as
+        /// JSON integers beyond u64 arrive here too (`serde_json` reads them as
         /// floats), as do `2.5` and `1e30`: none is an integer in range.
         fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
             Err(self.out_of_range(format_args!("{v:?}")))
@@ -243,7 +243,7 @@ pub struct Config {
     pub timeouts: Timeouts,
     #[serde(default)]
     pub(crate) report: ReportConfig,
-    /// Set when the config file is an upstream RCCL test_runner config: the
+    /// Set when the config file is an upstream RCCL `test_runner` config: the
     /// rest of the config then comes from the overlay (`config/overlay.rs`)
     /// and the plan is the resolved tests.
     #[serde(skip)]
@@ -727,7 +727,7 @@ pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedC
 }
 
 /// Loads the config at `path` in either format: an upstream RCCL
-/// test_runner config (told by its top-level keys) is combined with the
+/// `test_runner` config (told by its top-level keys) is combined with the
 /// overlay at `overlay`; anything else is ccl-coverage's own format.
 pub(crate) fn load_any(path: &Path, overlay: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
     // `load` says why an unreadable file cannot be read.
@@ -738,12 +738,12 @@ pub(crate) fn load_any(path: &Path, overlay: &Path, env: &dyn Fn(&str) -> Option
     }
 }
 
-/// Parses, expands and checks config text said to come from `path`.
 /// An error in the config at `path`, at `json_path` (`$` for the whole).
 pub(crate) fn error_at(path: &Path, json_path: &str, msg: &dyn std::fmt::Display) -> Error {
     Error::new(format!("{}: {}: {msg}", path.display(), if json_path.is_empty() { "$" } else { json_path }))
 }
 
+/// Parses, expands and checks config text said to come from `path`.
 pub fn load_str(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
     let at = |json_path: &str, msg: &dyn std::fmt::Display| error_at(path, json_path, msg);
     let mut value: Value =
@@ -943,7 +943,6 @@ fn check_timeouts(
     Ok(())
 }
 
-/// The JSON paths and texts of a trial's name parts, in name order.
 /// At most `limits::TRIALS` trials: the plan is built in memory at every
 /// start. (Whether the trials' files stay apart is the plan's check,
 /// `plan::check`.)

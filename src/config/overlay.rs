@@ -1,4 +1,4 @@
-//! An upstream RCCL test_runner config (`CCL_COV_CONFIG`) with ccl-coverage's
+//! An upstream RCCL `test_runner` config (`CCL_COV_CONFIG`) with ccl-coverage's
 //! own settings laid over it from an overlay file (`CCL_COV_OVERLAY`,
 //! default `configs/rccl-overlay.json`): the toolchain, coverage flags and
 //! device mode, the build (or the existing build), the machine's nodes and

@@ -331,7 +331,7 @@ mod tests {
         assert!(err.contains("apt-get install clang-22"), "{err}");
     }
 
-    /// upstream: test_llvm_tool_prefers_resolved_rocm_root_over_path, with the
+    /// upstream: `test_llvm_tool_prefers_resolved_rocm_root_over_path`, with the
     /// compiler found through a fallback (`hipcc` in `<rocm>/bin`).
     #[test]
     fn rocm_tool_dirs_win_over_path_for_a_fallback_compiler() {

@@ -2,7 +2,7 @@
 //!
 //! Upstream reads configs with Python's `json.load`: objects keep their keys in
 //! file order and a repeated key silently keeps the last value, in the first
-//! key's place. serde_json's `Map` (without `preserve_order`) sorts keys and
+//! key's place. `serde_json`'s `Map` (without `preserve_order`) sorts keys and
 //! hides duplicates, so this small tree keeps objects as ordered pairs and the
 //! parser reports every duplicate's JSON path.
 

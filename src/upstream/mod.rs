@@ -304,7 +304,7 @@ pub fn resolve(path: &Path, text: &str, env: &dyn Fn(&str) -> Option<String>) ->
     resolve_with(path, text, env, &Options::default())
 }
 
-/// [`resolve`] with upstream's command-line choices.
+/// [`resolve()`] with upstream's command-line choices.
 pub fn resolve_with(
     path: &Path,
     text: &str,
