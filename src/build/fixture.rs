@@ -542,30 +542,26 @@ fn dir_identity(dir: &Path) -> Result<String> {
     Ok(format!("{} {}", dir.display(), entries.join(";")))
 }
 
-/// Files matching `pattern`, whose last component may hold `*` and `?`.
+/// Files matching `pattern`, whose last component may hold `*`, `?` and
+/// `[…]` (matched by `globset`, never across a `/`).
 fn glob_files(pattern: &Path) -> Result<Vec<PathBuf>> {
     let (Some(dir), Some(name)) = (pattern.parent(), pattern.file_name().and_then(|n| n.to_str())) else {
         return Ok(Vec::new());
     };
+    let matcher = globset::GlobBuilder::new(name)
+        .literal_separator(true)
+        .build()
+        .map_err(|e| Error::new(format!("coverage.device.objects: {} is not a file pattern: {e}", pattern.display())))?
+        .compile_matcher();
     let Ok(entries) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };
     let mut found: Vec<PathBuf> = entries
         .flatten()
-        .filter(|e| e.file_name().to_str().is_some_and(|n| wildcard(name.as_bytes(), n.as_bytes())))
+        .filter(|e| matcher.is_match(e.file_name()))
         .map(|e| e.path())
         .filter(|p| p.is_file())
         .collect();
     found.sort();
     Ok(found)
-}
-
-fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
-    match (pattern.first(), text.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => wildcard(&pattern[1..], text) || (!text.is_empty() && wildcard(pattern, &text[1..])),
-        (Some(b'?'), Some(_)) => wildcard(&pattern[1..], &text[1..]),
-        (Some(p), Some(t)) if p == t => wildcard(&pattern[1..], &text[1..]),
-        _ => false,
-    }
 }
 
 /// Runs one build step under a supervisor, like a trial: an interrupted or
@@ -779,15 +775,15 @@ mod tests {
 
     #[test]
     fn wildcards_match_whole_names() {
-        assert!(wildcard(b"device-*.elf", b"device-gfx942.elf"));
-        assert!(!wildcard(b"device-*.elf", b"device-gfx942.elf.bak"));
-        assert!(wildcard(b"lib?.so", b"libx.so"));
         let dir = tempfile::tempdir().unwrap();
-        for name in ["device-gfx942.elf", "device-gfx90a.elf", "other.elf"] {
+        for name in ["device-gfx942.elf", "device-gfx90a.elf", "device-gfx942.elf.bak", "other.elf", "libx.so"] {
             std::fs::write(dir.path().join(name), "").unwrap();
         }
         let found = glob_files(&dir.path().join("device-*.elf")).unwrap();
         assert_eq!(found, [dir.path().join("device-gfx90a.elf"), dir.path().join("device-gfx942.elf")]);
+        assert_eq!(glob_files(&dir.path().join("lib?.so")).unwrap(), [dir.path().join("libx.so")]);
+        let bad = glob_files(&dir.path().join("device-[.elf")).unwrap_err().to_string();
+        assert!(bad.contains("is not a file pattern"), "{bad}");
     }
 
     #[test]

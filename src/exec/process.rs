@@ -217,7 +217,9 @@ pub(crate) fn indent_tail(text: &str, n: usize) -> String {
     out.join("\n")
 }
 
-/// Quotes one argument for a POSIX shell, only when it needs it.
+/// Quotes one argument for a POSIX shell, only when it needs it. Written
+/// here rather than with `shlex`, whose `"it's"` form would change every
+/// recorded command line; this is the one POSIX form, `'…'` with `'\''`.
 pub(crate) fn shell_quote(arg: &str) -> String {
     let plain = !arg.is_empty() && arg.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%^".contains(&b));
     if plain { arg.to_string() } else { format!("'{}'", arg.replace('\'', r"'\''")) }

@@ -272,21 +272,7 @@ fn running_test(output: &str) -> Option<String> {
 /// `line` without terminal colour sequences (`ESC [ … m`): under `mpirun`
 /// gtest may colour its output although it goes to a file.
 fn without_colors(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // Skip `[`, the parameters and the final letter.
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    strip_ansi_escapes::strip_str(line)
 }
 
 /// A pytest trial: its exit status and its JUnit XML. Exit 5 (nothing
@@ -326,56 +312,61 @@ pub(crate) fn judge_pytest(finished: &Finished, junit: Option<&str>, timeout: Du
 }
 
 /// The `<testcase>` elements of a JUnit XML file: `classname::name`, time,
-/// and whether a `<failure>`, `<error>` or `<skipped>` child is there.
+/// and whether a `<failure>`, `<error>` or `<skipped>` child is there (with
+/// the failure's message). Read up to the first malformed element: pytest
+/// writes the file at its end, and a torn file still names the cases before
+/// the tear.
 fn junit_cases(xml: &str) -> Vec<Case> {
+    use quick_xml::events::{BytesStart, Event};
+    let attr = |e: &BytesStart<'_>, key: &str| -> String {
+        e.attributes()
+            .flatten()
+            .find(|a| a.key.as_ref() == key)
+            .and_then(|a| a.normalized_value(quick_xml::XmlVersion::Implicit1_0).ok().map(std::borrow::Cow::into_owned))
+            .unwrap_or_default()
+    };
+    let mut reader = quick_xml::Reader::from_str(xml);
     let mut out = Vec::new();
-    let mut rest = xml;
-    while let Some(start) = rest.find("<testcase") {
-        let after = &rest[start + "<testcase".len()..];
-        let Some(tag_end) = after.find('>') else { break };
-        let tag = &after[..tag_end];
-        let self_closing = tag.ends_with('/');
-        let (body, next) = if self_closing {
-            ("", &after[tag_end + 1..])
-        } else {
-            match after.find("</testcase>") {
-                Some(end) => (&after[tag_end + 1..end], &after[end + "</testcase>".len()..]),
-                None => (&after[tag_end + 1..], ""),
+    let mut open: Option<Case> = None;
+    loop {
+        let (event, empty) = match reader.read_event() {
+            Ok(Event::Start(e)) => (e, false),
+            Ok(Event::Empty(e)) => (e, true),
+            Ok(Event::End(e)) if e.name().as_ref() == "testcase" => {
+                out.extend(open.take());
+                continue;
             }
+            Ok(Event::Eof) | Err(_) => break,
+            Ok(_) => continue,
         };
-        let classname = xml_attr(tag, "classname");
-        let name = xml_attr(tag, "name");
-        let status = if body.contains("<failure") || body.contains("<error") {
-            CaseStatus::Failed
-        } else if body.contains("<skipped") {
-            CaseStatus::Skipped
-        } else {
-            CaseStatus::Passed
-        };
-        let message = ["<failure", "<error"]
-            .iter()
-            .find_map(|t| {
-                body.find(t).map(|i| xml_attr(&body[i..body[i..].find('>').map_or(body.len(), |e| i + e)], "message"))
-            })
-            .unwrap_or_default();
-        out.push(Case {
-            name: if classname.is_empty() { name } else { format!("{classname}::{name}") },
-            status,
-            time_s: xml_attr(tag, "time").parse().unwrap_or_default(),
-            message,
-        });
-        rest = next;
+        match event.name().as_ref() {
+            "testcase" => {
+                out.extend(open.take());
+                let (classname, name) = (attr(&event, "classname"), attr(&event, "name"));
+                let case = Case {
+                    name: if classname.is_empty() { name } else { format!("{classname}::{name}") },
+                    status: CaseStatus::Passed,
+                    time_s: attr(&event, "time").parse().unwrap_or_default(),
+                    message: String::new(),
+                };
+                if empty { out.push(case) } else { open = Some(case) }
+            }
+            "failure" | "error" => {
+                if let Some(case) = open.as_mut().filter(|c| c.status != CaseStatus::Failed) {
+                    case.status = CaseStatus::Failed;
+                    case.message = attr(&event, "message");
+                }
+            }
+            "skipped" => {
+                if let Some(case) = open.as_mut().filter(|c| c.status == CaseStatus::Passed) {
+                    case.status = CaseStatus::Skipped;
+                }
+            }
+            _ => {}
+        }
     }
+    out.extend(open);
     out
-}
-
-/// The unescaped value of attribute `key` in an XML start tag.
-fn xml_attr(tag: &str, key: &str) -> String {
-    let needle = format!(" {key}=\"");
-    let Some(i) = tag.find(&needle) else { return String::new() };
-    let value = &tag[i + needle.len()..];
-    let value = &value[..value.find('"').unwrap_or(value.len())];
-    value.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&apos;", "'").replace("&amp;", "&")
 }
 
 /// `mpirun`, `srun` and shells report a rank killed by signal N as exit
