@@ -1,0 +1,444 @@
+// ccl-coverage's NVIDIA kernel collector: a CUDA injection library
+// (CUDA_INJECTION64_PATH; the driver calls InitializeInjection() at cuInit)
+// that records which SASS instructions of which cubins a process executed,
+// with CUPTI's SASS metrics (smsp__sass_inst_executed, GPU granularity).
+//
+// Derived from nvidia/cupti_sass_injection.cpp, reduced to the one mode that
+// gives coverage with CUPTI >= 13.4 (docs: shared/spec/cupti-134/README.md):
+// SASS metrics configured once per device and enabled on every context when
+// it is created, with lazy patching (a function is patched at its first
+// launch); counts flushed when a context is destroyed and at exit. CUPTI
+// before 13.4 (CUDA 13.0's CUPTI 2025.3.1) patches only the first kernel a
+// context launches, so the harness's capability probe (probe.cu) decides
+// whether the CUPTI it found is usable. The process should run with
+// CUDA_MODULE_LOADING=EAGER.
+//
+// Build (the harness, at fixture time, on the GPU host), as an argv:
+//   ["g++", "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
+//    "<this file>",
+//    "-I<CUDA_HOME>/include", "-I<cupti include dir>",
+//    "-L<dir of the chosen libcupti.so.13>", "-l:libcupti.so.13",
+//    "-Wl,-rpath,<dir of the chosen libcupti.so.13>", "-ldl",
+//    "-o", "<out>/libccl_cov_cupti.so"]
+// It calls no CUDA driver function (CUcontext is only a handle here), so it
+// needs no -lcuda; adding -lcuda does no harm where libcuda.so exists. -ldl is
+// for dladdr() on glibc < 2.34 (a no-op after). Only these CUPTI headers are
+// included, not <cupti.h>: cupti.h pulls in generated_cuda_runtime_api_meta.h,
+// which does not compile against an older toolkit's runtime headers
+// (cudaDevResource), so the CUPTI headers of a newer CUPTI can be used with
+// the host toolkit's cuda.h.
+//
+// Environment:
+//   CCL_COV_SASS_DIR     (required) the trial's profile folder: one record
+//                        file per process, sass-<host>-<pid>.tsv
+//   CCL_COV_SASS_CUBINS  folder where each distinct cubin is saved once, as
+//                        <crc hex>.cubin (default: CCL_COV_SASS_DIR)
+//
+// Record file: text, fields separated by tabs, written atomically (a
+// temporary file in the same folder, fsync, rename) when the library starts,
+// after every context-destroy flush, and at exit; only the exit write ends
+// with the `end` line:
+//   ccl-coverage-sass  2
+//   host    <hostname>
+//   pid     <pid>
+//   cupti   <cuptiGetVersion()>  <path of the loaded libcupti (dladdr)>
+//   cubin   <crc hex>  <bytes>                      (one per distinct cubin)
+//   event   <free text: enabled, flushes, errors>   (in order)
+//   dropped <records CUPTI dropped, in total>        (always; 0 when none)
+//   x       <crc hex>  <pc offset hex>  <count>  <function (mangled)>
+//   end     <reason>
+// Counts of the same (cubin, function, offset) are summed over flushes; only
+// executed instructions (count > 0) are written. Free text has no tabs or
+// newlines. A CUPTI error becomes an event line with the call and
+// cuptiGetResultString(); nothing here ends or crashes the host process.
+
+#include <cuda.h>
+#include <cupti_activity.h>
+#include <cupti_callbacks.h>
+#include <cupti_pcsampling.h>
+#include <cupti_profiler_target.h>
+#include <cupti_result.h>
+#include <cupti_sass_metrics.h>
+#include <cupti_target.h>
+#include <cupti_version.h>
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+// (cubin CRC, function, PC offset) -> times executed.
+using Key = std::tuple<uint32_t, std::string, uint32_t>;
+
+struct State {
+  std::recursive_mutex mu;
+  pid_t pid = 0;            // the process that loaded us (a forked child writes nothing)
+  std::string dir, cubin_dir, host, path;
+  std::string cupti_line;   // "<version>\t<path>"
+  bool profiler_ready = false;
+  bool profiler_failed = false;
+  std::set<uint32_t> configured_devices;
+  std::set<CUcontext> enabled;
+  std::map<uint32_t, size_t> cubins;         // crc -> bytes
+  std::vector<std::string> pending_cubins;   // loaded, not yet named by CRC
+  std::map<Key, uint64_t> executed;
+  std::vector<std::string> events;
+  uint64_t dropped = 0;
+  bool ended = false;
+  CUpti_SubscriberHandle subscriber = nullptr;
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed: the exit handler uses it
+  return *s;
+}
+
+// Free text for one field: no tab, newline or carriage return.
+std::string field(std::string text) {
+  for (char& c : text) {
+    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+  }
+  return text;
+}
+
+void event(const std::string& what) { state().events.push_back(field(what)); }
+
+std::string result_text(CUptiResult r) {
+  const char* text = nullptr;
+  if (cuptiGetResultString(r, &text) != CUPTI_SUCCESS || !text) return "CUPTI error " + std::to_string((int)r);
+  return text;
+}
+
+// An event for a failed CUPTI call; returns whether the call succeeded.
+bool ok(CUptiResult r, const std::string& call) {
+  if (r == CUPTI_SUCCESS) return true;
+  event("error " + call + ": " + result_text(r));
+  return false;
+}
+
+std::string ctx_name(CUcontext ctx) {
+  uint32_t id = 0, device = 0;
+  std::string name = "ctx ";
+  name += cuptiGetContextId(ctx, &id) == CUPTI_SUCCESS ? std::to_string(id) : "?";
+  name += " device ";
+  name += cuptiGetDeviceId(ctx, &device) == CUPTI_SUCCESS ? std::to_string(device) : "?";
+  return name;
+}
+
+bool write_all(int fd, const std::string& text) {
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    ssize_t n = write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += n;
+    left -= (size_t)n;
+  }
+  return true;
+}
+
+// Writes `bytes` to `path` through a private temporary name in the same
+// folder (fsync, rename), so a reader sees the old file or the whole new one.
+// Mode 0666: the process's umask applies.
+bool write_atomically(const std::string& path, const std::string& bytes, std::string* why) {
+  std::string tmp = path + "." + std::to_string((long)getpid()) + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    *why = "open " + tmp + ": " + std::strerror(errno);
+    return false;
+  }
+  bool good = write_all(fd, bytes);
+  if (!good) *why = "write " + tmp + ": " + std::strerror(errno);
+  if (good && fsync(fd) != 0) {
+    *why = "fsync " + tmp + ": " + std::strerror(errno);
+    good = false;
+  }
+  if (close(fd) != 0 && good) {
+    *why = "close " + tmp + ": " + std::strerror(errno);
+    good = false;
+  }
+  if (good && rename(tmp.c_str(), path.c_str()) != 0) {
+    *why = "rename " + tmp + ": " + std::strerror(errno);
+    good = false;
+  }
+  if (!good) unlink(tmp.c_str());
+  return good;
+}
+
+// Names the cubins loaded since the last call by CUPTI's CRC and saves each
+// distinct one once. Not done in the module-load callback itself:
+// cuptiGetCubinCrc there can deadlock against SASS-metrics patching.
+void settle_cubins() {
+  State& s = state();
+  std::vector<std::string> pending;
+  pending.swap(s.pending_cubins);
+  for (const std::string& bytes : pending) {
+    CUpti_GetCubinCrcParams crc = {CUpti_GetCubinCrcParamsSize};
+    crc.cubin = bytes.data();
+    crc.cubinSize = bytes.size();
+    if (!ok(cuptiGetCubinCrc(&crc), "cuptiGetCubinCrc")) continue;
+    uint32_t id = (uint32_t)crc.cubinCrc;
+    if (s.cubins.count(id)) continue;
+    s.cubins[id] = bytes.size();
+    char name[32];
+    std::snprintf(name, sizeof name, "%08x.cubin", id);
+    std::string path = s.cubin_dir + "/" + name;
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && (size_t)st.st_size == bytes.size()) continue;
+    std::string why;
+    if (!write_atomically(path, bytes, &why)) event("error saving cubin " + std::string(name) + ": " + why);
+  }
+}
+
+void write_records(const char* end_reason) {
+  State& s = state();
+  if (s.path.empty() || getpid() != s.pid) return;
+  settle_cubins();
+  std::string out = "ccl-coverage-sass\t2\n";
+  out += "host\t" + field(s.host) + "\n";
+  out += "pid\t" + std::to_string((long)s.pid) + "\n";
+  out += "cupti\t" + s.cupti_line + "\n";
+  char buf[96];
+  for (const auto& [crc, size] : s.cubins) {
+    std::snprintf(buf, sizeof buf, "cubin\t%08x\t%zu\n", crc, size);
+    out += buf;
+  }
+  for (const std::string& e : s.events) out += "event\t" + e + "\n";
+  out += "dropped\t" + std::to_string((unsigned long long)s.dropped) + "\n";
+  for (const auto& [key, count] : s.executed) {
+    std::snprintf(buf, sizeof buf, "x\t%08x\t%x\t%llu\t", std::get<0>(key), std::get<2>(key),
+                  (unsigned long long)count);
+    out += buf;
+    out += field(std::get<1>(key)) + "\n";
+  }
+  if (end_reason) out += std::string("end\t") + field(end_reason) + "\n";
+  std::string why;
+  if (!write_atomically(s.path, out, &why)) {
+    // The one thing that cannot be an event line: the record file itself.
+    std::fprintf(stderr, "ccl-coverage collector[%ld]: cannot write its record file: %s\n", (long)s.pid,
+                 why.c_str());
+  }
+}
+
+// Configures SASS metrics once per device and enables them on `ctx`.
+void enable(CUcontext ctx) {
+  State& s = state();
+  if (!ctx || s.enabled.count(ctx) || s.profiler_failed) return;
+  if (!s.profiler_ready) {
+    CUpti_Profiler_Initialize_Params init = {CUpti_Profiler_Initialize_Params_STRUCT_SIZE};
+    if (!ok(cuptiProfilerInitialize(&init), "cuptiProfilerInitialize")) {
+      s.profiler_failed = true;
+      return;
+    }
+    s.profiler_ready = true;
+  }
+  uint32_t device = 0;
+  if (!ok(cuptiGetDeviceId(ctx, &device), "cuptiGetDeviceId")) return;
+  std::string dev = "device " + std::to_string(device);
+  if (!s.configured_devices.count(device)) {
+    CUpti_Device_GetChipName_Params chip = {CUpti_Device_GetChipName_Params_STRUCT_SIZE};
+    chip.deviceIndex = device;
+    if (!ok(cuptiDeviceGetChipName(&chip), "cuptiDeviceGetChipName(" + dev + ")")) return;
+    CUpti_SassMetrics_GetProperties_Params props = {CUpti_SassMetrics_GetProperties_Params_STRUCT_SIZE};
+    props.pChipName = chip.pChipName;
+    props.pMetricName = "smsp__sass_inst_executed";
+    if (!ok(cuptiSassMetricsGetProperties(&props), "cuptiSassMetricsGetProperties(smsp__sass_inst_executed)")) {
+      return;
+    }
+    CUpti_SassMetrics_Config config = {};
+    config.metricId = props.metric.metricId;
+    config.outputGranularity = CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_GPU;
+    CUpti_SassMetricsSetConfig_Params set = {CUpti_SassMetricsSetConfig_Params_STRUCT_SIZE};
+    set.pConfigs = &config;
+    set.numOfMetricConfig = 1;
+    set.deviceIndex = device;
+    if (!ok(cuptiSassMetricsSetConfig(&set), "cuptiSassMetricsSetConfig(" + dev + ")")) return;
+    s.configured_devices.insert(device);
+    event("configured " + dev + " chip " + (chip.pChipName ? chip.pChipName : "?"));
+  }
+  CUpti_SassMetricsEnable_Params on = {CUpti_SassMetricsEnable_Params_STRUCT_SIZE};
+  on.ctx = ctx;
+  on.enableLazyPatching = 1;
+  if (!ok(cuptiSassMetricsEnable(&on), "cuptiSassMetricsEnable(" + ctx_name(ctx) + ")")) return;
+  s.enabled.insert(ctx);
+  event("enabled " + ctx_name(ctx) + " lazy patching");
+}
+
+// Moves CUPTI's counts for `ctx` into `executed`.
+void flush(CUcontext ctx, const char* where) {
+  State& s = state();
+  std::string at = std::string(where) + " " + ctx_name(ctx);
+  CUpti_SassMetricsGetDataProperties_Params props = {CUpti_SassMetricsGetDataProperties_Params_STRUCT_SIZE};
+  props.ctx = ctx;
+  if (!ok(cuptiSassMetricsGetDataProperties(&props), "cuptiSassMetricsGetDataProperties at " + at)) return;
+  size_t n = props.numOfPatchedInstructionRecords, instances = props.numOfInstances;
+  if (n == 0 || instances == 0) {
+    event("flush at " + at + ": 0 records");
+    return;
+  }
+  std::vector<CUpti_SassMetrics_Data> data(n);
+  std::vector<CUpti_SassMetrics_InstanceValue> values(n * instances);
+  for (size_t i = 0; i < n; ++i) {
+    std::memset(&data[i], 0, sizeof data[i]);
+    data[i].structSize = sizeof(CUpti_SassMetrics_Data);
+    data[i].pInstanceValues = &values[i * instances];
+  }
+  CUpti_SassMetricsFlushData_Params params = {CUpti_SassMetricsFlushData_Params_STRUCT_SIZE};
+  params.ctx = ctx;
+  params.numOfPatchedInstructionRecords = n;
+  params.numOfInstances = instances;
+  params.pMetricsData = data.data();
+  if (!ok(cuptiSassMetricsFlushData(&params), "cuptiSassMetricsFlushData at " + at)) return;
+  size_t executed = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t count = 0;
+    for (size_t k = 0; k < instances; ++k) count += data[i].pInstanceValues[k].value;
+    if (count == 0) continue;
+    ++executed;
+    s.executed[Key(data[i].cubinCrc, data[i].functionName ? data[i].functionName : "?", data[i].pcOffset)] += count;
+  }
+  // CUPTI allocates the names with malloc; the caller frees them (NVIDIA's
+  // sass_metrics sample).
+  for (size_t i = 0; i < n; ++i) std::free((void*)data[i].functionName);
+  event("flush at " + at + ": " + std::to_string(n) + " records, " + std::to_string(executed) + " executed");
+}
+
+void disable(CUcontext ctx, const char* where) {
+  State& s = state();
+  CUpti_SassMetricsDisable_Params off = {CUpti_SassMetricsDisable_Params_STRUCT_SIZE};
+  off.ctx = ctx;
+  std::string at = std::string(where) + " " + ctx_name(ctx);
+  if (ok(cuptiSassMetricsDisable(&off), "cuptiSassMetricsDisable at " + at) && off.numOfDroppedRecords > 0) {
+    s.dropped += off.numOfDroppedRecords;
+    event("dropped " + std::to_string(off.numOfDroppedRecords) + " records at " + at);
+  }
+  s.enabled.erase(ctx);
+}
+
+void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId id, const void* data) {
+  State& s = state();
+  std::lock_guard<std::recursive_mutex> lock(s.mu);
+  if (s.ended || domain != CUPTI_CB_DOMAIN_RESOURCE || !data) return;
+  try {
+    const CUpti_ResourceData* resource = (const CUpti_ResourceData*)data;
+    if (id == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
+      enable(resource->context);
+    } else if (id == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
+      if (s.enabled.count(resource->context)) {
+        flush(resource->context, "context destroy");
+        disable(resource->context, "context destroy");
+        write_records(nullptr);
+      }
+    } else if (id == CUPTI_CBID_RESOURCE_MODULE_LOADED) {
+      const CUpti_ModuleResourceData* module = (const CUpti_ModuleResourceData*)resource->resourceDescriptor;
+      if (module && module->pCubin && module->cubinSize > 0) {
+        s.pending_cubins.emplace_back(module->pCubin, module->cubinSize);
+      }
+    }
+  } catch (...) {
+    // Out of memory, most likely: lose coverage, never the host process.
+    try {
+      event("error in a CUPTI callback: an exception; records may be incomplete");
+    } catch (...) {
+    }
+  }
+}
+
+void at_exit() {
+  State& s = state();
+  std::lock_guard<std::recursive_mutex> lock(s.mu);
+  if (s.ended || getpid() != s.pid) return;
+  try {
+    std::vector<CUcontext> contexts(s.enabled.begin(), s.enabled.end());
+    for (CUcontext ctx : contexts) {
+      flush(ctx, "exit");
+      disable(ctx, "exit");
+    }
+    s.ended = true;
+    write_records("exit");
+  } catch (...) {
+    s.ended = true;
+  }
+  if (s.subscriber) cuptiUnsubscribe(s.subscriber);
+  s.subscriber = nullptr;
+}
+
+bool subscribe(State& s) {
+  if (!ok(cuptiSubscribe(&s.subscriber, (CUpti_CallbackFunc)on_callback, nullptr), "cuptiSubscribe")) {
+    s.subscriber = nullptr;
+    return false;
+  }
+  const CUpti_CallbackId resources[] = {CUPTI_CBID_RESOURCE_CONTEXT_CREATED,
+                                        CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
+                                        CUPTI_CBID_RESOURCE_MODULE_LOADED};
+  bool all = true;
+  for (CUpti_CallbackId id : resources) {
+    all = ok(cuptiEnableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_RESOURCE, id),
+             "cuptiEnableCallback(resource " + std::to_string((int)id) + ")") &&
+          all;
+  }
+  return all;
+}
+
+std::string cupti_line() {
+  uint32_t version = 0;
+  std::string line = cuptiGetVersion(&version) == CUPTI_SUCCESS ? std::to_string(version) : "?";
+  Dl_info info;
+  std::memset(&info, 0, sizeof info);
+  line += "\t";
+  line += dladdr((void*)&cuptiGetVersion, &info) != 0 && info.dli_fname ? field(info.dli_fname) : "?";
+  return line;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
+  State& s = state();
+  std::lock_guard<std::recursive_mutex> lock(s.mu);
+  static bool initialized = false;
+  if (initialized) return 1;
+  initialized = true;
+  try {
+    const char* dir = std::getenv("CCL_COV_SASS_DIR");
+    const char* cubins = std::getenv("CCL_COV_SASS_CUBINS");
+    if (!dir || !*dir) {
+      std::fprintf(stderr, "ccl-coverage collector[%ld]: CCL_COV_SASS_DIR is not set; recording nothing\n",
+                   (long)getpid());
+      return 1;
+    }
+    s.pid = getpid();
+    s.dir = dir;
+    s.cubin_dir = cubins && *cubins ? cubins : dir;
+    if (mkdir(s.cubin_dir.c_str(), 0777) != 0 && errno != EEXIST) {
+      event("error creating the cubin folder: " + std::string(std::strerror(errno)));
+    }
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    s.host = host;
+    s.path = s.dir + "/sass-" + s.host + "-" + std::to_string((long)s.pid) + ".tsv";
+    s.cupti_line = cupti_line();
+    event("collector started, built with CUPTI_API_VERSION " + std::to_string(CUPTI_API_VERSION));
+    subscribe(s);
+    if (s.subscriber) std::atexit(at_exit);
+    write_records(nullptr);
+  } catch (...) {
+  }
+  return 1;
+}
