@@ -8,7 +8,7 @@
 use ccl_coverage::build::fixture;
 use ccl_coverage::config::{DeviceConfig, DeviceMode};
 use ccl_coverage::coverage::profiles;
-use ccl_coverage::device::{self, DeviceDecision};
+use ccl_coverage::device::{self, Backend, DeviceDecision, Found};
 use ccl_coverage::exec::process::Cmd;
 use ccl_coverage::report::{self, ReportInputs};
 use ccl_coverage::toolchain::{Tool, Toolchain};
@@ -46,12 +46,30 @@ fn hip(rocm: &Path) -> DeviceConfig {
     }
 }
 
+/// `device::decide` on a machine with no CUDA toolkit and no CUPTI (an empty
+/// `PATH`, a `CUDA_HOME` that does not exist).
+fn decide(mode: DeviceMode, cfg: &DeviceConfig, cxx: &Tool) -> ccl_coverage::error::Result<DeviceDecision> {
+    let env = |name: &str| match name {
+        "CUDA_HOME" => Some("/nonexistent/cuda".to_string()),
+        _ => None,
+    };
+    device::decide(mode, cfg, cxx, Path::new("/nonexistent/tools"), &env)
+}
+
+/// The AMDGPU runtime and collector a decision found.
+fn amdgpu_found(d: &DeviceDecision) -> Option<(PathBuf, PathBuf)> {
+    match &d.found {
+        Some(Found::Amdgpu { runtime, collector }) => Some((runtime.clone(), collector.clone())),
+        _ => None,
+    }
+}
+
 /// AUTO, ON and OFF for one setup: AUTO's decision, ON's error (or
 /// decision), OFF's decision.
 fn all_modes(cfg: &DeviceConfig, cxx: &Tool) -> (DeviceDecision, Result<DeviceDecision, String>, DeviceDecision) {
-    let auto = device::decide(DeviceMode::Auto, cfg, cxx).unwrap();
-    let on = device::decide(DeviceMode::On, cfg, cxx).map_err(|e| e.to_string());
-    let off = device::decide(DeviceMode::Off, cfg, cxx).unwrap();
+    let auto = decide(DeviceMode::Auto, cfg, cxx).unwrap();
+    let on = decide(DeviceMode::On, cfg, cxx).map_err(|e| e.to_string());
+    let off = decide(DeviceMode::Off, cfg, cxx).unwrap();
     assert!(!off.enabled, "OFF never instruments device code: {off:?}");
     (auto, on, off)
 }
@@ -111,24 +129,28 @@ fn host_only_flags_really_leave_device_code_alone() {
             .unwrap()
     };
     let both = plan(&["-fprofile-instr-generate", "-fcoverage-mapping"]);
-    assert!(device::device_job_instrumented(&both, "amdgcn-amd-amdhsa"), "clang 22 instruments device code by default");
+    assert!(
+        device::amdgpu::device_job_instrumented(&both, "amdgcn-amd-amdhsa"),
+        "clang 22 instruments device code by default"
+    );
     let host_only = plan(&["-Xarch_host", "-fprofile-instr-generate", "-Xarch_host", "-fcoverage-mapping"]);
-    assert!(!device::device_job_instrumented(&host_only, "amdgcn-amd-amdhsa"));
-    assert!(device::device_job_instrumented(&host_only, "x86_64-pc-linux-gnu"));
+    assert!(!device::amdgpu::device_job_instrumented(&host_only, "amdgcn-amd-amdhsa"));
+    assert!(device::amdgpu::device_job_instrumented(&host_only, "x86_64-pc-linux-gnu"));
 }
 
 #[test]
-fn cuda_targets_are_host_only_with_the_nvptx_reason() {
+fn cuda_targets_without_cupti_are_host_only_and_say_where_they_looked() {
     let cfg = DeviceConfig { target: Some("sm_90".into()), ..hip(Path::new("/nonexistent")) };
-    let (auto, on, _) = all_modes(&cfg, &clang22());
+    let (auto, on, off) = all_modes(&cfg, &clang22());
     assert!(!auto.enabled);
-    assert!(
-        auto.reason.starts_with("CUDA/NVPTX device code cannot be instrumented: the nvptx64-nvidia-cuda -cc1 job of"),
-        "{}",
-        auto.reason
+    assert_eq!(auto.backend, Some(Backend::Nvidia));
+    assert_eq!(
+        auto.reason,
+        "NVIDIA kernel coverage needs CUPTI 13.4 or newer (libcupti.so.13): looked in /nonexistent/cuda/extras/CUPTI/lib64/libcupti.so.13, /nonexistent/cuda/extras/CUPTI/lib64/libcupti.so"
     );
-    assert!(auto.reason.ends_with("NVIDIA backends are host-only today"), "{}", auto.reason);
-    assert!(on.unwrap_err().contains("there is no fix today"));
+    let on = on.unwrap_err();
+    assert!(on.contains("pip install 'nvidia-cuda-cupti>=13.4'") && on.contains("CCL_COV_CUPTI"), "{on}");
+    assert_eq!(off.reason, "off as requested");
     assert_eq!(device::coverage_flags(&["-fcoverage-mapping".into()], &auto), ["-fcoverage-mapping"]);
 }
 
@@ -208,7 +230,7 @@ esac
 
 /// Installs the host collector where the first candidate says.
 fn add_collector(resource: &Path) -> PathBuf {
-    let collector = resource.join(&device::host_collector_relpaths()[0]);
+    let collector = resource.join(&device::amdgpu::host_collector_relpaths()[0]);
     fs::create_dir_all(collector.parent().unwrap()).unwrap();
     fs::write(&collector, "!<arch>\n").unwrap();
     collector
@@ -223,7 +245,7 @@ fn fake_rocm_10_layout_turns_device_coverage_on() {
     let (auto, on, _) = all_modes(&hip(rocm.path()), &cxx);
     assert!(!auto.enabled);
     let searched: Vec<String> =
-        device::host_collector_relpaths().iter().map(|rel| resource.join(rel).display().to_string()).collect();
+        device::amdgpu::host_collector_relpaths().iter().map(|rel| resource.join(rel).display().to_string()).collect();
     assert_eq!(
         auto.reason,
         format!(
@@ -236,8 +258,7 @@ fn fake_rocm_10_layout_turns_device_coverage_on() {
     let (auto, on, off) = all_modes(&hip(rocm.path()), &cxx);
     assert!(auto.enabled, "{auto:?}");
     let runtime = resource.join("lib/amdgcn-amd-amdhsa/libclang_rt.profile.a");
-    assert_eq!(auto.runtime.as_deref(), Some(runtime.as_path()));
-    assert_eq!(auto.collector.as_deref(), Some(collector.as_path()));
+    assert_eq!(amdgpu_found(&auto), Some((runtime.clone(), collector.clone())));
     assert_eq!(
         auto.reason,
         format!(
@@ -262,8 +283,8 @@ fn fake_rocm_10_layout_turns_device_coverage_on() {
     let linux = resource.join("lib/linux/libclang_rt.profile-amdgcn.a");
     fs::create_dir_all(linux.parent().unwrap()).unwrap();
     fs::write(&linux, "!<arch>\n").unwrap();
-    let found = device::decide(DeviceMode::Auto, &hip(rocm.path()), &cxx).unwrap();
-    assert_eq!(found.runtime.as_deref(), Some(linux.as_path()));
+    let found = decide(DeviceMode::Auto, &hip(rocm.path()), &cxx).unwrap();
+    assert_eq!(amdgpu_found(&found).map(|f| f.0), Some(linux));
 }
 
 /// Upstream clang 23.1 passes by its probes whatever the ROCm of the HIP
@@ -277,7 +298,7 @@ fn upstream_llvm_23_1_passes_by_capability_whatever_the_rocm() {
     let collector = add_collector(&resource);
     let (auto, on, _) = all_modes(&hip(old.path()), &cxx);
     assert!(auto.enabled, "{auto:?}");
-    assert_eq!(auto.collector.as_deref(), Some(collector.as_path()));
+    assert_eq!(amdgpu_found(&auto).map(|f| f.1), Some(collector));
     assert!(
         auto.reason.ends_with("; gate passed by capability: upstream clang 23.1 (23.1 or newer) instruments device code and ships both runtimes, whatever the ROCm version of the HIP runtime"),
         "{}",
@@ -285,7 +306,7 @@ fn upstream_llvm_23_1_passes_by_capability_whatever_the_rocm() {
     );
     assert!(on.unwrap().enabled);
     let no_rocm = DeviceConfig { rocm_path: None, ..hip(old.path()) };
-    assert!(device::decide(DeviceMode::Auto, &no_rocm, &cxx).unwrap().enabled);
+    assert!(decide(DeviceMode::Auto, &no_rocm, &cxx).unwrap().enabled);
 
     let (snapshot, _) = fake_compiler(llvm.path(), "clang version 23.0.0git (https://github.com/llvm/llvm-project)");
     let (auto, on, _) = all_modes(&hip(old.path()), &snapshot);
@@ -337,8 +358,8 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
         enabled: true,
         reason: "on".into(),
         target: Some("gfx942".into()),
-        runtime: None,
-        collector: None,
+        backend: Some(Backend::Amdgpu),
+        found: None,
     };
     let selected = fixture::select_device_objects(&patterns, &on).unwrap();
     assert_eq!(

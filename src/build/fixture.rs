@@ -115,7 +115,13 @@ impl BuildPlan {
     pub fn new(ctx: &Context) -> Result<BuildPlan> {
         let loaded = &ctx.loaded;
         let config = &loaded.config;
-        let resolved = Resolved::new(config, ctx.coverage, ctx.device_mode, &crate::config::process_env)?;
+        let resolved = Resolved::new(
+            config,
+            ctx.coverage,
+            ctx.device_mode,
+            &ctx.state_dir.join("tools"),
+            &crate::config::process_env,
+        )?;
         let mut vars = build_vars(loaded, &resolved, ctx.jobs);
         let (key, existing_objects) = build_key(ctx, &resolved, &mut vars)?;
         let cache_dir = ctx.state_dir.join("builds").join(&key);
@@ -356,23 +362,25 @@ impl Resolved {
         config: &crate::config::Config,
         coverage: bool,
         device_mode: crate::config::DeviceMode,
+        tools: &Path,
         env: toolchain::Lookup,
     ) -> Result<Resolved> {
         let toolchain = toolchain::resolve(&config.toolchain, env)?;
         let device = if coverage {
-            device::decide(device_mode, &config.coverage.device, &toolchain.cxx)?
+            device::decide(device_mode, &config.coverage.device, &toolchain.cxx, tools, env)?
         } else {
             DeviceDecision {
                 requested: device_mode,
                 enabled: false,
                 reason: "coverage is off (CCL_COV_COVERAGE=off)".into(),
                 target: config.coverage.device.target.clone(),
-                runtime: None,
-                collector: None,
+                backend: None,
+                found: None,
             }
         };
         if device.enabled
-            && let Some(problem) = device::profile_pattern_problem(&config.coverage.profile_pattern)
+            && device.is_hip()
+            && let Some(problem) = device::amdgpu::profile_pattern_problem(&config.coverage.profile_pattern)
         {
             bail!("device coverage is on ({}), but {problem}", device.reason);
         }
@@ -722,8 +730,8 @@ pub(crate) fn test_manifest(build_id: &str) -> BuildManifest {
             enabled: false,
             reason: "r".into(),
             target: None,
-            runtime: None,
-            collector: None,
+            backend: None,
+            found: None,
         },
         coverage_flags: Vec::new(),
         coverage_link_flags: Vec::new(),
@@ -807,15 +815,19 @@ mod tests {
         let loaded = crate::config::load_str(text, &dir.path().join("t.json"), &config_env).unwrap();
         let config = &loaded.config;
         let none = |_: &str| None;
-        let off = Resolved::new(config, false, crate::config::DeviceMode::Auto, &none).unwrap();
+        let off =
+            Resolved::new(config, false, crate::config::DeviceMode::Auto, Path::new("/nonexistent"), &none).unwrap();
         assert_eq!(off.device.reason, "coverage is off (CCL_COV_COVERAGE=off)");
         assert!(off.coverage_flags.is_empty());
-        let on = Resolved::new(config, true, crate::config::DeviceMode::Auto, &none).unwrap();
+        let on =
+            Resolved::new(config, true, crate::config::DeviceMode::Auto, Path::new("/nonexistent"), &none).unwrap();
         assert!(!on.device.enabled, "a config without a device target is host-only");
         assert_eq!(on.coverage_flags, config.coverage.host_flags);
         assert_eq!(on.toolchain.cxx.major, 22);
         let missing = |name: &str| (name == "CXX").then(|| "/nonexistent/clang++".to_string());
-        let err = Resolved::new(config, true, crate::config::DeviceMode::Auto, &missing).unwrap_err().to_string();
+        let err = Resolved::new(config, true, crate::config::DeviceMode::Auto, Path::new("/nonexistent"), &missing)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("(from $CXX)"), "{err}");
     }
 }

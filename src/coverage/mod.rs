@@ -3,3 +3,4 @@
 
 pub mod llvm_export;
 pub mod profiles;
+pub(crate) mod sass;

@@ -12,6 +12,7 @@
 //! one by one, the bad ones move to `quarantine/<trial>/`, and the rest merge.
 
 use crate::bail;
+use crate::device::amdgpu::DEVICE_PROFILE_PREFIX;
 use crate::error::{Error, Result};
 use crate::exec::process::Cmd;
 use crate::toolchain::Toolchain;
@@ -120,10 +121,6 @@ pub fn finish_trial(
     }
     outcome
 }
-
-/// How the AMDGPU host collector's device profiles begin (`raw_files`); they
-/// come from a process that also writes its host profile.
-const DEVICE_PROFILE_PREFIX: &str = "amdgcn-amd-amdhsa.";
 
 /// The processes that wrote a trial's raw profiles ([`writers`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

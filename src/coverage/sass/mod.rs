@@ -1,0 +1,252 @@
+//! NVIDIA kernel line coverage from CUPTI SASS metrics: the collector's per-instruction counts
+//! (`record`), mapped through each cubin's line table (`cubin`), give per-source-line counts.
+//!
+//! Use: `read_cubin_dir` on the collector's cubin folder, `Record::read` on each record file,
+//! then `line_coverage` and `to_lcov`. A record that `!is_complete()` or has `dropped > 0` lost
+//! counts: the caller reports it as lost device coverage.
+
+pub(crate) mod cubin;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::bail;
+use crate::device::nvidia::record::{InstructionKey, Record};
+use crate::error::{Error, Result};
+use cubin::{CubinLines, INSTRUCTION_BYTES};
+
+/// Device coverage by source file path.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct DeviceCoverage {
+    pub(crate) files: BTreeMap<String, FileCoverage>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct FileCoverage {
+    /// Line → execution count; instrumented lines never executed are 0.
+    pub(crate) lines: BTreeMap<u32, u64>,
+    /// Kernels whose entry instruction is in this file, by mangled name.
+    pub(crate) functions: BTreeMap<String, FunctionCoverage>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FunctionCoverage {
+    /// The line of the entry instruction (the kernel's signature).
+    pub(crate) first_line: u32,
+    /// Times the entry instruction ran (per warp, as CUPTI counts); 0 if never launched.
+    pub(crate) hits: u64,
+}
+
+/// Reads the collector's cubin folder: every `<crc-hex>.cubin` in it, by CRC.
+pub(crate) fn read_cubin_dir(dir: &Path) -> Result<BTreeMap<u32, CubinLines>> {
+    let entries = std::fs::read_dir(dir).map_err(|error| Error::new(format!("{}: {error}", dir.display())))?;
+    let mut cubins = BTreeMap::new();
+    for entry in entries {
+        let path = entry.map_err(|error| Error::new(format!("{}: {error}", dir.display())))?.path();
+        if path.extension().is_none_or(|extension| extension != "cubin") {
+            continue;
+        }
+        let origin = path.display().to_string();
+        let crc = path
+            .file_stem()
+            .and_then(|stem| stem.to_str())
+            .filter(|stem| !stem.is_empty() && stem.chars().all(|digit| digit.is_ascii_hexdigit()))
+            .and_then(|stem| u32::from_str_radix(stem, 16).ok());
+        let Some(crc) = crc else {
+            bail!("{origin}: a cubin's name must be <crc-hex>.cubin");
+        };
+        let data = std::fs::read(&path).map_err(|error| Error::new(format!("{origin}: {error}")))?;
+        cubins.insert(crc, CubinLines::parse(&data, &origin)?);
+    }
+    Ok(cubins)
+}
+
+/// Line and function coverage of every kernel of `cubins` over all `records`.
+///
+/// A line's count is the most any one of its instructions ran, summed over records: the count
+/// of its hottest instruction, so that a line is covered when any of its code ran.
+pub(crate) fn line_coverage(cubins: &BTreeMap<u32, CubinLines>, records: &[Record]) -> Result<DeviceCoverage> {
+    let mut counts: BTreeMap<&InstructionKey, u64> = BTreeMap::new();
+    for record in records {
+        for (key, count) in &record.executions {
+            check_instruction(cubins, key).map_err(|error| error.context(&record.origin))?;
+            let total = counts.entry(key).or_default();
+            *total = total.saturating_add(*count);
+        }
+    }
+    let mut coverage = DeviceCoverage::default();
+    for (&crc, cubin) in cubins {
+        for (function, lines) in &cubin.functions {
+            let count_at = |offset| {
+                let key = InstructionKey { crc, function: function.clone(), offset };
+                counts.get(&key).copied().unwrap_or(0)
+            };
+            for (offset, line) in lines.instructions() {
+                let Some(line) = line else { continue };
+                let count = coverage.files.entry(line.file.clone()).or_default().lines.entry(line.line).or_default();
+                *count = (*count).max(count_at(offset));
+            }
+            let Some(entry) = lines.line_at(0) else { continue };
+            let functions = &mut coverage.files.entry(entry.file.clone()).or_default().functions;
+            // A kernel in several cubins (one per architecture, say) adds up its launches.
+            let function_coverage =
+                functions.entry(function.clone()).or_insert(FunctionCoverage { first_line: entry.line, hits: 0 });
+            function_coverage.hits = function_coverage.hits.saturating_add(count_at(0));
+        }
+    }
+    Ok(coverage)
+}
+
+/// A count for an instruction that no cubin has means the record and cubins do not belong
+/// together: better an error than silently wrong lines.
+fn check_instruction(cubins: &BTreeMap<u32, CubinLines>, key: &InstructionKey) -> Result<()> {
+    let InstructionKey { crc, function, offset } = key;
+    let Some(cubin) = cubins.get(crc) else {
+        bail!("counts for cubin {crc:08x}, which is not among the cubins");
+    };
+    let Some(lines) = cubin.functions.get(function) else {
+        bail!("counts for {function}, which cubin {crc:08x} does not have");
+    };
+    if *offset >= lines.size || offset % INSTRUCTION_BYTES != 0 {
+        bail!("{function} in cubin {crc:08x}: offset {offset:#x} is not an instruction of its {:#x} bytes", lines.size);
+    }
+    Ok(())
+}
+
+/// The coverage as an lcov tracefile (`SF`, `FN`, `FNDA`, `DA` records), files and functions
+/// sorted so that the same coverage always gives the same text.
+pub(crate) fn to_lcov(coverage: &DeviceCoverage) -> String {
+    let mut lcov = String::new();
+    for (file, file_coverage) in &coverage.files {
+        let FileCoverage { lines, functions } = file_coverage;
+        // Writing to a String cannot fail.
+        let _ = writeln!(lcov, "TN:\nSF:{file}");
+        for (name, function) in functions {
+            let _ = writeln!(lcov, "FN:{},{name}", function.first_line);
+        }
+        for (name, function) in functions {
+            let _ = writeln!(lcov, "FNDA:{},{name}", function.hits);
+        }
+        let functions_hit = functions.values().filter(|function| function.hits > 0).count();
+        let _ = writeln!(lcov, "FNF:{}\nFNH:{functions_hit}", functions.len());
+        for (line, count) in lines {
+            let _ = writeln!(lcov, "DA:{line},{count}");
+        }
+        let lines_hit = lines.values().filter(|count| **count > 0).count();
+        let _ = writeln!(lcov, "LF:{}\nLH:{lines_hit}\nend_of_record", lines.len());
+    }
+    lcov
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cubin::tests::{FIXTURES, fixture_cubin};
+
+    const CRC: u32 = 0xc0de;
+    const SOURCE: &str = "/tmp/ccl-cuda-sass/k.cu";
+    const HEADER: &str = "/tmp/ccl-cuda-sass/kmath.cuh";
+
+    fn fixture_records() -> Vec<Record> {
+        ["k.sm_90.record.tsv", "k.sm_90.record-incomplete.tsv"]
+            .map(|name| Record::read(Path::new(&format!("{FIXTURES}/{name}"))).unwrap())
+            .to_vec()
+    }
+
+    fn fixture_coverage() -> DeviceCoverage {
+        line_coverage(&BTreeMap::from([(CRC, fixture_cubin("sm_90"))]), &fixture_records()).unwrap()
+    }
+
+    #[test]
+    fn counts_lines_and_kernels_over_records() {
+        let coverage = fixture_coverage();
+        assert_eq!(coverage.files.keys().collect::<Vec<_>>(), [SOURCE, HEADER]);
+        let source = &coverage.files[SOURCE];
+        let function = |name: &str| source.functions[name].clone();
+        // The entry instruction ran 4 times in one process and once in the other.
+        assert_eq!(function("_Z12scale_floatsPKfPfif"), FunctionCoverage { first_line: 12, hits: 5 });
+        assert_eq!(function("_Z10scale_intsPKiPii"), FunctionCoverage { first_line: 19, hits: 2 });
+        assert_eq!(function("_Z14never_launchedPi"), FunctionCoverage { first_line: 28, hits: 0 });
+        assert!(coverage.files[HEADER].functions.is_empty());
+        // Line 13 is 0x10..0x40 of scale_floats: 4 + 1 at most.
+        assert_eq!(source.lines[&13], 5);
+        // clamp_index, inlined into scale_ints, keeps its own line.
+        assert_eq!((source.lines[&6], source.lines[&7]), (2, 2));
+        for line in 28..=30 {
+            assert_eq!(source.lines[&line], 0, "never_launched line {line}");
+        }
+        // collatz_steps ran once through scale_ints' copy and never through never_launched's.
+        let header = &coverage.files[HEADER].lines;
+        assert_eq!(header.get(&13), Some(&1));
+        assert_eq!((header.get(&6), header.get(&7)), (Some(&2), Some(&3)));
+    }
+
+    #[test]
+    fn lines_match_the_cubins_instrumented_lines() {
+        let cubin = fixture_cubin("sm_90");
+        let coverage = fixture_coverage();
+        let covered: Vec<_> = coverage
+            .files
+            .iter()
+            .flat_map(|(file, lines)| lines.lines.keys().map(move |line| (file.as_str(), *line)))
+            .collect();
+        let instrumented: Vec<_> =
+            cubin.instrumented_lines().into_iter().map(|line| (line.file.as_str(), line.line)).collect();
+        assert_eq!(covered, instrumented);
+    }
+
+    #[test]
+    fn writes_lcov() {
+        let lcov = to_lcov(&fixture_coverage());
+        let expected_start = "TN:\nSF:/tmp/ccl-cuda-sass/k.cu\nFN:19,_Z10scale_intsPKiPii\nFN:12,_Z12scale_floatsPKfPfif\n\
+            FN:28,_Z14never_launchedPi\nFNDA:2,_Z10scale_intsPKiPii\nFNDA:5,_Z12scale_floatsPKfPfif\n\
+            FNDA:0,_Z14never_launchedPi\nFNF:3\nFNH:2\nDA:6,2\n";
+        assert!(lcov.starts_with(expected_start), "{lcov}");
+        assert!(
+            lcov.contains("\nend_of_record\nTN:\nSF:/tmp/ccl-cuda-sass/kmath.cuh\nFNF:0\nFNH:0\nDA:6,2\n"),
+            "{lcov}"
+        );
+        assert!(lcov.ends_with("end_of_record\n"));
+        assert_eq!(lcov, to_lcov(&fixture_coverage()));
+    }
+
+    #[test]
+    fn counts_that_fit_no_cubin_are_errors_naming_the_record() {
+        let cubins = BTreeMap::from([(CRC, fixture_cubin("sm_90"))]);
+        let good = std::fs::read_to_string(format!("{FIXTURES}/k.sm_90.record.tsv")).unwrap();
+        let cases = [
+            ("\t0000c0de\t", "\t0000beef\t", "counts for cubin 0000beef, which is not among the cubins"),
+            ("_Z10scale_intsPKiPii", "_Z3fooi", "counts for _Z3fooi, which cubin 0000c0de does not have"),
+            (
+                "\t2b0\t1\t",
+                "\t380\t1\t",
+                "_Z10scale_intsPKiPii in cubin 0000c0de: offset 0x380 is not an instruction of its 0x380 bytes",
+            ),
+            (
+                "\t2b0\t1\t",
+                "\t2b8\t1\t",
+                "_Z10scale_intsPKiPii in cubin 0000c0de: offset 0x2b8 is not an instruction of its 0x380 bytes",
+            ),
+        ];
+        for (from, to, expected) in cases {
+            let record = Record::parse(&good.replace(from, to), "bad.tsv").unwrap();
+            let error = line_coverage(&cubins, &[record]).unwrap_err().to_string();
+            assert_eq!(error, format!("bad.tsv: {expected}"));
+        }
+    }
+
+    #[test]
+    fn reads_a_cubin_folder_by_crc_names() {
+        let dir = std::env::temp_dir().join(format!("ccl-sass-cubins-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(format!("{FIXTURES}/k.sm_90.cubin"), dir.join("c0de.cubin")).unwrap();
+        std::fs::write(dir.join("notes.txt"), "not a cubin").unwrap();
+        let cubins = read_cubin_dir(&dir).unwrap();
+        assert_eq!(cubins.keys().collect::<Vec<_>>(), [&CRC]);
+        std::fs::write(dir.join("kernel.cubin"), "").unwrap();
+        let error = read_cubin_dir(&dir).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(error.ends_with("kernel.cubin: a cubin's name must be <crc-hex>.cubin"), "{error}");
+    }
+}

@@ -1,0 +1,453 @@
+//! The NVIDIA backend: CUDA kernel line coverage from CUPTI's SASS metrics.
+//!
+//! The collector (`nvidia/collector.cpp`, a CUDA injection library loaded
+//! through `CUDA_INJECTION64_PATH`) counts every executed SASS instruction
+//! of every launched kernel and writes one record per process (`record.rs`)
+//! and each cubin once; `coverage::sass` maps the counts to source lines
+//! through the cubins' `.debug_line` (`nvcc -lineinfo`).
+//!
+//! The gate is a capability, not a version: CUPTI 13.0 (CUDA 13.0's
+//! `libcupti.so.2025.3.1`) patches only the first kernel a context launches,
+//! CUPTI 13.4 patches every one. So at fixture time the collector is built
+//! against the CUPTI found, a probe that launches three kernels runs under
+//! it, and the CUPTI is accepted only if every probe kernel was recorded.
+
+pub(crate) mod record;
+
+use super::{Available, Blocker, Found};
+use crate::error::Result;
+use crate::exec::process::Cmd;
+use crate::toolchain::{Lookup, Tool};
+use crate::workspace::files;
+use record::Record;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const COLLECTOR_SOURCE: &str = include_str!("nvidia/collector.cpp");
+const PROBE_SOURCE: &str = include_str!("nvidia/probe.cu");
+/// The probe's kernels (`extern "C"`-free names, so their mangled names
+/// start `_Z2k1` and so on).
+const PROBE_KERNELS: [&str; 3] = ["_Z2k1", "_Z2k2", "_Z2k3"];
+/// The file name the collector is built as.
+const COLLECTOR_FILE: &str = "libccl_cov_cupti.so";
+/// How long the probe may take, its CUDA start-up included.
+const PROBE_LIMIT: Duration = Duration::from_secs(120);
+
+/// The libcupti to use: `CCL_COV_CUPTI` (the library or its folder), then
+/// `nvidia/cu13/lib` of the Python environments on `PATH` (where
+/// `pip install nvidia-cuda-cupti` puts it), then `$CUDA_HOME/extras/CUPTI/lib64`.
+/// On failure, every path looked at.
+pub(crate) fn find_cupti(env: Lookup) -> std::result::Result<PathBuf, Vec<PathBuf>> {
+    let mut looked = Vec::new();
+    let in_dir = |dir: &Path, looked: &mut Vec<PathBuf>| {
+        ["libcupti.so.13", "libcupti.so"].iter().map(|name| dir.join(name)).find(|p| {
+            looked.push(p.clone());
+            p.is_file()
+        })
+    };
+    if let Some(given) = env("CCL_COV_CUPTI").filter(|v| !v.is_empty()).map(PathBuf::from) {
+        // Named explicitly: that one or none, never a fallback the user did not ask for.
+        if given.is_file() {
+            return Ok(given);
+        }
+        return in_dir(&given, &mut looked).ok_or(looked);
+    }
+    for bin in env("PATH").unwrap_or_default().split(':').filter(|d| !d.is_empty()) {
+        let Some(prefix) = Path::new(bin).parent() else { continue };
+        for lib in ["lib", "lib64"] {
+            let Ok(entries) = std::fs::read_dir(prefix.join(lib)) else { continue };
+            let mut pythons: Vec<PathBuf> = entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+                .map(|e| e.path().join("site-packages/nvidia/cu13/lib"))
+                .collect();
+            pythons.sort();
+            for dir in pythons {
+                if let Some(found) = in_dir(&dir, &mut looked) {
+                    return Ok(found);
+                }
+            }
+        }
+    }
+    let toolkit = cuda_home(env).join("extras/CUPTI/lib64");
+    in_dir(&toolkit, &mut looked).ok_or(looked)
+}
+
+/// `$CUDA_HOME`, else `/usr/local/cuda`.
+fn cuda_home(env: Lookup) -> PathBuf {
+    env("CUDA_HOME").filter(|v| !v.is_empty()).map_or_else(|| PathBuf::from("/usr/local/cuda"), PathBuf::from)
+}
+
+/// The version of a libcupti: the suffix of the file it resolves to
+/// (`libcupti.so.2025.3.1`), else the version of the wheel that installed
+/// it (`nvidia_cuda_cupti-13.4.92.dist-info`), else its soname's.
+pub(crate) fn cupti_version(lib: &Path) -> String {
+    let real = std::fs::canonicalize(lib).unwrap_or_else(|_| lib.to_path_buf());
+    let name = real.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if let Some(suffix) = name.strip_prefix("libcupti.so.").filter(|s| s.contains('.')) {
+        return suffix.to_string();
+    }
+    // <site-packages>/nvidia/cu13/lib/libcupti.so.13
+    let site = real.ancestors().nth(4);
+    if let Some(Ok(entries)) = site.map(std::fs::read_dir) {
+        for entry in entries.flatten() {
+            let dir = entry.file_name().to_string_lossy().into_owned();
+            if let Some(version) = dir.strip_prefix("nvidia_cuda_cupti-").and_then(|v| v.strip_suffix(".dist-info")) {
+                return version.to_string();
+            }
+        }
+    }
+    name.strip_prefix("libcupti.so.").map_or_else(|| "of unknown version".into(), |v| format!("{v} (soname)"))
+}
+
+/// The CUPTI header folder: the toolkit's, else the one beside the library
+/// (a wheel's `nvidia/cu13/include`).
+fn cupti_include(cuda: &Path, cupti: &Path, looked: &mut Vec<PathBuf>) -> Option<PathBuf> {
+    let beside = cupti.parent().and_then(Path::parent).map(|p| p.join("include"));
+    [Some(cuda.join("extras/CUPTI/include")), beside].into_iter().flatten().find(|dir| {
+        let header = dir.join("cupti_sass_metrics.h");
+        looked.push(header.clone());
+        header.is_file()
+    })
+}
+
+/// The first blocker of NVIDIA kernel coverage for `target`, or the CUPTI
+/// and collector that give it. `Err` of the outer result is a failure of the
+/// harness itself (it cannot write its tools folder).
+pub(super) fn check(
+    target: &str,
+    cxx: &Tool,
+    tools: &Path,
+    env: Lookup,
+) -> Result<std::result::Result<Available, Blocker>> {
+    let cupti = match find_cupti(env) {
+        Ok(found) => found,
+        Err(looked) => return Ok(Err(Blocker::NoCupti { looked })),
+    };
+    let cuda = cuda_home(env);
+    let mut looked = Vec::new();
+    let nvcc = cuda.join("bin/nvcc");
+    looked.push(nvcc.clone());
+    let cuda_h = cuda.join("include/cuda.h");
+    looked.push(cuda_h.clone());
+    let include = cupti_include(&cuda, &cupti, &mut looked);
+    let (true, true, Some(include)) = (nvcc.is_file(), cuda_h.is_file(), include) else {
+        return Ok(Err(Blocker::NoCudaToolkit { looked }));
+    };
+    let version = cupti_version(&cupti);
+    // One folder per collector source, CUPTI, compiler and target: built once.
+    let mut key =
+        format!("{COLLECTOR_SOURCE}\0{PROBE_SOURCE}\0{}\0{}\0{target}\0", cupti.display(), cxx.path.display());
+    if let Ok(meta) = std::fs::metadata(&cupti) {
+        key.push_str(&format!("{}\0{:?}", meta.len(), meta.modified().ok()));
+    }
+    let dir =
+        tools.join(format!("cupti-{}", &files::hex(&<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()))[..16]));
+    files::create_dir(&dir)?;
+    let collector = dir.join(COLLECTOR_FILE);
+    let probe = dir.join("probe");
+    if let Err(detail) = build(&dir, cxx, &nvcc, &cuda, &include, &cupti, target) {
+        return Ok(Err(Blocker::ProbeFailed { detail }));
+    }
+    let run = dir.join("probe-run");
+    let recorded = match run_probe(&probe, &collector, &run) {
+        Ok(recorded) => recorded,
+        Err(detail) => return Ok(Err(Blocker::ProbeFailed { detail })),
+    };
+    if recorded.len() < PROBE_KERNELS.len() {
+        return Ok(Err(Blocker::Unpatched {
+            detail: format!(
+                "libcupti {version} ({}) patched {} of {} probe kernels (CUPTI before 13.4 patches only the first kernel a context launches); `pip install 'nvidia-cuda-cupti>=13.4'` or set CCL_COV_CUPTI",
+                cupti.display(),
+                recorded.len(),
+                PROBE_KERNELS.len()
+            ),
+        }));
+    }
+    let detail = format!(
+        "{target} kernels are counted by CUPTI's SASS metrics: libcupti {version} ({}) patched {n} of {n} probe kernels; collector {}",
+        cupti.display(),
+        collector.display(),
+        n = PROBE_KERNELS.len()
+    );
+    Ok(Ok(Available { found: Found::Nvidia { cupti, cupti_version: version, collector }, detail }))
+}
+
+/// Builds the collector (with the host compiler, against CUPTI's C API) and
+/// the probe (with nvcc) into `dir`, unless a finished build is there.
+fn build(
+    dir: &Path,
+    cxx: &Tool,
+    nvcc: &Path,
+    cuda: &Path,
+    include: &Path,
+    cupti: &Path,
+    target: &str,
+) -> std::result::Result<(), String> {
+    let done = dir.join("built");
+    if done.is_file() {
+        return Ok(());
+    }
+    let write = |name: &str, text: &str| {
+        files::write_atomic(&dir.join(name), text.as_bytes()).map(|()| dir.join(name)).map_err(|e| e.to_string())
+    };
+    let source = write("collector.cpp", COLLECTOR_SOURCE)?;
+    let probe_source = write("probe.cu", PROBE_SOURCE)?;
+    let lib_dir = cupti.parent().unwrap_or(Path::new("/"));
+    let lib_name = cupti.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let collector = Cmd::new(cxx.path.display().to_string())
+        .args(["-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden"])
+        .arg(source.display().to_string())
+        .arg(format!("-I{}", cuda.join("include").display()))
+        .arg(format!("-I{}", include.display()))
+        .arg(format!("-L{}", lib_dir.display()))
+        .arg(format!("-l:{lib_name}"))
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .args(["-ldl", "-o"])
+        .arg(dir.join(COLLECTOR_FILE).display().to_string());
+    collector.read().map_err(|e| format!("the NVIDIA collector did not build: {e}"))?;
+    let probe = Cmd::new(nvcc.display().to_string())
+        .arg(format!("-arch={target}"))
+        .args(["-lineinfo", "-o"])
+        .arg(dir.join("probe").display().to_string())
+        .arg(probe_source.display().to_string());
+    probe.read().map_err(|e| format!("the NVIDIA probe did not build: {e}"))?;
+    files::write_atomic(&done, b"").map_err(|e| e.to_string())
+}
+
+/// Runs the probe under the collector, with a time limit, and returns the
+/// probe kernels that have executed instructions in its record.
+fn run_probe(probe: &Path, collector: &Path, run: &Path) -> std::result::Result<BTreeSet<&'static str>, String> {
+    if run.exists() {
+        std::fs::remove_dir_all(run).map_err(|e| format!("cannot empty {}: {e}", run.display()))?;
+    }
+    files::create_dir(run).map_err(|e| e.to_string())?;
+    let log = run.join("probe.log");
+    let out = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    let mut command = std::process::Command::new(probe);
+    command.envs(trial_env(collector, run, run)).stdout(out).stderr(err).stdin(std::process::Stdio::null());
+    let shown = format!("{} (under CUDA_INJECTION64_PATH={})", probe.display(), collector.display());
+    let mut child = command.spawn().map_err(|e| format!("cannot start the NVIDIA probe {shown}: {e}"))?;
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() > PROBE_LIMIT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("the NVIDIA probe {shown} ran past {}s and was killed", PROBE_LIMIT.as_secs()));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(format!("waiting for the NVIDIA probe {shown}: {e}")),
+        }
+    };
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    if !status.success() {
+        return Err(format!(
+            "the NVIDIA probe {shown} failed ({}); is there a GPU and a driver? It printed:\n{}",
+            crate::exec::process::describe_status(status),
+            crate::exec::process::indent_tail(&said, crate::exec::process::TAIL_LINES)
+        ));
+    }
+    let records: Vec<PathBuf> = std::fs::read_dir(run)
+        .map_err(|e| format!("cannot list {}: {e}", run.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tsv"))
+        .collect();
+    let [record] = records.as_slice() else {
+        return Err(format!(
+            "the NVIDIA probe {shown} left {} record files in {}, not one; the collector said:\n{}",
+            records.len(),
+            run.display(),
+            crate::exec::process::indent_tail(&said, crate::exec::process::TAIL_LINES)
+        ));
+    };
+    let record = Record::read(record).map_err(|e| e.to_string())?;
+    if !record.is_complete() {
+        return Err(format!("the NVIDIA probe's record {} has no end line", record.origin));
+    }
+    Ok(PROBE_KERNELS
+        .iter()
+        .copied()
+        .filter(|k| record.executions.keys().any(|key| key.function.starts_with(k)))
+        .collect())
+}
+
+/// `NVCC_APPEND_FLAGS` with `-lineinfo`: the line tables that map SASS
+/// offsets to source lines, in every nvcc a build step runs.
+pub(super) fn append_lineinfo(inherited: Option<&str>) -> (String, String) {
+    let value = match inherited.map(str::trim).filter(|v| !v.is_empty()) {
+        Some(v) if v.split_whitespace().any(|f| f == "-lineinfo") => v.to_string(),
+        Some(v) => format!("{v} -lineinfo"),
+        None => "-lineinfo".into(),
+    };
+    ("NVCC_APPEND_FLAGS".into(), value)
+}
+
+/// The collector's environment: loaded by the CUDA driver in every process
+/// (and so in every rank: launchers forward the trial's environment),
+/// modules loaded eagerly (lazy loading hides kernels from CUPTI until they
+/// run), records into `records`, cubins into `cubins`.
+pub(super) fn trial_env(collector: &Path, records: &Path, cubins: &Path) -> Vec<(String, String)> {
+    vec![
+        ("CUDA_INJECTION64_PATH".into(), collector.display().to_string()),
+        ("CUDA_MODULE_LOADING".into(), "EAGER".into()),
+        ("CCL_COV_SASS_DIR".into(), records.display().to_string()),
+        ("CCL_COV_SASS_CUBINS".into(), cubins.display().to_string()),
+    ]
+}
+
+/// What a trial's record files say about device-coverage loss: `None` when
+/// `expected` processes each left a complete record with nothing dropped.
+pub(crate) fn records_lost(dir: &Path, expected: usize) -> Option<String> {
+    let records: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().is_some_and(|x| x == "tsv")
+                        && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("sass-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut complete = 0;
+    let mut problems = Vec::new();
+    for path in &records {
+        match Record::read(path) {
+            Ok(r) if !r.is_complete() => {
+                problems.push(format!("{} has no end line (the process did not exit cleanly)", path.display()));
+            }
+            Ok(r) if r.dropped > 0 => {
+                problems.push(format!("CUPTI dropped {} records of {}", r.dropped, path.display()))
+            }
+            Ok(_) => complete += 1,
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    if complete < expected {
+        problems.insert(
+            0,
+            format!(
+                "only {complete} of {expected} processes left a complete kernel record in {} (a process killed or ended through _exit writes none)",
+                dir.display()
+            ),
+        );
+    }
+    (!problems.is_empty()).then(|| format!("device coverage lost: {}", problems.join("; ")))
+}
+
+/// The cubins a build's trials saved, named by CRC: the one folder per build.
+pub(crate) fn cubins_dir(cache_dir: &Path) -> PathBuf {
+    cache_dir.join("cubins")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(vars: Vec<(&'static str, String)>) -> impl Fn(&str) -> Option<String> {
+        move |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn cupti_is_looked_for_in_order_and_every_path_is_named() {
+        let root = tempfile::tempdir().unwrap();
+        let venv = root.path().join("venv");
+        let wheel = venv.join("lib/python3.12/site-packages/nvidia/cu13/lib");
+        std::fs::create_dir_all(&wheel).unwrap();
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        let cuda = root.path().join("cuda");
+        let toolkit = cuda.join("extras/CUPTI/lib64");
+        std::fs::create_dir_all(&toolkit).unwrap();
+        let path = format!("/nonexistent/bin:{}", venv.join("bin").display());
+        // Nothing anywhere: every place is named.
+        let env = lookup(vec![("PATH", path.clone()), ("CUDA_HOME", cuda.display().to_string())]);
+        let looked = find_cupti(&env).unwrap_err();
+        assert!(looked.contains(&wheel.join("libcupti.so.13")), "{looked:?}");
+        assert!(looked.contains(&toolkit.join("libcupti.so.13")), "{looked:?}");
+        // The toolkit's, then the wheel's before it.
+        std::fs::write(toolkit.join("libcupti.so.13"), "").unwrap();
+        assert_eq!(find_cupti(&env).unwrap(), toolkit.join("libcupti.so.13"));
+        std::fs::write(wheel.join("libcupti.so.13"), "").unwrap();
+        assert_eq!(find_cupti(&env).unwrap(), wheel.join("libcupti.so.13"));
+        // CCL_COV_CUPTI wins, as a file or a folder, and a wrong one is not passed over.
+        let own = root.path().join("own");
+        std::fs::create_dir_all(&own).unwrap();
+        let explicit = lookup(vec![("PATH", path.clone()), ("CCL_COV_CUPTI", own.display().to_string())]);
+        assert_eq!(find_cupti(&explicit).unwrap_err(), [own.join("libcupti.so.13"), own.join("libcupti.so")]);
+        std::fs::write(own.join("libcupti.so"), "").unwrap();
+        assert_eq!(find_cupti(&explicit).unwrap(), own.join("libcupti.so"));
+    }
+
+    #[test]
+    fn the_version_comes_from_the_file_or_the_wheel() {
+        let root = tempfile::tempdir().unwrap();
+        let real = root.path().join("libcupti.so.2025.3.1");
+        std::fs::write(&real, "").unwrap();
+        let link = root.path().join("libcupti.so.13");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(cupti_version(&link), "2025.3.1");
+        let site = root.path().join("site-packages");
+        let lib = site.join("nvidia/cu13/lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::create_dir_all(site.join("nvidia_cuda_cupti-13.4.92.dist-info")).unwrap();
+        std::fs::write(lib.join("libcupti.so.13"), "").unwrap();
+        assert_eq!(cupti_version(&lib.join("libcupti.so.13")), "13.4.92");
+        let bare = root.path().join("bare");
+        std::fs::create_dir_all(&bare).unwrap();
+        std::fs::write(bare.join("libcupti.so.13"), "").unwrap();
+        assert_eq!(cupti_version(&bare.join("libcupti.so.13")), "13 (soname)");
+    }
+
+    #[test]
+    fn lineinfo_is_appended_once() {
+        assert_eq!(append_lineinfo(None).1, "-lineinfo");
+        assert_eq!(append_lineinfo(Some("-O3")).1, "-O3 -lineinfo");
+        assert_eq!(append_lineinfo(Some("-lineinfo -O3")).1, "-lineinfo -O3");
+    }
+
+    #[test]
+    fn a_missing_incomplete_or_dropping_record_is_device_coverage_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = std::fs::read_to_string(record::tests::PROBE).unwrap();
+        std::fs::write(dir.path().join("sass-vm-1.tsv"), &good).unwrap();
+        assert_eq!(records_lost(dir.path(), 1), None);
+        let lost = records_lost(dir.path(), 2).unwrap();
+        assert!(lost.starts_with("device coverage lost: only 1 of 2 processes"), "{lost}");
+        let cut = good.lines().filter(|l| !l.starts_with("end")).collect::<Vec<_>>().join("\n");
+        std::fs::write(dir.path().join("sass-vm-2.tsv"), cut).unwrap();
+        let lost = records_lost(dir.path(), 2).unwrap();
+        assert!(lost.contains("sass-vm-2.tsv has no end line"), "{lost}");
+        let dropped = good.replace("dropped\t0", "dropped\t7");
+        std::fs::write(dir.path().join("sass-vm-2.tsv"), dropped).unwrap();
+        let lost = records_lost(dir.path(), 2).unwrap();
+        assert!(lost.contains("CUPTI dropped 7 records"), "{lost}");
+    }
+
+    #[test]
+    fn no_cupti_and_no_toolkit_block_with_the_paths() {
+        let tool = Tool { path: "/nonexistent/clang++".into(), version: "clang version 19".into(), major: 19 };
+        let tools = tempfile::tempdir().unwrap();
+        let none = lookup(vec![("PATH", String::new()), ("CUDA_HOME", "/nonexistent/cuda".into())]);
+        let Err(Blocker::NoCupti { looked }) = check("sm_90", &tool, tools.path(), &none).unwrap() else { panic!() };
+        assert_eq!(
+            looked,
+            [
+                PathBuf::from("/nonexistent/cuda/extras/CUPTI/lib64/libcupti.so.13"),
+                PathBuf::from("/nonexistent/cuda/extras/CUPTI/lib64/libcupti.so")
+            ]
+        );
+        let lib = tools.path().join("libcupti.so.13");
+        std::fs::write(&lib, "").unwrap();
+        let some =
+            lookup(vec![("CCL_COV_CUPTI", lib.display().to_string()), ("CUDA_HOME", "/nonexistent/cuda".into())]);
+        let Err(blocker) = check("sm_90", &tool, tools.path(), &some).unwrap() else { panic!() };
+        let message = blocker.message();
+        assert!(message.contains("/nonexistent/cuda/bin/nvcc") && message.contains("cuda.h"), "{message}");
+    }
+}

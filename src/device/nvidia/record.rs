@@ -1,0 +1,262 @@
+//! The per-process record file of the CUPTI SASS collector: tab-separated lines, one tag each.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::bail;
+use crate::error::{Error, Result};
+
+const MAGIC: &str = "ccl-coverage-sass";
+/// Version 1 files (the first collector) lack the `cupti` and `dropped` lines.
+const VERSIONS: std::ops::RangeInclusive<u32> = 1..=2;
+
+/// Where one SASS instruction is: CUPTI keys its counts by cubin CRC, kernel and PC offset.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct InstructionKey {
+    pub(crate) crc: u32,
+    pub(crate) function: String,
+    pub(crate) offset: u64,
+}
+
+/// One process's record file.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Record {
+    /// The file it came from, for errors.
+    pub(crate) origin: String,
+    pub(crate) version: u32,
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    /// CUPTI's version string and the library path the collector loaded.
+    pub(crate) cupti: Option<(String, String)>,
+    /// Cubins the process loaded: CRC → size in bytes.
+    pub(crate) cubins: BTreeMap<u32, u64>,
+    pub(crate) events: Vec<String>,
+    /// Records CUPTI dropped or the collector could not hold; any is lost coverage.
+    pub(crate) dropped: u64,
+    /// Executed count of each instruction, summed over repeated lines.
+    pub(crate) executions: BTreeMap<InstructionKey, u64>,
+    /// The reason the collector gave on its last line; `None` when the process did not flush.
+    pub(crate) end: Option<String>,
+}
+
+impl Record {
+    pub(crate) fn read(path: &Path) -> Result<Self> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|error| Error::new(format!("{origin}: {error}")))?;
+        Self::parse(&text, &origin)
+    }
+
+    /// Parses a record file's text; `origin` names it in errors, with the line number.
+    pub(crate) fn parse(text: &str, origin: &str) -> Result<Self> {
+        let mut record = Record { origin: origin.to_owned(), ..Record::default() };
+        let mut host = None;
+        let mut pid = None;
+        for (index, line) in text.lines().enumerate() {
+            let number = index + 1;
+            let at = |error: Error| error.context(format_args!("{origin}:{number}"));
+            if record.end.is_some() {
+                return Err(at(Error::new("line after the end line")));
+            }
+            if index == 0 {
+                record.version = parse_header(line).map_err(at)?;
+                continue;
+            }
+            record.parse_line(line, &mut host, &mut pid).map_err(at)?;
+        }
+        if record.version == 0 {
+            bail!("{origin}: empty, no {MAGIC} header");
+        }
+        let (Some(host), Some(pid)) = (host, pid) else {
+            bail!("{origin}: no host or pid line");
+        };
+        record.host = host;
+        record.pid = pid;
+        if let Some(key) = record.executions.keys().find(|key| !record.cubins.contains_key(&key.crc)) {
+            bail!("{origin}: counts for cubin {:08x}, which has no cubin line", key.crc);
+        }
+        Ok(record)
+    }
+
+    /// A process that did not reach its `end` line lost whatever it had not flushed.
+    pub(crate) fn is_complete(&self) -> bool {
+        self.end.is_some()
+    }
+
+    fn parse_line(&mut self, line: &str, host: &mut Option<String>, pid: &mut Option<u32>) -> Result<()> {
+        let (tag, rest) = line.split_once('\t').unwrap_or((line, ""));
+        match tag {
+            "host" => set_once(host, fields::<1>(rest)?[0].to_owned(), "host"),
+            "pid" => set_once(pid, parse_number(fields::<1>(rest)?[0], 10, "pid")?, "pid"),
+            "cupti" if self.version >= 2 => {
+                let [version, library] = fields(rest)?;
+                set_once(&mut self.cupti, (version.to_owned(), library.to_owned()), "cupti")
+            }
+            "cubin" => {
+                let [crc, bytes] = fields(rest)?;
+                let crc = parse_number(crc, 16, "cubin CRC")?;
+                if self.cubins.insert(crc, parse_number(bytes, 10, "cubin size")?).is_some() {
+                    bail!("cubin {crc:08x} listed twice");
+                }
+                Ok(())
+            }
+            // Free text that may hold tabs itself.
+            "event" => {
+                self.events.push(rest.to_owned());
+                Ok(())
+            }
+            "dropped" if self.version >= 2 => {
+                let dropped: u64 = parse_number(fields::<1>(rest)?[0], 10, "dropped count")?;
+                self.dropped = self.dropped.saturating_add(dropped);
+                Ok(())
+            }
+            "x" => {
+                let [crc, offset, count, function] = fields(rest)?;
+                if function.is_empty() {
+                    bail!("empty function name");
+                }
+                let key = InstructionKey {
+                    crc: parse_number(crc, 16, "cubin CRC")?,
+                    function: function.to_owned(),
+                    offset: parse_number(offset, 16, "PC offset")?,
+                };
+                let count: u64 = parse_number(count, 10, "count")?;
+                let total = self.executions.entry(key).or_default();
+                *total = total.saturating_add(count);
+                Ok(())
+            }
+            "end" => {
+                self.end = Some(rest.to_owned());
+                Ok(())
+            }
+            _ => bail!("unknown line tag {tag:?}"),
+        }
+    }
+}
+
+fn parse_header(line: &str) -> Result<u32> {
+    let Some(version) = line.strip_prefix(MAGIC).and_then(|rest| rest.strip_prefix('\t')) else {
+        bail!("not a {MAGIC} record file: the first line is {line:?}");
+    };
+    let version = parse_number(version, 10, "version")?;
+    if !VERSIONS.contains(&version) {
+        bail!("{MAGIC} version {version} is not supported (only {VERSIONS:?})");
+    }
+    Ok(version)
+}
+
+/// Exactly `N` tab-separated fields.
+fn fields<const N: usize>(rest: &str) -> Result<[&str; N]> {
+    let found: Vec<&str> = rest.split('\t').collect();
+    <[&str; N]>::try_from(found.as_slice()).map_err(|_| Error::new(format!("{} fields where {N} belong", found.len())))
+}
+
+fn set_once<T>(slot: &mut Option<T>, value: T, what: &str) -> Result<()> {
+    if slot.replace(value).is_some() {
+        bail!("a second {what} line");
+    }
+    Ok(())
+}
+
+/// Digits only: `from_str_radix` alone would take a leading `+`.
+fn parse_number<T: FromRadix>(text: &str, radix: u32, what: &str) -> Result<T> {
+    if text.is_empty() || !text.chars().all(|digit| digit.is_digit(radix)) {
+        bail!("{what} {text:?} is not a base-{radix} number");
+    }
+    T::from_radix(text, radix).map_err(|error| Error::new(format!("{what} {text:?}: {error}")))
+}
+
+trait FromRadix: Sized {
+    fn from_radix(text: &str, radix: u32) -> Result<Self, std::num::ParseIntError>;
+}
+
+impl FromRadix for u32 {
+    fn from_radix(text: &str, radix: u32) -> Result<Self, std::num::ParseIntError> {
+        u32::from_str_radix(text, radix)
+    }
+}
+
+impl FromRadix for u64 {
+    fn from_radix(text: &str, radix: u32) -> Result<Self, std::num::ParseIntError> {
+        u64::from_str_radix(text, radix)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) const PROBE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cuda-sass/probe-record.v2.tsv");
+
+    fn parse(text: &str) -> Result<Record> {
+        Record::parse(text, "r.tsv")
+    }
+
+    #[test]
+    fn reads_the_probe_record() {
+        let record = Record::read(Path::new(PROBE)).unwrap();
+        assert_eq!((record.version, record.host.as_str(), record.pid), (2, "vm", 1272));
+        assert_eq!(record.cupti.as_ref().map(|(version, _)| version.as_str()), Some("13.4.92"));
+        assert_eq!(record.cubins, BTreeMap::from([(0x1a0a_3cc3, 10728)]));
+        assert_eq!(record.dropped, 0);
+        assert_eq!(record.executions.len(), 31);
+        let key = InstructionKey { crc: 0x1a0a_3cc3, function: "_Z5probePKiPii".to_owned(), offset: 0x220 };
+        assert_eq!(record.executions[&key], 3);
+        assert!(record.events.contains(&"configured\tdevice 0 chip GH100".to_owned()));
+        assert!(record.is_complete());
+    }
+
+    #[test]
+    fn a_record_without_end_is_incomplete() {
+        let text = std::fs::read_to_string(PROBE).unwrap();
+        let cut = text.trim_end().rsplit_once('\n').unwrap().0;
+        let record = parse(cut).unwrap();
+        assert!(!record.is_complete());
+        assert_eq!(record.executions.len(), 31);
+    }
+
+    #[test]
+    fn version_1_has_no_cupti_or_dropped_lines() {
+        let v1 = "ccl-coverage-sass\t1\nhost\th\npid\t1\ncubin\tab\t10\nx\tab\t10\t4\tk\nx\tab\t10\t1\tk\nend\texit\n";
+        let record = parse(v1).unwrap();
+        let key = InstructionKey { crc: 0xab, function: "k".to_owned(), offset: 0x10 };
+        assert_eq!(record.executions, BTreeMap::from([(key, 5)]));
+        let error = parse(&v1.replace("end\t", "dropped\t3\nend\t")).unwrap_err().to_string();
+        assert_eq!(error, "r.tsv:7: unknown line tag \"dropped\"");
+    }
+
+    #[test]
+    fn errors_name_the_file_and_line() {
+        let good = "ccl-coverage-sass\t2\nhost\th\npid\t7\ncubin\tab\t10\ndropped\t2\nx\tab\t10\t4\tk\nend\texit\n";
+        assert_eq!(parse(good).unwrap().dropped, 2);
+        let cases = [
+            (
+                "ccl-coverage-sass\t2",
+                "ccl-coverage-sass\t3",
+                "r.tsv:1: ccl-coverage-sass version 3 is not supported (only 1..=2)",
+            ),
+            (
+                "ccl-coverage-sass\t2",
+                "ccl-coverage\t2",
+                "r.tsv:1: not a ccl-coverage-sass record file: the first line is \"ccl-coverage\\t2\"",
+            ),
+            ("pid\t7", "pid\t-7", "r.tsv:3: pid \"-7\" is not a base-10 number"),
+            ("pid\t7", "pid\t7\npid\t8", "r.tsv:4: a second pid line"),
+            ("dropped\t2", "dropped\t+2", "r.tsv:5: dropped count \"+2\" is not a base-10 number"),
+            ("x\tab\t10\t4\tk", "x\tab\t1g\t4\tk", "r.tsv:6: PC offset \"1g\" is not a base-16 number"),
+            ("x\tab\t10\t4\tk", "x\tab\t10\t4", "r.tsv:6: 3 fields where 4 belong"),
+            (
+                "x\tab\t10\t4\tk",
+                "x\tab\t10\t99999999999999999999\tk",
+                "r.tsv:6: count \"99999999999999999999\": number too large to fit in target type",
+            ),
+            ("x\tab\t10\t4\tk", "y\tab", "r.tsv:6: unknown line tag \"y\""),
+            ("x\tab\t10\t4\tk", "x\tcd\t10\t4\tk", "r.tsv: counts for cubin 000000cd, which has no cubin line"),
+            ("end\texit\n", "end\texit\nx\tab\t10\t4\tk\n", "r.tsv:8: line after the end line"),
+            ("host\th\n", "", "r.tsv: no host or pid line"),
+        ];
+        for (from, to, expected) in cases {
+            assert_eq!(parse(&good.replace(from, to)).unwrap_err().to_string(), expected, "{to:?}");
+        }
+        assert_eq!(parse("").unwrap_err().to_string(), "r.tsv: empty, no ccl-coverage-sass header");
+    }
+}
