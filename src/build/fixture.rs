@@ -13,7 +13,7 @@ use crate::build::rccl;
 use crate::config::template::Vars;
 use crate::config::{LoadedConfig, Step};
 use crate::context::Context;
-use crate::device::{self, DeviceDecision};
+use crate::device::{self, Backend, DeviceDecision};
 use crate::error::{Error, Result};
 use crate::exec::interrupt;
 use crate::exec::process::Cmd;
@@ -128,6 +128,7 @@ impl BuildPlan {
         let build_dir = ctx.existing_build.clone().unwrap_or_else(|| cache_dir.clone());
         vars.set("build_dir", build_dir.display().to_string());
         let (steps, bin_dir) = render_steps(ctx, &vars, resolved.rccl)?;
+        let steps = with_device_env(steps, &resolved.device);
         Ok(BuildPlan {
             toolchain: resolved.toolchain,
             device: resolved.device,
@@ -310,7 +311,8 @@ impl BuildPlan {
 /// exists: upstream's host-only fallback still writes `device-*.elf`. With
 /// device coverage off: none, whatever is there.
 pub fn select_device_objects(patterns: &[PathBuf], device: &DeviceDecision) -> Result<Vec<ObjectRecord>> {
-    if !device.enabled {
+    // NVIDIA's device coverage comes from kernel records, not from objects llvm-cov reads.
+    if !device.enabled || !device.backend.is_some_and(Backend::llvm_objects) {
         return Ok(Vec::new());
     }
     let mut found = Vec::new();
@@ -477,6 +479,25 @@ fn render_steps(ctx: &Context, vars: &Vars, rccl: rccl::Coverage) -> Result<(Vec
         PathBuf::from(vars.render(&config.tests.bin_dir)?)
     };
     Ok((steps, bin_dir))
+}
+
+/// Each step's environment with what device coverage adds to it (NVIDIA's
+/// `-lineinfo`), on top of the step's own value or the harness's.
+fn with_device_env(steps: Vec<(String, Cmd)>, device: &DeviceDecision) -> Vec<(String, Cmd)> {
+    steps
+        .into_iter()
+        .map(|(name, cmd)| {
+            let own = |key: &str| {
+                cmd.get_envs()
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .and_then(|(_, v)| v.as_ref().map(|v| v.to_string_lossy().into_owned()))
+                    .or_else(|| std::env::var(key).ok())
+            };
+            let extra = device::build_env(device, own("NVCC_APPEND_FLAGS").as_deref());
+            (name, cmd.envs(extra))
+        })
+        .collect()
 }
 
 /// Inspects the objects of an existing build: each must exist and carry

@@ -13,6 +13,7 @@
 
 use crate::bail;
 use crate::device::amdgpu::DEVICE_PROFILE_PREFIX;
+use crate::device::nvidia::record::record_files;
 use crate::error::{Error, Result};
 use crate::exec::process::Cmd;
 use crate::toolchain::Toolchain;
@@ -82,6 +83,8 @@ pub struct MergeOutcome {
     pub error: Option<String>,
     /// Checksums of the raw profiles left unmerged, by file name.
     pub(crate) raw_sha256: BTreeMap<String, String>,
+    /// Checksums of the NVIDIA collector's kernel records, by file name.
+    pub(crate) device_sha256: BTreeMap<String, String>,
 }
 
 impl MergeOutcome {
@@ -117,6 +120,10 @@ pub fn finish_trial(
     }
     match raw_checksums(&dir) {
         Ok(sums) => outcome.raw_sha256 = sums,
+        Err(e) => outcome.error = Some(e.to_string()),
+    }
+    match record_files(&dir).and_then(|files| checksums(&files)) {
+        Ok(sums) => outcome.device_sha256 = sums,
         Err(e) => outcome.error = Some(e.to_string()),
     }
     outcome
@@ -255,12 +262,69 @@ fn match_name(tokens: &[Token], name: &str, parts: &mut NameParts) -> bool {
 
 /// SHA-256 of each raw profile left in `dir`, by file name.
 pub(crate) fn raw_checksums(dir: &Path) -> Result<BTreeMap<String, String>> {
+    checksums(&raw_files(dir)?)
+}
+
+/// SHA-256 of each of `files`, by file name.
+fn checksums(files: &[PathBuf]) -> Result<BTreeMap<String, String>> {
     let mut sums = BTreeMap::new();
-    for file in raw_files(dir)? {
+    for file in files {
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        sums.insert(name, workspace::files::sha256_file(&file)?);
+        sums.insert(name, workspace::files::sha256_file(file)?);
     }
     Ok(sums)
+}
+
+/// Each trial's NVIDIA kernel records that are as its trial recorded them;
+/// an altered or unrecorded one moves to `quarantine/<trial>/`, and a
+/// recorded one that is gone is missing, as with profiles.
+pub(crate) fn verified_device_records(
+    ws: &Workspace,
+    trials: &[(&str, &str, &BTreeMap<String, String>)],
+) -> Result<(BTreeMap<String, Vec<PathBuf>>, Verified)> {
+    let mut by_trial = BTreeMap::new();
+    let mut verified = Verified::default();
+    for &(trial, slug, recorded) in trials {
+        let files = record_files(&ws.trial_profiles(slug))?;
+        for name in recorded.keys() {
+            if !files.iter().any(|f| f.file_name().is_some_and(|n| n.to_string_lossy() == name.as_str())) {
+                verified.missing.push(format!("{trial}: its kernel record {name} is gone"));
+            }
+        }
+        let mut kept = Vec::new();
+        for file in files {
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if trust_or_quarantine(ws, slug, trial, &file, recorded.get(&name), &mut verified.quarantined)? {
+                kept.push(file);
+            }
+        }
+        by_trial.insert(slug.to_string(), kept);
+    }
+    Ok((by_trial, verified))
+}
+
+/// Whether `file` has the checksum its trial recorded; if not, it moves to
+/// the trial's quarantine folder with the reason.
+fn trust_or_quarantine(
+    ws: &Workspace,
+    slug: &str,
+    trial: &str,
+    file: &Path,
+    recorded: Option<&String>,
+    quarantined: &mut Vec<Quarantined>,
+) -> Result<bool> {
+    let actual = workspace::files::sha256_file(file)?;
+    let why = match recorded {
+        Some(sum) if *sum == actual => return Ok(true),
+        Some(sum) => format!("altered after its trial wrote it (sha256 recorded {sum}, now {actual})"),
+        None => format!("not recorded by trial {trial} (no checksum), so not trusted"),
+    };
+    let dir = ws.trial_quarantine(slug);
+    workspace::files::create_dir(&dir)?;
+    let to = quarantine_path(&dir, file);
+    ws.rename(file, &to)?;
+    quarantined.push(Quarantined { file: to, reason: why });
+    Ok(false)
 }
 
 /// The profiles a report may use, after checking each against the checksum
@@ -318,20 +382,9 @@ pub(crate) fn verified_inputs(ws: &Workspace, trials: &[Recorded]) -> Result<Ver
                 .collect()
         };
         for (file, recorded) in checks {
-            let actual = workspace::files::sha256_file(&file)?;
-            let why = match recorded {
-                Some(sum) if *sum == actual => {
-                    verified.inputs.push(file);
-                    continue;
-                }
-                Some(sum) => format!("altered after its trial wrote it (sha256 recorded {sum}, now {actual})"),
-                None => format!("not recorded by trial {} (no checksum), so not trusted", result.trial),
-            };
-            let dir = ws.trial_quarantine(slug);
-            workspace::files::create_dir(&dir)?;
-            let to = quarantine_path(&dir, &file);
-            ws.rename(&file, &to)?;
-            verified.quarantined.push(Quarantined { file: to, reason: why });
+            if trust_or_quarantine(ws, slug, result.trial, &file, recorded, &mut verified.quarantined)? {
+                verified.inputs.push(file);
+            }
         }
     }
     Ok(verified)

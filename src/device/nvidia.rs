@@ -303,18 +303,10 @@ pub(super) fn trial_env(collector: &Path, records: &Path, cubins: &Path) -> Vec<
 /// What a trial's record files say about device-coverage loss: `None` when
 /// `expected` processes each left a complete record with nothing dropped.
 pub(crate) fn records_lost(dir: &Path, expected: usize) -> Option<String> {
-    let records: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.extension().is_some_and(|x| x == "tsv")
-                        && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("sass-"))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let records = match record::record_files(dir) {
+        Ok(records) => records,
+        Err(e) => return Some(format!("device coverage lost: {e}")),
+    };
     let mut complete = 0;
     let mut problems = Vec::new();
     for path in &records {
@@ -323,7 +315,7 @@ pub(crate) fn records_lost(dir: &Path, expected: usize) -> Option<String> {
                 problems.push(format!("{} has no end line (the process did not exit cleanly)", path.display()));
             }
             Ok(r) if r.dropped > 0 => {
-                problems.push(format!("CUPTI dropped {} records of {}", r.dropped, path.display()))
+                problems.push(format!("CUPTI dropped {} records of {}", r.dropped, path.display()));
             }
             Ok(_) => complete += 1,
             Err(e) => problems.push(e.to_string()),

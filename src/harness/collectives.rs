@@ -275,6 +275,14 @@ impl Shared {
                 free_bytes: host::free_bytes(&merged.dir),
             };
             verdict = outcome::judge_coverage(verdict, &evidence);
+            // NVIDIA kernel records are judged like host profiles: a process
+            // that left none, or an incomplete one, lost its coverage.
+            if verdict.status == Status::Passed
+                && manifest.device.nvidia().is_some()
+                && let Some(lost) = crate::device::nvidia::records_lost(&merged.dir, expected)
+            {
+                verdict = Verdict { status: Status::Failed, reason: lost };
+            }
         }
         let id = TrialIdentity { spec, config: ctx.config(), manifest, run_id: &self.run_id };
         let mut result = TrialResult::new(id, &execution, &verdict, merged, perf);

@@ -10,6 +10,7 @@ use crate::config::process_env;
 use crate::context::Context;
 use crate::coverage::llvm_export::SummaryExport;
 use crate::coverage::profiles;
+use crate::coverage::sass::{self, DeviceLines};
 use crate::error::Error;
 use crate::plan;
 use crate::report::attribution::{self, Attribution, Lcov, TrialCoverage, TrialSummary};
@@ -52,6 +53,8 @@ struct Merged {
     results: Vec<TrialResult>,
     inputs: ReportInputs,
     health: Health,
+    /// NVIDIA kernel lines, from the collector's records and the build's cubins.
+    device_lines: Option<DeviceLines>,
 }
 
 /// `llvm-cov export -summary-only` over all objects, and the host and device
@@ -192,7 +195,18 @@ impl Shared {
         }
         let mut quarantined = quarantined_now;
         quarantined.extend(verified.quarantined);
-        let health = Health::new(&results, quarantined, verified.missing);
+        let mut missing = verified.missing;
+        let device_lines = if manifest.device.nvidia().is_some() {
+            let recorded: Vec<_> =
+                results.iter().map(|r| (r.trial.as_str(), r.slug.as_str(), &r.device_sha256)).collect();
+            let (records, checked) = profiles::verified_device_records(ws, &recorded)?;
+            quarantined.extend(checked.quarantined);
+            missing.extend(checked.missing);
+            Some(sass::device_lines(&crate::device::nvidia::cubins_dir(&manifest.cache_dir), &records)?)
+        } else {
+            None
+        };
+        let health = Health::new(&results, quarantined, missing);
         let meta = ReportMeta::new(&manifest, &results, merged_inputs, &health);
         workspace::files::write_atomic(
             &report_dir.join("meta.json"),
@@ -201,7 +215,7 @@ impl Shared {
         let config = self.ctx.config();
         let title = format!("ccl-coverage: {} (build {})", config.name, manifest.build_id);
         let inputs = ReportInputs::new(&manifest, profdata, config.report.ignore_filename_regex.clone(), title)?;
-        Ok(Merge::Done(Box::new(Merged { manifest, results, inputs, health })))
+        Ok(Merge::Done(Box::new(Merged { manifest, results, inputs, health, device_lines })))
     }
 
     /// Fails when profiles had to be quarantined or a trial that passed left
@@ -225,6 +239,16 @@ impl Shared {
                 let dir = self.report_dir();
                 let all = merged.inputs.summary_json(&dir.join("summary.json"))?;
                 let m = &merged.manifest;
+                if let Some(lines) = &merged.device_lines {
+                    let device = device_totals(&lines.all);
+                    workspace::files::write_atomic(
+                        &dir.join("summary-device.json"),
+                        serde_json::to_string_pretty(&json!({"source": "cupti-sass", "totals": device}))
+                            .expect("totals serialize")
+                            .as_bytes(),
+                    )?;
+                    return Ok(Summary { host: report::totals(&all), all, device: Some(device) });
+                }
                 if m.device_objects.is_empty() {
                     return Ok(Summary { host: report::totals(&all), all, device: None });
                 }
@@ -252,7 +276,14 @@ impl Shared {
     fn lcov(&self, merged: &Merged) -> Result<&PathBuf, Failed> {
         let out = self.report_dir().join("coverage.lcov");
         self.lcov
-            .get_or_init(|| merged.inputs.lcov(&out).map(|()| out.clone()))
+            .get_or_init(|| {
+                let mut text = merged.inputs.lcov_text()?;
+                // Device records of the same files add to the host's, as lcov merges.
+                if let Some(lines) = &merged.device_lines {
+                    text.push_str(&sass::to_lcov(&lines.all));
+                }
+                workspace::files::write_atomic(&out, text.as_bytes()).map(|()| out.clone())
+            })
             .as_ref()
             .map_err(|e| failed("llvm-cov export -format=lcov", e))
     }
@@ -266,6 +297,12 @@ impl Shared {
     fn html(&self, merged: &Merged) -> Result<(), Failed> {
         let dir = self.report_dir().join("html");
         let index = merged.inputs.html(&dir).map_err(|e| failed("llvm-cov show -format=html", &e))?;
+        if let Some(lines) = &merged.device_lines {
+            let title = format!("ccl-coverage: {} (build {})", self.ctx.config().name, merged.manifest.build_id);
+            let device = report::device_pages::write(&dir.join("device"), &title, &lines.all)
+                .map_err(|e| failed("writing the device pages", &e))?;
+            eprintln!("ccl-coverage: device HTML report: {}", device.display());
+        }
         workspace::files::normalize_modes(&dir).map_err(|e| failed("setting the report's modes", &e))?;
         eprintln!("ccl-coverage: HTML report: {}", index.display());
         Ok(())
@@ -280,6 +317,14 @@ impl Shared {
         let summary = self.summary()?;
         let mut md =
             report::markdown(&self.ctx.config().name, &merged.manifest, &summary.all, &merged.results, &merged.health);
+        if let Some(lines) = &merged.device_lines {
+            let ((lh, lf), (fh, ff)) = lines.all.totals();
+            md.push_str(&format!(
+                "\nNVIDIA kernel coverage (CUPTI SASS metrics): lines {lh}/{lf} ({:.2}%), kernels {fh}/{ff} ({:.2}%)\n",
+                report::percent(lh, lf),
+                report::percent(fh, ff)
+            ));
+        }
         match self.attributed(merged) {
             Ok(a) => md.push_str(&attribution::markdown(&a.summaries)),
             Err(e) => md.push_str(&format!(
@@ -327,6 +372,14 @@ impl Shared {
             .as_ref()
             .ok_or_else(|| Failed::from("device coverage is on but the build recorded no device code object"))?;
         let functions = totals["functions"].as_str().unwrap_or("0/0");
+        if let Some(lines) = &merged.device_lines
+            && lines.all.totals().0.0 == 0
+        {
+            return Err(Failed::from(format!(
+                "device coverage is on ({}) but no kernel line was covered ({} kernels): no trial left a kernel record with executed instructions; check the trials' logs",
+                device.reason, functions
+            )));
+        }
         if functions.starts_with("0/") {
             return Err(Failed::from(format!(
                 "device coverage is on ({}) but no device function was covered ({functions}): device counters are written only when a process exits normally; check the trials' logs",
@@ -426,7 +479,10 @@ impl Shared {
                                 loop {
                                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                     let Some((r, profdata)) = jobs.get(i) else { break };
-                                    done.push((i, trial_coverage(&merged.inputs, r, profdata)));
+                                    done.push((
+                                        i,
+                                        trial_coverage(&merged.inputs, r, profdata, merged.device_lines.as_ref()),
+                                    ));
                                 }
                                 done
                             })
@@ -566,10 +622,25 @@ impl Shared {
     }
 }
 
+/// NVIDIA kernel totals as the summary shows them: `covered/count`.
+fn device_totals(lines: &sass::DeviceCoverage) -> Value {
+    let ((lh, lf), (fh, ff)) = lines.totals();
+    json!({ "lines": format!("{lh}/{lf}"), "functions": format!("{fh}/{ff}"), "regions": Value::Null, "branches": Value::Null })
+}
+
 /// One trial's lcov and summary over its own profile.
-fn trial_coverage(inputs: &ReportInputs, r: &TrialResult, profdata: &Path) -> Result<TrialCoverage, Error> {
+fn trial_coverage(
+    inputs: &ReportInputs,
+    r: &TrialResult,
+    profdata: &Path,
+    device: Option<&DeviceLines>,
+) -> Result<TrialCoverage, Error> {
     let inputs = inputs.with_profdata(profdata.to_path_buf());
-    let lcov = attribution::parse_lcov(&inputs.lcov_text()?, &format!("llvm-cov export of {}", profdata.display()))?;
+    let mut text = inputs.lcov_text()?;
+    if let Some(own) = device.and_then(|d| d.trials.get(&r.slug)) {
+        text.push_str(&sass::to_lcov(own));
+    }
+    let lcov = attribution::parse_lcov(&text, &format!("llvm-cov export of {}", profdata.display()))?;
     let mut totals = BTreeMap::new();
     for (metric, covered, count) in inputs.summary()?.totals().rows() {
         totals.insert(metric, (covered, count));

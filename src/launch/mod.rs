@@ -246,6 +246,14 @@ fn harness_env(
         let profile_file = profile_dir.join(&config.coverage.profile_pattern);
         env.push((PROFILE_FILE.into(), profile_file.display().to_string()));
     }
+    // The device collector's variables are the harness's too.
+    let device = crate::device::trial_env(
+        &manifest.device,
+        profile_dir,
+        &crate::device::nvidia::cubins_dir(&manifest.cache_dir),
+    );
+    env.retain(|(key, _)| !device.iter().any(|(k, _)| k == key));
+    env.extend(device);
     env.push((TRIAL_TOKEN.into(), token.clone()));
     (env, token)
 }

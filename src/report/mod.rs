@@ -3,6 +3,7 @@
 //! and the normalised summary that is snapshot-checked.
 
 pub mod attribution;
+pub(crate) mod device_pages;
 pub(crate) mod diff_coverage;
 pub(crate) mod minimal_suite;
 
@@ -106,11 +107,6 @@ impl ReportInputs {
     /// The full llvm JSON export (per-file segments, branches, functions).
     pub(crate) fn json(&self, out: &Path) -> Result<()> {
         let text = self.cmd("export").arg("-format=text").read()?;
-        workspace::files::write_atomic(out, text.as_bytes())
-    }
-
-    pub(crate) fn lcov(&self, out: &Path) -> Result<()> {
-        let text = self.lcov_text()?;
         workspace::files::write_atomic(out, text.as_bytes())
     }
 

@@ -73,6 +73,9 @@ pub(crate) struct TrialResult {
     /// SHA-256 of the raw profiles left unmerged, by file name.
     #[serde(default)]
     pub(crate) raw_sha256: std::collections::BTreeMap<String, String>,
+    /// Checksums of the NVIDIA collector's kernel records it left, by file name.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(crate) device_sha256: std::collections::BTreeMap<String, String>,
     /// Processes still alive after the trial's main process exited.
     pub(crate) leftovers: usize,
     pub(crate) perf: PerfReport,
@@ -193,6 +196,7 @@ impl TrialResult {
             merge_error: profiles.error,
             device_counters_lost: device_counters_lost(manifest, execution, verdict),
             raw_sha256: profiles.raw_sha256,
+            device_sha256: profiles.device_sha256,
             leftovers: execution.finished.leftovers,
             perf,
             cases: Vec::new(),
@@ -644,6 +648,7 @@ mod tests {
             merge: None,
             merge_error: None,
             raw_sha256: Default::default(),
+            device_sha256: Default::default(),
             device_counters_lost: None,
             leftovers: 0,
             perf: PerfReport::default(),

@@ -10,7 +10,7 @@
 //! plain row registers already hold the inlined code's own file and line, which is what line
 //! coverage wants, so those opcodes are skipped.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use gimli::{AttributeValue, EndianSlice, LittleEndian, Reader, RelocateReader};
 use object::read::elf::ElfFile64;
@@ -77,7 +77,8 @@ impl CubinLines {
 
     /// Every line any instruction of any kernel maps to, launched or not: what device coverage
     /// counts as instrumented.
-    pub(crate) fn instrumented_lines(&self) -> BTreeSet<&FileLine> {
+    #[cfg(test)]
+    pub(crate) fn instrumented_lines(&self) -> std::collections::BTreeSet<&FileLine> {
         self.functions.values().flat_map(FunctionLines::instructions).filter_map(|(_, line)| line).collect()
     }
 }
@@ -469,7 +470,7 @@ pub(crate) mod tests {
         for arch in ARCHES {
             let cubin = fixture_cubin(arch);
             for kernel in ["_Z12scale_floatsPKfPfif", "_Z10scale_intsPKiPii"] {
-                let lines: BTreeSet<_> =
+                let lines: std::collections::BTreeSet<_> =
                     cubin.functions[kernel].instructions().filter_map(|(_, line)| line.cloned()).collect();
                 // scale_add's body is kmath.cuh lines 6-7; the float kernel fuses both into one FFMA.
                 let header_line = FileLine { file: HEADER.to_owned(), line: 7 };

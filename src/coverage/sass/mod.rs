@@ -38,6 +38,47 @@ pub(crate) struct FunctionCoverage {
     pub(crate) hits: u64,
 }
 
+impl DeviceCoverage {
+    /// `(covered, count)` of lines and of kernels.
+    pub(crate) fn totals(&self) -> ((u64, u64), (u64, u64)) {
+        let mut lines = (0, 0);
+        let mut functions = (0, 0);
+        for file in self.files.values() {
+            lines.0 += file.lines.values().filter(|c| **c > 0).count() as u64;
+            lines.1 += file.lines.len() as u64;
+            functions.0 += file.functions.values().filter(|f| f.hits > 0).count() as u64;
+            functions.1 += file.functions.len() as u64;
+        }
+        (lines, functions)
+    }
+}
+
+/// A build's NVIDIA kernel coverage: over every trial, and each trial's own.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DeviceLines {
+    pub(crate) all: DeviceCoverage,
+    /// By trial slug.
+    pub(crate) trials: BTreeMap<String, DeviceCoverage>,
+}
+
+/// The coverage of each trial's records (`records`, by slug) over the
+/// build's saved cubins in `cubins_dir`, and of all of them together.
+pub(crate) fn device_lines(
+    cubins_dir: &Path,
+    records: &BTreeMap<String, Vec<std::path::PathBuf>>,
+) -> Result<DeviceLines> {
+    let cubins = if cubins_dir.is_dir() { read_cubin_dir(cubins_dir)? } else { BTreeMap::new() };
+    let mut lines = DeviceLines::default();
+    let mut every = Vec::new();
+    for (slug, files) in records {
+        let read = files.iter().map(|f| Record::read(f)).collect::<Result<Vec<_>>>()?;
+        lines.trials.insert(slug.clone(), line_coverage(&cubins, &read)?);
+        every.extend(read);
+    }
+    lines.all = line_coverage(&cubins, &every)?;
+    Ok(lines)
+}
+
 /// Reads the collector's cubin folder: every `<crc-hex>.cubin` in it, by CRC.
 pub(crate) fn read_cubin_dir(dir: &Path) -> Result<BTreeMap<u32, CubinLines>> {
     let entries = std::fs::read_dir(dir).map_err(|error| Error::new(format!("{}: {error}", dir.display())))?;

@@ -7,6 +7,27 @@ use crate::bail;
 use crate::error::{Error, Result};
 
 const MAGIC: &str = "ccl-coverage-sass";
+
+/// The collector's record files in a trial's profile folder
+/// (`sass-<host>-<pid>.tsv`), sorted; none when the folder does not exist.
+pub(crate) fn record_files(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::new(format!("cannot list {}: {e}", dir.display()))),
+    };
+    let mut files: Vec<std::path::PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file()
+                && p.extension().is_some_and(|x| x == "tsv")
+                && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("sass-"))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
 /// Version 1 files (the first collector) lack the `cupti` and `dropped` lines.
 const VERSIONS: std::ops::RangeInclusive<u32> = 1..=2;
 

@@ -1,0 +1,74 @@
+//! NVIDIA kernel coverage pages: `report/html/device/`, one page per source
+//! file with each line's count, and an index with the totals, beside
+//! llvm-cov's host pages (llvm-cov cannot show coverage it did not compute).
+
+use crate::coverage::sass::DeviceCoverage;
+use crate::error::Result;
+use crate::workspace::files;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn percent(covered: u64, count: u64) -> f64 {
+    if count == 0 { 100.0 } else { covered as f64 * 100.0 / count as f64 }
+}
+
+const STYLE: &str = "body{font-family:sans-serif}table{border-collapse:collapse}td,th{padding:2px 8px;border:1px solid #ddd}\
+pre{margin:0}.hit{background:#dfd}.miss{background:#fdd}.num{text-align:right;color:#666}";
+
+/// Writes the pages into `dir` and returns the index's path.
+pub(crate) fn write(dir: &Path, title: &str, coverage: &DeviceCoverage) -> Result<PathBuf> {
+    let ((lh, lf), (fh, ff)) = coverage.totals();
+    let mut index = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t}: device</title><style>{STYLE}</style></head><body>\
+<h1>{t}: NVIDIA kernel coverage</h1><p>From CUPTI's SASS metrics through the cubins' line tables. Lines {lh}/{lf} ({:.2}%), kernels {fh}/{ff} ({:.2}%). Host coverage: <a href=\"../index.html\">llvm-cov's report</a>.</p>\
+<table><tr><th>file</th><th>lines</th><th>%</th><th>kernels</th></tr>",
+        percent(lh, lf),
+        percent(fh, ff),
+        t = escape(title)
+    );
+    for (i, (file, cov)) in coverage.files.iter().enumerate() {
+        let hit = cov.lines.values().filter(|c| **c > 0).count() as u64;
+        let total = cov.lines.len() as u64;
+        let kernels = cov.functions.values().filter(|f| f.hits > 0).count();
+        let page = format!("file{i}.html");
+        let _ = write!(
+            index,
+            "<tr><td><a href=\"{page}\">{}</a></td><td>{hit}/{total}</td><td>{:.2}</td><td>{kernels}/{}</td></tr>",
+            escape(file),
+            percent(hit, total),
+            cov.functions.len()
+        );
+        let source = std::fs::read_to_string(file).ok();
+        let mut body = format!(
+            "<!doctype html><html><head><meta charset=\"utf-8\"><title>{f}</title><style>{STYLE}</style></head><body>\
+<p><a href=\"index.html\">device coverage</a></p><h2>{f}</h2><table><tr><th>line</th><th>count</th><th>source</th></tr>",
+            f = escape(file)
+        );
+        let lines: Vec<(u32, String)> = match &source {
+            Some(text) => text.lines().enumerate().map(|(n, l)| (n as u32 + 1, l.to_string())).collect(),
+            None => cov.lines.keys().map(|n| (*n, String::from("(source not found)"))).collect(),
+        };
+        for (n, text) in lines {
+            let (class, count) = match cov.lines.get(&n) {
+                Some(0) => ("miss", "0".to_string()),
+                Some(c) => ("hit", c.to_string()),
+                None => ("", String::new()),
+            };
+            let _ = write!(
+                body,
+                "<tr class=\"{class}\"><td class=\"num\">{n}</td><td class=\"num\">{count}</td><td><pre>{}</pre></td></tr>",
+                escape(&text)
+            );
+        }
+        body.push_str("</table></body></html>\n");
+        files::write_atomic(&dir.join(&page), body.as_bytes())?;
+    }
+    index.push_str("</table></body></html>\n");
+    let path = dir.join("index.html");
+    files::write_atomic(&path, index.as_bytes())?;
+    Ok(path)
+}
