@@ -53,7 +53,7 @@ fn decide(mode: DeviceMode, cfg: &DeviceConfig, cxx: &Tool) -> ccl_coverage::err
         "CUDA_HOME" => Some("/nonexistent/cuda".to_string()),
         _ => None,
     };
-    device::decide(mode, cfg, cxx, Path::new("/nonexistent/tools"), &env)
+    device::decide(mode, cfg, cxx, Some(Path::new("/nonexistent/tools")), &env)
 }
 
 /// The AMDGPU runtime and collector a decision found.

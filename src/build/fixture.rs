@@ -115,13 +115,10 @@ impl BuildPlan {
     pub fn new(ctx: &Context) -> Result<BuildPlan> {
         let loaded = &ctx.loaded;
         let config = &loaded.config;
-        let resolved = Resolved::new(
-            config,
-            ctx.coverage,
-            ctx.device_mode,
-            &ctx.state_dir.join("tools"),
-            &crate::config::process_env,
-        )?;
+        // A dry run builds and runs nothing: no device probe either.
+        let tools = (!ctx.dry_run).then(|| ctx.state_dir.join("tools"));
+        let resolved =
+            Resolved::new(config, ctx.coverage, ctx.device_mode, tools.as_deref(), &crate::config::process_env)?;
         let mut vars = build_vars(loaded, &resolved, ctx.jobs);
         let (key, existing_objects) = build_key(ctx, &resolved, &mut vars)?;
         let cache_dir = ctx.state_dir.join("builds").join(&key);
@@ -364,7 +361,7 @@ impl Resolved {
         config: &crate::config::Config,
         coverage: bool,
         device_mode: crate::config::DeviceMode,
-        tools: &Path,
+        tools: Option<&Path>,
         env: toolchain::Lookup,
     ) -> Result<Resolved> {
         let toolchain = toolchain::resolve(&config.toolchain, env)?;
@@ -837,16 +834,16 @@ mod tests {
         let config = &loaded.config;
         let none = |_: &str| None;
         let off =
-            Resolved::new(config, false, crate::config::DeviceMode::Auto, Path::new("/nonexistent"), &none).unwrap();
+            Resolved::new(config, false, crate::config::DeviceMode::Auto, None, &none).unwrap();
         assert_eq!(off.device.reason, "coverage is off (CCL_COV_COVERAGE=off)");
         assert!(off.coverage_flags.is_empty());
         let on =
-            Resolved::new(config, true, crate::config::DeviceMode::Auto, Path::new("/nonexistent"), &none).unwrap();
+            Resolved::new(config, true, crate::config::DeviceMode::Auto, None, &none).unwrap();
         assert!(!on.device.enabled, "a config without a device target is host-only");
         assert_eq!(on.coverage_flags, config.coverage.host_flags);
         assert_eq!(on.toolchain.cxx.major, 22);
         let missing = |name: &str| (name == "CXX").then(|| "/nonexistent/clang++".to_string());
-        let err = Resolved::new(config, true, crate::config::DeviceMode::Auto, Path::new("/nonexistent"), &missing)
+        let err = Resolved::new(config, true, crate::config::DeviceMode::Auto, None, &missing)
             .unwrap_err()
             .to_string();
         assert!(err.contains("(from $CXX)"), "{err}");

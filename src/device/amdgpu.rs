@@ -277,7 +277,7 @@ mod tests {
 
     /// `decide` with no tools folder and an empty environment.
     fn decide(mode: DeviceMode, cfg: &DeviceConfig, cxx: &Tool) -> Result<DeviceDecision> {
-        crate::device::decide(mode, cfg, cxx, Path::new("/nonexistent/tools"), &|_| None)
+        crate::device::decide(mode, cfg, cxx, Some(Path::new("/nonexistent/tools")), &|_| None)
     }
 
     #[test]

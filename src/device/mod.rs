@@ -138,6 +138,8 @@ pub(crate) enum Blocker {
     ProbeFailed {
         detail: String,
     },
+    /// A dry run builds and runs nothing, so the probe did not run.
+    NotProbed { detail: String },
     /// The CUPTI patched only some of the probe's kernels (CUPTI 13.0 patches
     /// only the first kernel a context launches).
     Unpatched {
@@ -185,7 +187,9 @@ impl Blocker {
                     join(looked)
                 )
             }
-            Blocker::ProbeFailed { detail } | Blocker::Unpatched { detail } => detail.clone(),
+            Blocker::ProbeFailed { detail } | Blocker::Unpatched { detail } | Blocker::NotProbed { detail } => {
+                detail.clone()
+            }
         }
     }
 
@@ -210,6 +214,7 @@ impl Blocker {
                 "pip install 'nvidia-cuda-cupti>=13.4' into a Python environment on PATH, or set CCL_COV_CUPTI to its libcupti.so.13"
             }
             Blocker::NoCudaToolkit { .. } => "set CUDA_HOME to the CUDA toolkit (the default is /usr/local/cuda)",
+            Blocker::NotProbed { .. } => "run the suite itself (not a dry run), where the probe runs",
             Blocker::ProbeFailed { .. } => {
                 "run on a machine with an NVIDIA GPU and driver, and see the probe's output above"
             }
@@ -234,12 +239,13 @@ pub(crate) fn requested_mode(config: &DeviceConfig, env: &dyn Fn(&str) -> Option
 
 /// Resolves `requested` against what the config, the compiler `cxx` and the
 /// machine allow. `tools` is where a backend builds what it needs at fixture
-/// time (NVIDIA's collector and probe); `env` is the environment to read.
+/// time (NVIDIA's collector and probe), `None` in a dry run, which builds and
+/// runs nothing; `env` is the environment to read.
 pub fn decide(
     requested: DeviceMode,
     config: &DeviceConfig,
     cxx: &Tool,
-    tools: &Path,
+    tools: Option<&Path>,
     env: Lookup,
 ) -> Result<DeviceDecision> {
     let target = config.target.clone();
@@ -339,7 +345,7 @@ mod tests {
 
     /// `decide` with no tools folder and an empty environment.
     fn decide(mode: DeviceMode, cfg: &DeviceConfig, cxx: &Tool) -> Result<DeviceDecision> {
-        super::decide(mode, cfg, cxx, Path::new("/nonexistent/tools"), &|_| None)
+        super::decide(mode, cfg, cxx, Some(Path::new("/nonexistent/tools")), &|_| None)
     }
 
     #[test]

@@ -118,7 +118,7 @@ fn cupti_include(cuda: &Path, cupti: &Path, looked: &mut Vec<PathBuf>) -> Option
 pub(super) fn check(
     target: &str,
     cxx: &Tool,
-    tools: &Path,
+    tools: Option<&Path>,
     env: Lookup,
 ) -> Result<std::result::Result<Available, Blocker>> {
     let cupti = match find_cupti(env) {
@@ -136,6 +136,15 @@ pub(super) fn check(
         return Ok(Err(Blocker::NoCudaToolkit { looked }));
     };
     let version = cupti_version(&cupti);
+    let Some(tools) = tools else {
+        return Ok(Err(Blocker::NotProbed {
+            detail: format!(
+                "not probed in a dry run: libcupti {version} ({}) is probed (it must patch all {} probe kernels) when the suite runs",
+                cupti.display(),
+                PROBE_KERNELS.len()
+            ),
+        }));
+    };
     // One folder per collector source, CUPTI, compiler and target: built once.
     let mut key =
         format!("{COLLECTOR_SOURCE}\0{PROBE_SOURCE}\0{}\0{}\0{target}\0", cupti.display(), cxx.path.display());
@@ -426,7 +435,7 @@ mod tests {
         let tool = Tool { path: "/nonexistent/clang++".into(), version: "clang version 19".into(), major: 19 };
         let tools = tempfile::tempdir().unwrap();
         let none = lookup(vec![("PATH", String::new()), ("CUDA_HOME", "/nonexistent/cuda".into())]);
-        let Err(Blocker::NoCupti { looked }) = check("sm_90", &tool, tools.path(), &none).unwrap() else { panic!() };
+        let Err(Blocker::NoCupti { looked }) = check("sm_90", &tool, Some(tools.path()), &none).unwrap() else { panic!() };
         assert_eq!(
             looked,
             [
@@ -438,7 +447,7 @@ mod tests {
         std::fs::write(&lib, "").unwrap();
         let some =
             lookup(vec![("CCL_COV_CUPTI", lib.display().to_string()), ("CUDA_HOME", "/nonexistent/cuda".into())]);
-        let Err(blocker) = check("sm_90", &tool, tools.path(), &some).unwrap() else { panic!() };
+        let Err(blocker) = check("sm_90", &tool, Some(tools.path()), &some).unwrap() else { panic!() };
         let message = blocker.message();
         assert!(message.contains("/nonexistent/cuda/bin/nvcc") && message.contains("cuda.h"), "{message}");
     }
