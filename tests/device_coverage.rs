@@ -146,7 +146,7 @@ fn cuda_targets_without_cupti_are_host_only_and_say_where_they_looked() {
     assert_eq!(auto.backend, Some(Backend::Nvidia));
     assert_eq!(
         auto.reason,
-        "NVIDIA kernel coverage needs CUPTI 13.4 or newer (libcupti.so.13): looked in /nonexistent/cuda/extras/CUPTI/lib64/libcupti.so.13, /nonexistent/cuda/extras/CUPTI/lib64/libcupti.so"
+        "NVIDIA kernel coverage needs CUPTI 13.4 or newer (libcupti.so.13): looked in /nonexistent/cuda/extras/CUPTI/lib64/libcupti.so.13, /nonexistent/cuda/extras/CUPTI/lib64/libcupti.so, /nonexistent/cuda/lib64/libcupti.so.13, /nonexistent/cuda/lib64/libcupti.so"
     );
     let on = on.unwrap_err();
     assert!(on.contains("pip install 'nvidia-cuda-cupti>=13.4'") && on.contains("CCL_COV_CUPTI"), "{on}");

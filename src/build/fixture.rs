@@ -833,19 +833,15 @@ mod tests {
         let loaded = crate::config::load_str(text, &dir.path().join("t.json"), &config_env).unwrap();
         let config = &loaded.config;
         let none = |_: &str| None;
-        let off =
-            Resolved::new(config, false, crate::config::DeviceMode::Auto, None, &none).unwrap();
+        let off = Resolved::new(config, false, crate::config::DeviceMode::Auto, None, &none).unwrap();
         assert_eq!(off.device.reason, "coverage is off (CCL_COV_COVERAGE=off)");
         assert!(off.coverage_flags.is_empty());
-        let on =
-            Resolved::new(config, true, crate::config::DeviceMode::Auto, None, &none).unwrap();
+        let on = Resolved::new(config, true, crate::config::DeviceMode::Auto, None, &none).unwrap();
         assert!(!on.device.enabled, "a config without a device target is host-only");
         assert_eq!(on.coverage_flags, config.coverage.host_flags);
         assert_eq!(on.toolchain.cxx.major, 22);
         let missing = |name: &str| (name == "CXX").then(|| "/nonexistent/clang++".to_string());
-        let err = Resolved::new(config, true, crate::config::DeviceMode::Auto, None, &missing)
-            .unwrap_err()
-            .to_string();
+        let err = Resolved::new(config, true, crate::config::DeviceMode::Auto, None, &missing).unwrap_err().to_string();
         assert!(err.contains("(from $CXX)"), "{err}");
     }
 }

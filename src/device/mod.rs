@@ -139,7 +139,9 @@ pub(crate) enum Blocker {
         detail: String,
     },
     /// A dry run builds and runs nothing, so the probe did not run.
-    NotProbed { detail: String },
+    NotProbed {
+        detail: String,
+    },
     /// The CUPTI patched only some of the probe's kernels (CUPTI 13.0 patches
     /// only the first kernel a context launches).
     Unpatched {

@@ -36,7 +36,9 @@ const PROBE_LIMIT: Duration = Duration::from_secs(120);
 
 /// The libcupti to use: `CCL_COV_CUPTI` (the library or its folder), then
 /// `nvidia/cu13/lib` of the Python environments on `PATH` (where
-/// `pip install nvidia-cuda-cupti` puts it), then `$CUDA_HOME/extras/CUPTI/lib64`.
+/// `pip install nvidia-cuda-cupti` puts it), then the toolkit's:
+/// `$CUDA_HOME/extras/CUPTI/lib64`, or `$CUDA_HOME/lib64` where CUDA 13
+/// installs it.
 /// On failure, every path looked at.
 pub(crate) fn find_cupti(env: Lookup) -> std::result::Result<PathBuf, Vec<PathBuf>> {
     let mut looked = Vec::new();
@@ -70,8 +72,13 @@ pub(crate) fn find_cupti(env: Lookup) -> std::result::Result<PathBuf, Vec<PathBu
             }
         }
     }
-    let toolkit = cuda_home(env).join("extras/CUPTI/lib64");
-    in_dir(&toolkit, &mut looked).ok_or(looked)
+    let cuda = cuda_home(env);
+    for toolkit in [cuda.join("extras/CUPTI/lib64"), cuda.join("lib64")] {
+        if let Some(found) = in_dir(&toolkit, &mut looked) {
+            return Ok(found);
+        }
+    }
+    Err(looked)
 }
 
 /// `$CUDA_HOME`, else `/usr/local/cuda`.
@@ -101,11 +108,12 @@ pub(crate) fn cupti_version(lib: &Path) -> String {
     name.strip_prefix("libcupti.so.").map_or_else(|| "of unknown version".into(), |v| format!("{v} (soname)"))
 }
 
-/// The CUPTI header folder: the toolkit's, else the one beside the library
+/// The CUPTI header folder: the toolkit's (`extras/CUPTI/include`, or
+/// `include` where CUDA 13 installs them), else the one beside the library
 /// (a wheel's `nvidia/cu13/include`).
 fn cupti_include(cuda: &Path, cupti: &Path, looked: &mut Vec<PathBuf>) -> Option<PathBuf> {
     let beside = cupti.parent().and_then(Path::parent).map(|p| p.join("include"));
-    [Some(cuda.join("extras/CUPTI/include")), beside].into_iter().flatten().find(|dir| {
+    [Some(cuda.join("extras/CUPTI/include")), Some(cuda.join("include")), beside].into_iter().flatten().find(|dir| {
         let header = dir.join("cupti_sass_metrics.h");
         looked.push(header.clone());
         header.is_file()
@@ -133,6 +141,8 @@ pub(super) fn check(
     looked.push(cuda_h.clone());
     let include = cupti_include(&cuda, &cupti, &mut looked);
     let (true, true, Some(include)) = (nvcc.is_file(), cuda_h.is_file(), include) else {
+        // Name what is missing, not what was found.
+        looked.retain(|p| !p.is_file());
         return Ok(Err(Blocker::NoCudaToolkit { looked }));
     };
     let version = cupti_version(&cupti);
@@ -371,6 +381,7 @@ mod tests {
         let looked = find_cupti(&env).unwrap_err();
         assert!(looked.contains(&wheel.join("libcupti.so.13")), "{looked:?}");
         assert!(looked.contains(&toolkit.join("libcupti.so.13")), "{looked:?}");
+        assert!(looked.contains(&cuda.join("lib64/libcupti.so.13")), "{looked:?}");
         // The toolkit's, then the wheel's before it.
         std::fs::write(toolkit.join("libcupti.so.13"), "").unwrap();
         assert_eq!(find_cupti(&env).unwrap(), toolkit.join("libcupti.so.13"));
@@ -435,14 +446,19 @@ mod tests {
         let tool = Tool { path: "/nonexistent/clang++".into(), version: "clang version 19".into(), major: 19 };
         let tools = tempfile::tempdir().unwrap();
         let none = lookup(vec![("PATH", String::new()), ("CUDA_HOME", "/nonexistent/cuda".into())]);
-        let Err(Blocker::NoCupti { looked }) = check("sm_90", &tool, Some(tools.path()), &none).unwrap() else { panic!() };
-        assert_eq!(
-            looked,
-            [
-                PathBuf::from("/nonexistent/cuda/extras/CUPTI/lib64/libcupti.so.13"),
-                PathBuf::from("/nonexistent/cuda/extras/CUPTI/lib64/libcupti.so")
-            ]
-        );
+        let Err(Blocker::NoCupti { looked }) = check("sm_90", &tool, Some(tools.path()), &none).unwrap() else {
+            panic!()
+        };
+        let want: Vec<PathBuf> = [
+            "extras/CUPTI/lib64/libcupti.so.13",
+            "extras/CUPTI/lib64/libcupti.so",
+            "lib64/libcupti.so.13",
+            "lib64/libcupti.so",
+        ]
+        .iter()
+        .map(|rel| Path::new("/nonexistent/cuda").join(rel))
+        .collect();
+        assert_eq!(looked, want);
         let lib = tools.path().join("libcupti.so.13");
         std::fs::write(&lib, "").unwrap();
         let some =

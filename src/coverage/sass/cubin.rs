@@ -67,6 +67,11 @@ impl FunctionLines {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct CubinLines {
     pub(crate) functions: BTreeMap<String, FunctionLines>,
+    /// Why some or all of its code maps to no line: no `.debug_line` (built
+    /// without `-lineinfo`), or sequences that no kernel's section holds
+    /// (code the device linker dropped). Said, not failed: the other kernels'
+    /// lines are sound.
+    pub(crate) unmapped: Option<String>,
 }
 
 impl CubinLines {
@@ -104,7 +109,8 @@ fn parse_cubin(data: &[u8]) -> Result<CubinLines> {
         }
     }
     let Some(debug_line) = elf.section_by_name(".debug_line") else {
-        bail!("no .debug_line section (compile with -lineinfo)");
+        let unmapped = Some("it has no .debug_line section (built without -lineinfo): its kernels map to no line".into());
+        return Ok(CubinLines { functions, unmapped });
     };
     let relocations = LineRelocations::read(&elf, &debug_line)?;
     let section_bytes = |name: &str| -> Result<&[u8]> {
@@ -116,13 +122,20 @@ fn parse_cubin(data: &[u8]) -> Result<CubinLines> {
     let line_data = debug_line.data().map_err(|error| Error::new(format!(".debug_line: {error}")))?;
     let sequences =
         read_line_sequences(line_data, &relocations, section_bytes(".debug_str")?, section_bytes(".debug_line_str")?)?;
+    let mut unplaced = 0;
     for sequence in sequences {
         let (function, base) = match sequence.section {
             Some(index) => match function_sections.get(&index) {
                 Some((function, base, _)) => (function.clone(), *base),
                 None => bail!(".debug_line sequence relocated against section {index}, not a .text section"),
             },
-            None => untagged_function(&function_sections, sequence.start)?,
+            None => match untagged_function(&function_sections, sequence.start) {
+                Some(found) => found,
+                None => {
+                    unplaced += 1;
+                    continue;
+                }
+            },
         };
         let Some(lines) = functions.get_mut(&function) else {
             bail!("internal: no entry for function {function}");
@@ -136,17 +149,20 @@ fn parse_cubin(data: &[u8]) -> Result<CubinLines> {
         // row of the next sequence starting at the same offset.
         lines.rows.sort_by_key(|(offset, line)| (*offset, line.is_some()));
     }
-    Ok(CubinLines { functions })
+    let unmapped = (unplaced > 0).then(|| {
+        format!("{unplaced} .debug_line sequences have no relocation and no single .text section holds them; skipped")
+    });
+    Ok(CubinLines { functions, unmapped })
 }
 
 /// A sequence without relocation belongs to the one function section whose address range holds
 /// it (linked cubins with distinct section addresses); with sections all at 0 it is ambiguous.
-fn untagged_function(sections: &HashMap<SectionIndex, (String, u64, u64)>, start: u64) -> Result<(String, u64)> {
+fn untagged_function(sections: &HashMap<SectionIndex, (String, u64, u64)>, start: u64) -> Option<(String, u64)> {
     let mut containing =
         sections.values().filter(|(_, base, size)| start.checked_sub(*base).is_some_and(|offset| offset < *size));
     match (containing.next(), containing.next()) {
-        (Some((function, base, _)), None) => Ok((function.clone(), *base)),
-        _ => bail!(".debug_line sequence at {start:#x} has no relocation and no single .text section holds it"),
+        (Some((function, base, _)), None) => Some((function.clone(), *base)),
+        _ => None,
     }
 }
 

@@ -6,6 +6,8 @@
 //! counts: the caller reports it as lost device coverage.
 
 pub(crate) mod cubin;
+#[cfg(test)]
+mod fixture_markers;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -98,7 +100,11 @@ pub(crate) fn read_cubin_dir(dir: &Path) -> Result<BTreeMap<u32, CubinLines>> {
             bail!("{origin}: a cubin's name must be <crc-hex>.cubin");
         };
         let data = std::fs::read(&path).map_err(|error| Error::new(format!("{origin}: {error}")))?;
-        cubins.insert(crc, CubinLines::parse(&data, &origin)?);
+        let cubin = CubinLines::parse(&data, &origin)?;
+        if let Some(why) = &cubin.unmapped {
+            eprintln!("ccl-coverage: warning: cubin {origin}: {why}");
+        }
+        cubins.insert(crc, cubin);
     }
     Ok(cubins)
 }
