@@ -108,19 +108,38 @@ if [ "$phase" = nccl ] || { [ "$phase" = all ] && [ $(($(date +%s) - started)) -
   export NCCL_SRC=/tmp/src/nccl NCCL_TESTS_SRC=/tmp/src/nccl-tests CCL_COV_CONFIG=configs/h200_nccl.json
   # One rank, average: NCCL's oneRankReduce kernel (a sum is a memcpy on one rank).
   export NCCL_TESTS_DTYPE=float NCCL_TESTS_OP=avg NCCL_ONLY_FUNCS="AllReduce Sum f32 RING SIMPLE"
-  export CCL_COV_CUPTI=/tmp/cupti/libcupti.so.13
-  CCL_COV_WORKSPACE=/tmp/ws-nccl $cov collectives --ignored --test-threads 1 AllReduce > "$out/nccl-collectives.log" 2>&1
+  # CUPTI as `pip install nvidia-cuda-cupti` leaves it in a Python environment on PATH.
+  site=/tmp/venv/lib/python3.12/site-packages
+  mkdir -p /tmp/venv/bin "$site/nvidia/cu13/lib" "$site/nvidia_cuda_cupti-13.4.92.dist-info"
+  cp /tmp/cupti/libcupti.so.13 "$site/nvidia/cu13/lib/"
+  unset CCL_COV_CUPTI
+  PATH=/tmp/venv/bin:$PATH CCL_COV_WORKSPACE=/tmp/ws-nccl $cov collectives --ignored --test-threads 1 AllReduce > "$out/nccl-collectives.log" 2>&1
   echo "rc=$?" >> "$out/nccl-collectives.log"
   stamp nccl-collectives
-  CCL_COV_WORKSPACE=/tmp/ws-nccl $cov report > "$out/nccl-report.log" 2>&1
+  PATH=/tmp/venv/bin:$PATH CCL_COV_WORKSPACE=/tmp/ws-nccl $cov report > "$out/nccl-report.log" 2>&1
   echo "rc=$?" >> "$out/nccl-report.log"
   stamp nccl-report
-  mkdir -p /tmp/nccl-out
+  mkdir -p "$out/nccl-out"
   cp /tmp/ws-nccl/report/summary.md /tmp/ws-nccl/report/summary-device.json /tmp/ws-nccl/report/summary.txt \
-    /tmp/ws-nccl/results/run.json /tmp/nccl-out/ 2>/dev/null
-  grep -E '^(SF|LF|LH|end_of_record)' /tmp/ws-nccl/report/coverage.lcov > /tmp/nccl-out/lcov-totals.txt 2>/dev/null
-  cp -r /tmp/ws-nccl/logs /tmp/nccl-out/ 2>/dev/null
-  cp -r /tmp/nccl-out "$out/"
-  for f in /tmp/ws-nccl/report/html/device/index.html; do [ -f "$f" ] && cp "$f" "$out/nccl-out/device-index.html"; done
+    /tmp/ws-nccl/results/run.json /tmp/ws-nccl/build.json "$out/nccl-out/" 2>/dev/null
+  cp /tmp/ws-nccl/report/html/device/index.html "$out/nccl-out/device-index.html" 2>/dev/null
+  python3 - > "$out/nccl-out/device-files.txt" <<'PY'
+f = None; lf = lh = 0; rows = []
+for line in open("/tmp/ws-nccl/report/coverage.lcov"):
+    line = line.strip()
+    if line.startswith("SF:"): f = line[3:]; lf = lh = 0
+    elif line.startswith("DA:"):
+        lf += 1; lh += int(line.split(",")[1]) > 0
+    elif line == "end_of_record": rows.append((f, lh, lf))
+for f, lh, lf in rows: print(f"{lh}/{lf}\t{f}")
+PY
+  cp -r /tmp/ws-nccl/logs "$out/nccl-out/" 2>/dev/null
+  build=$(python3 -c 'import json;print(json.load(open("/tmp/ws-nccl/build.json"))["cache_dir"])')
+  cp -r "$build/cubins" "$out/nccl-out/" 2>/dev/null
+  # Host-only, the same trials, for the cost (a build of its own: no -lineinfo).
+  CCL_COV_DEVICE_COVERAGE=off CCL_COV_WORKSPACE=/tmp/ws-nccl-host $cov collectives --ignored --test-threads 1 AllReduce > "$out/nccl-host-collectives.log" 2>&1
+  echo "rc=$?" >> "$out/nccl-host-collectives.log"
+  cp /tmp/ws-nccl-host/results/run.json "$out/nccl-out/run-host.json" 2>/dev/null
+  stamp nccl-host
 fi
 stamp done

@@ -170,9 +170,14 @@ pub(super) fn check(
         return Ok(Err(Blocker::ProbeFailed { detail }));
     }
     let run = dir.join("probe-run");
-    let recorded = match run_probe(&probe, &collector, &run) {
-        Ok(recorded) => recorded,
+    let (recorded, api) = match run_probe(&probe, &collector, &run) {
+        Ok(found) => found,
         Err(detail) => return Ok(Err(Blocker::ProbeFailed { detail })),
+    };
+    // A lone libcupti.so.13 names no release; CUPTI's own API version does.
+    let version = match api.filter(|_| version.ends_with("(soname)")) {
+        Some(api) => format!("with CUPTI API version {api}"),
+        None => version,
     };
     if recorded.len() < PROBE_KERNELS.len() {
         return Ok(Err(Blocker::Unpatched {
@@ -236,8 +241,13 @@ fn build(
 }
 
 /// Runs the probe under the collector, with a time limit, and returns the
-/// probe kernels that have executed instructions in its record.
-fn run_probe(probe: &Path, collector: &Path, run: &Path) -> std::result::Result<BTreeSet<&'static str>, String> {
+/// probe kernels that have executed instructions in its record, and the
+/// CUPTI API version the collector read (`cuptiGetVersion`).
+fn run_probe(
+    probe: &Path,
+    collector: &Path,
+    run: &Path,
+) -> std::result::Result<(BTreeSet<&'static str>, Option<String>), String> {
     if run.exists() {
         std::fs::remove_dir_all(run).map_err(|e| format!("cannot empty {}: {e}", run.display()))?;
     }
@@ -288,11 +298,12 @@ fn run_probe(probe: &Path, collector: &Path, run: &Path) -> std::result::Result<
     if !record.is_complete() {
         return Err(format!("the NVIDIA probe's record {} has no end line", record.origin));
     }
-    Ok(PROBE_KERNELS
+    let recorded = PROBE_KERNELS
         .iter()
         .copied()
         .filter(|k| record.executions.keys().any(|key| key.function.starts_with(k)))
-        .collect())
+        .collect();
+    Ok((recorded, record.cupti.map(|(api, _)| api)))
 }
 
 /// `NVCC_APPEND_FLAGS` with `-lineinfo`: the line tables that map SASS

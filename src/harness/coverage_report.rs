@@ -202,7 +202,16 @@ impl Shared {
             let (records, checked) = profiles::verified_device_records(ws, &recorded)?;
             quarantined.extend(checked.quarantined);
             missing.extend(checked.missing);
-            Some(sass::device_lines(&crate::device::nvidia::cubins_dir(&manifest.cache_dir), &records)?)
+            let mut lines = sass::device_lines(&crate::device::nvidia::cubins_dir(&manifest.cache_dir), &records)?;
+            // The host report's rules: the ignore regexes, and no test program's own kernels.
+            let ignore = ignore_regex(self.ctx.config())?;
+            let tests = manifest.tests_src.display().to_string();
+            let keep = |file: &str| !ignore.as_ref().is_some_and(|r| r.is_match(file)) && !file.starts_with(&tests);
+            lines.all.retain_files(&keep);
+            for trial in lines.trials.values_mut() {
+                trial.retain_files(&keep);
+            }
+            Some(lines)
         } else {
             None
         };
@@ -620,6 +629,18 @@ impl Shared {
         }
         Ok(Completion::Completed)
     }
+}
+
+/// `report.ignore_filename_regex` as one regex, as llvm-cov joins them.
+fn ignore_regex(config: &crate::config::Config) -> Result<Option<regex::Regex>, Error> {
+    let patterns = &config.report.ignore_filename_regex;
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    let joined = patterns.iter().map(|p| format!("(?:{p})")).collect::<Vec<_>>().join("|");
+    regex::Regex::new(&joined)
+        .map(Some)
+        .map_err(|e| Error::new(format!("report.ignore_filename_regex {patterns:?} is not a regular expression: {e}")))
 }
 
 /// NVIDIA kernel totals as the summary shows them: `covered/count`.

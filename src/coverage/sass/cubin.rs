@@ -109,7 +109,8 @@ fn parse_cubin(data: &[u8]) -> Result<CubinLines> {
         }
     }
     let Some(debug_line) = elf.section_by_name(".debug_line") else {
-        let unmapped = Some("it has no .debug_line section (built without -lineinfo): its kernels map to no line".into());
+        let unmapped =
+            Some("it has no .debug_line section (built without -lineinfo): its kernels map to no line".into());
         return Ok(CubinLines { functions, unmapped });
     };
     let relocations = LineRelocations::read(&elf, &debug_line)?;

@@ -41,6 +41,12 @@ pub(crate) struct FunctionCoverage {
 }
 
 impl DeviceCoverage {
+    /// Keeps the files `keep` accepts: the report's ignore rules apply to
+    /// device lines as to host lines.
+    pub(crate) fn retain_files(&mut self, keep: &dyn Fn(&str) -> bool) {
+        self.files.retain(|file, _| keep(file));
+    }
+
     /// `(covered, count)` of lines and of kernels.
     pub(crate) fn totals(&self) -> ((u64, u64), (u64, u64)) {
         let mut lines = (0, 0);
@@ -131,11 +137,12 @@ pub(crate) fn line_coverage(cubins: &BTreeMap<u32, CubinLines>, records: &[Recor
             };
             for (offset, line) in lines.instructions() {
                 let Some(line) = line else { continue };
-                let count = coverage.files.entry(line.file.clone()).or_default().lines.entry(line.line).or_default();
+                let count =
+                    coverage.files.entry(normalized(&line.file)).or_default().lines.entry(line.line).or_default();
                 *count = (*count).max(count_at(offset));
             }
             let Some(entry) = lines.line_at(0) else { continue };
-            let functions = &mut coverage.files.entry(entry.file.clone()).or_default().functions;
+            let functions = &mut coverage.files.entry(normalized(&entry.file)).or_default().functions;
             // A kernel in several cubins (one per architecture, say) adds up its launches.
             let function_coverage =
                 functions.entry(function.clone()).or_insert(FunctionCoverage { first_line: entry.line, hits: 0 });
@@ -143,6 +150,12 @@ pub(crate) fn line_coverage(cubins: &BTreeMap<u32, CubinLines>, records: &[Recor
         }
     }
     Ok(coverage)
+}
+
+/// `dir/./a/../b.h` as `dir/b.h`: nvcc writes include paths as they were
+/// spelled, llvm-cov writes them resolved, and one file must be one record.
+fn normalized(file: &str) -> String {
+    crate::workspace::normalize(Path::new(file)).to_string_lossy().into_owned()
 }
 
 /// A count for an instruction that no cubin has means the record and cubins do not belong
@@ -295,5 +308,36 @@ mod tests {
         let error = read_cubin_dir(&dir).unwrap_err().to_string();
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(error.ends_with("kernel.cubin: a cubin's name must be <crc-hex>.cubin"), "{error}");
+    }
+
+    /// The H200 capture through the report's path: each trial's lines and
+    /// the union agree, lcov parses as the report's model reads it, and the
+    /// ignore rule removes what it names.
+    #[test]
+    fn captured_trials_add_up_to_the_whole_and_read_back_as_lcov() {
+        let capture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cuda-capture");
+        let mut records = BTreeMap::new();
+        for entry in std::fs::read_dir(format!("{capture}/trials")).unwrap() {
+            let dir = entry.unwrap().path();
+            let slug = dir.file_name().unwrap().to_string_lossy().into_owned();
+            records.insert(slug, crate::device::nvidia::record::record_files(&dir).unwrap());
+        }
+        let mut lines = device_lines(Path::new(&format!("{capture}/cubins")), &records).unwrap();
+        let covered = |c: &DeviceCoverage| -> std::collections::BTreeSet<(String, u32)> {
+            c.files
+                .iter()
+                .flat_map(|(f, fc)| fc.lines.iter().filter(|(_, n)| **n > 0).map(move |(l, _)| (f.clone(), *l)))
+                .collect()
+        };
+        let union: std::collections::BTreeSet<_> = lines.trials.values().flat_map(covered).collect();
+        assert_eq!(union, covered(&lines.all));
+        let ((lh, lf), (kh, kf)) = lines.all.totals();
+        assert!(lh > 0 && lh < lf && kh > 0 && kh < kf, "{lh}/{lf} lines, {kh}/{kf} kernels");
+        let lcov = crate::report::attribution::parse_lcov(&to_lcov(&lines.all), "device").unwrap();
+        let from_lcov: usize = lcov.files.values().map(|f| f.covered_lines().count()).sum();
+        assert_eq!(from_lcov as u64, lh);
+        assert!(lcov.files.keys().all(|f| !f.contains("/./") && !f.contains("/../")), "paths are normalized");
+        lines.all.retain_files(&|f| !f.ends_with("debug.cu"));
+        assert!(lines.all.files.keys().all(|f| !f.ends_with("debug.cu")) && lines.all.totals().0.1 < lf);
     }
 }
