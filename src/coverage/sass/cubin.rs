@@ -130,13 +130,13 @@ fn parse_cubin(data: &[u8]) -> Result<CubinLines> {
                 Some((function, base, _)) => (function.clone(), *base),
                 None => bail!(".debug_line sequence relocated against section {index}, not a .text section"),
             },
-            None => match untagged_function(&function_sections, sequence.start) {
-                Some(found) => found,
-                None => {
+            None => {
+                let Some(found) = untagged_function(&function_sections, sequence.start) else {
                     unplaced += 1;
                     continue;
-                }
-            },
+                };
+                found
+            }
         };
         let Some(lines) = functions.get_mut(&function) else {
             bail!("internal: no entry for function {function}");

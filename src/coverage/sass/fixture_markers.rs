@@ -10,7 +10,7 @@ use std::path::Path;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// What a trial of configs/h200_cuda.json is, as the markers speak of it.
+/// What a trial of `configs/h200_cuda.json` is, as the markers speak of it.
 struct Trial {
     collective: String,
     small: bool,
