@@ -125,18 +125,16 @@ fn parse_cubin(data: &[u8]) -> Result<CubinLines> {
         read_line_sequences(line_data, &relocations, section_bytes(".debug_str")?, section_bytes(".debug_line_str")?)?;
     let mut unplaced = 0;
     for sequence in sequences {
-        let (function, base) = match sequence.section {
+        let placed = match sequence.section {
             Some(index) => match function_sections.get(&index) {
-                Some((function, base, _)) => (function.clone(), *base),
+                Some((function, base, _)) => Some((function.clone(), *base)),
                 None => bail!(".debug_line sequence relocated against section {index}, not a .text section"),
             },
-            None => {
-                let Some(found) = untagged_function(&function_sections, sequence.start) else {
-                    unplaced += 1;
-                    continue;
-                };
-                found
-            }
+            None => untagged_function(&function_sections, sequence.start),
+        };
+        let Some((function, base)) = placed else {
+            unplaced += 1;
+            continue;
         };
         let Some(lines) = functions.get_mut(&function) else {
             bail!("internal: no entry for function {function}");
