@@ -6,7 +6,7 @@
 
 mod support;
 
-use ccl_coverage::report::attribution::{Lcov, parse_lcov};
+use ccl_coverage::coverage::lcov::{Lcov, parse_lcov};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::fs;

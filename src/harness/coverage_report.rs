@@ -8,12 +8,13 @@
 use crate::build::fixture::BuildManifest;
 use crate::config::process_env;
 use crate::context::Context;
+use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::SummaryExport;
 use crate::coverage::profiles;
 use crate::coverage::sass::{self, DeviceLines};
 use crate::error::Error;
 use crate::plan;
-use crate::report::attribution::{self, Attribution, Lcov, TrialCoverage, TrialSummary};
+use crate::report::attribution::{self, Attribution, TrialCoverage, TrialSummary};
 use crate::report::diff_coverage;
 use crate::report::minimal_suite;
 use crate::report::{self, Health, ReportInputs, ReportMeta};
@@ -460,7 +461,7 @@ impl Shared {
                 })?;
                 let text = std::fs::read_to_string(lcov_path)
                     .map_err(|e| Error::new(format!("cannot read {}: {e}", lcov_path.display())))?;
-                let all = attribution::parse_lcov(&text, &lcov_path.display().to_string())?;
+                let all = lcov::parse_lcov(&text, &lcov_path.display().to_string())?;
                 let ws = &self.ctx.workspace;
                 let mut jobs = Vec::new();
                 for r in &merged.results {
@@ -599,8 +600,7 @@ impl Shared {
         let path = diff_coverage::baseline_lcov(Path::new(&baseline)).map_err(|e| failed("the baseline", &e))?;
         let text = std::fs::read_to_string(&path)
             .map_err(|e| Failed::from(format!("cannot read the baseline {}: {e}", path.display())))?;
-        let before =
-            attribution::parse_lcov(&text, &path.display().to_string()).map_err(|e| failed("the baseline", &e))?;
+        let before = lcov::parse_lcov(&text, &path.display().to_string()).map_err(|e| failed("the baseline", &e))?;
         let report = diff_coverage::baseline_report(&path, &before, &a.all);
         let dir = self.report_dir();
         let md = report.markdown();
@@ -661,7 +661,7 @@ fn trial_coverage(
     if let Some(own) = device.and_then(|d| d.trials.get(&r.slug)) {
         text.push_str(&sass::to_lcov(own));
     }
-    let lcov = attribution::parse_lcov(&text, &format!("llvm-cov export of {}", profdata.display()))?;
+    let lcov = lcov::parse_lcov(&text, &format!("llvm-cov export of {}", profdata.display()))?;
     let mut totals = BTreeMap::new();
     for (metric, covered, count) in inputs.summary()?.totals().rows() {
         totals.insert(metric, (covered, count));

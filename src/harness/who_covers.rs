@@ -72,7 +72,8 @@ fn answer(attribution: &Attribution, file: &str, line: u32) -> Result<(String, b
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::attribution::{TrialCoverage, parse_lcov};
+    use crate::coverage::lcov::parse_lcov;
+    use crate::report::attribution::TrialCoverage;
 
     #[test]
     fn queries_are_file_colon_line_and_answers_say_how_many() {

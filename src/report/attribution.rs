@@ -9,102 +9,13 @@
 //! Only lines llvm-cov instruments (lcov `DA` records) appear: comments and
 //! blank lines are never attributed.
 
+#[cfg(test)]
+use crate::coverage::lcov::parse_lcov;
+use crate::coverage::lcov::Lcov;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-
-/// One lcov tracefile: per source file, the hits of every instrumented line
-/// and of every function.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Lcov {
-    pub files: BTreeMap<String, FileCoverage>,
-}
-
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct FileCoverage {
-    /// Line number → execution count (`DA:line,count`).
-    pub(crate) lines: BTreeMap<u32, u64>,
-    /// Function name → (first line, execution count) (`FN`, `FNDA`).
-    pub(crate) functions: BTreeMap<String, (u32, u64)>,
-}
-
-impl FileCoverage {
-    pub fn covered_lines(&self) -> impl Iterator<Item = u32> + '_ {
-        self.lines.iter().filter(|(_, n)| **n > 0).map(|(l, _)| *l)
-    }
-
-    pub(crate) fn covered_functions(&self) -> impl Iterator<Item = &str> + '_ {
-        self.functions.iter().filter(|(_, (_, n))| *n > 0).map(|(f, _)| f.as_str())
-    }
-}
-
-/// Parses an lcov tracefile (`origin` names it in errors). Records of the
-/// same source file are added up; records lcov writes that are not about
-/// lines or functions (branches, totals, test names) are skipped.
-pub fn parse_lcov(text: &str, origin: &str) -> Result<Lcov> {
-    let mut lcov = Lcov::default();
-    let mut current: Option<String> = None;
-    for (n, raw) in text.lines().enumerate() {
-        let line = raw.trim_end();
-        let bad = |what: &str| Error::new(format!("{origin}:{}: {what}: {line:?}", n + 1));
-        let Some((key, value)) = line.split_once(':') else {
-            if line == "end_of_record" {
-                current = None;
-            } else if !line.is_empty() {
-                return Err(bad("not an lcov record"));
-            }
-            continue;
-        };
-        if key == "SF" {
-            lcov.files.entry(value.to_string()).or_default();
-            current = Some(value.to_string());
-            continue;
-        }
-        let file = match key {
-            "DA" | "FN" | "FNDA" => {
-                let name = current.as_ref().ok_or_else(|| bad(&format!("{key} outside a file record (no SF)")))?;
-                lcov.files.entry(name.clone()).or_default()
-            }
-            _ => continue,
-        };
-        match key {
-            "DA" => {
-                let mut parts = value.split(',');
-                let line_no = parts.next().and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| bad("bad line number"))?;
-                let count = parts.next().and_then(parse_count).ok_or_else(|| bad("bad execution count"))?;
-                let hits = file.lines.entry(line_no).or_insert(0);
-                *hits = hits.saturating_add(count);
-            }
-            "FN" => {
-                // lcov 1.x: `FN:line,name`; lcov 2.x: `FN:line,end,name`.
-                let mut parts = value.splitn(3, ',');
-                let start = parts.next().and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| bad("bad line number"))?;
-                let rest: Vec<&str> = parts.collect();
-                let name = match rest.as_slice() {
-                    [end, name] if end.parse::<u32>().is_ok() => (*name).to_string(),
-                    [name] => (*name).to_string(),
-                    [a, b] => format!("{a},{b}"),
-                    _ => return Err(bad("no function name")),
-                };
-                file.functions.entry(name).or_insert((start, 0)).0 = start;
-            }
-            _ => {
-                let (count, name) = value.split_once(',').ok_or_else(|| bad("no function name"))?;
-                let count = parse_count(count).ok_or_else(|| bad("bad execution count"))?;
-                let entry = file.functions.entry(name.to_string()).or_insert((0, 0));
-                entry.1 = entry.1.saturating_add(count);
-            }
-        }
-    }
-    Ok(lcov)
-}
-
-/// An lcov count: a non-negative integer (some producers write negative
-/// counts for bad data, or floats: both are errors, never a panic).
-fn parse_count(text: &str) -> Option<u64> {
-    text.trim().parse::<u64>().ok()
-}
 
 /// Sorted, deduplicated numbers as inclusive ranges: `1 2 3 7` → `[1,3] [7,7]`.
 pub(crate) fn compact(numbers: impl IntoIterator<Item = u32>) -> Vec<(u32, u32)> {

@@ -12,9 +12,10 @@
 //! categories (LBC "lost baseline coverage", UNC "uncovered new code", …),
 //! lines matched by file (the longest common path suffix) and line number.
 
+use crate::coverage::lcov::{FileCoverage, Lcov};
 use crate::error::{Error, Result};
 use crate::exec::process::Cmd;
-use crate::report::attribution::{FileCoverage, Lcov, compact, ranges_text};
+use crate::report::attribution::{compact, ranges_text};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -433,7 +434,7 @@ pub(crate) fn baseline_lcov(path: &Path) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::attribution::parse_lcov;
+    use crate::coverage::lcov::parse_lcov;
 
     const DIFF: &str = "diff --git a/ccl/src/a.cc b/ccl/src/a.cc\nindex 1..2 100644\n--- a/ccl/src/a.cc\n+++ b/ccl/src/a.cc\n\
 @@ -10 +10,4 @@ size_t f()\n-x\n+a\n+b\n+c\n+d\n@@ -30,2 +33,0 @@\n-y\n-z\n@@ -40,0 +41 @@\n+++ w\n\

@@ -333,7 +333,7 @@ mod tests {
         assert_eq!(union, covered(&lines.all));
         let ((lh, lf), (kh, kf)) = lines.all.totals();
         assert!(lh > 0 && lh < lf && kh > 0 && kh < kf, "{lh}/{lf} lines, {kh}/{kf} kernels");
-        let lcov = crate::report::attribution::parse_lcov(&to_lcov(&lines.all), "device").unwrap();
+        let lcov = crate::coverage::lcov::parse_lcov(&to_lcov(&lines.all), "device").unwrap();
         let from_lcov: usize = lcov.files.values().map(|f| f.covered_lines().count()).sum();
         assert_eq!(from_lcov as u64, lh);
         assert!(lcov.files.keys().all(|f| !f.contains("/./") && !f.contains("/../")), "paths are normalized");
