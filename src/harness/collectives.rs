@@ -153,7 +153,7 @@ impl Shared {
     }
 
     fn allocation(&self) -> Result<Option<&Allocation>, Failed> {
-        match self.allocation.get_or_init(|| super::detect_allocation(&self.ctx)) {
+        match self.allocation.get_or_init(|| launch::placement::detect_allocation(&self.ctx)) {
             Ok(allocation) => Ok(allocation.as_ref()),
             Err(e) => Err(Failed::from(e.to_string())),
         }
@@ -213,7 +213,7 @@ impl Shared {
         not_interrupted()?;
         let ctx = &self.ctx;
         let allocation = self.allocation()?;
-        if let Some(reason) = super::misfit(ctx, allocation, spec) {
+        if let Some(reason) = launch::placement::misfit(ctx, allocation, spec) {
             eprintln!("ccl-coverage: {} ignored: {reason}", spec.name);
             return Ok(Completion::ignored_with(reason));
         }
@@ -221,7 +221,7 @@ impl Shared {
         self.shared_filesystem(spec, manifest)?;
         let ws = &ctx.workspace;
         let fail = |e: Error| Failed::from(e.to_string());
-        let (slots, want) = super::pool(ctx, allocation, spec);
+        let (slots, want) = launch::placement::pool(ctx, allocation, spec);
         let log = ws.trial_log(&spec.slug);
         let finish = || {
             let incremental = manifest.coverage && ctx.incremental_merge;

@@ -47,16 +47,16 @@ fn placement(
     allocation: Option<&Allocation>,
     spec: &TrialSpec,
 ) -> (Option<String>, Vec<(String, usize)>) {
-    if let Some(why) = spec.ignore_reason.clone().or_else(|| super::misfit(ctx, allocation, spec)) {
+    if let Some(why) = spec.ignore_reason.clone().or_else(|| launch::placement::misfit(ctx, allocation, spec)) {
         return (Some(why), Vec::new());
     }
-    let (slots, want) = super::pool(ctx, allocation, spec);
+    let (slots, want) = launch::placement::pool(ctx, allocation, spec);
     (None, slots.idle_hosts(want).unwrap_or_default())
 }
 
 /// The dry-run text for `selected` trials.
 pub(crate) fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
-    let allocation = super::detect_allocation(ctx)?;
+    let allocation = launch::placement::detect_allocation(ctx)?;
     let plan = BuildPlan::new(ctx)?;
     let manifest = plan.planned_manifest(ctx)?;
     let tc = &manifest.toolchain;
@@ -135,7 +135,7 @@ pub(crate) fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
 
 /// The dry run as one JSON document: the same content as [`render`].
 pub(crate) fn render_json(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
-    let allocation = super::detect_allocation(ctx)?;
+    let allocation = launch::placement::detect_allocation(ctx)?;
     let plan = BuildPlan::new(ctx)?;
     let manifest = plan.planned_manifest(ctx)?;
     let tc = &manifest.toolchain;

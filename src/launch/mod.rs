@@ -12,6 +12,7 @@
 
 pub mod allocation;
 pub(crate) mod mpi;
+pub(crate) mod placement;
 pub mod slots;
 
 use crate::bail;

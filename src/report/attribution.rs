@@ -9,9 +9,9 @@
 //! Only lines llvm-cov instruments (lcov `DA` records) appear: comments and
 //! blank lines are never attributed.
 
+use crate::coverage::lcov::Lcov;
 #[cfg(test)]
 use crate::coverage::lcov::parse_lcov;
-use crate::coverage::lcov::Lcov;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
