@@ -844,4 +844,27 @@ mod tests {
         let err = Resolved::new(config, true, crate::config::DeviceMode::Auto, None, &missing).unwrap_err().to_string();
         assert!(err.contains("(from $CXX)"), "{err}");
     }
+
+    #[test]
+    fn nvidia_device_coverage_gives_every_build_step_line_tables() {
+        use crate::device::{Backend, Found};
+        let mut device = test_manifest("b").device;
+        device.enabled = true;
+        device.backend = Some(Backend::Nvidia);
+        device.found = Some(Found::Nvidia { cupti: "/c".into(), cupti_version: "13.4".into(), collector: "/t".into() });
+        let steps = vec![
+            ("make".to_string(), Cmd::new("make")),
+            ("own".to_string(), Cmd::new("make").env("NVCC_APPEND_FLAGS", "-O3")),
+        ];
+        let flags = |steps: &[(String, Cmd)], i: usize| {
+            steps[i].1.get_envs().iter().rev().find(|(k, _)| k == "NVCC_APPEND_FLAGS").and_then(|(_, v)| v.clone())
+        };
+        let with = with_device_env(steps.clone(), &device);
+        if std::env::var_os("NVCC_APPEND_FLAGS").is_none() {
+            assert_eq!(flags(&with, 0), Some("-lineinfo".into()));
+        }
+        assert_eq!(flags(&with, 1), Some("-O3 -lineinfo".into()));
+        device.enabled = false;
+        assert_eq!(flags(&with_device_env(steps, &device), 0), None);
+    }
 }

@@ -628,4 +628,45 @@ mod tests {
             ["/b/x", "-t", "4"]
         );
     }
+
+    /// With NVIDIA device coverage on, the collector's variables are in the
+    /// trial's environment, so every launcher forwards them to every rank.
+    #[test]
+    fn nvidia_device_coverage_reaches_every_rank() {
+        use crate::device::{Backend, DeviceDecision, Found};
+        let config = crate::config::load_str(crate::config::DEFAULT_CONFIG_TEXT, Path::new("local.json"), &|_| None)
+            .unwrap()
+            .config;
+        let mut manifest = crate::build::fixture::test_manifest("b1");
+        manifest.coverage = true;
+        manifest.device = DeviceDecision {
+            requested: crate::config::DeviceMode::Auto,
+            enabled: true,
+            reason: "r".into(),
+            target: Some("sm_90".into()),
+            backend: Some(Backend::Nvidia),
+            found: Some(Found::Nvidia {
+                cupti: "/c/libcupti.so.13".into(),
+                cupti_version: "13.4.92".into(),
+                collector: "/t/libccl_cov_cupti.so".into(),
+            }),
+        };
+        let user = vec![("CUDA_MODULE_LOADING".to_string(), "LAZY".to_string())];
+        let (env, _) = harness_env(user, &config, &manifest, Path::new("/ws/profiles/A.1K"));
+        let get = |k: &str| env.iter().filter(|(n, _)| n == k).map(|(_, v)| v.as_str()).collect::<Vec<_>>();
+        assert_eq!(get("CUDA_INJECTION64_PATH"), ["/t/libccl_cov_cupti.so"]);
+        assert_eq!(get("CUDA_MODULE_LOADING"), ["EAGER"], "the harness's value replaces the user's");
+        assert_eq!(get("CCL_COV_SASS_DIR"), ["/ws/profiles/A.1K"]);
+        assert_eq!(get("CCL_COV_SASS_CUBINS"), ["/b/cubins"]);
+        let ompi = command_line(&launcher(LauncherKind::Mpirun, MpiFlavor::Openmpi), &[], 2, &env, "/b/x", &[], false);
+        assert!(ompi.windows(2).any(|w| w == ["-x", "CUDA_INJECTION64_PATH"]), "{ompi:?}");
+        let mpich = command_line(&launcher(LauncherKind::Mpirun, MpiFlavor::Mpich), &[], 2, &env, "/b/x", &[], false);
+        assert!(mpich.windows(3).any(|w| w == ["-genv", "CCL_COV_SASS_DIR", "/ws/profiles/A.1K"]), "{mpich:?}");
+        let srun = command_line(&launcher(LauncherKind::Srun, MpiFlavor::Openmpi), &[], 2, &env, "/b/x", &[], false);
+        assert!(srun.contains(&"--export=ALL".to_string()), "{srun:?}");
+        // Host-only: none of them.
+        manifest.device.enabled = false;
+        let (env, _) = harness_env(Vec::new(), &config, &manifest, Path::new("/ws/profiles/A.1K"));
+        assert!(!env.iter().any(|(k, _)| k.starts_with("CUDA_") || k.starts_with("CCL_COV_SASS")), "{env:?}");
+    }
 }
