@@ -9,7 +9,9 @@
 # <carry> holds ccl-coverage (the release binary), llvm19.tar.xz (clang,
 # llvm-profdata, llvm-cov of LLVM 19 with their libraries and the profile
 # runtime), libcupti.so.13.xz (from the PyPI wheel nvidia-cuda-cupti 13.4.92)
-# and, for `nccl`, nccl.tar.xz and nccl-tests.tar.xz (git archives).
+# and, for `nccl`, nccl.tar.xz and nccl-tests.tar.xz (git archives); with
+# unit-tests.xz (the crate's release unit-test binary) the fixture's markers
+# are also asserted on this GPU's records.
 set -uo pipefail
 carry=$1 final=$2 phase=${3:-all}
 # Everything is written under $out and packed into $final at the end: the
@@ -98,6 +100,13 @@ PY
   cp /tmp/ws-dev/results/run.json /tmp/capture/run-dev.json; cp /tmp/ws-host/results/run.json /tmp/capture/run-host.json
   cp -r /tmp/ws-dev/report/html/device /tmp/capture/html-device 2>/dev/null
   tar -czf "$final/capture.tar.gz" -C /tmp capture
+  # The markers asserted line by line on this GPU's own records (the crate's unit test).
+  if [ -f "$carry/unit-tests.xz" ]; then
+    xz -dc "$carry/unit-tests.xz" > /tmp/bin/unit-tests && chmod +x /tmp/bin/unit-tests
+    CCL_COV_CUDA_CAPTURE=/tmp/capture /tmp/bin/unit-tests --exact \
+      coverage::sass::fixture_markers::every_marked_device_line_is_covered_in_exactly_its_trials > "$out/markers.log" 2>&1
+    echo "rc=$?" >> "$out/markers.log"
+  fi
   cp -r /tmp/ws-dev/logs "$out/dev-logs"; cp -r /tmp/ws-host/logs "$out/host-logs"
   stamp capture
 fi

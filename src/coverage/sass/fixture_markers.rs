@@ -2,6 +2,8 @@
 //! against kernel records captured on an H200 by
 //! `scripts/gpu-cuda-validation.sh` (tests/fixtures/cuda-capture): every
 //! marked device line is covered in exactly the trials its marker names.
+//! On the GPU host the same test reads the run's fresh capture
+//! (`CCL_COV_CUDA_CAPTURE`), so the assertion runs where the kernels ran.
 
 use super::{DeviceCoverage, line_coverage, read_cubin_dir};
 use crate::device::nvidia::record::{Record, record_files};
@@ -82,7 +84,8 @@ fn count(coverage: &DeviceCoverage, file: &str, line: u32) -> Option<u64> {
 
 #[test]
 fn every_marked_device_line_is_covered_in_exactly_its_trials() {
-    let capture = Path::new(ROOT).join("tests/fixtures/cuda-capture");
+    let capture = std::env::var_os("CCL_COV_CUDA_CAPTURE")
+        .map_or_else(|| Path::new(ROOT).join("tests/fixtures/cuda-capture"), std::path::PathBuf::from);
     let cubins = read_cubin_dir(&capture.join("cubins")).unwrap();
     let markers = markers();
     assert!(markers.len() >= 15, "the fixture's markers were not found: {markers:?}");
