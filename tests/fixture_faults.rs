@@ -132,3 +132,28 @@ fn dying_and_silent_ranks_fail_with_the_cause_in_bounded_time() {
     let survivors = processes_mentioning(&s.ws.display().to_string());
     assert!(survivors.is_empty(), "processes of the trials survive: {survivors:?}");
 }
+
+/// A trial whose output holds bytes that are not UTF-8 is judged on what it
+/// printed: read lossily, never as no output at all.
+#[test]
+fn output_that_is_not_utf8_is_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("not-utf8.sh");
+    std::fs::write(&wrapper, "#!/bin/sh\nprintf '\\377\\376 not UTF-8\\n'\nexec \"$REAL_BINARY\" \"$@\"\n").unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let s = setup(|v| {
+        only(
+            v,
+            "AllReduce",
+            &["1K"],
+            json!([{"name": "bytes", "ranks": 2, "env": {"REAL_BINARY": "{bin_dir}/all_reduce_perf"}}]),
+        );
+        v["collectives"][0]["binary"] = json!(wrapper.display().to_string());
+    });
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    let r = result(&s, "AllReduce.1K.bytes");
+    assert_eq!(r["status"], "PASSED", "{r}\n{}", ran.text());
+    assert!(ran.success, "{}", ran.text());
+    let log = std::fs::read(s.ws.join("logs/AllReduce.1K.bytes.log")).unwrap();
+    assert!(log.windows(2).any(|w| w == [0xff, 0xfe]), "the log keeps the bytes as they were");
+}

@@ -611,7 +611,7 @@ fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
     match report.wait_status.map(<std::process::ExitStatus as std::os::unix::process::ExitStatusExt>::from_raw) {
         Some(status) if status.success() => Ok(()),
         status => {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let text = files::read_lossy(log);
             bail!(
                 "command failed ({}): {}\nlast lines of {}:\n{}",
                 status.map_or_else(|| "no exit status".into(), crate::exec::process::describe_status),

@@ -272,7 +272,7 @@ fn run_probe(
             Err(e) => return Err(format!("waiting for the NVIDIA probe {shown}: {e}")),
         }
     };
-    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    let said = files::read_lossy(&log);
     if !status.success() {
         return Err(format!(
             "the NVIDIA probe {shown} failed ({}); is there a GPU and a driver? It printed:\n{}",

@@ -19,7 +19,7 @@ use crate::trial as run;
 use crate::upstream::TrialKind;
 use crate::verdict::perf::{self, PerfReport};
 use crate::verdict::{self as outcome, Case, Status, Verdict};
-use crate::workspace::Area;
+use crate::workspace::{Area, files};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -254,7 +254,7 @@ impl Shared {
         // With overlap the slots are free now: the next trial runs while this
         // one's profiles merge.
         let merged = merged.unwrap_or_else(finish);
-        let output = std::fs::read_to_string(&log).unwrap_or_default();
+        let output = files::read_lossy(&log);
         let (mut verdict, cases, perf) = judge(spec, &execution, &output);
         if manifest.coverage {
             let expected = match spec.launcher(ctx.config()).map(|l| l.kind) {
@@ -315,7 +315,7 @@ impl Shared {
             eprintln!("ccl-coverage: {} failed: running it once more with its rerun_env_variables", spec.name);
             let log = ws.trial_rerun_log(&spec.slug);
             let execution = run::execute(launch, &log, &ctx.supervisor, ctx.heartbeat, &|_| {})?;
-            let output = std::fs::read_to_string(&log).unwrap_or_default();
+            let output = files::read_lossy(&log);
             let (verdict, cases, _) = judge(spec, &execution, &output);
             Ok(Some(Rerun::new(&execution, &verdict, cases)))
         };

@@ -84,7 +84,7 @@ impl Probe<'_> {
             cases_dir: None,
         };
         let finished = run::run(&probe, &log, supervisor, LIMIT, &|_| {})?;
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let text = workspace::files::read_lossy(&log);
         let printed = text.split_once('\n').map_or("", |(_, rest)| rest);
         let saw = match &finished.ending {
             Ending::Exited(status) if status.success() && printed.lines().any(|l| l.trim_end() == content) => {

@@ -29,6 +29,13 @@ pub(crate) fn sha256_file(path: &Path) -> Result<String> {
     Ok(hex(&hasher.finalize()))
 }
 
+/// A log's text, with bytes that are not UTF-8 replaced: a program may print
+/// anything, and one stray byte must not hide the rest of its output.
+/// Empty when the file cannot be read.
+pub(crate) fn read_lossy(path: &Path) -> String {
+    fs::read(path).map(|bytes| String::from_utf8_lossy(&bytes).into_owned()).unwrap_or_default()
+}
+
 /// Bytes as lowercase hex: digests in records and cache keys, random markers.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
