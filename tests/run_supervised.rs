@@ -143,6 +143,33 @@ fn leftovers_after_exit_are_killed_and_counted() {
     assert!(alive_with_token(&token).is_empty());
 }
 
+/// A daemon that double-forks, leaves the trial's session with `setsid` and
+/// drops every variable (the trial's token with them) is still the trial's:
+/// orphaned, it is re-parented to the supervisor, the subreaper.
+#[test]
+fn an_escaping_daemon_is_found_killed_and_counted() {
+    // A number no other process has in its command line.
+    let mark = format!("600.{}", std::process::id());
+    let l = launch(&format!("(setsid env -i sleep {mark} &) ; sleep 0.3; exit 0"), 5000, 100);
+    let (f, _) = run_it(l, Duration::from_secs(20));
+    let running = || -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.starts_with("sleep ") && c.contains(&mark))
+            .collect()
+    };
+    let left = running();
+    for cmd in &left {
+        eprintln!("left running: {cmd}");
+    }
+    assert!(matches!(f.ending, Ending::Exited(s) if s.success()));
+    assert!(left.is_empty(), "the daemon outlived its trial: {left:?}");
+    assert_eq!(f.leftovers, 1, "the daemon is counted as a leftover");
+}
+
 #[test]
 fn a_program_that_cannot_start_is_an_error_naming_it() {
     let mut l = launch("", 5000, 100);

@@ -6,6 +6,10 @@
 //! `CCL_COV_TRIAL_TOKEN`, which every process of the trial inherits (this
 //! catches a process that calls `setsid` itself).
 //!
+//! A process can leave both: double-fork, `setsid`, and drop its environment.
+//! The supervisor is a child subreaper, so such an orphan is re-parented to
+//! it: the supervisor's tree also holds every process that descends from it.
+//!
 //! The marker's value names the harness process that owns the trial (its pid
 //! and start time), so a later run can tell the leftovers of a dead run from
 //! the trials of a live one: see [`sweep_orphans`].
@@ -22,27 +26,46 @@ pub(crate) struct Tree {
     session: libc::pid_t,
     /// `CCL_COV_TRIAL_TOKEN=<token>`, as it appears in `/proc/<pid>/environ`.
     marker: Vec<u8>,
+    /// A process whose descendants all belong to the trial: its subreaper
+    /// supervisor, to which escaped orphans are re-parented.
+    root: Option<libc::pid_t>,
 }
 
 impl Tree {
     /// The processes in session `session` (none if negative) or carrying `token`.
     pub fn new(session: libc::pid_t, token: &str) -> Tree {
-        Tree { session, marker: format!("{TRIAL_TOKEN}={token}").into_bytes() }
+        Tree { session, marker: format!("{TRIAL_TOKEN}={token}").into_bytes(), root: None }
+    }
+
+    /// Also every descendant of `root`, wherever its session and whatever
+    /// its environment.
+    pub(crate) fn with_descendants_of(self, root: libc::pid_t) -> Tree {
+        Tree { root: Some(root), ..self }
     }
 
     /// Live (non-zombie) processes in the trial's session or carrying its marker.
     pub(crate) fn members(&self) -> Vec<libc::pid_t> {
         let me = std::process::id() as libc::pid_t;
+        let stats: BTreeMap<libc::pid_t, Stat> =
+            all_pids().into_iter().filter_map(|p| Some((p, stat_of(p)?))).collect();
+        let descends = |mut pid: libc::pid_t| {
+            let Some(root) = self.root else { return false };
+            // A parent chain ends at pid 1 (or 0); a bounded walk, as /proc changes under us.
+            for _ in 0..stats.len() {
+                match stats.get(&pid) {
+                    Some(stat) if stat.ppid == root => return true,
+                    Some(stat) if stat.ppid > 1 => pid = stat.ppid,
+                    _ => return false,
+                }
+            }
+            false
+        };
         let mut found = Vec::new();
-        for pid in all_pids() {
-            if pid == me {
+        for (&pid, stat) in &stats {
+            if pid == me || stat.state == 'Z' {
                 continue;
             }
-            let Some(stat) = stat_of(pid) else { continue };
-            if stat.state == 'Z' {
-                continue;
-            }
-            if (self.session > 0 && stat.session == self.session) || self.marked(pid) {
+            if (self.session > 0 && stat.session == self.session) || descends(pid) || self.marked(pid) {
                 found.push(pid);
             }
         }
@@ -87,6 +110,7 @@ impl Tree {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Stat {
     pub(crate) state: char,
+    pub(crate) ppid: libc::pid_t,
     pub(crate) session: libc::pid_t,
     /// Clock ticks after boot: with the pid, names one process for good.
     pub(crate) start_time: u64,
@@ -103,6 +127,7 @@ fn parse_stat(stat: &str) -> Option<Stat> {
     // Field 3 of proc(5) is index 0 here: state ppid pgrp session … starttime (field 22).
     Some(Stat {
         state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
         session: fields.get(3)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
@@ -183,7 +208,7 @@ mod tests {
     #[test]
     fn stat_parsing_handles_odd_names() {
         let odd = "4242 (a) b (c) d) S 1 4242 4100 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 987654 0";
-        assert_eq!(parse_stat(odd), Some(Stat { state: 'S', session: 4100, start_time: 987654 }));
+        assert_eq!(parse_stat(odd), Some(Stat { state: 'S', ppid: 1, session: 4100, start_time: 987654 }));
         assert_eq!(parse_stat("4242 (cut"), None);
         assert_eq!(parse_stat("4242 (x)"), None);
     }

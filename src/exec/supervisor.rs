@@ -247,7 +247,7 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     let token = std::env::var(TRIAL_TOKEN).unwrap_or_default();
     // SAFETY: getpid cannot fail.
     let me = unsafe { libc::getpid() };
-    let tree = Tree::new(me, &token);
+    let tree = Tree::new(me, &token).with_descendants_of(me);
     let log = match std::fs::File::options().create(true).append(true).open(&spec.log) {
         Ok(log) => log,
         Err(e) => return spawn_failed(format!("cannot open {}: {e}", spec.log.display())),

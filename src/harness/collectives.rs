@@ -255,7 +255,8 @@ impl Shared {
         // one's profiles merge.
         let merged = merged.unwrap_or_else(finish);
         let output = files::read_lossy(&log);
-        let (mut verdict, cases, perf) = judge(spec, &execution, &output);
+        let (verdict, cases, perf) = judge(spec, &execution, &output);
+        let mut verdict = outcome::judge_leftovers(verdict, execution.finished.leftovers);
         if manifest.coverage {
             let expected = match spec.launcher(ctx.config()).map(|l| l.kind) {
                 Some(LauncherKind::Mpirun | LauncherKind::Srun) => spec.ranks,

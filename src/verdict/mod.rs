@@ -380,6 +380,21 @@ fn signal_hint(code: Option<i32>) -> String {
     }
 }
 
+/// A trial whose processes outlived its main process does not pass: they
+/// were killed, and its result names how many (`leftovers`). A failed
+/// verdict keeps its own reason.
+pub(crate) fn judge_leftovers(verdict: Verdict, leftovers: usize) -> Verdict {
+    if verdict.status != Status::Passed || leftovers == 0 {
+        return verdict;
+    }
+    Verdict {
+        status: Status::Failed,
+        reason: format!(
+            "the trial's main process exited 0, but {leftovers} of its processes were still running and were killed (a daemon or a process left behind)"
+        ),
+    }
+}
+
 /// What a trial left for coverage: enough to tell whether coverage was lost.
 #[derive(Debug, Clone)]
 pub(crate) struct ProfileEvidence<'a> {
@@ -635,5 +650,16 @@ mod tests {
         );
         let failed = Verdict { status: Status::Failed, reason: "exit status 1".into() };
         assert_eq!(judge_coverage(failed.clone(), &evidence(0, 3)), failed, "a failure keeps its own reason");
+    }
+
+    #[test]
+    fn leftovers_fail_a_passing_trial_only() {
+        let passed = Verdict { status: Status::Passed, reason: String::new() };
+        assert_eq!(judge_leftovers(passed.clone(), 0), passed);
+        let failed = judge_leftovers(passed, 2);
+        assert_eq!(failed.status, Status::Failed);
+        assert!(failed.reason.contains("2 of its processes were still running"), "{}", failed.reason);
+        let timed_out = Verdict { status: Status::Timeout, reason: "TIMEOUT".into() };
+        assert_eq!(judge_leftovers(timed_out.clone(), 3), timed_out);
     }
 }
