@@ -157,3 +157,74 @@ fn output_that_is_not_utf8_is_still_read() {
     let log = std::fs::read(s.ws.join("logs/AllReduce.1K.bytes.log")).unwrap();
     assert!(log.windows(2).any(|w| w == [0xff, 0xfe]), "the log keeps the bytes as they were");
 }
+
+/// A trial whose binary leaves a daemon behind (double fork, `setsid`, every
+/// variable dropped) does not pass: the daemon is killed and counted, and
+/// nothing of it is left.
+#[test]
+fn a_daemon_that_escapes_its_trial_is_killed_and_fails_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = format!("700.{}", std::process::id());
+    let wrapper = dir.path().join("daemon.sh");
+    std::fs::write(&wrapper, format!("#!/bin/sh\n(setsid env -i sleep {mark} &)\nexec \"$REAL_BINARY\" \"$@\"\n"))
+        .unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let s = setup(|v| {
+        only(
+            v,
+            "AllReduce",
+            &["1K"],
+            json!([{"name": "daemon", "ranks": 2, "env": {"REAL_BINARY": "{bin_dir}/all_reduce_perf"}}]),
+        );
+        v["collectives"][0]["binary"] = json!(wrapper.display().to_string());
+    });
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    let r = result(&s, "AllReduce.1K.daemon");
+    assert!(!ran.success, "{}", ran.text());
+    assert_eq!(r["status"], "FAILED", "{r}");
+    assert_eq!(r["leftovers"], 1, "{r}");
+    assert!(r["reason"].as_str().unwrap_or_default().contains("1 of its processes were still running"), "{r}");
+    // Its environment is empty: look for it by its command line.
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.starts_with("sleep ") && c.contains(&mark))
+        .collect();
+    assert!(left.is_empty(), "the daemon outlived its trial: {left:?}");
+}
+
+/// When `llvm-cov show` fails after making `report/html` with modes of its
+/// own, the folder still gets the harness's modes (never group- or
+/// world-unreadable under umask 022), and the step fails naming the command.
+#[test]
+fn a_failed_html_step_leaves_the_report_with_the_harness_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    // An llvm-cov that makes its output folder 0750 and fails for `show`.
+    let manifest_path = s.ws.join("build.json");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    let real = manifest["toolchain"]["llvm_cov"]["path"].as_str().unwrap().to_string();
+    let fake = s.dir.path().join("llvm-cov");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = show ]; then for a; do case $a in -output-dir=*) mkdir -p -m 0750 \"${{a#-output-dir=}}\";; esac; done; echo 'show failed' >&2; exit 1; fi\nexec {real} \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    manifest["toolchain"]["llvm_cov"]["path"] = json!(fake.display().to_string());
+    std::fs::write(&manifest_path, serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
+    let report = harness(&s, "report", &["--exact", "report::html"], LIMIT);
+    assert!(!report.success && report.text().contains("show failed"), "{}", report.text());
+    let mode = std::fs::metadata(s.ws.join("report/html")).unwrap().permissions().mode() & 0o777;
+    // What any folder the harness makes gets: 0777 less this umask, and never group or world write.
+    let probe = s.dir.path().join("umask-probe");
+    std::fs::create_dir(&probe).unwrap();
+    let expected = std::fs::metadata(&probe).unwrap().permissions().mode() & 0o777 & !0o022;
+    assert_eq!(mode, expected, "report/html is {mode:o}, other folders {expected:o}");
+}

@@ -36,6 +36,10 @@ pub const REAP_LIMIT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(20);
 /// How long past the grace period a stopping supervisor may take before the
 /// harness kills it and stops the processes itself.
+/// How long a trial's other processes may take to end after its main
+/// process exits before they count as left behind.
+const LEFTOVER_SETTLE: Duration = Duration::from_secs(2);
+
 const STOP_SLACK: Duration = Duration::from_secs(15);
 
 /// Why the harness asked the supervisor to stop its command.
@@ -310,6 +314,13 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
         std::thread::sleep(POLL);
     }
     if stop_at.is_none() {
+        // A launcher's helpers (remote daemons, their ssh) may take a moment
+        // to end after it returns; what is still running then was left behind.
+        let settle = Instant::now() + LEFTOVER_SETTLE;
+        while !tree.members().is_empty() && Instant::now() < settle {
+            reap(main, &mut main_status);
+            std::thread::sleep(POLL);
+        }
         report.leftovers = tree.signal(libc::SIGKILL);
     }
     report.survivors = tree.wait_gone(REAP_LIMIT, &mut || reap(main, &mut main_status));

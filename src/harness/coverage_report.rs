@@ -306,14 +306,23 @@ impl Shared {
 
     fn html(&self, merged: &Merged) -> Result<(), Failed> {
         let dir = self.report_dir().join("html");
-        let index = merged.inputs.html(&dir).map_err(|e| failed("llvm-cov show -format=html", &e))?;
-        if let Some(lines) = &merged.device_lines {
-            let title = format!("ccl-coverage: {} (build {})", self.ctx.config().name, merged.manifest.build_id);
-            let device = report::device_pages::write(&dir.join("device"), &title, &lines.all)
-                .map_err(|e| failed("writing the device pages", &e))?;
+        let shown = merged.inputs.html(&dir).map_err(|e| failed("llvm-cov show -format=html", &e));
+        let device = match (&shown, &merged.device_lines) {
+            (Ok(_), Some(lines)) => {
+                let title = format!("ccl-coverage: {} (build {})", self.ctx.config().name, merged.manifest.build_id);
+                Some(report::device_pages::write(&dir.join("device"), &title, &lines.all))
+            }
+            _ => None,
+        };
+        // llvm-cov makes its folders with modes of its own, also when it fails.
+        if dir.exists() {
+            workspace::files::normalize_modes(&dir).map_err(|e| failed("setting the report's modes", &e))?;
+        }
+        let index = shown?;
+        if let Some(device) = device {
+            let device = device.map_err(|e| failed("writing the device pages", &e))?;
             eprintln!("ccl-coverage: device HTML report: {}", device.display());
         }
-        workspace::files::normalize_modes(&dir).map_err(|e| failed("setting the report's modes", &e))?;
         eprintln!("ccl-coverage: HTML report: {}", index.display());
         Ok(())
     }
