@@ -1,5 +1,6 @@
 //! NVIDIA kernel line coverage from CUPTI SASS metrics: the collector's per-instruction counts
-//! (`record`), mapped through each cubin's line table (`cubin`), give per-source-line counts.
+//! (its records, read by `device::nvidia::record`), mapped through each cubin's line table
+//! (`cubin`), give per-source-line counts.
 //!
 //! Use: `read_cubin_dir` on the collector's cubin folder, `Record::read` on each record file,
 //! then `line_coverage` and `to_lcov`. A record that `!is_complete()` or has `dropped > 0` lost
