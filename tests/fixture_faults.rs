@@ -228,3 +228,25 @@ fn a_failed_html_step_leaves_the_report_with_the_harness_modes() {
     let expected = std::fs::metadata(&probe).unwrap().permissions().mode() & 0o777 & !0o022;
     assert_eq!(mode, expected, "report/html is {mode:o}, other folders {expected:o}");
 }
+
+/// A damaged `results/<trial>.json` is not skipped in silence: the report
+/// names it, moves it to quarantine and fails, and the other trials are still
+/// reported.
+#[test]
+fn a_damaged_result_is_quarantined_named_and_fails_the_report() {
+    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}, {"name": "two", "ranks": 2}])));
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    let record = s.ws.join("results/AllReduce.1K.two.json");
+    let text = std::fs::read_to_string(&record).unwrap();
+    std::fs::write(&record, &text[..text.len() / 2]).unwrap();
+    let report = harness(&s, "report", &[], LIMIT);
+    let out = report.text();
+    assert!(!report.success, "{out}");
+    assert!(out.contains("1 trial results were unreadable and moved to quarantine"), "{out}");
+    assert!(out.contains("AllReduce.1K.two.json"), "{out}");
+    assert!(!record.exists(), "the damaged record stays in results/");
+    let kept = std::fs::read_to_string(s.ws.join("quarantine/AllReduce.1K.two/result.json")).unwrap();
+    assert_eq!(kept, text[..text.len() / 2], "the damaged record is kept as it was");
+    assert!(s.ws.join("report/coverage.lcov").is_file(), "the other trial is still reported");
+}

@@ -160,7 +160,15 @@ impl Shared {
                 manifest.build_id
             )));
         }
-        let results = results::load_all(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
+        let (results, damaged) = results::load_checked(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
+        // A damaged record goes to quarantine, named; its trial is left out.
+        let mut damaged_results = Vec::new();
+        for (file, why) in damaged {
+            let slug = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let to = ws.quarantine_result(&slug, &file)?;
+            eprintln!("ccl-coverage: {} is not a trial result ({why}); moved to {}", file.display(), to.display());
+            damaged_results.push(format!("{} ({why}), now {}", file.display(), to.display()));
+        }
         let recorded: Vec<_> = results.iter().map(TrialResult::recorded_profiles).collect();
         let verified = profiles::verified_inputs(ws, &recorded)?;
         let inputs = verified.inputs;
@@ -216,7 +224,8 @@ impl Shared {
         } else {
             None
         };
-        let health = Health::new(&results, quarantined, missing);
+        let mut health = Health::new(&results, quarantined, missing);
+        health.damaged_results = damaged_results;
         let meta = ReportMeta::new(&manifest, &results, merged_inputs, &health);
         workspace::files::write_atomic(
             &report_dir.join("meta.json"),

@@ -222,6 +222,8 @@ pub(crate) struct Health {
     pub(crate) no_coverage: Vec<String>,
     /// Killed under device coverage: `trial (why)`; see `TrialResult::device_counters_lost`.
     pub(crate) device_counters_lost: Vec<String>,
+    /// Trial records that could not be read, moved to quarantine: `file (why)`.
+    pub(crate) damaged_results: Vec<String>,
 }
 
 impl Health {
@@ -260,6 +262,13 @@ impl Health {
                 "{} profiles were unreadable or altered and moved to quarantine (reports use the rest):\n{}",
                 self.quarantined.len(),
                 files.join("\n")
+            ));
+        }
+        if !self.damaged_results.is_empty() {
+            problems.push(format!(
+                "{} trial results were unreadable and moved to quarantine (their trials are not in the report):\n    {}",
+                self.damaged_results.len(),
+                self.damaged_results.join("\n    ")
             ));
         }
         if !self.merge_errors.is_empty() {

@@ -261,13 +261,27 @@ impl TrialResult {
 /// trials named in `planned` (results of trials the config no longer has are
 /// left out).
 pub(crate) fn load_all(ws: &Workspace, build_id: &str, planned: &BTreeSet<String>) -> Result<Vec<TrialResult>> {
+    Ok(load_checked(ws, build_id, planned)?.0)
+}
+
+/// A record that cannot be read as a trial's result, and why.
+pub(crate) type Damaged = (PathBuf, String);
+
+/// Like [`load_all`], and the records that cannot be read as a trial's
+/// result: a damaged record must be named, not skipped.
+pub(crate) fn load_checked(
+    ws: &Workspace,
+    build_id: &str,
+    planned: &BTreeSet<String>,
+) -> Result<(Vec<TrialResult>, Vec<Damaged>)> {
     let dir = ws.results_dir();
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
         Err(e) => return Err(Error::new(format!("cannot list {}: {e}", dir.display()))),
     };
     let mut results = Vec::new();
+    let mut damaged = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
@@ -275,16 +289,16 @@ pub(crate) fn load_all(ws: &Workspace, build_id: &str, planned: &BTreeSet<String
         if !json || name == "run.json" {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(&path) else { continue };
-        if let Ok(result) = serde_json::from_str::<TrialResult>(&text)
-            && result.build_id == build_id
-            && planned.contains(&result.trial)
-        {
-            results.push(result);
+        let read = std::fs::read_to_string(&path).map_err(|e| e.to_string());
+        match read.and_then(|text| serde_json::from_str::<TrialResult>(&text).map_err(|e| e.to_string())) {
+            Ok(result) if result.build_id == build_id && planned.contains(&result.trial) => results.push(result),
+            Ok(_) => {}
+            Err(why) => damaged.push((path, why)),
         }
     }
     results.sort_by(|a, b| a.trial.cmp(&b.trial));
-    Ok(results)
+    damaged.sort();
+    Ok((results, damaged))
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -370,6 +370,26 @@ impl Workspace {
         }
     }
 
+    /// Moves a damaged trial record, `results/<slug>.json`, to
+    /// `quarantine/<slug>/result.json`: the one move out of `results/`,
+    /// whose records the harness itself wrote. Neither `results/` nor the
+    /// record may be a symlink.
+    pub(crate) fn quarantine_result(&self, slug: &str, file: &Path) -> Result<PathBuf> {
+        let results = self.results_dir();
+        let real = |p: &Path, dir: bool| {
+            fs::symlink_metadata(p).is_ok_and(|m| if dir { m.file_type().is_dir() } else { m.file_type().is_file() })
+        };
+        if file.parent() != Some(results.as_path()) || !real(&results, true) || !real(file, false) {
+            bail!("refusing to move {}: it is not a trial record in {}", file.display(), results.display());
+        }
+        let dir = self.trial_quarantine(slug);
+        files::create_dir(&dir)?;
+        let to = dir.join("result.json");
+        fs::rename(file, &to)
+            .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", file.display(), to.display())))?;
+        Ok(to)
+    }
+
     /// Moves a file between the workspace's profile and quarantine folders.
     pub(crate) fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         let areas = [Area::Profiles, Area::Quarantine];
