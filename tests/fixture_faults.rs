@@ -158,6 +158,40 @@ fn output_that_is_not_utf8_is_still_read() {
     assert!(log.windows(2).any(|w| w == [0xff, 0xfe]), "the log keeps the bytes as they were");
 }
 
+/// A trial that floods its output and then passes: its log keeps the cap's
+/// head and tail (the result table is in the tail), says what was cut, and
+/// the trial is judged on it and passes.
+#[test]
+fn a_flood_of_output_is_capped_and_the_trial_still_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("flood.sh");
+    std::fs::write(
+        &wrapper,
+        "#!/bin/sh\nhead -c 100000000 /dev/zero | tr '\\0' x\necho\nexec \"$REAL_BINARY\" \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let s = setup(|v| {
+        only(
+            v,
+            "AllReduce",
+            &["1K"],
+            json!([{"name": "flood", "ranks": 2, "env": {"REAL_BINARY": "{bin_dir}/all_reduce_perf"}}]),
+        );
+        v["collectives"][0]["binary"] = json!(wrapper.display().to_string());
+        v["logs"] = json!({"max_mib": 1});
+    });
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    let r = result(&s, "AllReduce.1K.flood");
+    assert_eq!(r["status"], "PASSED", "{r}\n{}", ran.text());
+    assert!(ran.success, "{}", ran.text());
+    let cut = r["output_cut_bytes"].as_u64().unwrap_or_default();
+    assert!(cut > 100_000_000 - (1 << 20), "{r}");
+    let log = std::fs::metadata(s.ws.join("logs/AllReduce.1K.flood.log")).unwrap().len();
+    assert!(log < (1 << 20) + 4096, "the log has {log} bytes");
+    assert!(ran.text().contains("its output was cut"), "{}", ran.text());
+}
+
 /// A trial whose binary leaves a daemon behind (double fork, `setsid`, every
 /// variable dropped) does not pass: the daemon is killed and counted, and
 /// nothing of it is left.

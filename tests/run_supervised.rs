@@ -42,6 +42,7 @@ fn launch(script: &str, timeout_ms: u64, grace_ms: u64) -> TrialLaunch {
         env: Vec::new(),
         timeout: Duration::from_millis(timeout_ms),
         grace: Duration::from_millis(grace_ms),
+        log_cap: 64 << 20,
         token,
         kind: TrialKind::Perf,
         cases_dir: None,
@@ -170,6 +171,40 @@ fn an_escaping_daemon_is_found_killed_and_counted() {
     assert_eq!(f.leftovers, 1, "the daemon is counted as a leftover");
 }
 
+/// A flood of output leaves a log of at most the cap, with its start and its
+/// end (where the result table is) and a line saying what was cut.
+#[test]
+fn a_flood_of_output_is_capped_keeping_head_and_tail() {
+    let mut l = launch(
+        "echo first; head -c 50000000 /dev/zero | tr '\\0' x; echo; echo '# Out of bounds values : 0 OK'",
+        60_000,
+        100,
+    );
+    l.log_cap = 1 << 20;
+    let (f, log) = run_it(l, Duration::from_secs(60));
+    assert!(matches!(f.ending, Ending::Exited(s) if s.success()), "{:?}", f.ending);
+    assert!(log.len() <= (1 << 20) + 300, "the log has {} bytes", log.len());
+    assert!(log.starts_with("first\nxxx"), "{}", &log[..20]);
+    assert!(log.ends_with("\n# Out of bounds values : 0 OK\n"));
+    let mark = log.lines().find(|l| l.starts_with("[ccl-coverage: output cut here:")).expect("a cut mark");
+    assert!(mark.contains(&format!("{} of 50000037 bytes", f.output_cut)), "{mark}");
+    assert!(f.output_cut >= 50_000_000 - (1 << 20), "{}", f.output_cut);
+    // The tail is the flood's end, kept although it is one long line.
+    assert!(log.len() > (1 << 20) - 100, "the log has {} bytes", log.len());
+}
+
+/// A trial that never stops writing still ends at its timeout.
+#[test]
+fn the_timeout_holds_whatever_the_output_does() {
+    let mut l = launch("yes flood", 500, 100);
+    l.log_cap = 1 << 20;
+    let started = Instant::now();
+    let (f, log) = run_it(l, Duration::from_secs(30));
+    assert_eq!(f.ending, Ending::TimedOut { killed: "SIGTERM".into() });
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    assert!(log.len() <= (1 << 20) + 300, "the log has {} bytes", log.len());
+}
+
 #[test]
 fn a_program_that_cannot_start_is_an_error_naming_it() {
     let mut l = launch("", 5000, 100);
@@ -189,7 +224,7 @@ fn a_program_that_cannot_start_is_an_error_naming_it() {
 fn the_supervisor_stops_the_trial_when_the_harness_goes_away() {
     let token = unique_token();
     let dir = tempfile::tempdir().unwrap();
-    let spec = Spec { cwd: None, log: dir.path().join("t.log"), grace_ms: 500 };
+    let spec = Spec { cwd: None, log: dir.path().join("t.log"), grace_ms: 500, log_cap: 1 << 20 };
     let mut child = Command::new(supervisor_exe());
     child
         .args(["sh", "-c", "trap '' TERM; (trap '' TERM; exec setsid sleep 600) & sleep 600"])

@@ -22,6 +22,8 @@ pub(crate) const HOST_SLOTS: Bound = Bound { min: 1, max: 4096, unit: "ranks" };
 pub(crate) const HOST_GPUS: Bound = Bound { min: 1, max: 1024, unit: "GPUs" };
 /// `hosts`: nodes a config may name.
 pub(crate) const HOSTS: usize = 4096;
+/// `logs.max_mib`: a log of more than 64 GiB is no cap.
+pub(crate) const LOG_MIB: Bound = Bound { min: 1, max: 65_536, unit: "MiB" };
 /// `iterations.iters` (`-n`).
 pub(crate) const ITERS: Bound = Bound { min: 1, max: 1_000_000, unit: "iterations" };
 /// `iterations.warmup` (`-w`).

@@ -116,6 +116,7 @@ bounded_fields! {
     gpus_per_task: usize = limits::GPUS_PER_TASK;
     host_slots: usize = limits::HOST_SLOTS;
     host_gpus: usize = limits::HOST_GPUS;
+    log_mib: u64 = limits::LOG_MIB;
 }
 
 fn optional_host_gpus<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
@@ -206,6 +207,8 @@ pub struct Config {
     pub timeouts: Timeouts,
     #[serde(default)]
     pub(crate) report: ReportConfig,
+    #[serde(default)]
+    pub(crate) logs: Logs,
     /// Set when the config file is an upstream RCCL `test_runner` config: the
     /// rest of the config then comes from the overlay (`config/overlay.rs`)
     /// and the plan is the resolved tests.
@@ -617,6 +620,28 @@ impl TimeoutRule {
         self.collective.as_deref().is_none_or(|c| c == collective)
             && self.size.as_deref().is_none_or(|s| s == size)
             && self.variant.as_deref().is_none_or(|v| Some(v) == variant)
+    }
+}
+
+/// The logs of trials and build steps.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Logs {
+    /// Most MiB of output one log keeps: the first half and the last half,
+    /// with a line saying how much was cut between them.
+    #[serde(deserialize_with = "log_mib")]
+    pub(crate) max_mib: u64,
+}
+
+impl Logs {
+    pub(crate) fn max_bytes(&self) -> u64 {
+        self.max_mib << 20
+    }
+}
+
+impl Default for Logs {
+    fn default() -> Self {
+        Logs { max_mib: 64 }
     }
 }
 

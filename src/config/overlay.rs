@@ -12,7 +12,7 @@
 
 use super::{
     BuildTemplate, Config, CoverageConfig, EnvName, Invalid, LaunchDefaults, LauncherConfig, LauncherKind,
-    LibraryBuild, LoadedConfig, MpiFlavor, Name, ReportConfig, TestsBuild, Timeouts, ToolchainConfig, error_at,
+    LibraryBuild, LoadedConfig, Logs, MpiFlavor, Name, ReportConfig, TestsBuild, Timeouts, ToolchainConfig, error_at,
     expand_strings, invalid, limits,
 };
 use crate::error::{Error, Result};
@@ -47,6 +47,8 @@ pub(crate) struct Overlay {
     pub(crate) timeouts: OverlayTimeouts,
     #[serde(default)]
     pub(crate) report: ReportConfig,
+    #[serde(default)]
+    pub(crate) logs: Logs,
 }
 
 /// What upstream detects on the machine, for its skip rules.
@@ -198,6 +200,7 @@ pub(crate) fn load_upstream(
         variants: Vec::new(),
         timeouts: Timeouts { default: o.timeouts.uncapped_cap, grace: o.timeouts.grace, ..Timeouts::default() },
         report: o.report,
+        logs: o.logs,
         upstream: Some(Box::new(run)),
     };
     // Relative paths of the overlay (sources, builds) are relative to it.

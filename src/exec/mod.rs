@@ -3,6 +3,7 @@
 //! processes found in `/proc`, the per-trial supervisor, signals in one place,
 //! and the host's clock, name, GPUs and free space.
 
+pub(crate) mod capped_log;
 pub(crate) mod host;
 pub(crate) mod interrupt;
 pub mod process;

@@ -20,6 +20,7 @@
 use crate::bail;
 use crate::env_names::{SUPERVISE, TRIAL_TOKEN};
 use crate::error::{Error, Result};
+use crate::exec::capped_log::{self, CappedLog};
 use crate::exec::process::Cmd;
 use crate::exec::proctree::Tree;
 use serde::{Deserialize, Serialize};
@@ -34,12 +35,11 @@ pub(crate) const STOP: u8 = b'T';
 /// How long SIGKILLed processes may take to disappear.
 pub const REAP_LIMIT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(20);
-/// How long past the grace period a stopping supervisor may take before the
-/// harness kills it and stops the processes itself.
 /// How long a trial's other processes may take to end after its main
 /// process exits before they count as left behind.
 const LEFTOVER_SETTLE: Duration = Duration::from_secs(2);
-
+/// How long past the grace period a stopping supervisor may take before the
+/// harness kills it and stops the processes itself.
 const STOP_SLACK: Duration = Duration::from_secs(15);
 
 /// Why the harness asked the supervisor to stop its command.
@@ -62,12 +62,21 @@ pub(crate) struct Supervised {
 
 impl Supervised {
     /// Starts `exe` as the supervisor of `cmd` (which carries the marker
-    /// `token`), in a session of its own, with all output appended to `log`.
-    pub(crate) fn spawn(exe: &Path, cmd: &Cmd, token: &str, log: &Path, grace: Duration) -> Result<Supervised> {
+    /// `token`), in a session of its own, with all output appended to `log`,
+    /// at most `log_cap` bytes of it (see [`crate::exec::capped_log`]).
+    pub(crate) fn spawn(
+        exe: &Path,
+        cmd: &Cmd,
+        token: &str,
+        log: &Path,
+        grace: Duration,
+        log_cap: u64,
+    ) -> Result<Supervised> {
         let spec = Spec {
             cwd: cmd.get_cwd().map(Path::to_path_buf),
             log: log.to_path_buf(),
             grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+            log_cap,
         };
         let err = std::fs::File::options()
             .create(true)
@@ -202,6 +211,8 @@ pub struct Spec {
     /// The trial's output goes here (appended).
     pub log: PathBuf,
     pub grace_ms: u64,
+    /// Most bytes of output the log keeps (head and tail).
+    pub log_cap: u64,
 }
 
 /// Why the supervisor stopped the trial.
@@ -228,6 +239,11 @@ pub struct Report {
     pub(crate) survivors: usize,
     /// Set when the trial's program could not be started.
     pub(crate) spawn_error: Option<String>,
+    /// Bytes the trial wrote, and how many of them the log's cap cut out.
+    #[serde(default)]
+    pub(crate) output_bytes: u64,
+    #[serde(default)]
+    pub(crate) output_cut: u64,
 }
 
 /// Runs the supervisor if this process was started as one; every entry point
@@ -260,19 +276,33 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     raise_memlock();
     let mut command = Command::new(program);
     command.args(args).env_remove(SUPERVISE).stdin(Stdio::null());
-    match (log.try_clone(), log.try_clone()) {
-        (Ok(out), Ok(err)) => command.stdout(out).stderr(err),
-        (Err(e), _) | (_, Err(e)) => return spawn_failed(format!("cannot share {}: {e}", spec.log.display())),
+    // Output goes through a pipe to the copier, which caps the log; writing
+    // to the log file directly would let a trial fill the disk.
+    let (pipe, writer) = match std::io::pipe() {
+        Ok(pair) => pair,
+        Err(e) => return spawn_failed(format!("cannot make a pipe for the output: {e}")),
+    };
+    match writer.try_clone() {
+        Ok(out) => command.stdout(out).stderr(writer),
+        Err(e) => return spawn_failed(format!("cannot make a pipe for the output: {e}")),
     };
     if let Some(dir) = &spec.cwd {
         command.current_dir(dir);
     }
-    let child = match command.spawn() {
+    let spawned = command.spawn();
+    // The copier sees end of file only once no writer is left here.
+    drop(command);
+    let child = match spawned {
         Ok(child) => child,
         Err(e) => {
             let hint = if e.kind() == std::io::ErrorKind::NotFound { " (not installed or not on PATH?)" } else { "" };
             return spawn_failed(format!("cannot start {}: {e}{hint}", program.to_string_lossy()));
         }
+    };
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let copier = {
+        let (done, log) = (done.clone(), CappedLog::new(log, spec.log_cap));
+        std::thread::spawn(move || capped_log::copy(pipe, log, &done))
     };
     let main = child.id() as libc::pid_t;
     // The child is reaped with waitpid below, together with adopted orphans.
@@ -325,6 +355,10 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     }
     report.survivors = tree.wait_gone(REAP_LIMIT, &mut || reap(main, &mut main_status));
     report.wait_status = main_status;
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let copied = copier.join().unwrap_or_default();
+    report.output_bytes = copied.total;
+    report.output_cut = copied.cut;
     report
 }
 

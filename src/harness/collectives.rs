@@ -17,9 +17,10 @@ use crate::plan::{self, TrialSpec};
 use crate::results::{Rerun, RunInfo, RunWriter, TrialIdentity, TrialResult};
 use crate::trial as run;
 use crate::upstream::TrialKind;
-use crate::verdict::perf::{self, PerfReport};
+use crate::verdict::output::TrialOutput;
+use crate::verdict::perf::PerfReport;
 use crate::verdict::{self as outcome, Case, Status, Verdict};
-use crate::workspace::{Area, files};
+use crate::workspace::Area;
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -254,17 +255,21 @@ impl Shared {
         // With overlap the slots are free now: the next trial runs while this
         // one's profiles merge.
         let merged = merged.unwrap_or_else(finish);
-        let output = files::read_lossy(&log);
+        let output = TrialOutput::read(&log);
         let (verdict, cases, perf) = judge(spec, &execution, &output);
         let mut verdict = outcome::judge_leftovers(verdict, execution.finished.leftovers);
+        if let Some(cut) = &output.cut {
+            eprintln!("ccl-coverage: {}: its output was cut: {}", spec.name, cut.trim_start_matches('['));
+            if verdict.status != Status::Passed {
+                verdict.reason.push_str(" (the log's cap cut part of the output: see logs.max_mib)");
+            }
+        }
         if manifest.coverage {
             let expected = match spec.launcher(ctx.config()).map(|l| l.kind) {
                 Some(LauncherKind::Mpirun | LauncherKind::Srun) => spec.ranks,
                 Some(LauncherKind::Direct) | None => 1,
             };
             let quarantined = merged.quarantined();
-            let runtime_errors: Vec<String> =
-                output.lines().filter(|l| l.contains("LLVM Profile Error")).take(3).map(String::from).collect();
             let evidence = outcome::ProfileEvidence {
                 writers: merged.writers.complete,
                 partial: &merged.writers.partial,
@@ -272,7 +277,7 @@ impl Shared {
                 dir: &merged.dir,
                 merge_error: merged.error.as_deref(),
                 quarantined: &quarantined,
-                runtime_errors: &runtime_errors,
+                runtime_errors: &output.runtime_errors,
                 free_bytes: host::free_bytes(&merged.dir),
             };
             verdict = outcome::judge_coverage(verdict, &evidence);
@@ -292,7 +297,7 @@ impl Shared {
             result.rerun = self.rerun(spec, manifest, &slots, want).map(Box::new);
         }
         self.results.record(&result, manifest, self.run_info()).map_err(fail)?;
-        match result.failure_message(&output) {
+        match result.failure_message(&output.tail()) {
             None => Ok(Completion::Completed),
             Some(message) => Err(Failed::from(message)),
         }
@@ -316,7 +321,7 @@ impl Shared {
             eprintln!("ccl-coverage: {} failed: running it once more with its rerun_env_variables", spec.name);
             let log = ws.trial_rerun_log(&spec.slug);
             let execution = run::execute(launch, &log, &ctx.supervisor, ctx.heartbeat, &|_| {})?;
-            let output = files::read_lossy(&log);
+            let output = TrialOutput::read(&log);
             let (verdict, cases, _) = judge(spec, &execution, &output);
             Ok(Some(Rerun::new(&execution, &verdict, cases)))
         };
@@ -329,7 +334,7 @@ impl Shared {
 
 /// The verdict of a trial's run by its kind, the test cases it ran, and its
 /// perf table (empty unless it is a perf binary).
-fn judge(spec: &TrialSpec, execution: &run::Execution, output: &str) -> (Verdict, Vec<Case>, PerfReport) {
+fn judge(spec: &TrialSpec, execution: &run::Execution, output: &TrialOutput) -> (Verdict, Vec<Case>, PerfReport) {
     let launch = &execution.launch;
     let reports = |ext: &str| -> Vec<String> {
         let Some(dir) = &launch.cases_dir else { return Vec::new() };
@@ -345,13 +350,13 @@ fn judge(spec: &TrialSpec, execution: &run::Execution, output: &str) -> (Verdict
     };
     match launch.kind {
         TrialKind::Perf => {
-            let perf = perf::parse(output);
+            let perf = output.perf.clone();
             (outcome::judge(&execution.finished, &perf, launch.timeout), Vec::new(), perf)
         }
         TrialKind::Gtest => {
             let filter = spec.upstream().and_then(|u| u.test.test_filter.as_deref());
             let (v, cases) =
-                outcome::judge_gtest(&execution.finished, &reports("json"), output, filter, launch.timeout);
+                outcome::judge_gtest(&execution.finished, &reports("json"), &output.gtest, filter, launch.timeout);
             (v, cases, PerfReport::default())
         }
         TrialKind::Pytest => {

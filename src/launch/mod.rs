@@ -35,6 +35,8 @@ pub struct TrialLaunch {
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
     pub grace: Duration,
+    /// Most bytes of output its log keeps (`logs.max_mib`).
+    pub log_cap: u64,
     pub token: String,
     pub kind: TrialKind,
     /// Where the test writes its own report (gtest's JSON files, pytest's
@@ -133,6 +135,7 @@ fn prepare_matrix(
         env,
         timeout: spec.timeout(config, manifest.device.enabled),
         grace: Duration::from_secs(config.timeouts.grace),
+        log_cap: config.logs.max_bytes(),
         token,
         kind: TrialKind::Perf,
         cases_dir: None,
@@ -224,6 +227,7 @@ fn prepare_upstream(
         env,
         timeout: spec.timeout(config, manifest.device.enabled),
         grace: Duration::from_secs(config.timeouts.grace),
+        log_cap: config.logs.max_bytes(),
         token,
         kind,
         cases_dir: (kind != TrialKind::Perf).then_some(cases_dir),

@@ -78,6 +78,9 @@ pub(crate) struct TrialResult {
     pub(crate) device_sha256: std::collections::BTreeMap<String, String>,
     /// Processes still alive after the trial's main process exited.
     pub(crate) leftovers: usize,
+    /// Bytes of output the log's cap (`logs.max_mib`) cut out of its middle.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) output_cut_bytes: u64,
     pub(crate) perf: PerfReport,
     /// The test cases the trial ran (gtest tests, pytest items).
     #[serde(default)]
@@ -90,6 +93,10 @@ pub(crate) struct TrialResult {
 
 fn perf_kind() -> TrialKind {
     TrialKind::Perf
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A failed trial's second attempt, with its `rerun_env_variables`.
@@ -198,6 +205,7 @@ impl TrialResult {
             raw_sha256: profiles.raw_sha256,
             device_sha256: profiles.device_sha256,
             leftovers: execution.finished.leftovers,
+            output_cut_bytes: execution.finished.output_cut,
             perf,
             cases: Vec::new(),
             rerun: None,
@@ -206,7 +214,8 @@ impl TrialResult {
 
     /// What libtest shows for a trial that did not pass: the verdict, the
     /// command (redacted), the log and its last lines; `None` if it passed.
-    pub(crate) fn failure_message(&self, output: &str) -> Option<String> {
+    /// `tail`: the log's last lines, as [`crate::verdict::output::TrialOutput::tail`] gives them.
+    pub(crate) fn failure_message(&self, tail: &str) -> Option<String> {
         if self.status == Status::Passed {
             return None;
         }
@@ -216,7 +225,7 @@ impl TrialResult {
             self.reason,
             redact::shell_line(&self.command),
             self.log.display(),
-            crate::exec::process::indent_tail(output, crate::exec::process::TAIL_LINES)
+            tail
         ))
     }
 
@@ -665,6 +674,7 @@ mod tests {
             device_sha256: Default::default(),
             device_counters_lost: None,
             leftovers: 0,
+            output_cut_bytes: 0,
             perf: PerfReport::default(),
             cases: Vec::new(),
             rerun: None,

@@ -40,6 +40,8 @@ pub struct Finished {
     /// Processes that were still alive after everything; always 0 unless the
     /// kernel refused to kill them.
     pub survivors: usize,
+    /// Bytes of output the log's cap cut out (0: the log is whole).
+    pub output_cut: u64,
 }
 
 /// What happened while a trial held its rank slots: the command that ran,
@@ -93,7 +95,7 @@ pub fn run(
 ) -> Result<Finished> {
     let cmd = &launch.cmd;
     let started = Instant::now();
-    let mut child = Supervised::spawn(supervisor_exe, cmd, &launch.token, log, launch.grace)?;
+    let mut child = Supervised::spawn(supervisor_exe, cmd, &launch.token, log, launch.grace, launch.log_cap)?;
     // A deadline past what `Instant` can hold is no deadline.
     let (status, stop) = child.wait(started.checked_add(launch.timeout), Some((heartbeat_every, heartbeat)))?;
     let (report, backstop) = child.finish(status)?;
@@ -109,5 +111,6 @@ pub fn run(
         duration: started.elapsed(),
         leftovers: report.leftovers,
         survivors: report.survivors + backstop,
+        output_cut: report.output_cut,
     })
 }

@@ -79,6 +79,8 @@ impl Probe<'_> {
             env: vec![(TRIAL_TOKEN.into(), token.clone())],
             timeout: LIMIT,
             grace,
+            // It prints one line.
+            log_cap: 1 << 20,
             token,
             kind: TrialKind::Perf,
             cases_dir: None,

@@ -3,10 +3,12 @@
 //! (older nccl-tests did) must still fail, and a run that stops before its
 //! summary line did not test what it was asked to.
 
+pub(crate) mod output;
 pub(crate) mod perf;
 
 use crate::exec::process::{describe_status, signal_name};
 use crate::trial::{Ending, Finished};
+use crate::verdict::output::GtestLines;
 use crate::verdict::perf::PerfReport;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -116,7 +118,7 @@ pub(crate) enum CaseStatus {
 pub(crate) fn judge_gtest(
     finished: &Finished,
     reports: &[String],
-    output: &str,
+    output: &GtestLines,
     filter: Option<&str>,
     timeout: Duration,
 ) -> (Verdict, Vec<Case>) {
@@ -127,7 +129,7 @@ pub(crate) fn judge_gtest(
     // decide; with none, gtest's own result lines in the output do.
     let mut readable = 0;
     let parsed: Vec<Vec<Case>> = reports.iter().filter_map(|text| gtest_cases(text)).collect();
-    let from_output = if parsed.is_empty() { output_cases(output) } else { Vec::new() };
+    let from_output = if parsed.is_empty() { output.cases.clone() } else { Vec::new() };
     for found in parsed.into_iter().chain((!from_output.is_empty()).then_some(from_output)) {
         readable += 1;
         for case in found {
@@ -140,7 +142,7 @@ pub(crate) fn judge_gtest(
         }
     }
     let fail = |reason: String| Verdict { status: Status::Failed, reason };
-    let running = running_test(output);
+    let running = output.running();
     if let Some(mut v) = stopped(finished, timeout) {
         if let Some(test) = &running {
             v.reason.push_str(&format!(" while running {test}"));
@@ -223,56 +225,6 @@ fn gtest_cases(text: &str) -> Option<Vec<Case>> {
         }
     }
     Some(out)
-}
-
-/// The cases gtest's output reports (`[       OK ] Suite.Test (1 ms)`,
-/// `[  FAILED  ] …`, `[  SKIPPED ] …`), for when no JSON report is readable.
-/// The summary's repeated `[  FAILED  ]` list adds nothing new.
-fn output_cases(output: &str) -> Vec<Case> {
-    let mut cases: Vec<Case> = Vec::new();
-    for line in output.lines().map(without_colors) {
-        let Some(rest) = line.trim_start().strip_prefix('[') else { continue };
-        let Some((tag, name)) = rest.split_once(']') else { continue };
-        let status = match tag.trim() {
-            "OK" => CaseStatus::Passed,
-            "FAILED" => CaseStatus::Failed,
-            "SKIPPED" => CaseStatus::Skipped,
-            _ => continue,
-        };
-        let name = name.trim().split(' ').next().unwrap_or_default();
-        if !name.contains('.') || name.ends_with(',') {
-            continue;
-        }
-        match cases.iter_mut().find(|c| c.name == name) {
-            Some(seen) if status == CaseStatus::Failed => seen.status = status,
-            Some(_) => {}
-            None => cases.push(Case { name: name.to_string(), status, time_s: 0.0, message: String::new() }),
-        }
-    }
-    cases
-}
-
-/// The last test gtest's output started and did not finish (`[ RUN ]`
-/// without its `[ OK ]`, `[ FAILED ]` or `[ SKIPPED ]`).
-fn running_test(output: &str) -> Option<String> {
-    let mut open: Vec<String> = Vec::new();
-    for line in output.lines().map(without_colors) {
-        let Some(rest) = line.trim_start().strip_prefix('[') else { continue };
-        let Some((tag, name)) = rest.split_once(']') else { continue };
-        let name = name.trim().split(' ').next().unwrap_or_default().to_string();
-        match tag.trim() {
-            "RUN" => open.push(name),
-            "OK" | "FAILED" | "SKIPPED" => open.retain(|n| *n != name),
-            _ => {}
-        }
-    }
-    open.pop()
-}
-
-/// `line` without terminal colour sequences (`ESC [ … m`): under `mpirun`
-/// gtest may colour its output although it goes to a file.
-fn without_colors(line: &str) -> String {
-    strip_ansi_escapes::strip_str(line)
 }
 
 /// A pytest trial: its exit status and its JUnit XML. Exit 5 (nothing
@@ -463,8 +415,12 @@ pub(crate) fn judge_coverage(verdict: Verdict, evidence: &ProfileEvidence) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verdict::perf::parse;
+    use crate::verdict::perf::tests::parse;
     use std::os::unix::process::ExitStatusExt;
+
+    fn gtest(output: &str) -> GtestLines {
+        output::TrialOutput::scan(output.as_bytes()).gtest
+    }
 
     fn exited(code: i32) -> Finished {
         Finished {
@@ -472,6 +428,7 @@ mod tests {
             duration: Duration::ZERO,
             leftovers: 0,
             survivors: 0,
+            output_cut: 0,
         }
     }
 
@@ -488,20 +445,20 @@ mod tests {
     #[test]
     fn gtest_cases_failures_and_filters() {
         let t = Duration::from_secs(1);
-        let (v, cases) = judge_gtest(&exited(1), &[GTEST_JSON.into()], "", None, t);
+        let (v, cases) = judge_gtest(&exited(1), &[GTEST_JSON.into()], &gtest(""), None, t);
         assert_eq!(v.reason, "exit status 1: 1 test failed: A.bad");
         assert_eq!(cases.len(), 3, "{cases:?}");
         assert_eq!((cases[1].name.as_str(), cases[1].status), ("A.skip", CaseStatus::Skipped));
         assert_eq!(cases[2].message, "x != y");
         let empty = r#"{"tests": 0, "testsuites": []}"#.to_string();
-        let (v, _) = judge_gtest(&exited(0), &[empty], "", Some("Nothing.*"), t);
+        let (v, _) = judge_gtest(&exited(0), &[empty], &gtest(""), Some("Nothing.*"), t);
         assert_eq!(v.reason, "the filter `Nothing.*` matched no test (gtest ran nothing)");
-        let (v, _) = judge_gtest(&exited(0), &[], "", None, t);
+        let (v, _) = judge_gtest(&exited(0), &[], &gtest(""), None, t);
         assert_eq!(v.reason, "exit status 0, but no readable gtest JSON report was written");
         // Reports torn by two ranks: gtest's result lines in the output decide.
         let output = "[ RUN      ] A.b\n[       OK ] A.b (0 ms)\n[ RUN      ] A.b\n[       OK ] A.b (1 ms)\n\
                       [ RUN      ] A.c\n[  SKIPPED ] A.c (0 ms)\n";
-        let (v, cases) = judge_gtest(&exited(0), &["{\"tes{\"tests".into()], output, None, t);
+        let (v, cases) = judge_gtest(&exited(0), &["{\"tes{\"tests".into()], &gtest(output), None, t);
         assert_eq!(v.status, Status::Passed, "{}", v.reason);
         assert_eq!(
             cases.iter().map(|c| (c.name.as_str(), c.status)).collect::<Vec<_>>(),
@@ -510,11 +467,11 @@ mod tests {
         let failed = format!(
             "{output}[ RUN      ] A.d\n[  FAILED  ] A.d (0 ms)\n[  FAILED  ] 1 test, listed below:\n[  FAILED  ] A.d\n"
         );
-        let (v, _) = judge_gtest(&exited(1), &[], &failed, None, t);
+        let (v, _) = judge_gtest(&exited(1), &[], &gtest(&failed), None, t);
         assert_eq!(v.reason, "exit status 1: 1 test failed: A.d");
         // One rank's clobbered report does not hide the other's.
         let ok = GTEST_JSON.replace(r#", "failures": [{"failure": "x != y"}]"#, "");
-        let (v, _) = judge_gtest(&exited(0), &["{\"tes".into(), ok], "", None, t);
+        let (v, _) = judge_gtest(&exited(0), &["{\"tes".into(), ok], &gtest(""), None, t);
         assert_eq!(v.status, Status::Passed, "{}", v.reason);
     }
 
@@ -522,7 +479,7 @@ mod tests {
     fn a_gtest_crash_names_the_running_test() {
         let out = "[ RUN      ] A.one\n[       OK ] A.one (0 ms)\n[ RUN      ] A.two\n";
         let crash = Finished { ending: Ending::Exited(ExitStatusExt::from_raw(libc::SIGSEGV)), ..exited(0) };
-        let (v, _) = judge_gtest(&crash, &[], out, None, Duration::ZERO);
+        let (v, _) = judge_gtest(&crash, &[], &gtest(out), None, Duration::ZERO);
         assert_eq!(v.reason, "killed by signal 11 (SIGSEGV): crashed while running A.two");
     }
 

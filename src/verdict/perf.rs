@@ -51,31 +51,28 @@ impl PerfReport {
             .filter(|r| std::iter::once(&r.out_of_place).chain(&r.in_place).any(|m| m.wrong.unwrap_or(0) > 0))
             .count()
     }
-}
 
-pub(crate) fn parse(output: &str) -> PerfReport {
-    let mut report = PerfReport::default();
-    for line in output.lines() {
+    /// Takes one line of the output: a result row, a summary line, or noise.
+    pub(crate) fn line(&mut self, line: &str) {
         let trimmed = line.trim();
         if let Some(rest) = trimmed.strip_prefix('#') {
-            let Some((key, value)) = rest.split_once(':') else { continue };
+            let Some((key, value)) = rest.split_once(':') else { return };
             match key.trim() {
                 "Out of bounds values" => {
                     let mut words = value.split_whitespace();
                     if let Some(count) = words.next().and_then(|w| w.parse().ok()) {
-                        report.out_of_bounds = Some(OutOfBounds { count, ok: words.next() == Some("OK") });
+                        self.out_of_bounds = Some(OutOfBounds { count, ok: words.next() == Some("OK") });
                     }
                 }
                 "Avg bus bandwidth" => {
-                    report.avg_busbw_gbs = value.split_whitespace().next().and_then(|w| w.parse().ok());
+                    self.avg_busbw_gbs = value.split_whitespace().next().and_then(|w| w.parse().ok());
                 }
                 _ => {}
             }
         } else if let Some(row) = parse_row(trimmed) {
-            report.rows.push(row);
+            self.rows.push(row);
         }
     }
-    report
 }
 
 fn parse_row(line: &str) -> Option<PerfRow> {
@@ -103,8 +100,14 @@ fn parse_row(line: &str) -> Option<PerfRow> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    pub(crate) fn parse(output: &str) -> PerfReport {
+        let mut report = PerfReport::default();
+        output.lines().for_each(|l| report.line(l));
+        report
+    }
 
     const NCCL_TESTS: &str = "\
 # nccl-tests version 2.17.1 nccl-headers=22803 nccl-library=22803
