@@ -192,6 +192,35 @@ fn a_flood_of_output_is_capped_and_the_trial_still_judged() {
     assert!(ran.text().contains("its output was cut"), "{}", ran.text());
 }
 
+/// Build A, then build B, then A again (its key returns): the records of
+/// the first A were of another build when B came and are gone, so the report
+/// counts only what ran since, and every profile it counts is there.
+#[test]
+fn returning_to_an_earlier_build_does_not_bring_back_its_results() {
+    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}, {"name": "two", "ranks": 2}])));
+    let first = harness(&s, "collectives", &[], LIMIT);
+    assert!(first.success, "{}", first.text());
+    let config_a = std::fs::read_to_string(&s.config).unwrap();
+    let mut v: Value = serde_json::from_str(&config_a).unwrap();
+    // Another build key: one more variable in a build step's environment.
+    v["library"]["steps"][1]["env"] = json!({"CCL_BUILD_NOTE": "b"});
+    std::fs::write(&s.config, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let one = ["--exact", "AllReduce::1K::one"];
+    let b = harness(&s, "collectives", &one, LIMIT);
+    assert!(b.success && b.text().contains("build changed"), "{}", b.text());
+    assert!(!s.ws.join("results/AllReduce.1K.two.json").exists(), "build A's record is kept under build B");
+    std::fs::write(&s.config, &config_a).unwrap();
+    let back = harness(&s, "collectives", &one, LIMIT);
+    assert!(back.success && back.text().contains("build changed"), "{}", back.text());
+    let report = harness(&s, "report", &[], LIMIT);
+    let out = report.text();
+    assert!(report.success, "{out}");
+    assert!(!out.contains("vanished"), "{out}");
+    let trials: Value = serde_json::from_str(&std::fs::read_to_string(s.ws.join("report/meta.json")).unwrap()).unwrap();
+    let names: Vec<&str> = trials["trials"].as_array().unwrap().iter().filter_map(|t| t["trial"].as_str()).collect();
+    assert_eq!(names, ["AllReduce::1K::one"], "{trials}");
+}
+
 /// A trial whose binary leaves a daemon behind (double fork, `setsid`, every
 /// variable dropped) does not pass: the daemon is killed and counted, and
 /// nothing of it is left.

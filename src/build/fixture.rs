@@ -623,8 +623,10 @@ fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
     }
 }
 
-/// Makes `manifest` the workspace's build. Profiles and reports recorded for
-/// another build are deleted: they describe other objects.
+/// Makes `manifest` the workspace's build. Results, profiles and reports
+/// recorded for another build are deleted: they describe other objects, and
+/// a record kept across a change would count again once the build returns
+/// to its key, with its profiles gone.
 pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
     ws.create()?;
     let lock = files::open_lock_file(&ws.lock_file())?;
@@ -634,10 +636,10 @@ pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
         Some(p) if p.build_id == manifest.build_id => return Ok(()),
         Some(p) => {
             eprintln!(
-                "ccl-coverage: build changed ({} -> {}): deleting the workspace's profiles and reports of the old build",
+                "ccl-coverage: build changed ({} -> {}): deleting the workspace's results, profiles and reports of the old build",
                 p.build_id, manifest.build_id
             );
-            for area in [Area::Profiles, Area::Quarantine, Area::Report] {
+            for area in [Area::Results, Area::Profiles, Area::Quarantine, Area::Report, Area::Cases] {
                 ws.clear(area, &ws.area(area))?;
             }
         }

@@ -160,7 +160,19 @@ impl Shared {
                 manifest.build_id
             )));
         }
-        let (results, damaged) = results::load_checked(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
+        let loaded = results::load_checked(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
+        let (results, damaged) = (loaded.results, loaded.damaged);
+        if !loaded.other_builds.is_empty() {
+            let named: Vec<String> =
+                loaded.other_builds.iter().map(|(file, id)| format!("{} (build {id})", file.display())).collect();
+            eprintln!(
+                "ccl-coverage: {} records in {} are of another build than {}, and are not counted: {}",
+                named.len(),
+                ws.results_dir().display(),
+                manifest.build_id,
+                named.join(", ")
+            );
+        }
         // A damaged record goes to quarantine, named; its trial is left out.
         let mut damaged_results = Vec::new();
         for (file, why) in damaged {

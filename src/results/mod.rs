@@ -270,27 +270,33 @@ impl TrialResult {
 /// trials named in `planned` (results of trials the config no longer has are
 /// left out).
 pub(crate) fn load_all(ws: &Workspace, build_id: &str, planned: &BTreeSet<String>) -> Result<Vec<TrialResult>> {
-    Ok(load_checked(ws, build_id, planned)?.0)
+    Ok(load_checked(ws, build_id, planned)?.results)
 }
 
-/// A record that cannot be read as a trial's result, and why.
-pub(crate) type Damaged = (PathBuf, String);
+/// What `results/` holds for one build.
+#[derive(Debug, Default)]
+pub(crate) struct Loaded {
+    /// The records of this build's planned trials, by trial name.
+    pub(crate) results: Vec<TrialResult>,
+    /// Records that cannot be read as a trial's result, and why: a damaged
+    /// record must be named, not skipped.
+    pub(crate) damaged: Vec<(PathBuf, String)>,
+    /// Records of another build, with its id: never counted. A build change
+    /// deletes them (`fixture::adopt`); one found anyway is named.
+    pub(crate) other_builds: Vec<(PathBuf, String)>,
+}
 
-/// Like [`load_all`], and the records that cannot be read as a trial's
-/// result: a damaged record must be named, not skipped.
-pub(crate) fn load_checked(
-    ws: &Workspace,
-    build_id: &str,
-    planned: &BTreeSet<String>,
-) -> Result<(Vec<TrialResult>, Vec<Damaged>)> {
+/// Like [`load_all`], with the records it leaves out and why.
+pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &BTreeSet<String>) -> Result<Loaded> {
     let dir = ws.results_dir();
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
         Err(e) => return Err(Error::new(format!("cannot list {}: {e}", dir.display()))),
     };
     let mut results = Vec::new();
     let mut damaged = Vec::new();
+    let mut other_builds = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
@@ -300,14 +306,16 @@ pub(crate) fn load_checked(
         }
         let read = std::fs::read_to_string(&path).map_err(|e| e.to_string());
         match read.and_then(|text| serde_json::from_str::<TrialResult>(&text).map_err(|e| e.to_string())) {
-            Ok(result) if result.build_id == build_id && planned.contains(&result.trial) => results.push(result),
+            Ok(result) if result.build_id != build_id => other_builds.push((path, result.build_id)),
+            Ok(result) if planned.contains(&result.trial) => results.push(result),
             Ok(_) => {}
             Err(why) => damaged.push((path, why)),
         }
     }
     results.sort_by(|a, b| a.trial.cmp(&b.trial));
     damaged.sort();
-    Ok((results, damaged))
+    other_builds.sort();
+    Ok(Loaded { results, damaged, other_builds })
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

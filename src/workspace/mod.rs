@@ -123,6 +123,8 @@ pub(crate) enum Area {
     Report,
     /// `cases/<slug>/`: a trial's own test report (gtest JSON, pytest JUnit).
     Cases,
+    /// `results/`: the trials' records, `run.json` and `junit.xml`.
+    Results,
 }
 
 impl Area {
@@ -132,6 +134,7 @@ impl Area {
             Area::Quarantine => "quarantine",
             Area::Report => "report",
             Area::Cases => "cases",
+            Area::Results => "results",
         }
     }
 }
@@ -184,7 +187,7 @@ impl Workspace {
     }
 
     pub(crate) fn results_dir(&self) -> PathBuf {
-        self.root.join("results")
+        self.area(Area::Results)
     }
 
     pub(crate) fn trial_result(&self, slug: &str) -> PathBuf {
