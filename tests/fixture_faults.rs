@@ -221,6 +221,48 @@ fn returning_to_an_earlier_build_does_not_bring_back_its_results() {
     assert_eq!(names, ["AllReduce::1K::one"], "{trials}");
 }
 
+/// A cached build whose object was damaged after it was built is not
+/// reused: a truncated library (trials would die of SIGBUS) and one with
+/// bytes overwritten in place (the report would read malformed coverage
+/// data) are each named and built again; a `touch` alone is not damage.
+#[test]
+fn a_damaged_build_cache_is_named_and_rebuilt() {
+    let mut s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
+    // A cache of its own: the other tests share the default one.
+    s.env.push(("CARGO_TARGET_DIR".into(), s.dir.path().join("target").display().to_string()));
+    let first = harness(&s, "collectives", &[], LIMIT);
+    assert!(first.success, "{}", first.text());
+    let manifest: Value = serde_json::from_str(&std::fs::read_to_string(s.ws.join("build.json")).unwrap()).unwrap();
+    let library = std::path::PathBuf::from(manifest["objects"][0]["path"].as_str().unwrap());
+    assert!(library.starts_with(s.dir.path()), "{}", library.display());
+    let built = std::fs::read(&library).unwrap();
+    let name = library.display().to_string();
+
+    std::fs::write(&library, &built[..built.len() / 2]).unwrap();
+    let truncated = harness(&s, "collectives", &[], LIMIT);
+    let out = truncated.text();
+    assert!(truncated.success, "{out}");
+    assert!(out.contains("cannot be reused") && out.contains(&format!("{name} has {} bytes", built.len() / 2)), "{out}");
+    assert_eq!(std::fs::metadata(&library).unwrap().len(), built.len() as u64, "the library is built again");
+
+    let mut bytes = std::fs::read(&library).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle..middle + 64].fill(0xa5);
+    std::fs::write(&library, &bytes).unwrap();
+    let overwritten = harness(&s, "collectives", &[], LIMIT);
+    let out = overwritten.text();
+    assert!(overwritten.success, "{out}");
+    assert!(out.contains("cannot be reused") && out.contains(&format!("{name} changed after it was built")), "{out}");
+    assert!(std::fs::read(&library).unwrap()[middle..middle + 64] != [0xa5; 64], "the library is built again");
+
+    let file = std::fs::File::options().append(true).open(&library).unwrap();
+    file.set_modified(std::time::SystemTime::now()).unwrap();
+    let touched = harness(&s, "collectives", &[], LIMIT);
+    assert!(touched.success && touched.text().contains("reusing build"), "{}", touched.text());
+    let report = harness(&s, "report", &[], LIMIT);
+    assert!(report.success, "{}", report.text());
+}
+
 /// A trial whose binary leaves a daemon behind (double fork, `setsid`, every
 /// variable dropped) does not pass: the daemon is killed and counted, and
 /// nothing of it is left.

@@ -21,6 +21,7 @@ use crate::exec::proctree;
 use crate::exec::supervisor::Supervised;
 use crate::toolchain::objects::{self, Instrumentation};
 use crate::toolchain::{self, Toolchain};
+use crate::workspace::files::FileSum;
 use crate::workspace::{Area, Workspace, files};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -35,6 +36,10 @@ const BUILD_DIR_MARK: &str = "<build_dir>";
 pub struct ObjectRecord {
     pub path: PathBuf,
     pub(crate) instrumentation: Instrumentation,
+    /// What the object was when the build finished: a cached build is
+    /// reused only while its objects still are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) sum: Option<FileSum>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -77,6 +82,16 @@ impl BuildManifest {
     /// Host objects llvm-cov should read: those that carry coverage mapping.
     pub(crate) fn instrumented_objects(&self) -> Vec<PathBuf> {
         self.objects.iter().filter(|o| o.instrumentation.is_instrumented()).map(|o| o.path.clone()).collect()
+    }
+
+    /// Why this cached build's objects are not what it built; `None` when
+    /// every one still is. A record without checksums (an older harness)
+    /// cannot be checked, so it is not trusted either.
+    fn damage(&self) -> Option<String> {
+        self.objects.iter().chain(&self.device_objects).find_map(|o| match &o.sum {
+            Some(sum) => sum.differs(&o.path),
+            None => Some(format!("it records no checksum of {} (an older ccl-coverage made it)", o.path.display())),
+        })
     }
 
     pub fn read(path: &Path) -> Result<BuildManifest> {
@@ -158,6 +173,7 @@ impl BuildPlan {
                     Ok(ObjectRecord {
                         path: PathBuf::from(self.vars.render(o)?),
                         instrumentation: Instrumentation::default(),
+                        sum: None,
                     })
                 })
                 .collect::<Result<_>>()?,
@@ -217,8 +233,16 @@ impl BuildPlan {
             lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", lock_path.display())))?;
         }
         if let Ok(manifest) = BuildManifest::read(&self.manifest_path()) {
-            eprintln!("ccl-coverage: reusing build {} ({})", self.key, self.build_dir.display());
-            return Ok(manifest);
+            match manifest.damage() {
+                None => {
+                    eprintln!("ccl-coverage: reusing build {} ({})", self.key, self.build_dir.display());
+                    return Ok(manifest);
+                }
+                Some(why) => {
+                    eprintln!("ccl-coverage: the cached build {} cannot be reused: {why}; building it again", self.key);
+                    self.discard_cache()?;
+                }
+            }
         }
         let config = &ctx.loaded.config;
         if self.existing_build {
@@ -256,10 +280,31 @@ impl BuildPlan {
                 self.bin_dir.display()
             );
         }
-        let manifest = self.manifest(ctx, objects, device_objects, records);
+        let mut manifest = self.manifest(ctx, objects, device_objects, records);
+        for object in manifest.objects.iter_mut().chain(&mut manifest.device_objects) {
+            object.sum = Some(FileSum::of(&object.path)?);
+        }
         manifest.write(&self.manifest_path())?;
         eprintln!("ccl-coverage: build {} ready in {:.1}s", self.key, started.elapsed().as_secs_f64());
         Ok(manifest)
+    }
+
+    /// Removes a cached build that cannot be trusted, so that it is built
+    /// from nothing: a build tool would take a damaged object that is newer
+    /// than its inputs as up to date. An existing build (`CCL_COV_BUILD_DIR`)
+    /// is not ours: only its record goes, and it is inspected again.
+    fn discard_cache(&self) -> Result<()> {
+        if self.existing_build {
+            return std::fs::remove_file(self.manifest_path())
+                .map_err(|e| Error::new(format!("cannot delete {}: {e}", self.manifest_path().display())));
+        }
+        let meta = std::fs::symlink_metadata(&self.cache_dir)
+            .map_err(|e| Error::new(format!("cannot inspect {}: {e}", self.cache_dir.display())))?;
+        if !meta.is_dir() {
+            bail!("refusing to delete {}: it is not a folder the harness made", self.cache_dir.display());
+        }
+        std::fs::remove_dir_all(&self.cache_dir)
+            .map_err(|e| Error::new(format!("cannot delete the damaged build {}: {e}", self.cache_dir.display())))
     }
 
     /// Every configured object must exist and (with coverage on) carry
@@ -318,7 +363,7 @@ pub fn select_device_objects(patterns: &[PathBuf], device: &DeviceDecision) -> R
         for path in glob_files(pattern)? {
             let instrumentation = objects::inspect(&path)?;
             if instrumentation.is_instrumented() {
-                found.push(ObjectRecord { path, instrumentation });
+                found.push(ObjectRecord { path, instrumentation, sum: None });
             } else {
                 skipped.push(path.display().to_string());
             }
@@ -540,7 +585,7 @@ fn library_objects(
         if coverage && !instrumentation.is_instrumented() {
             return Err(uninstrumented(i, &path));
         }
-        records.push(ObjectRecord { path, instrumentation });
+        records.push(ObjectRecord { path, instrumentation, sum: None });
     }
     Ok(records)
 }

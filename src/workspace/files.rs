@@ -29,6 +29,56 @@ pub(crate) fn sha256_file(path: &Path) -> Result<String> {
     Ok(hex(&hasher.finalize()))
 }
 
+/// What a file was when it was recorded, to tell later whether it still is:
+/// size and modification time first (cheap), the hash only when the time
+/// differs (a copy or a `touch` changes it without changing the bytes).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct FileSum {
+    pub(crate) bytes: u64,
+    pub(crate) mtime_ns: u64,
+    pub(crate) sha256: String,
+}
+
+impl FileSum {
+    pub(crate) fn of(path: &Path) -> Result<FileSum> {
+        let (bytes, mtime_ns) = size_and_mtime(path)?;
+        Ok(FileSum { bytes, mtime_ns, sha256: sha256_file(path)? })
+    }
+
+    /// Why `path` is not the file recorded; `None` when it is.
+    pub(crate) fn differs(&self, path: &Path) -> Option<String> {
+        let (bytes, mtime_ns) = match size_and_mtime(path) {
+            Ok(found) => found,
+            Err(e) => return Some(e.to_string()),
+        };
+        if bytes != self.bytes {
+            return Some(format!("{} has {bytes} bytes, not the {} it was built with", path.display(), self.bytes));
+        }
+        if mtime_ns == self.mtime_ns {
+            return None;
+        }
+        match sha256_file(path) {
+            Ok(sum) if sum == self.sha256 => None,
+            Ok(sum) => Some(format!(
+                "{} changed after it was built (SHA-256 {sum}, built as {})",
+                path.display(),
+                self.sha256
+            )),
+            Err(e) => Some(e.to_string()),
+        }
+    }
+}
+
+fn size_and_mtime(path: &Path) -> Result<(u64, u64)> {
+    let meta = fs::metadata(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    Ok((meta.len(), mtime))
+}
+
 /// A log's text, with bytes that are not UTF-8 replaced: a program may print
 /// anything, and one stray byte must not hide the rest of its output.
 /// Empty when the file cannot be read.
