@@ -334,6 +334,45 @@ fn a_failed_html_step_leaves_the_report_with_the_harness_modes() {
     assert_eq!(mode, expected, "report/html is {mode:o}, other folders {expected:o}");
 }
 
+/// A report that fails while it is written (a full disk, a failing
+/// llvm-cov) does not cost the last good one: the new report is written
+/// beside it and swapped in only when whole.
+#[test]
+fn a_failed_report_leaves_the_last_good_one_whole() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    let good = harness(&s, "report", &[], LIMIT);
+    assert!(good.success, "{}", good.text());
+    let report = s.ws.join("report");
+    let before = support::files_under(&report);
+    let lcov = std::fs::read(report.join("coverage.lcov")).unwrap();
+    let meta = std::fs::read(report.join("meta.json")).unwrap();
+    // An llvm-cov whose `show` fails, as on a full disk.
+    let manifest_path = s.ws.join("build.json");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    let real = manifest["toolchain"]["llvm_cov"]["path"].as_str().unwrap().to_string();
+    let fake = s.dir.path().join("llvm-cov");
+    std::fs::write(
+        &fake,
+        format!("#!/bin/sh\nif [ \"$1\" = show ]; then echo 'No space left on device' >&2; exit 1; fi\nexec {real} \"$@\"\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    manifest["toolchain"]["llvm_cov"]["path"] = json!(fake.display().to_string());
+    std::fs::write(&manifest_path, serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
+    let failed = harness(&s, "report", &[], LIMIT);
+    let out = failed.text();
+    assert!(!failed.success, "{out}");
+    assert!(out.contains("the new report is incomplete (report::html failed)"), "{out}");
+    assert!(out.contains("the last good report") && out.contains("is kept whole"), "{out}");
+    assert_eq!(support::files_under(&report), before, "the last good report lost or gained files");
+    assert_eq!(std::fs::read(report.join("coverage.lcov")).unwrap(), lcov);
+    assert_eq!(std::fs::read(report.join("meta.json")).unwrap(), meta, "the last good report was rewritten");
+    assert!(!s.ws.join("report.new").exists(), "the incomplete report is left behind");
+}
+
 /// A damaged `results/<trial>.json` is not skipped in silence: the report
 /// names it, moves it to quarantine and fails, and the other trials are still
 /// reported.

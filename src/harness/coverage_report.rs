@@ -25,10 +25,12 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 struct Shared {
     ctx: Context,
+    /// Each step that ran and whether it passed, for [`Shared::install`].
+    outcomes: Mutex<Vec<(&'static str, bool)>>,
     merged: OnceLock<Result<Merge, Error>>,
     summary: OnceLock<Result<Summary, Error>>,
     lcov: OnceLock<Result<PathBuf, Error>>,
@@ -91,6 +93,7 @@ pub fn main_with(args: Arguments) -> ExitCode {
     };
     let shared = Arc::new(Shared {
         ctx,
+        outcomes: Mutex::new(Vec::new()),
         merged: OnceLock::new(),
         summary: OnceLock::new(),
         lcov: OnceLock::new(),
@@ -118,11 +121,27 @@ pub fn main_with(args: Arguments) -> ExitCode {
         .into_iter()
         .map(|(name, step)| {
             let shared = shared.clone();
-            Trial::ignorable_test(name, move || shared.with_merged(|m| step(&shared, m)))
+            Trial::ignorable_test(name, move || {
+                let outcome = shared.with_merged(|m| step(&shared, m));
+                shared.outcomes.lock().unwrap_or_else(PoisonError::into_inner).push((name, outcome.is_ok()));
+                outcome
+            })
         })
         .collect();
-    libtest_mimic::run(&args, trials).exit_code()
+    let conclusion = libtest_mimic::run(&args, trials);
+    match shared.install() {
+        Ok(()) => conclusion.exit_code(),
+        Err(e) => {
+            eprintln!("ccl-coverage: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
+
+/// Steps that check the report rather than write it: when one fails, the
+/// report is still whole and replaces the last one.
+const CHECKS: [&str; 6] =
+    ["report::profiles", "report::thresholds", "report::device_coverage", "report::snapshot", "report::diff", "report::baseline"];
 
 fn done(step: Result<(), Failed>) -> Result<Completion, Failed> {
     step.map(|()| Completion::Completed)
@@ -142,8 +161,53 @@ impl Shared {
         }
     }
 
+    /// Where the steps write: the staging folder, which becomes `report/`
+    /// once the report is whole ([`Self::install`]).
     fn report_dir(&self) -> PathBuf {
-        self.ctx.workspace.report_dir()
+        self.ctx.workspace.area(Area::ReportStaging)
+    }
+
+    /// `path` inside the staged report, as it will be named once installed.
+    fn shown(&self, path: &Path) -> PathBuf {
+        match path.strip_prefix(self.report_dir()) {
+            Ok(rest) => self.ctx.workspace.report_dir().join(rest),
+            Err(_) => path.to_path_buf(),
+        }
+    }
+
+    /// Makes the staged report the report, unless a step that writes it
+    /// failed: then the last good report stays whole (a full disk must not
+    /// cost it), and the incomplete one is deleted. With no report before
+    /// it, the incomplete one is installed, said to be incomplete.
+    fn install(&self) -> Result<(), Error> {
+        let ws = &self.ctx.workspace;
+        let staged = self.report_dir();
+        let report = ws.report_dir();
+        let merged_ok = match self.merged.get() {
+            None | Some(Ok(Merge::Off(_))) => return Ok(()),
+            Some(Ok(Merge::Done(_))) => true,
+            Some(Err(_)) => false,
+        };
+        let outcomes = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
+        let failed: Vec<&str> =
+            outcomes.iter().filter(|(name, ok)| !ok && !CHECKS.contains(name)).map(|(name, _)| *name).collect();
+        if merged_ok && failed.is_empty() {
+            return ws.install_report();
+        }
+        let what = if merged_ok { failed.join(", ") } else { "merging the profiles".to_string() };
+        if report.is_dir() {
+            ws.clear(Area::ReportStaging, &staged)?;
+            std::fs::remove_dir(&staged).map_err(|e| Error::new(format!("cannot delete {}: {e}", staged.display())))?;
+            eprintln!(
+                "ccl-coverage: the new report is incomplete ({what} failed), so it was not installed: the last good report, {}, is kept whole",
+                report.display()
+            );
+            Ok(())
+        } else {
+            ws.install_report()?;
+            eprintln!("ccl-coverage: the report in {} is incomplete: {what} failed", report.display());
+            Ok(())
+        }
     }
 
     fn merge(&self) -> Result<Merge, Error> {
@@ -192,7 +256,7 @@ impl Shared {
             )));
         }
         let report_dir = self.report_dir();
-        ws.clear(Area::Report, &report_dir)?;
+        ws.clear(Area::ReportStaging, &report_dir)?;
         let profdata = report_dir.join("coverage.profdata");
         let quarantine_for = |input: &Path| {
             let slug =
@@ -342,9 +406,9 @@ impl Shared {
         let index = shown?;
         if let Some(device) = device {
             let device = device.map_err(|e| failed("writing the device pages", &e))?;
-            eprintln!("ccl-coverage: device HTML report: {}", device.display());
+            eprintln!("ccl-coverage: device HTML report: {}", self.shown(&device).display());
         }
-        eprintln!("ccl-coverage: HTML report: {}", index.display());
+        eprintln!("ccl-coverage: HTML report: {}", self.shown(&index).display());
         Ok(())
     }
 
@@ -566,7 +630,7 @@ impl Shared {
             workspace::files::write_atomic(&pages_dir.join(&name), html.as_bytes())
                 .map_err(|e| failed(&format!("writing attribution/{name}"), &e))?;
         }
-        eprintln!("ccl-coverage: which trial covered which line: {}", pages_dir.join("index.html").display());
+        eprintln!("ccl-coverage: which trial covered which line: {}", self.shown(&pages_dir.join("index.html")).display());
         Ok(())
     }
 
@@ -612,7 +676,7 @@ impl Shared {
         let bar = process_env("CCL_COV_FAIL_UNDER_DIFF");
         match diff_coverage::check_diff_bar(&report, bar.as_deref()).map_err(|e| failed("reading the bar", &e))? {
             Some(short) => {
-                Err(Failed::from(format!("{short}; uncovered changed lines: {}", dir.join("diff.md").display())))
+                Err(Failed::from(format!("{short}; uncovered changed lines: {}", self.shown(&dir.join("diff.md")).display())))
             }
             None => Ok(Completion::Completed),
         }
@@ -654,7 +718,7 @@ impl Shared {
                 report.lost_lines,
                 path.display(),
                 files.join("\n    "),
-                dir.join("baseline.md").display()
+                self.shown(&dir.join("baseline.md")).display()
             )));
         }
         Ok(Completion::Completed)

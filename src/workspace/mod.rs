@@ -125,6 +125,9 @@ pub(crate) enum Area {
     Cases,
     /// `results/`: the trials' records, `run.json` and `junit.xml`.
     Results,
+    /// `report.new/`: the report being written, swapped in for `report/`
+    /// once it is whole ([`Workspace::install_report`]).
+    ReportStaging,
 }
 
 impl Area {
@@ -135,6 +138,7 @@ impl Area {
             Area::Report => "report",
             Area::Cases => "cases",
             Area::Results => "results",
+            Area::ReportStaging => "report.new",
         }
     }
 }
@@ -363,6 +367,42 @@ impl Workspace {
             remove_no_follow(&entry.path())?;
         }
         Ok(())
+    }
+
+    /// Makes the staged report (`report.new/`) the report: exchanged with
+    /// `report/` in one step (`renameat2(RENAME_EXCHANGE)`), so a reader sees
+    /// the old report or the new one, never a mix or none; the old one is
+    /// then deleted. Where the filesystem cannot exchange, two renames.
+    pub(crate) fn install_report(&self) -> Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let (staged, report) = (self.area(Area::ReportStaging), self.area(Area::Report));
+        for dir in [&staged, &report] {
+            if fs::symlink_metadata(dir).is_ok_and(|m| !m.is_dir()) {
+                bail!("refusing to install the report: {} is not a folder", dir.display());
+            }
+        }
+        if !report.exists() {
+            return fs::rename(&staged, &report)
+                .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", staged.display(), report.display())));
+        }
+        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).expect("paths hold no NUL");
+        let (from, to) = (c(&staged), c(&report));
+        // SAFETY: two NUL-terminated paths, relative to no directory fd.
+        let exchanged = unsafe {
+            libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_EXCHANGE)
+        } == 0;
+        if !exchanged {
+            let old = self.root.join("report.old");
+            if old.exists() {
+                remove_no_follow(&old)?;
+            }
+            fs::rename(&report, &old)
+                .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", report.display(), old.display())))?;
+            fs::rename(&staged, &report)
+                .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", staged.display(), report.display())))?;
+            return remove_no_follow(&old);
+        }
+        remove_no_follow(&staged)
     }
 
     /// Removes one file (or symlink) inside `area`; a missing file is fine.
