@@ -68,7 +68,7 @@ impl Context {
         let env = config::process_env;
         let root = match env("CARGO_MANIFEST_DIR") {
             Some(dir) => PathBuf::from(dir),
-            None => std::env::current_dir().unwrap_or_default(),
+            None => checkout().unwrap_or_else(|| std::env::current_dir().unwrap_or_default()),
         };
         let config_path = match env("CCL_COV_CONFIG").filter(|v| !v.is_empty()) {
             Some(p) => absolute(&root, Path::new(&p)),
@@ -82,7 +82,10 @@ impl Context {
         };
         let loaded = config::load_any(&config_path, &overlay, &config::config_env(&root))?;
         crate::plan::check(&loaded)?;
-        let target = env("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| absolute(&root, Path::new(&t)));
+        let target = match env("CARGO_TARGET_DIR") {
+            Some(t) => absolute(&root, Path::new(&t)),
+            None => exe_target_dir().unwrap_or_else(|| root.join("target")),
+        };
         let state_dir = target.join("ccl-coverage");
         let workspace = match env("CCL_COV_WORKSPACE").filter(|v| !v.is_empty()) {
             Some(ws) => Workspace::new(&absolute(&root, Path::new(&ws)))?,
@@ -162,4 +165,20 @@ fn absolute(root: &Path, path: &Path) -> PathBuf {
         return path.to_path_buf();
     }
     std::env::current_dir().map_or_else(|_| root.join(path), |cwd| cwd.join(path))
+}
+
+/// Where this binary was built from, while that checkout still exists:
+/// cargo sets `CARGO_MANIFEST_DIR` when it runs a test binary, but not when
+/// one is run directly, from wherever the user stands.
+fn checkout() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    dir.join("Cargo.toml").is_file().then_some(dir)
+}
+
+/// The cargo target folder this binary lies in (the one holding cargo's
+/// `CACHEDIR.TAG`), so that a test binary run directly uses the state and
+/// workspaces that `cargo test` made.
+fn exe_target_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors().skip(1).take(4).find(|dir| dir.join("CACHEDIR.TAG").is_file()).map(Path::to_path_buf)
 }

@@ -603,6 +603,7 @@ fn a_read_only_workspace_is_named_as_the_cause() {
     cmd.env("CCL_COV_WORKSPACE", &marked);
     let ran = spawn(&s, cmd).wait(LIMIT);
     assert_eq!(ran.code, Some(2), "{}", ran.text());
+    assert!(ran.text().contains(&format!("the workspace {} is not writable", marked.display())), "{}", ran.text());
     assert!(ran.text().contains("Read-only file system"), "{}", ran.text());
 }
 

@@ -242,7 +242,10 @@ fn a_damaged_build_cache_is_named_and_rebuilt() {
     let truncated = harness(&s, "collectives", &[], LIMIT);
     let out = truncated.text();
     assert!(truncated.success, "{out}");
-    assert!(out.contains("cannot be reused") && out.contains(&format!("{name} has {} bytes", built.len() / 2)), "{out}");
+    assert!(
+        out.contains("cannot be reused") && out.contains(&format!("{name} has {} bytes", built.len() / 2)),
+        "{out}"
+    );
     assert_eq!(std::fs::metadata(&library).unwrap().len(), built.len() as u64, "the library is built again");
 
     let mut bytes = std::fs::read(&library).unwrap();
@@ -356,7 +359,9 @@ fn a_failed_report_leaves_the_last_good_one_whole() {
     let fake = s.dir.path().join("llvm-cov");
     std::fs::write(
         &fake,
-        format!("#!/bin/sh\nif [ \"$1\" = show ]; then echo 'No space left on device' >&2; exit 1; fi\nexec {real} \"$@\"\n"),
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = show ]; then echo 'No space left on device' >&2; exit 1; fi\nexec {real} \"$@\"\n"
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();

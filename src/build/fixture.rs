@@ -684,7 +684,9 @@ pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
                 "ccl-coverage: build changed ({} -> {}): deleting the workspace's results, profiles and reports of the old build",
                 p.build_id, manifest.build_id
             );
-            for area in [Area::Results, Area::Profiles, Area::Quarantine, Area::Report, Area::ReportStaging, Area::Cases] {
+            for area in
+                [Area::Results, Area::Profiles, Area::Quarantine, Area::Report, Area::ReportStaging, Area::Cases]
+            {
                 ws.clear(area, &ws.area(area))?;
             }
         }

@@ -140,8 +140,14 @@ pub fn main_with(args: Arguments) -> ExitCode {
 
 /// Steps that check the report rather than write it: when one fails, the
 /// report is still whole and replaces the last one.
-const CHECKS: [&str; 6] =
-    ["report::profiles", "report::thresholds", "report::device_coverage", "report::snapshot", "report::diff", "report::baseline"];
+const CHECKS: [&str; 6] = [
+    "report::profiles",
+    "report::thresholds",
+    "report::device_coverage",
+    "report::snapshot",
+    "report::diff",
+    "report::baseline",
+];
 
 fn done(step: Result<(), Failed>) -> Result<Completion, Failed> {
     step.map(|()| Completion::Completed)
@@ -255,6 +261,8 @@ impl Shared {
                 ws.area(Area::Profiles).display()
             )));
         }
+        // Checked before anything is written: the report is installed there.
+        ws.check_area(Area::Report)?;
         let report_dir = self.report_dir();
         ws.clear(Area::ReportStaging, &report_dir)?;
         let profdata = report_dir.join("coverage.profdata");
@@ -630,7 +638,10 @@ impl Shared {
             workspace::files::write_atomic(&pages_dir.join(&name), html.as_bytes())
                 .map_err(|e| failed(&format!("writing attribution/{name}"), &e))?;
         }
-        eprintln!("ccl-coverage: which trial covered which line: {}", self.shown(&pages_dir.join("index.html")).display());
+        eprintln!(
+            "ccl-coverage: which trial covered which line: {}",
+            self.shown(&pages_dir.join("index.html")).display()
+        );
         Ok(())
     }
 
@@ -675,9 +686,10 @@ impl Shared {
         eprintln!("ccl-coverage: {}", md.lines().next().unwrap_or_default().trim_start_matches("### "));
         let bar = process_env("CCL_COV_FAIL_UNDER_DIFF");
         match diff_coverage::check_diff_bar(&report, bar.as_deref()).map_err(|e| failed("reading the bar", &e))? {
-            Some(short) => {
-                Err(Failed::from(format!("{short}; uncovered changed lines: {}", self.shown(&dir.join("diff.md")).display())))
-            }
+            Some(short) => Err(Failed::from(format!(
+                "{short}; uncovered changed lines: {}",
+                self.shown(&dir.join("diff.md")).display()
+            ))),
             None => Ok(Completion::Completed),
         }
     }

@@ -59,11 +59,9 @@ impl FileSum {
         }
         match sha256_file(path) {
             Ok(sum) if sum == self.sha256 => None,
-            Ok(sum) => Some(format!(
-                "{} changed after it was built (SHA-256 {sum}, built as {})",
-                path.display(),
-                self.sha256
-            )),
+            Ok(sum) => {
+                Some(format!("{} changed after it was built (SHA-256 {sum}, built as {})", path.display(), self.sha256))
+            }
             Err(e) => Some(e.to_string()),
         }
     }

@@ -69,7 +69,11 @@ impl WorkspaceLock {
     }
 
     pub(crate) fn acquire_as(ws: &Workspace, run_id: Option<String>) -> Result<WorkspaceLock> {
-        let open = |name: &str| workspace::files::open_lock_file(&ws.root().join(name));
+        // The first file a run writes in a workspace it already owns.
+        let open = |name: &str| {
+            workspace::files::open_lock_file(&ws.root().join(name))
+                .map_err(|e| e.context(format!("the workspace {} is not writable", ws.root().display())))
+        };
         let guard = open(".owner.guard")?;
         guard
             .lock()

@@ -369,6 +369,20 @@ impl Workspace {
         Ok(())
     }
 
+    /// An error unless `area` is a real folder of the workspace, or absent:
+    /// a symlink would have the harness write and delete elsewhere.
+    pub(crate) fn check_area(&self, area: Area) -> Result<()> {
+        let dir = self.area(area);
+        match fs::symlink_metadata(&dir) {
+            Ok(m) if m.file_type().is_symlink() => bail!(
+                "refusing to use {}: it is a symlink (the workspace's own folders must be real folders)",
+                dir.display()
+            ),
+            Ok(m) if !m.is_dir() => bail!("refusing to use {}: it is not a folder", dir.display()),
+            _ => Ok(()),
+        }
+    }
+
     /// Makes the staged report (`report.new/`) the report: exchanged with
     /// `report/` in one step (`renameat2(RENAME_EXCHANGE)`), so a reader sees
     /// the old report or the new one, never a mix or none; the old one is
@@ -376,11 +390,8 @@ impl Workspace {
     pub(crate) fn install_report(&self) -> Result<()> {
         use std::os::unix::ffi::OsStrExt;
         let (staged, report) = (self.area(Area::ReportStaging), self.area(Area::Report));
-        for dir in [&staged, &report] {
-            if fs::symlink_metadata(dir).is_ok_and(|m| !m.is_dir()) {
-                bail!("refusing to install the report: {} is not a folder", dir.display());
-            }
-        }
+        self.check_area(Area::ReportStaging)?;
+        self.check_area(Area::Report)?;
         if !report.exists() {
             return fs::rename(&staged, &report)
                 .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", staged.display(), report.display())));
