@@ -5,6 +5,7 @@
 //!   cargo bench --bench harness -- profiles   # ≥ 4,000 raw profiles: incremental vs end-of-run merging
 //!   cargo bench --bench harness -- trimming   # `-n 1 -w 0` under coverage vs the configured iterations
 //!   cargo bench --bench harness -- handover   # rank slots: release → next waiter running
+//!   cargo bench --bench harness -- flood      # a trial writing 2 GB (`FLOOD_BYTES`): time, harness RSS, log size
 //!
 //! Each measurement uses its own temporary workspace; the fixture build is
 //! shared with the test suite through the on-disk cache (build it first with
@@ -256,6 +257,63 @@ fn handover(dir: &Path) -> Value {
     json!({"handovers": micros.len(), "median_us": at(0.5), "p90_us": at(0.9), "max_us": at(1.0)})
 }
 
+/// A trial that writes `FLOOD_BYTES` (default 2 GB) to stdout and then runs
+/// the real perf binary: the harness's wall time, its own peak RSS (`VmHWM`,
+/// sampled from /proc while it runs), and the log's size on disk.
+fn flood(dir: &Path) -> Value {
+    let bytes: u64 = std::env::var("FLOOD_BYTES").ok().and_then(|b| b.parse().ok()).unwrap_or(2_000_000_000);
+    let wrapper = dir.join("flood.sh");
+    fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nhead -c {bytes} /dev/zero | tr '\\0' x\necho\nexec \"$REAL_BINARY\" \"$@\"\n"),
+    )
+    .unwrap();
+    fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = config(dir, |v| {
+        let keep: Vec<Value> =
+            v["collectives"].as_array().unwrap().iter().filter(|c| c["name"] == "AllReduce").cloned().collect();
+        v["collectives"] = Value::Array(keep);
+        v["collectives"][0]["binary"] = json!(wrapper.display().to_string());
+        v["sizes"] = json!(["1K"]);
+        v["variants"] = json!([{"name": "flood", "ranks": 2, "env": {"REAL_BINARY": "{bin_dir}/all_reduce_perf"}}]);
+    });
+    let ws = dir.join("ws-flood");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
+    cmd.arg("collectives")
+        .env("CCL_COV_CONFIG", &config)
+        .env("CCL_COV_WORKSPACE", &ws)
+        .env("CARGO_MANIFEST_DIR", root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let started = Instant::now();
+    let mut child = cmd.spawn().unwrap();
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0u64;
+    let ok = loop {
+        if let Some(done) = child.try_wait().unwrap() {
+            break done.success();
+        }
+        let hwm = fs::read_to_string(&status).unwrap_or_default();
+        if let Some(kib) = hwm.lines().find_map(|l| l.strip_prefix("VmHWM:")) {
+            peak_kib = peak_kib.max(kib.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let wall = started.elapsed().as_secs_f64();
+    let result: Value =
+        serde_json::from_str(&fs::read_to_string(ws.join("results/AllReduce.1K.flood.json")).unwrap()).unwrap();
+    json!({
+        "flood_bytes": bytes,
+        "passed": ok,
+        "status": result["status"],
+        "output_cut_bytes": result["output_cut_bytes"],
+        "trial_s": result["duration_s"],
+        "harness_wall_s": wall,
+        "harness_peak_rss_mib": peak_kib as f64 / 1024.0,
+        "log_bytes": fs::metadata(ws.join("logs/AllReduce.1K.flood.log")).unwrap().len(),
+    })
+}
+
 fn main() {
     let which: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let wanted = |name: &str| which.is_empty() || which.iter().any(|w| w == name);
@@ -269,6 +327,9 @@ fn main() {
     }
     if wanted("handover") {
         out.insert("handover".into(), handover(dir.path()));
+    }
+    if wanted("flood") {
+        out.insert("flood".into(), flood(dir.path()));
     }
     println!("{}", serde_json::to_string_pretty(&Value::Object(out)).unwrap());
 }

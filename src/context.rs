@@ -61,6 +61,12 @@ pub(crate) struct Context {
 }
 
 impl Context {
+    /// Where trial supervisors keep the records of their trials' processes
+    /// (`proctree::ChildrenRecord`); swept at the start of every run.
+    pub(crate) fn children_dir(&self) -> PathBuf {
+        self.state_dir.join("children")
+    }
+
     /// Reads `CCL_COV_CONFIG` (and `CCL_COV_OVERLAY` for an upstream config),
     /// `CCL_COV_WORKSPACE`, `CCL_COV_DEVICE_COVERAGE` and `CCL_COV_DRY_RUN`
     /// from the process environment.
@@ -68,7 +74,7 @@ impl Context {
         let env = config::process_env;
         let root = match env("CARGO_MANIFEST_DIR") {
             Some(dir) => PathBuf::from(dir),
-            None => checkout().unwrap_or_else(|| std::env::current_dir().unwrap_or_default()),
+            None => project_root(),
         };
         let config_path = match env("CCL_COV_CONFIG").filter(|v| !v.is_empty()) {
             Some(p) => absolute(&root, Path::new(&p)),
@@ -82,10 +88,7 @@ impl Context {
         };
         let loaded = config::load_any(&config_path, &overlay, &config::config_env(&root))?;
         crate::plan::check(&loaded)?;
-        let target = match env("CARGO_TARGET_DIR") {
-            Some(t) => absolute(&root, Path::new(&t)),
-            None => exe_target_dir().unwrap_or_else(|| root.join("target")),
-        };
+        let target = env("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| absolute(&root, Path::new(&t)));
         let state_dir = target.join("ccl-coverage");
         let workspace = match env("CCL_COV_WORKSPACE").filter(|v| !v.is_empty()) {
             Some(ws) => Workspace::new(&absolute(&root, Path::new(&ws)))?,
@@ -167,18 +170,16 @@ fn absolute(root: &Path, path: &Path) -> PathBuf {
     std::env::current_dir().map_or_else(|_| root.join(path), |cwd| cwd.join(path))
 }
 
-/// Where this binary was built from, while that checkout still exists:
-/// cargo sets `CARGO_MANIFEST_DIR` when it runs a test binary, but not when
-/// one is run directly, from wherever the user stands.
-fn checkout() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    dir.join("Cargo.toml").is_file().then_some(dir)
-}
-
-/// The cargo target folder this binary lies in (the one holding cargo's
-/// `CACHEDIR.TAG`), so that a test binary run directly uses the state and
-/// workspaces that `cargo test` made.
-fn exe_target_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    exe.ancestors().skip(1).take(4).find(|dir| dir.join("CACHEDIR.TAG").is_file()).map(Path::to_path_buf)
+/// The project without cargo's `CARGO_MANIFEST_DIR` (a binary run
+/// directly): the current folder or the nearest one above it that holds the
+/// default config (so `src/` finds the checkout, and a tree carried to a
+/// machine without cargo is its own root); else the checkout this binary was
+/// built from, while it exists; else the current folder.
+fn project_root() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    if let Some(dir) = cwd.ancestors().find(|d| d.join(config::DEFAULT_CONFIG_PATH).is_file()) {
+        return dir.to_path_buf();
+    }
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if built.join("Cargo.toml").is_file() { built } else { cwd }
 }

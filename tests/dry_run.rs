@@ -390,24 +390,20 @@ fn rccl_shaped_upstream_config_builds_with_upstream_install_flags() {
 }
 
 /// A harness binary run directly (no `CARGO_MANIFEST_DIR`, no
-/// `CARGO_TARGET_DIR`), from another folder: it still finds the checkout's
-/// default config and the workspace under the target folder it was built
-/// in, not under the current folder.
+/// `CARGO_TARGET_DIR`) from inside the checkout (`src/`): it finds the
+/// checkout's default config and its `target/`, not `src/target`.
 #[test]
-fn a_binary_run_directly_from_elsewhere_finds_its_checkout_and_target() {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_ccl-coverage"));
-    let target = exe.ancestors().find(|d| d.join("CACHEDIR.TAG").is_file()).expect("built in a cargo target folder");
-    let mut cmd = Command::new(&exe);
+fn a_binary_run_directly_from_inside_the_checkout_finds_its_root() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
     for (key, _) in std::env::vars() {
         if key.starts_with("CCL_COV_") || key.starts_with("CARGO") || key == "NEXTEST_RUN_ID" {
             cmd.env_remove(key);
         }
     }
-    let elsewhere = tempfile::tempdir().unwrap();
-    let out = cmd.arg("collectives").env("CCL_COV_DRY_RUN", "json").current_dir(elsewhere.path()).output().unwrap();
+    let out = cmd.arg("collectives").env("CCL_COV_DRY_RUN", "json").current_dir(root().join("src")).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(plan["workspace"], target.join("ccl-coverage/local").display().to_string(), "{plan}");
+    assert_eq!(plan["workspace"], root().join("target/ccl-coverage/local").display().to_string(), "{plan}");
     assert_eq!(plan["config"]["path"], root().join("configs/local.json").display().to_string(), "{plan}");
 }

@@ -303,6 +303,60 @@ fn a_daemon_that_escapes_its_trial_is_killed_and_fails_it() {
     assert!(left.is_empty(), "the daemon outlived its trial: {left:?}");
 }
 
+/// A daemon that escaped its trial (double fork, `setsid`, every variable
+/// dropped) while the trial's supervisor and the harness were both killed
+/// with SIGKILL is found by the next run, through the record the supervisor
+/// kept of its trial's processes, and killed.
+#[test]
+fn a_later_run_kills_what_a_killed_supervisor_left_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = format!("800.{}", std::process::id());
+    let wrapper = dir.path().join("daemon.sh");
+    std::fs::write(&wrapper, format!("#!/bin/sh\n(setsid env -i sleep {mark} &)\nexec sleep 600\n")).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let s = setup(|v| {
+        only(v, "AllReduce", &["1K"], json!([{"name": "daemon", "ranks": 1}]));
+        v["collectives"][0]["binary"] = json!(wrapper.display().to_string());
+    });
+    let daemon = || -> Option<(i32, i32)> {
+        std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let cmd = String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).ok()?).replace('\0', " ");
+            if !(cmd.starts_with("sleep ") && cmd.contains(&mark)) {
+                return None;
+            }
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid = stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()?;
+            Some((e.file_name().to_str()?.parse().ok()?, ppid))
+        })
+    };
+    let running = support::spawn(&s, support::command(&s, "collectives", &[]));
+    let started = std::time::Instant::now();
+    // Orphaned, the daemon is re-parented to its supervisor, the subreaper.
+    let (pid, supervisor) = loop {
+        match daemon() {
+            Some((pid, ppid)) if ppid > 1 && ppid != running.pid() => break (pid, ppid),
+            _ if started.elapsed() > Duration::from_secs(120) => panic!("no daemon: {}", running.text_so_far()),
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    // Let the supervisor record it, then kill it and the harness, as the OOM killer might.
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(supervisor, libc::SIGKILL);
+        libc::kill(running.pid(), libc::SIGKILL);
+    }
+    drop(running);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(daemon().is_some_and(|(p, _)| p == pid), "the daemon should still run before the next run");
+    let next = harness(&s, "collectives", &["--list"], LIMIT);
+    assert!(next.success, "{}", next.text());
+    let next = harness(&s, "collectives", &["--exact", "NoSuch::trial"], LIMIT);
+    let out = next.text();
+    assert!(out.contains(&format!("killed pid {pid} left behind by a trial whose supervisor died")), "{out}");
+    assert!(daemon().is_none(), "the daemon outlived the next run");
+}
+
 /// When `llvm-cov show` fails after making `report/html` with modes of its
 /// own, the folder still gets the harness's modes (never group- or
 /// world-unreadable under umask 022), and the step fails naming the command.

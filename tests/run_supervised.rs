@@ -43,6 +43,7 @@ fn launch(script: &str, timeout_ms: u64, grace_ms: u64) -> TrialLaunch {
         timeout: Duration::from_millis(timeout_ms),
         grace: Duration::from_millis(grace_ms),
         log_cap: 64 << 20,
+        records: None,
         token,
         kind: TrialKind::Perf,
         cases_dir: None,
@@ -224,7 +225,7 @@ fn a_program_that_cannot_start_is_an_error_naming_it() {
 fn the_supervisor_stops_the_trial_when_the_harness_goes_away() {
     let token = unique_token();
     let dir = tempfile::tempdir().unwrap();
-    let spec = Spec { cwd: None, log: dir.path().join("t.log"), grace_ms: 500, log_cap: 1 << 20 };
+    let spec = Spec { cwd: None, log: dir.path().join("t.log"), grace_ms: 500, log_cap: 1 << 20, children: None };
     let mut child = Command::new(supervisor_exe());
     child
         .args(["sh", "-c", "trap '' TERM; (trap '' TERM; exec setsid sleep 600) & sleep 600"])

@@ -643,7 +643,9 @@ fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
     let token = proctree::new_token();
     let cmd = cmd.clone().env(crate::env_names::TRIAL_TOKEN, token.clone());
     let grace = std::time::Duration::from_secs(ctx.config().timeouts.grace);
-    let mut step = Supervised::spawn(&ctx.supervisor, &cmd, &token, log, grace, ctx.config().logs.max_bytes())?;
+    let children = ctx.children_dir();
+    let mut step =
+        Supervised::spawn(&ctx.supervisor, &cmd, &token, log, grace, ctx.config().logs.max_bytes(), Some(&children))?;
     let (status, _) = step.wait(None, None)?;
     let (report, _) = step.finish(status)?;
     if report.stopped.is_some() {

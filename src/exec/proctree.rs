@@ -15,7 +15,9 @@
 //! the trials of a live one: see [`sweep_orphans`].
 
 use crate::env_names::TRIAL_TOKEN;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const POLL: Duration = Duration::from_millis(20);
@@ -152,6 +154,75 @@ pub(crate) fn new_token() -> String {
 fn token_owner(token: &str) -> Option<(libc::pid_t, u64)> {
     let mut parts = token.split('-');
     Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// A supervisor's record of its trial's processes, rewritten while they
+/// change (`<state>/children/<token>.json`): a supervisor killed with
+/// SIGKILL leaves its trial's processes to pid 1, and one that dropped the
+/// marker and left the session is then known only by this record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ChildrenRecord {
+    /// The supervisor's pid and start time: while it lives, it is in charge.
+    pub(crate) supervisor: (libc::pid_t, u64),
+    /// Pid and start time of each process of the trial it last saw.
+    pub(crate) processes: Vec<(libc::pid_t, u64)>,
+}
+
+impl ChildrenRecord {
+    /// The record of `members`, by the calling supervisor.
+    pub(crate) fn of(members: &[libc::pid_t]) -> ChildrenRecord {
+        let me = std::process::id() as libc::pid_t;
+        let start = |pid| stat_of(pid).map(|s| s.start_time);
+        ChildrenRecord {
+            supervisor: (me, start(me).unwrap_or(0)),
+            processes: members.iter().filter_map(|&pid| Some((pid, start(pid)?))).collect(),
+        }
+    }
+}
+
+/// Kills the processes that the records in `dir` name, where the record's
+/// supervisor is gone and the process (same pid, same start time) still
+/// runs; removes those records. Returns what it killed.
+pub(crate) fn sweep_records(dir: &Path) -> Vec<Orphan> {
+    let mut killed = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        killed.extend(sweep_record(&path));
+    }
+    killed
+}
+
+/// [`sweep_records`] for one record.
+pub(crate) fn sweep_record(path: &Path) -> Vec<Orphan> {
+    let Some(record) = std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str::<ChildrenRecord>(&t).ok())
+    else {
+        return Vec::new();
+    };
+    let (sup, sup_start) = record.supervisor;
+    if stat_of(sup).is_some_and(|s| s.start_time == sup_start && s.state != 'Z') {
+        return Vec::new();
+    }
+    let alive =
+        |&(pid, start): &(libc::pid_t, u64)| stat_of(pid).is_some_and(|s| s.start_time == start && s.state != 'Z');
+    let mut killed = Vec::new();
+    for &(pid, start) in record.processes.iter().filter(|p| alive(p)) {
+        let command = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim().to_string())
+            .unwrap_or_default();
+        // SAFETY: kill has no memory-safety preconditions; the start time
+        // was checked, so the pid is still the recorded process.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        killed.push(Orphan { pid, owner: sup, command });
+        let end = Instant::now() + Duration::from_secs(10);
+        while alive(&(pid, start)) && Instant::now() < end {
+            std::thread::sleep(POLL);
+        }
+    }
+    let _ = std::fs::remove_file(path);
+    killed
 }
 
 /// A process left behind by a dead run.

@@ -22,7 +22,7 @@ use crate::env_names::{SUPERVISE, TRIAL_TOKEN};
 use crate::error::{Error, Result};
 use crate::exec::capped_log::{self, CappedLog};
 use crate::exec::process::Cmd;
-use crate::exec::proctree::Tree;
+use crate::exec::proctree::{self, ChildrenRecord, Tree};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
@@ -53,6 +53,8 @@ pub(crate) enum Stopping {
 /// A command running under its supervisor: the harness's end of the lifeline.
 pub(crate) struct Supervised {
     child: Child,
+    /// The supervisor's record of the trial's processes.
+    children: Option<PathBuf>,
     display: String,
     log: PathBuf,
     token: String,
@@ -64,6 +66,8 @@ impl Supervised {
     /// Starts `exe` as the supervisor of `cmd` (which carries the marker
     /// `token`), in a session of its own, with all output appended to `log`,
     /// at most `log_cap` bytes of it (see [`crate::exec::capped_log`]).
+    /// With `records`, the supervisor keeps the record of the trial's
+    /// processes there ([`ChildrenRecord`]).
     pub(crate) fn spawn(
         exe: &Path,
         cmd: &Cmd,
@@ -71,12 +75,24 @@ impl Supervised {
         log: &Path,
         grace: Duration,
         log_cap: u64,
+        records: Option<&Path>,
     ) -> Result<Supervised> {
+        let children = match records {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+                let name: String =
+                    token.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+                Some(dir.join(format!("{name}.json")))
+            }
+            None => None,
+        };
         let spec = Spec {
             cwd: cmd.get_cwd().map(Path::to_path_buf),
             log: log.to_path_buf(),
             grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
             log_cap,
+            children: children.clone(),
         };
         let err = std::fs::File::options()
             .create(true)
@@ -106,6 +122,7 @@ impl Supervised {
         })?;
         Ok(Supervised {
             child,
+            children,
             display: cmd.display(),
             log: log.to_path_buf(),
             token: token.to_string(),
@@ -187,7 +204,19 @@ impl Supervised {
             }
             None => None,
         };
-        let backstop = Tree::new(self.child.id() as libc::pid_t, &self.token).wait_gone(REAP_LIMIT, &mut || {});
+        let mut backstop = Tree::new(self.child.id() as libc::pid_t, &self.token).wait_gone(REAP_LIMIT, &mut || {});
+        // A supervisor that died leaves its record: what dropped the marker
+        // and left the session is known only there.
+        if let Some(record) = &self.children {
+            let killed = proctree::sweep_record(record);
+            for o in &killed {
+                eprintln!(
+                    "ccl-coverage: killed pid {} ({}), left behind when the supervisor of {} died",
+                    o.pid, o.command, self.display
+                );
+            }
+            backstop += killed.len();
+        }
         let Some(report): Option<Report> = report else {
             bail!(
                 "the supervisor ended ({}) without saying how {} ended; see {}",
@@ -213,6 +242,9 @@ pub struct Spec {
     pub grace_ms: u64,
     /// Most bytes of output the log keeps (head and tail).
     pub log_cap: u64,
+    /// Where to keep the record of the trial's processes.
+    #[serde(default)]
+    pub children: Option<PathBuf>,
 }
 
 /// Why the supervisor stopped the trial.
@@ -311,8 +343,10 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     let mut report = Report::default();
     let mut stop_at: Option<Instant> = None;
     let grace = Duration::from_millis(spec.grace_ms);
+    let mut record = Recorder { path: spec.children.as_deref(), last: None, next: Instant::now() };
     loop {
         reap(main, &mut main_status);
+        record.update(&tree);
         match stop_at {
             None => {
                 if main_status.is_some() {
@@ -355,11 +389,52 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     }
     report.survivors = tree.wait_gone(REAP_LIMIT, &mut || reap(main, &mut main_status));
     report.wait_status = main_status;
+    if report.survivors == 0 {
+        record.remove();
+    }
     done.store(true, std::sync::atomic::Ordering::Release);
     let copied = copier.join().unwrap_or_default();
     report.output_bytes = copied.total;
     report.output_cut = copied.cut;
     report
+}
+
+/// How often the supervisor looks at its trial's processes for the record.
+const RECORD_EVERY: Duration = Duration::from_millis(250);
+
+/// Keeps the record of the trial's processes current: rewritten (atomically)
+/// when the set changes.
+struct Recorder<'a> {
+    path: Option<&'a Path>,
+    last: Option<ChildrenRecord>,
+    next: Instant,
+}
+
+impl Recorder<'_> {
+    fn update(&mut self, tree: &Tree) {
+        let Some(path) = self.path else { return };
+        if Instant::now() < self.next {
+            return;
+        }
+        self.next = Instant::now() + RECORD_EVERY;
+        let mut members = tree.members();
+        members.sort_unstable();
+        let record = ChildrenRecord::of(&members);
+        if self.last.as_ref() != Some(&record) {
+            let text = serde_json::to_string(&record).expect("record serializes");
+            // Whole or not at all (a rename); a record that cannot be
+            // written only weakens a later sweep.
+            let tmp = path.with_extension("json.tmp");
+            let _ = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
+            self.last = Some(record);
+        }
+    }
+
+    fn remove(&self) {
+        if let Some(path) = self.path {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// Upstream starts every test through `bash -c 'ulimit -l unlimited; ...'`

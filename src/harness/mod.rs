@@ -51,6 +51,14 @@ fn prepare_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock> {
                 o.pid, o.owner, o.command
             );
         }
+        // What left the trial's session and dropped its marker is known
+        // only to its supervisor's record.
+        for o in proctree::sweep_records(&ctx.children_dir()) {
+            eprintln!(
+                "ccl-coverage: killed pid {} left behind by a trial whose supervisor died (supervisor pid {}): {}",
+                o.pid, o.owner, o.command
+            );
+        }
     }
     let protected = protected_paths(ctx);
     let ws = &ctx.workspace;

@@ -37,6 +37,9 @@ pub struct TrialLaunch {
     pub grace: Duration,
     /// Most bytes of output its log keeps (`logs.max_mib`).
     pub log_cap: u64,
+    /// Where its supervisor keeps the record of its processes, for a later
+    /// run to find them should the supervisor die.
+    pub records: Option<PathBuf>,
     pub token: String,
     pub kind: TrialKind,
     /// Where the test writes its own report (gtest's JSON files, pytest's
@@ -136,6 +139,7 @@ fn prepare_matrix(
         timeout: spec.timeout(config, manifest.device.enabled),
         grace: Duration::from_secs(config.timeouts.grace),
         log_cap: config.logs.max_bytes(),
+        records: Some(ctx.children_dir()),
         token,
         kind: TrialKind::Perf,
         cases_dir: None,
@@ -228,6 +232,7 @@ fn prepare_upstream(
         timeout: spec.timeout(config, manifest.device.enabled),
         grace: Duration::from_secs(config.timeouts.grace),
         log_cap: config.logs.max_bytes(),
+        records: Some(ctx.children_dir()),
         token,
         kind,
         cases_dir: (kind != TrialKind::Perf).then_some(cases_dir),

@@ -95,7 +95,15 @@ pub fn run(
 ) -> Result<Finished> {
     let cmd = &launch.cmd;
     let started = Instant::now();
-    let mut child = Supervised::spawn(supervisor_exe, cmd, &launch.token, log, launch.grace, launch.log_cap)?;
+    let mut child = Supervised::spawn(
+        supervisor_exe,
+        cmd,
+        &launch.token,
+        log,
+        launch.grace,
+        launch.log_cap,
+        launch.records.as_deref(),
+    )?;
     // A deadline past what `Instant` can hold is no deadline.
     let (status, stop) = child.wait(started.checked_add(launch.timeout), Some((heartbeat_every, heartbeat)))?;
     let (report, backstop) = child.finish(status)?;

@@ -81,6 +81,7 @@ impl Probe<'_> {
             grace,
             // It prints one line.
             log_cap: 1 << 20,
+            records: None,
             token,
             kind: TrialKind::Perf,
             cases_dir: None,
