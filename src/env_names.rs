@@ -20,3 +20,6 @@ pub const SUPERVISE: &str = "CCL_COV_SUPERVISE";
 /// Set by nextest for every test process of one run: they share a workspace
 /// (`workspace_lock.rs`).
 pub(crate) const NEXTEST_RUN_ID: &str = "NEXTEST_RUN_ID";
+
+/// Extra glob patterns of secret variable names, comma-separated (`redact.rs`).
+pub(crate) const REDACT: &str = "CCL_COV_REDACT";
