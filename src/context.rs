@@ -3,11 +3,15 @@
 //! not compiled in, so the binaries also run from a checkout on another
 //! machine (the GPU host has no cargo).
 
-use crate::bail;
 use crate::config::{self, DeviceMode, LoadedConfig};
 use crate::device;
-use crate::error::Result;
+use crate::env_names::{self, Kind};
+use crate::error::{Error, Result};
+use crate::exec::redact;
 use crate::workspace::Workspace;
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// The overlay laid over an upstream `test_runner` config, relative to the
@@ -86,8 +90,18 @@ impl Context {
                 .filter(|p| p.is_file())
                 .unwrap_or_else(|| root.join(DEFAULT_OVERLAY_PATH)),
         };
-        let loaded = config::load_any(&config_path, &overlay, &config::config_env(&root))?;
+        // The names the config looks up are the user's own: allowed.
+        let referenced = RefCell::new(BTreeSet::new());
+        let loaded = {
+            let config_env = config::config_env(&root);
+            let lookup = |name: &str| {
+                referenced.borrow_mut().insert(name.to_string());
+                config_env(name)
+            };
+            config::load_any(&config_path, &overlay, &lookup)?
+        };
         crate::plan::check(&loaded)?;
+        check_env(std::env::vars_os(), &referenced.into_inner())?;
         let target = env("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| absolute(&root, Path::new(&t)));
         let state_dir = target.join("ccl-coverage");
         let workspace = match env("CCL_COV_WORKSPACE").filter(|v| !v.is_empty()) {
@@ -107,24 +121,16 @@ impl Context {
         };
         let existing_build = dir_env("CCL_COV_BUILD_DIR", &loaded.config.library.existing_build);
         let existing_tests = dir_env("CCL_COV_TESTS_DIR", &loaded.config.tests.existing_bin_dir);
-        let jobs = match env("CCL_COV_JOBS").filter(|v| !v.is_empty()) {
-            Some(v) => match v.parse::<usize>() {
-                Ok(n) if n > 0 => n,
-                _ => bail!("CCL_COV_JOBS={v:?} is not a positive number"),
-            },
+        let number = |name: &str| env_names::positive(name, &env(name).unwrap_or_default());
+        let jobs = match number("CCL_COV_JOBS")? {
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
             None => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
         };
         let trim_iterations = switch("CCL_COV_TRIM_ITERATIONS", loaded.config.iterations.trim_under_coverage)?;
         let incremental_merge = switch("CCL_COV_INCREMENTAL_MERGE", true)?;
         let keep_raw = switch("CCL_COV_KEEP_RAW", false)?;
         let merge_overlap = switch("CCL_COV_MERGE_OVERLAP", true)?;
-        let heartbeat = match env("CCL_COV_HEARTBEAT_S").filter(|v| !v.is_empty()) {
-            Some(v) => match v.parse::<u64>() {
-                Ok(n) if n > 0 => std::time::Duration::from_secs(n),
-                _ => bail!("CCL_COV_HEARTBEAT_S={v:?} is not a positive number of seconds"),
-            },
-            None => std::time::Duration::from_secs(60),
-        };
+        let heartbeat = std::time::Duration::from_secs(number("CCL_COV_HEARTBEAT_S")?.unwrap_or(60));
         Ok(Context {
             root,
             loaded,
@@ -154,12 +160,50 @@ impl Context {
 
 /// An on/off switch from the environment: `on`/`1`, `off`/`0`, or unset/empty for `default`.
 fn switch(name: &str, default: bool) -> Result<bool> {
-    match config::process_env(name).unwrap_or_default().to_ascii_lowercase().as_str() {
-        "" => Ok(default),
-        "on" | "1" => Ok(true),
-        "off" | "0" => Ok(false),
-        other => bail!("{name}={other:?} is not a switch: expected on or off (or 1 or 0)"),
+    Ok(env_names::switch(name, &config::process_env(name).unwrap_or_default())?.unwrap_or(default))
+}
+
+/// Refuses every `CCL_COV_*` variable of `vars` (the name's case aside) that
+/// is neither known ([`env_names::KNOWN`]) nor looked up by the config
+/// (`referenced`), and every known one whose value is not of its kind: a
+/// misspelt or out-of-range bar would otherwise switch its check off.
+fn check_env(vars: impl IntoIterator<Item = (OsString, OsString)>, referenced: &BTreeSet<String>) -> Result<()> {
+    let mut problems = Vec::new();
+    for (name, value) in vars {
+        let name = name.to_string_lossy();
+        let ours = name.get(..env_names::PREFIX.len()).is_some_and(|p| p.eq_ignore_ascii_case(env_names::PREFIX));
+        if !ours || referenced.contains(&*name) {
+            continue;
+        }
+        let Some(known) = env_names::lookup(&name) else {
+            let candidates = env_names::KNOWN.iter().map(|k| k.name).chain(referenced.iter().map(String::as_str));
+            let guess = match env_names::did_you_mean(&name, candidates) {
+                Some(g) => match env_names::lookup(g) {
+                    Some(k) => format!("did you mean {g}? ({})", k.meaning),
+                    None => format!("did you mean {g}? (the config reads it)"),
+                },
+                None => "no ccl-coverage variable is called so.".to_string(),
+            };
+            problems.push(format!(
+                "unknown environment variable {name}: {guess} Unknown CCL_COV_* names are refused, so that a \
+                 misspelt one cannot switch a check off; the README's \"Environment variables\" lists the known ones"
+            ));
+            continue;
+        };
+        let Some(value) = value.to_str() else {
+            problems.push(format!("{name} is not UTF-8 text"));
+            continue;
+        };
+        let checked = match known.kind {
+            Kind::Text => Ok(()),
+            Kind::Switch => env_names::switch(&name, value).map(drop),
+            Kind::Percent => env_names::percent(&name, value).map(drop),
+            Kind::Positive => env_names::positive(&name, value).map(drop),
+            Kind::Globs => redact::Rules::with(value).map(drop),
+        };
+        problems.extend(checked.err().map(|e| e.to_string()));
     }
+    if problems.is_empty() { Ok(()) } else { Err(Error::new(problems.join("\nccl-coverage: "))) }
 }
 
 /// `path` made absolute against the current directory, falling back to `root`.
@@ -182,4 +226,41 @@ fn project_root() -> PathBuf {
     }
     let built = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     if built.join("Cargo.toml").is_file() { built } else { cwd }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(vars: &[(&str, &str)], referenced: &[&str]) -> Result<()> {
+        let vars = vars.iter().map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        check_env(vars, &referenced.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn unknown_names_and_wrong_values_are_refused_and_the_config_s_names_allowed() {
+        let err = check(&[("CCL_COV_FAIL_UNDER_LINE", "99")], &[]).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "unknown environment variable CCL_COV_FAIL_UNDER_LINE: did you mean CCL_COV_FAIL_UNDER_LINES? ("
+            ),
+            "{err}"
+        );
+        assert!(
+            check(&[("CCL_COV_MY_TOOLS", "/t"), ("PATH", "/bin"), ("CCL_COV_JOBS", "2")], &["CCL_COV_MY_TOOLS"])
+                .is_ok()
+        );
+        let err = check(&[("CCL_COV_MY_TOOL", "/t")], &["CCL_COV_MY_TOOLS"]).unwrap_err().to_string();
+        assert!(err.contains("did you mean CCL_COV_MY_TOOLS? (the config reads it)"), "{err}");
+        let err = check(&[("CCL_COV_FAIL_UNDER_LINES", "150"), ("CCL_COV_JOBS", "x")], &[]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "CCL_COV_FAIL_UNDER_LINES=\"150\" is not a percentage: expected a number from 0 to 100\n\
+             ccl-coverage: CCL_COV_JOBS=\"x\" is not a number: expected a whole number above 0",
+            "every problem, one a line"
+        );
+        assert!(check(&[("CCL_COV_FAIL_ON_LOST", "yes")], &[]).unwrap_err().to_string().contains("not a switch"));
+        assert!(check(&[("CCL_COV_REDACT", "[x")], &[]).unwrap_err().to_string().contains("not a glob pattern"));
+        assert!(check(&[("CCL_COV_FAIL_UNDER_DIFF", ""), ("CCL_COV_TRIAL_TOKEN", "1-2-3")], &[]).is_ok());
+    }
 }

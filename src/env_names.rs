@@ -1,5 +1,10 @@
 //! Environment variables that several stages name: set by one, read or
-//! removed by another. Kept here so that no stage spells one out again.
+//! removed by another. Kept here so that no stage spells one out again;
+//! and the one list of every `CCL_COV_*` name ([`KNOWN`]), against which the
+//! context checks the environment.
+
+use crate::bail;
+use crate::error::Result;
 
 /// Marks every process of one trial (and of one build step), so none escapes
 /// the kill; its value names the harness that owns it (`proctree.rs`).
@@ -20,3 +25,219 @@ pub const SUPERVISE: &str = "CCL_COV_SUPERVISE";
 /// Set by nextest for every test process of one run: they share a workspace
 /// (`workspace_lock.rs`).
 pub(crate) const NEXTEST_RUN_ID: &str = "NEXTEST_RUN_ID";
+
+/// Extra glob patterns of secret variable names, comma-separated; read by
+/// `redact.rs`, checked at load by the context.
+pub(crate) const REDACT: &str = "CCL_COV_REDACT";
+
+/// What a known variable's value must be. The context checks every set
+/// variable against its kind when it loads, so a value read only late (a
+/// report step's bar) is refused before anything runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A path, revision, mode or marker: its reader checks it.
+    Text,
+    /// `on`/`1` or `off`/`0`.
+    Switch,
+    /// A number from 0 to 100.
+    Percent,
+    /// A whole number above 0.
+    Positive,
+    /// Comma-separated glob patterns.
+    Globs,
+}
+
+/// What every name of ccl-coverage's own variables starts with.
+pub(crate) const PREFIX: &str = "CCL_COV_";
+
+/// A `CCL_COV_*` variable the crate reads or sets.
+#[derive(Debug)]
+pub(crate) struct Known {
+    pub(crate) name: &'static str,
+    pub(crate) kind: Kind,
+    pub(crate) meaning: &'static str,
+}
+
+const fn known(name: &'static str, kind: Kind, meaning: &'static str) -> Known {
+    Known { name, kind, meaning }
+}
+
+/// Every `CCL_COV_*` name: any other in the environment is refused (a
+/// misspelt bar must not switch its check off), unless the loaded config
+/// looks it up (`${CCL_COV_…}`). The README's environment table says the same.
+pub(crate) const KNOWN: &[Known] = &[
+    known("CCL_COV_CONFIG", Kind::Text, "the config file (default configs/local.json)"),
+    known("CCL_COV_OVERLAY", Kind::Text, "ccl-coverage's settings laid over an upstream test_runner config"),
+    known("CCL_COV_WORKSPACE", Kind::Text, "the workspace folder (default target/ccl-coverage/<config>)"),
+    known("CCL_COV_HOSTFILE", Kind::Text, "the nodes and slots launched trials may use"),
+    known("CCL_COV_DEVICE_COVERAGE", Kind::Text, "auto, on or off: overrides coverage.device.mode"),
+    known("CCL_COV_CUPTI", Kind::Text, "the libcupti (or its folder) for NVIDIA device coverage"),
+    known("CCL_COV_DRY_RUN", Kind::Text, "1 or json: print what would run, run nothing"),
+    known("CCL_COV_RERUN_FAILED", Kind::Switch, "rerun a failed upstream trial with its rerun_env_variables"),
+    known("CCL_COV_BUILD_DIR", Kind::Text, "an existing instrumented library build"),
+    known("CCL_COV_TESTS_DIR", Kind::Text, "existing test binaries"),
+    known("CCL_COV_COVERAGE", Kind::Switch, "off builds and runs without instrumentation"),
+    known("CCL_COV_TRIM_ITERATIONS", Kind::Switch, "-n 1 -w 0 under coverage (default: the config's)"),
+    known("CCL_COV_INCREMENTAL_MERGE", Kind::Switch, "merge each trial's raw profiles as it ends (default on)"),
+    known("CCL_COV_MERGE_OVERLAP", Kind::Switch, "a trial's merge runs while the next trial runs (default on)"),
+    known("CCL_COV_KEEP_RAW", Kind::Switch, "keep raw profiles after merging them"),
+    known("CCL_COV_FAIL_UNDER_LINES", Kind::Percent, "report::thresholds fails below this line coverage"),
+    known("CCL_COV_FAIL_UNDER_FUNCTIONS", Kind::Percent, "report::thresholds fails below this function coverage"),
+    known("CCL_COV_FAIL_UNDER_REGIONS", Kind::Percent, "report::thresholds fails below this region coverage"),
+    known("CCL_COV_FAIL_UNDER_BRANCHES", Kind::Percent, "report::thresholds fails below this branch coverage"),
+    known("CCL_COV_DIFF_BASE", Kind::Text, "a git revision: changed-line coverage (report::diff)"),
+    known("CCL_COV_FAIL_UNDER_DIFF", Kind::Percent, "report::diff fails below this changed-line coverage"),
+    known("CCL_COV_BASELINE", Kind::Text, "an earlier workspace or its coverage.lcov (report::baseline)"),
+    known("CCL_COV_FAIL_ON_LOST", Kind::Switch, "report::baseline fails if any line lost its coverage"),
+    known("CCL_COV_HEARTBEAT_S", Kind::Positive, "seconds between a long trial's still-running messages"),
+    known("CCL_COV_JOBS", Kind::Positive, "build parallelism, {jobs} (default: all cores)"),
+    known(REDACT, Kind::Globs, "more names whose values are secrets, as glob patterns"),
+    known("CCL_COV_LLVM_BIN", Kind::Text, "the LLVM bin folder the shipped configs take their clang from"),
+    known("CCL_COV_ROOT", Kind::Text, "${CCL_COV_ROOT} in a config: set by the harness to its checkout, not read"),
+    known(SUPERVISE, Kind::Text, "internal: makes the process a trial's supervisor"),
+    known(TRIAL_TOKEN, Kind::Text, "internal: marks the processes of one trial"),
+    known("CCL_COV_SASS_DIR", Kind::Text, "set for NVIDIA trials: where the collector writes kernel records"),
+    known("CCL_COV_SASS_CUBINS", Kind::Text, "set for NVIDIA trials: where the collector saves cubins"),
+    known("CCL_COV_CUDA_CAPTURE", Kind::Text, "a fresh H200 capture for the fixture-marker unit test"),
+];
+
+/// The known variable called `name`.
+pub(crate) fn lookup(name: &str) -> Option<&'static Known> {
+    KNOWN.iter().find(|k| k.name == name)
+}
+
+/// The candidate `name` was most likely meant to be: the closest by edit
+/// distance (ignoring case), if it is close enough to be a slip.
+pub(crate) fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let upper = name.to_ascii_uppercase();
+    let slack = (upper.len().saturating_sub(PREFIX.len()) / 3).max(2);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(&upper, &c.to_ascii_uppercase()), c))
+        .filter(|&(d, _)| d <= slack)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance, by bytes (names are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+/// An on/off switch's value: `None` when empty (the default applies).
+pub(crate) fn switch(name: &str, value: &str) -> Result<Option<bool>> {
+    match value.to_ascii_lowercase().as_str() {
+        "" => Ok(None),
+        "on" | "1" => Ok(Some(true)),
+        "off" | "0" => Ok(Some(false)),
+        _ => bail!("{name}={value:?} is not a switch: expected on or off (or 1 or 0)"),
+    }
+}
+
+/// A percentage's value: `None` when empty (no bar).
+pub(crate) fn percent(name: &str, value: &str) -> Result<Option<f64>> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    match value.parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(Some(p)),
+        _ => bail!("{name}={value:?} is not a percentage: expected a number from 0 to 100"),
+    }
+}
+
+/// A positive whole number: `None` when empty (the default applies).
+pub(crate) fn positive(name: &str, value: &str) -> Result<Option<u64>> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    match value.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => bail!("{name}={value:?} is not a number: expected a whole number above 0"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> impl Iterator<Item = &'static str> {
+        KNOWN.iter().map(|k| k.name)
+    }
+
+    #[test]
+    fn a_slip_is_told_the_name_it_missed() {
+        assert_eq!(did_you_mean("CCL_COV_FAIL_UNDER_LINE", names()), Some("CCL_COV_FAIL_UNDER_LINES"));
+        assert_eq!(did_you_mean("CCL_COV_JOB", names()), Some("CCL_COV_JOBS"));
+        assert_eq!(did_you_mean("CCL_COV_WORKSPCAE", names()), Some("CCL_COV_WORKSPACE"));
+        assert_eq!(did_you_mean("ccl_cov_dry_run", names()), Some("CCL_COV_DRY_RUN"), "case is a slip too");
+        assert_eq!(did_you_mean("CCL_COV_FAIL_UNDER_FUNCTION", names()), Some("CCL_COV_FAIL_UNDER_FUNCTIONS"));
+        assert_eq!(did_you_mean("CCL_COV_SOMETHING_ELSE", names()), None, "nothing close: no guess");
+        assert_eq!(did_you_mean("CCL_COV_MY_BIN", ["CCL_COV_MY_BINS"]), Some("CCL_COV_MY_BINS"));
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn values_are_checked_against_what_their_kind_expects() {
+        assert_eq!(percent("P", "99.5"), Ok(Some(99.5)));
+        assert_eq!(percent("P", "0"), Ok(Some(0.0)));
+        assert_eq!(percent("P", "100"), Ok(Some(100.0)));
+        assert_eq!(percent("P", ""), Ok(None));
+        for bad in ["150", "-1", "abc", "NaN", "inf", "50%"] {
+            let err = percent("P", bad).unwrap_err().to_string();
+            assert_eq!(err, format!("P={bad:?} is not a percentage: expected a number from 0 to 100"));
+        }
+        assert_eq!(positive("N", "4"), Ok(Some(4)));
+        assert!(positive("N", "0").unwrap_err().to_string().contains("expected a whole number above 0"));
+        assert!(positive("N", "two").is_err() && positive("N", "-3").is_err());
+        assert_eq!(switch("S", "ON"), Ok(Some(true)));
+        assert_eq!(switch("S", "0"), Ok(Some(false)));
+        assert!(switch("S", "yes").unwrap_err().to_string().contains("expected on or off"));
+    }
+
+    /// The one list is complete: every `"CCL_COV_…"` literal of `src/`,
+    /// unit-test modules left out, is known.
+    #[test]
+    fn every_name_the_crate_spells_is_known() {
+        let literal = regex::Regex::new(r#""(CCL_COV_[A-Z0-9_]*[A-Z0-9])""#).unwrap();
+        let mut stack = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+        let mut unknown = Vec::new();
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs" || e == "cpp") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+                    for name in literal.captures_iter(code).map(|c| c[1].to_string()) {
+                        if lookup(&name).is_none() {
+                            unknown.push(format!("{}: {name}", path.display()));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(unknown.is_empty(), "add these to KNOWN: {unknown:?}");
+    }
+
+    #[test]
+    fn the_readme_lists_every_name() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let section = &readme[readme.find("## Environment variables").unwrap()..];
+        let table = &section[..section[3..].find("\n## ").map_or(section.len(), |end| end + 3)];
+        let missing: Vec<_> = names().filter(|n| !table.contains(&format!("`{n}"))).collect();
+        assert!(missing.is_empty(), "the README's environment table lacks {missing:?}");
+    }
+}

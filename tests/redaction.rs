@@ -124,3 +124,43 @@ fn secrets_reach_the_trial_but_no_record() {
     assert!(dry.stdout.contains("-genv DB_URL 'postgres://u:***@h/db'"), "{}", dry.stdout);
     assert!(dry.stdout.contains("env: MY_API_TOKEN='***'"), "{}", dry.stdout);
 }
+
+/// Key-like names are masked, not every name that contains KEY; users add
+/// their own patterns with `CCL_COV_REDACT`. Seen in the dry run, text and JSON.
+#[test]
+fn key_like_names_are_masked_and_a_partition_key_is_not() {
+    let mut s = setup(|v| {
+        only(v, "AllReduce", &["1K"], json!([{"name": "keys", "ranks": 1}]));
+        v["env"] = json!({
+            "NCCL_IB_PKEY": "0x8001",
+            "AWS_SECRET_ACCESS_KEY": "aws-secret",
+            "HF_TOKEN": "hf-secret",
+            "DATABASE_DSN": "postgres://user:dsn-secret@db.example/ci",
+            "SITE_ORG_ID": "org-secret",
+            "KEYBOARD": "us"
+        });
+    });
+    s.env.push(("CCL_COV_REDACT".into(), "site_*_id".into()));
+    s.env.push(("CCL_COV_DRY_RUN".into(), "1".into()));
+    let dry = harness(&s, "collectives", &[], LIMIT);
+    assert!(dry.success, "{}", dry.text());
+    for secret in ["aws-secret", "hf-secret", "dsn-secret", "org-secret"] {
+        assert!(!dry.text().contains(secret), "the dry run shows {secret:?}:\n{}", dry.text());
+    }
+    for line in [
+        "env: NCCL_IB_PKEY=0x8001",
+        "env: KEYBOARD=us",
+        "env: AWS_SECRET_ACCESS_KEY='***'",
+        "env: HF_TOKEN='***'",
+        "env: SITE_ORG_ID='***'",
+        "env: DATABASE_DSN='postgres://user:***@db.example/ci'",
+    ] {
+        assert!(dry.stdout.contains(line), "{line}:\n{}", dry.stdout);
+    }
+    s.env.push(("CCL_COV_DRY_RUN".into(), "json".into()));
+    let json_run = harness(&s, "collectives", &[], LIMIT);
+    let plan: Value = serde_json::from_str(&json_run.stdout).unwrap_or_else(|e| panic!("{e}: {}", json_run.text()));
+    let env = &plan["trials"][0]["env"];
+    assert_eq!(env["NCCL_IB_PKEY"], "0x8001", "{env}");
+    assert_eq!(env["HF_TOKEN"], "***", "{env}");
+}

@@ -4,10 +4,11 @@
 //! messages) goes through these functions first.
 //!
 //! What counts as a secret:
-//! - the value of a variable whose name contains (case-insensitively) one of
-//!   [`SECRET_WORDS`]; conservative on purpose: `KEYBOARD` is masked too, since
-//!   a false positive costs a little readability and a false negative leaks.
-//!   The one exception is the harness's own trial marker
+//! - the value of a variable (or option) whose name matches one of
+//!   [`SECRET_PATTERNS`] or of the patterns in `CCL_COV_REDACT`: key-like
+//!   names, not every name that contains KEY (`NCCL_IB_PKEY` is InfiniBand's
+//!   partition key, and a dry run that shows `***` where the trial gets `0`
+//!   hides what matters). The one exception is the harness's own trial marker
 //!   ([`crate::env_names::TRIAL_TOKEN`]): it is no secret, and tools find a
 //!   trial's processes by it, so records must show it;
 //! - the password of a URL or DSN, anywhere in a value or argument:
@@ -17,21 +18,78 @@
 //! (also `-x NAME=VALUE`, `--password=VALUE`), MPICH's `-genv NAME VALUE` /
 //! `-env NAME VALUE`, and srun's `--export=A=1,B=2`.
 
-use crate::env_names::TRIAL_TOKEN;
+use crate::env_names::{REDACT, TRIAL_TOKEN};
+use crate::error::{Error, Result};
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use std::sync::OnceLock;
 
 /// What a secret is replaced with.
 pub(crate) const MASK: &str = "***";
 
-/// Parts of a variable (or option) name that mark its value as secret.
-pub(crate) const SECRET_WORDS: &[&str] = &["TOKEN", "PASSWORD", "PASSWD", "SECRET", "KEY", "CREDENTIAL"];
+/// Glob patterns (any case) of the names whose values are secrets. A name
+/// is matched as it is and with `-` and `.` read as `_`, so `--api-key` is
+/// `API_KEY`.
+/// A name *ending* in `_KEY` is masked (`SSH_KEY`, `AWS_SECRET_ACCESS_KEY`),
+/// as are the usual key words anywhere (`OPENAI_API_KEY_2`,
+/// `AWS_ACCESS_KEY_ID`); `PKEY` and `KEYBOARD` are not keys.
+pub(crate) const SECRET_PATTERNS: &[&str] = &[
+    "*TOKEN*",
+    "*PASSWORD*",
+    "*PASSWD*",
+    "*PASSPHRASE*",
+    "*SECRET*",
+    "*CREDENTIAL*",
+    "KEY",
+    "*_KEY",
+    "*_KEYS",
+    "*API_KEY*",
+    "*APIKEY*",
+    "*PRIVATE_KEY*",
+    "*ACCESS_KEY*",
+    "*AUTH_KEY*",
+    "*_AUTH",
+];
+
+/// Which names are secret: [`SECRET_PATTERNS`] and a user's own.
+#[derive(Debug)]
+pub(crate) struct Rules(GlobSet);
+
+impl Rules {
+    /// The default patterns and the comma-separated `extra` ones (the form
+    /// of `CCL_COV_REDACT`).
+    pub(crate) fn with(extra: &str) -> Result<Rules> {
+        let mut set = GlobSetBuilder::new();
+        let extra = extra.split(',').map(str::trim).filter(|p| !p.is_empty());
+        for pattern in SECRET_PATTERNS.iter().copied().chain(extra) {
+            let glob = GlobBuilder::new(pattern)
+                .case_insensitive(true)
+                .build()
+                .map_err(|e| Error::new(format!("{REDACT}: {pattern:?} is not a glob pattern: {e}")))?;
+            set.add(glob);
+        }
+        set.build().map(Rules).map_err(|e| Error::new(format!("{REDACT}: {e}")))
+    }
+
+    /// Whether the value of variable (or option) `name` is a secret.
+    pub(crate) fn is_secret(&self, name: &str) -> bool {
+        name != TRIAL_TOKEN && (self.0.is_match(name) || self.0.is_match(name.replace(['-', '.'], "_")))
+    }
+}
+
+/// The rules of this process: the defaults and `CCL_COV_REDACT`. The context
+/// refuses a pattern that does not parse before anything is recorded; should
+/// one reach here, the defaults still hold.
+fn rules() -> &'static Rules {
+    static RULES: OnceLock<Rules> = OnceLock::new();
+    RULES.get_or_init(|| {
+        Rules::with(&std::env::var(REDACT).unwrap_or_default())
+            .unwrap_or_else(|_| Rules::with("").expect("the default patterns parse"))
+    })
+}
 
 /// Whether the value of variable (or option) `name` is a secret.
 pub(crate) fn is_secret_name(name: &str) -> bool {
-    if name == TRIAL_TOKEN {
-        return false;
-    }
-    let upper = name.to_ascii_uppercase();
-    SECRET_WORDS.iter().any(|w| upper.contains(w))
+    rules().is_secret(name)
 }
 
 /// The value of variable `name` as it may be recorded. An empty value stays
@@ -129,11 +187,29 @@ mod tests {
 
     #[test]
     fn secret_names_are_masked_case_insensitively_but_not_the_trial_marker() {
-        for name in ["MY_API_TOKEN", "db_password", "PASSWD", "AWS_SECRET_ACCESS_KEY", "ssh_key", "GH_CREDENTIALS"] {
+        for name in [
+            "MY_API_TOKEN",
+            "db_password",
+            "PASSWD",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_ACCESS_KEY_ID",
+            "ssh_key",
+            "SSH_PRIVATE_KEY",
+            "GH_CREDENTIALS",
+            "API_KEY",
+            "OPENAI_API_KEY",
+            "apikey",
+            "HF_TOKEN",
+            "GITHUB_TOKEN",
+            "SECRET_KEY",
+            "KEY",
+            "NPM_AUTH",
+        ] {
             assert_eq!(value(name, "hunter2"), MASK, "{name}");
         }
-        // Conservative: a name that merely contains KEY is masked as well.
-        assert_eq!(value("KEYBOARD", "us"), MASK);
+        for name in ["NCCL_IB_PKEY", "UCX_IB_PKEY", "KEYBOARD", "MONKEY_COUNT", "CCL_ALGO", "AUTHOR"] {
+            assert_eq!(value(name, "0"), "0", "{name} is not a key");
+        }
         assert_eq!(value(TRIAL_TOKEN, "123-abc-0"), "123-abc-0");
         assert_eq!(value("CCL_ALGO", "ring"), "ring");
         assert_eq!(value("MY_TOKEN", ""), "", "an empty value hides nothing");
@@ -160,6 +236,7 @@ mod tests {
         assert_eq!(v(&["-env", "DB_URL", "mysql://a:b@h"]), ["-env", "DB_URL", "mysql://a:***@h"]);
         assert_eq!(v(&["-x", "API_KEY=abc", "-x", "API_KEY"]), ["-x", "API_KEY=***", "-x", "API_KEY"]);
         assert_eq!(v(&["--password=abc", "--size=1K"]), ["--password=***", "--size=1K"]);
+        assert_eq!(v(&["--api-key=abc", "--pkey=0x8001"]), ["--api-key=***", "--pkey=0x8001"]);
         assert_eq!(
             v(&["srun", "--export=ALL,MY_SECRET=abc,CCL_ALGO=ring"]),
             ["srun", "--export=ALL,MY_SECRET=***,CCL_ALGO=ring"]
@@ -168,6 +245,16 @@ mod tests {
         // Not an assignment: a path with '=' or a value that merely mentions a word.
         assert_eq!(v(&["/tmp/a b=TOKEN"]), ["/tmp/a b=TOKEN"]);
         assert_eq!(v(&["-genv", "ONLY_NAME"]), ["-genv", "ONLY_NAME"], "a short -genv is kept as it is");
+    }
+
+    #[test]
+    fn users_add_their_own_patterns() {
+        let rules = Rules::with(" site_*_id , *.cookie ,").unwrap();
+        assert!(rules.is_secret("SITE_ORG_ID") && rules.is_secret("session.cookie"), "any case, spaces trimmed");
+        assert!(rules.is_secret("HF_TOKEN"), "the defaults stay");
+        assert!(!rules.is_secret("NCCL_IB_PKEY") && !rules.is_secret(TRIAL_TOKEN));
+        let err = Rules::with("A_*,[unclosed").unwrap_err().to_string();
+        assert!(err.starts_with("CCL_COV_REDACT: \"[unclosed\" is not a glob pattern"), "{err}");
     }
 
     #[test]

@@ -718,7 +718,9 @@ impl Shared {
         .map_err(|e| failed("writing baseline.json and baseline.md", &e))?;
         eprintln!("ccl-coverage: {} lines lost baseline coverage (LBC) against {}", report.lost_lines, path.display());
         let fail_on_lost =
-            process_env("CCL_COV_FAIL_ON_LOST").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("on"));
+            crate::env_names::switch("CCL_COV_FAIL_ON_LOST", &process_env("CCL_COV_FAIL_ON_LOST").unwrap_or_default())
+                .map_err(|e| failed("reading the switch", &e))?
+                .unwrap_or(false);
         if fail_on_lost && report.lost_lines > 0 {
             let files: Vec<String> = report
                 .lost_baseline_coverage

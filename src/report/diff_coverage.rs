@@ -256,12 +256,8 @@ impl DiffReport {
 
 /// `CCL_COV_FAIL_UNDER_DIFF`: why the changed lines fall short, if they do.
 pub(crate) fn check_diff_bar(report: &DiffReport, bar: Option<&str>) -> Result<Option<String>> {
-    let Some(bar) = bar.filter(|b| !b.is_empty()) else { return Ok(None) };
-    let value: f64 = bar
-        .parse()
-        .ok()
-        .filter(|v: &f64| (0.0..=100.0).contains(v))
-        .ok_or_else(|| Error::new(format!("CCL_COV_FAIL_UNDER_DIFF={bar:?} is not a percentage (0 to 100)")))?;
+    let Some(bar) = bar else { return Ok(None) };
+    let Some(value) = crate::env_names::percent("CCL_COV_FAIL_UNDER_DIFF", bar)? else { return Ok(None) };
     Ok((report.percent < value).then(|| {
         format!(
             "changed-line coverage {:.2}% ({}/{}) is under CCL_COV_FAIL_UNDER_DIFF={bar}",

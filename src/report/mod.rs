@@ -171,8 +171,7 @@ pub(crate) fn check_bars(summary: &SummaryExport, env: &dyn Fn(&str) -> Option<S
     let mut short = Vec::new();
     for (metric, covered, count) in summary.totals().rows() {
         let var = format!("CCL_COV_FAIL_UNDER_{}", metric.to_ascii_uppercase());
-        let Some(bar) = env(&var).filter(|v| !v.is_empty()) else { continue };
-        let bar: f64 = bar.parse().map_err(|_| Error::new(format!("{var}={bar:?} is not a percentage")))?;
+        let Some(bar) = crate::env_names::percent(&var, &env(&var).unwrap_or_default())? else { continue };
         any = true;
         let got = percent(covered, count);
         if got < bar {
@@ -426,6 +425,12 @@ mod tests {
         let short = check_bars(&export, &bars("70")).unwrap().unwrap();
         assert_eq!(short, ["lines 63.64% (7/11) is under CCL_COV_FAIL_UNDER_LINES=70"]);
         assert!(check_bars(&export, &bars("lots")).is_err());
+        assert!(check_bars(&export, &bars("150")).is_err(), "a bar no coverage can reach");
+        for (metric, _, _) in export.totals().rows() {
+            let var = format!("CCL_COV_FAIL_UNDER_{}", metric.to_ascii_uppercase());
+            let known = crate::env_names::lookup(&var).map(|k| k.kind);
+            assert_eq!(known, Some(crate::env_names::Kind::Percent), "{var} is a known percentage");
+        }
     }
 
     #[test]

@@ -56,7 +56,9 @@ impl Holder {
 /// The held lock; dropping it releases the workspace.
 #[derive(Debug)]
 pub(crate) struct WorkspaceLock {
-    _file: File,
+    file: File,
+    /// `.owner.guard`, taken again for the release.
+    guard: PathBuf,
     record: PathBuf,
     exclusive: bool,
 }
@@ -74,10 +76,9 @@ impl WorkspaceLock {
             workspace::files::open_lock_file(&ws.root().join(name))
                 .map_err(|e| e.context(format!("the workspace {} is not writable", ws.root().display())))
         };
+        let guard_path = ws.root().join(".owner.guard");
         let guard = open(".owner.guard")?;
-        guard
-            .lock()
-            .map_err(|e| Error::new(format!("cannot lock {}: {e}", ws.root().join(".owner.guard").display())))?;
+        guard.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", guard_path.display())))?;
         let file = open(".owner.lock")?;
         let record = ws.root().join(".owner.json");
         let previous: Option<Holder> =
@@ -101,12 +102,12 @@ impl WorkspaceLock {
                         Error::new(format!("cannot share the lock {}: {e}", ws.root().join(".owner.lock").display()))
                     })?;
                 }
-                Ok(WorkspaceLock { _file: file, record, exclusive })
+                Ok(WorkspaceLock { file, guard: guard_path, record, exclusive })
             }
             Err(TryLockError::WouldBlock) => {
                 let same_run = run_id.is_some() && previous.as_ref().is_some_and(|p| p.run_id == run_id);
                 if same_run && file.try_lock_shared().is_ok() {
-                    return Ok(WorkspaceLock { _file: file, record, exclusive: false });
+                    return Ok(WorkspaceLock { file, guard: guard_path, record, exclusive: false });
                 }
                 let holder = previous.map_or_else(|| "another process".to_string(), |p| p.describe());
                 bail!(
@@ -122,11 +123,19 @@ impl WorkspaceLock {
 }
 
 impl Drop for WorkspaceLock {
+    /// The last holder removes the record, so the next run does not take a
+    /// run that ended for one that died. A shared holder (a nextest process)
+    /// is the last when it can take the lock alone; under the guard no
+    /// process joins meanwhile, and the record goes before the lock does.
     fn drop(&mut self) {
-        // A shared holder leaves the record to the run's other processes.
-        if self.exclusive {
+        let guard = workspace::files::open_lock_file(&self.guard);
+        if let Ok(guard) = &guard {
+            let _ = guard.lock();
+        }
+        if self.exclusive || self.file.try_lock().is_ok() {
             let _ = std::fs::remove_file(&self.record);
         }
+        let _ = self.file.unlock();
     }
 }
 
@@ -161,9 +170,77 @@ mod tests {
         let err = WorkspaceLock::acquire_as(&ws, None).unwrap_err().to_string();
         assert!(err.contains("in use by"), "{err}");
         drop(a);
-        assert!(WorkspaceLock::acquire_as(&ws, None).is_err(), "b still holds it");
+        let err = WorkspaceLock::acquire_as(&ws, None).unwrap_err().to_string();
+        assert!(err.contains("nextest run run-1"), "b still holds it, and the record still says so: {err}");
         drop(b);
+        assert!(!ws.root().join(".owner.json").exists(), "the run's last process removes the record");
         WorkspaceLock::acquire_as(&ws, None).expect("free once the whole run is done");
+    }
+
+    /// The workspace folder of [`child_takes_the_workspace`]; with
+    /// [`CHILD_HOLDS`] set it holds the lock until killed.
+    const CHILD_DIR: &str = "CCL_COV_TEST_LOCK_CHILD";
+    const CHILD_HOLDS: &str = "CCL_COV_TEST_LOCK_CHILD_HOLDS";
+
+    /// Not a test on its own: a process of
+    /// `a_clean_nextest_run_leaves_no_claim_and_a_dead_holder_is_still_named`.
+    #[test]
+    #[ignore = "run as a child process by another test"]
+    fn child_takes_the_workspace() {
+        let Some(dir) = std::env::var_os(CHILD_DIR) else { return };
+        let ws = Workspace::new(std::path::Path::new(&dir)).unwrap();
+        let _lock = WorkspaceLock::acquire(&ws).unwrap();
+        println!("held");
+        if std::env::var_os(CHILD_HOLDS).is_some() {
+            std::thread::sleep(std::time::Duration::from_secs(60));
+        }
+    }
+
+    /// One process of a run that takes `ws` (as nextest's test processes
+    /// do, with `run_id`), and ends or, with `hold`, holds it.
+    fn process(ws: &Workspace, run_id: Option<&str>, hold: bool) -> std::process::Child {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "workspace::lock::tests::child_takes_the_workspace", "--ignored", "--nocapture"])
+            .env(CHILD_DIR, ws.root())
+            .env_remove(CHILD_HOLDS)
+            .env_remove(crate::env_names::NEXTEST_RUN_ID)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        if let Some(id) = run_id {
+            cmd.env(crate::env_names::NEXTEST_RUN_ID, id);
+        }
+        if hold {
+            cmd.env(CHILD_HOLDS, "1");
+        }
+        cmd.spawn().unwrap()
+    }
+
+    /// What a process that ran to its end printed on stderr.
+    fn stderr_of_clean_run(ws: &Workspace, run_id: Option<&str>) -> String {
+        let out = process(ws, run_id, false).wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    #[test]
+    fn a_clean_nextest_run_leaves_no_claim_and_a_dead_holder_is_still_named() {
+        use std::io::BufRead;
+        let (_d, ws) = ws();
+        assert_eq!(stderr_of_clean_run(&ws, Some("run-1")), "");
+        assert_eq!(stderr_of_clean_run(&ws, Some("run-2")), "", "no takeover after a clean nextest run");
+        assert_eq!(stderr_of_clean_run(&ws, None), "", "nor after its second run");
+        assert!(!ws.root().join(".owner.json").exists(), "a run that ended leaves no claim");
+
+        let mut holder = process(&ws, Some("run-3"), true);
+        let mut out = std::io::BufReader::new(holder.stdout.take().unwrap());
+        let held = (&mut out).lines().map_while(std::result::Result::ok).any(|l| l == "held");
+        assert!(held, "the holder took the workspace");
+        let pid = holder.id();
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        let next = stderr_of_clean_run(&ws, None);
+        let expected = format!("taking over the workspace {}: its last holder, pid {pid} (", ws.root().display());
+        assert!(next.contains(&expected) && next.contains("nextest run run-3"), "{next}");
     }
 
     #[test]
