@@ -92,7 +92,7 @@ impl Context {
         };
         // The names the config looks up are the user's own: allowed.
         let referenced = RefCell::new(BTreeSet::new());
-        let loaded = {
+        let mut loaded = {
             let config_env = config::config_env(&root);
             let lookup = |name: &str| {
                 referenced.borrow_mut().insert(name.to_string());
@@ -102,6 +102,13 @@ impl Context {
         };
         crate::plan::check(&loaded)?;
         check_env(std::env::vars_os(), &referenced.into_inner())?;
+        // The command line's `--ignore-filename-regex`, added to the config's.
+        if let Some(re) = env("CCL_COV_IGNORE_FILENAME_REGEX").filter(|v| !v.is_empty()) {
+            regex::Regex::new(&re).map_err(|e| {
+                Error::new(format!("CCL_COV_IGNORE_FILENAME_REGEX={re:?} is not a regular expression: {e}"))
+            })?;
+            loaded.config.report.ignore_filename_regex.push(re);
+        }
         let target = env("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| absolute(&root, Path::new(&t)));
         let state_dir = target.join("ccl-coverage");
         let workspace = match env("CCL_COV_WORKSPACE").filter(|v| !v.is_empty()) {

@@ -37,6 +37,48 @@ struct Shared {
     /// held while a check runs, so each launcher is checked once.
     shared_fs: Mutex<HashMap<String, Result<(), String>>>,
     results: RunWriter,
+    progress: Progress,
+}
+
+/// `[n/M]`, each trial's verdict and duration, and the time left, one line
+/// per trial on stderr (no escape codes: it reads the same in a CI log).
+struct Progress {
+    /// Trials this run will run: not filtered out, not ignored.
+    total: std::sync::atomic::AtomicUsize,
+    done: std::sync::atomic::AtomicUsize,
+    started: std::time::Instant,
+}
+
+impl Progress {
+    fn finished(&self, name: &str, took: std::time::Duration, outcome: &Result<Completion, Failed>) {
+        let done = self.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let verdict = match outcome {
+            Ok(Completion::Completed) => "PASS",
+            Ok(Completion::Ignored { .. }) => "IGNORED",
+            Err(failed) => match failed.message().and_then(|m| m.split(':').next()) {
+                Some("TIMEOUT") => "TIMEOUT",
+                Some("INTERRUPTED") => "INTERRUPTED",
+                _ => "FAIL",
+            },
+        };
+        let total = self.total.load(std::sync::atomic::Ordering::SeqCst).max(done);
+        // Trials run side by side: the wall time so far per trial ended.
+        let left = (done < total).then(|| self.started.elapsed().mul_f64((total - done) as f64 / done as f64));
+        let left = left.map_or_else(String::new, |l| format!(", about {} left", short(l)));
+        eprintln!("ccl-coverage: [{done}/{total}] {verdict:<7} {name} ({}{left})", short(took));
+    }
+}
+
+/// `0.86s`, `1m20s`, `2h05m`.
+fn short(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 60.0 {
+        format!("{s:.2}s")
+    } else if s < 3600.0 {
+        format!("{}m{:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
+    } else {
+        format!("{}h{:02}m", (s / 3600.0) as u64, ((s % 3600.0) / 60.0) as u64)
+    }
 }
 
 pub fn main() -> ExitCode {
@@ -70,7 +112,13 @@ pub fn main_with(args: Arguments) -> ExitCode {
             Err(code) => return code,
         }
     };
+    let progress = Progress {
+        total: std::sync::atomic::AtomicUsize::new(0),
+        done: std::sync::atomic::AtomicUsize::new(0),
+        started: std::time::Instant::now(),
+    };
     let shared = Arc::new(Shared {
+        progress,
         run_id: format!("{}-{}", host::now(), std::process::id()),
         results: RunWriter::new(ctx.workspace.clone()),
         ctx,
@@ -86,13 +134,24 @@ pub fn main_with(args: Arguments) -> ExitCode {
             let ignored = spec.ignored;
             let reason = spec.ignore_reason.clone();
             let name = spec.name.clone();
-            let trial = Trial::ignorable_test(name.clone(), move || shared.run_trial(&spec)).with_ignored_flag(ignored);
+            let trial = Trial::ignorable_test(name.clone(), move || {
+                let started = std::time::Instant::now();
+                let outcome = shared.run_trial(&spec);
+                shared.progress.finished(&spec.name, started.elapsed(), &outcome);
+                outcome
+            })
+            .with_ignored_flag(ignored);
             if let Some(why) = reason.filter(|_| !args.list && !args.is_filtered_out(&trial)) {
                 eprintln!("ccl-coverage: {name} is ignored: {why}");
             }
             trial
         })
-        .collect();
+        .collect::<Vec<Trial>>();
+    let runs = |t: &&Trial| {
+        !args.is_filtered_out(t)
+            && if args.ignored { t.has_ignored_flag() } else { !t.has_ignored_flag() || args.include_ignored }
+    };
+    shared.progress.total.store(trials.iter().filter(runs).count(), std::sync::atomic::Ordering::SeqCst);
     let conclusion = libtest_mimic::run(&args, trials);
     let written = shared.results.finish().inspect_err(|e| eprintln!("ccl-coverage: {e}"));
     if let Some(code) = interrupt::exit_code() {

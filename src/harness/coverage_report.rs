@@ -173,6 +173,39 @@ impl Shared {
         self.ctx.workspace.area(Area::ReportStaging)
     }
 
+    /// The totals, the least-covered files and the installed report's pages,
+    /// on the terminal (stderr: stdout is libtest's, `--format json` too).
+    fn print_result(&self) {
+        let (Some(Ok(Merge::Done(merged))), Some(Ok(summary))) = (self.merged.get(), self.summary.get()) else {
+            return;
+        };
+        let m = &merged.manifest;
+        let device = summary.device.as_ref().map(|totals| {
+            let what = if merged.device_lines.is_some() {
+                "NVIDIA kernel lines, from CUPTI SASS"
+            } else {
+                "AMD GPU code objects"
+            };
+            (what, totals)
+        });
+        let report = self.ctx.workspace.report_dir();
+        let pages: Vec<String> = [
+            "html/index.html",
+            "attribution/index.html",
+            "coverage.lcov",
+            "cobertura.xml",
+            "summary.md",
+            "minimal-suite.json",
+        ]
+        .iter()
+        .map(|p| report.join(p))
+        .filter(|p| p.exists())
+        .map(|p| p.display().to_string())
+        .collect();
+        let roots = [m.library_src.as_path(), m.tests_src.as_path()];
+        eprint!("{}", report::screen::table(&summary.all, &summary.host, device, &roots, &pages));
+    }
+
     /// `path` inside the staged report, as it will be named once installed.
     fn shown(&self, path: &Path) -> PathBuf {
         match path.strip_prefix(self.report_dir()) {
@@ -198,7 +231,9 @@ impl Shared {
         let failed: Vec<&str> =
             outcomes.iter().filter(|(name, ok)| !ok && !CHECKS.contains(name)).map(|(name, _)| *name).collect();
         if merged_ok && failed.is_empty() {
-            return ws.install_report();
+            ws.install_report()?;
+            self.print_result();
+            return Ok(());
         }
         let what = if merged_ok { failed.join(", ") } else { "merging the profiles".to_string() };
         if report.is_dir() {
@@ -657,9 +692,14 @@ impl Shared {
             serde_json::to_string_pretty(&suite).expect("minimal suite serializes").as_bytes(),
         )
         .map_err(|e| failed("writing minimal-suite.json", &e))?;
+        // The command (one `--skip` per trial left out) is in the file.
         eprintln!(
-            "ccl-coverage: minimal equivalent suite: {} of {} trials, {:.2} of {:.2} trial-seconds: {}",
-            suite.trial_count, suite.full_suite_trials, suite.duration_s, suite.full_suite_duration_s, suite.command
+            "ccl-coverage: minimal equivalent suite: {} of {} trials, {:.2} of {:.2} trial-seconds (the command is in {})",
+            suite.trial_count,
+            suite.full_suite_trials,
+            suite.duration_s,
+            suite.full_suite_duration_s,
+            self.shown(&self.report_dir().join("minimal-suite.json")).display()
         );
         Ok(())
     }

@@ -6,6 +6,7 @@ pub mod attribution;
 pub(crate) mod device_pages;
 pub(crate) mod diff_coverage;
 pub(crate) mod minimal_suite;
+pub(crate) mod screen;
 
 use crate::bail;
 use crate::build::fixture::BuildManifest;
@@ -198,7 +199,7 @@ pub(crate) fn normalize(summary: &SummaryExport, roots: &[&Path]) -> Value {
     json!({ "totals": counts_json(summary.totals()), "files": files })
 }
 
-fn relative(path: &str, roots: &[&Path]) -> String {
+pub(crate) fn relative(path: &str, roots: &[&Path]) -> String {
     let p = Path::new(path);
     roots
         .iter()

@@ -369,6 +369,12 @@ impl Workspace {
         Ok(())
     }
 
+    /// Deletes the whole workspace, for `ccl-coverage clean`: only after
+    /// [`Self::check_claimed`] found the harness's marker, under the lock.
+    pub(crate) fn delete_all(&self) -> Result<()> {
+        remove_no_follow(&self.root)
+    }
+
     /// An error unless `area` is a real folder of the workspace, or absent:
     /// a symlink would have the harness write and delete elsewhere.
     pub(crate) fn check_area(&self, area: Area) -> Result<()> {
