@@ -1,5 +1,5 @@
-//! The one line-coverage model every report reads: lcov's lines and
-//! functions with their counts, per source file. llvm-cov's host export and
+//! The one coverage model every report reads: lcov's lines, functions and
+//! branches with their counts, per source file. llvm-cov's host export and
 //! NVIDIA's kernel lines (`sass::to_lcov`) both feed it, as lcov text, and
 //! records of one file add up: a union.
 
@@ -19,6 +19,8 @@ pub struct FileCoverage {
     pub(crate) lines: BTreeMap<u32, u64>,
     /// Function name → (first line, execution count) (`FN`, `FNDA`).
     pub(crate) functions: BTreeMap<String, (u32, u64)>,
+    /// (line, block, branch) → times taken (`BRDA`; `-`, never reached, is 0).
+    pub(crate) branches: BTreeMap<(u32, String, String), u64>,
 }
 
 impl FileCoverage {
@@ -29,11 +31,16 @@ impl FileCoverage {
     pub(crate) fn covered_functions(&self) -> impl Iterator<Item = &str> + '_ {
         self.functions.iter().filter(|(_, (_, n))| *n > 0).map(|(f, _)| f.as_str())
     }
+
+    /// The branches taken at least once.
+    pub(crate) fn covered_branches(&self) -> impl Iterator<Item = &(u32, String, String)> + '_ {
+        self.branches.iter().filter(|(_, n)| **n > 0).map(|(b, _)| b)
+    }
 }
 
 /// Parses an lcov tracefile (`origin` names it in errors). Records of the
 /// same source file are added up; records lcov writes that are not about
-/// lines or functions (branches, totals, test names) are skipped.
+/// lines, functions or branches (totals, test names) are skipped.
 pub fn parse_lcov(text: &str, origin: &str) -> Result<Lcov> {
     let mut lcov = Lcov::default();
     let mut current: Option<String> = None;
@@ -54,7 +61,7 @@ pub fn parse_lcov(text: &str, origin: &str) -> Result<Lcov> {
             continue;
         }
         let file = match key {
-            "DA" | "FN" | "FNDA" => {
+            "DA" | "FN" | "FNDA" | "BRDA" => {
                 let name = current.as_ref().ok_or_else(|| bad(&format!("{key} outside a file record (no SF)")))?;
                 lcov.files.entry(name.clone()).or_default()
             }
@@ -81,6 +88,17 @@ pub fn parse_lcov(text: &str, origin: &str) -> Result<Lcov> {
                 };
                 file.functions.entry(name).or_insert((start, 0)).0 = start;
             }
+            "BRDA" => {
+                let mut parts = value.splitn(4, ',');
+                let line_no = parts.next().and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| bad("bad line number"))?;
+                let (Some(block), Some(branch), Some(taken)) = (parts.next(), parts.next(), parts.next()) else {
+                    return Err(bad("expected BRDA:line,block,branch,taken"));
+                };
+                let taken =
+                    if taken.trim() == "-" { 0 } else { parse_count(taken).ok_or_else(|| bad("bad taken count"))? };
+                let hits = file.branches.entry((line_no, block.to_string(), branch.to_string())).or_insert(0);
+                *hits = hits.saturating_add(taken);
+            }
             _ => {
                 let (count, name) = value.split_once(',').ok_or_else(|| bad("no function name"))?;
                 let count = parse_count(count).ok_or_else(|| bad("bad execution count"))?;
@@ -96,4 +114,25 @@ pub fn parse_lcov(text: &str, origin: &str) -> Result<Lcov> {
 /// counts for bad data, or floats: both are errors, never a panic).
 fn parse_count(text: &str) -> Option<u64> {
     text.trim().parse::<u64>().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_functions_and_branches_add_up_across_records() {
+        let text = "SF:/s/a.cc\nFN:3,f\nFNDA:0,f\nDA:3,0\nDA:4,2\nBRDA:4,0,0,2\nBRDA:4,0,1,-\nend_of_record\n\
+                    SF:/s/a.cc\nFNDA:1,f\nDA:3,1\nBRDA:4,0,1,5\nBRDA:9,0,0,0\nend_of_record\n";
+        let lcov = parse_lcov(text, "t").unwrap();
+        let a = &lcov.files["/s/a.cc"];
+        assert_eq!(a.lines, BTreeMap::from([(3, 1), (4, 2)]));
+        assert_eq!(a.functions["f"], (3, 1));
+        let b = |l, x: &str, y: &str| (l, x.to_string(), y.to_string());
+        assert_eq!(a.branches, BTreeMap::from([(b(4, "0", "0"), 2), (b(4, "0", "1"), 5), (b(9, "0", "0"), 0)]));
+        assert_eq!(a.covered_branches().count(), 2);
+        for bad in ["SF:x\nBRDA:4,0\n", "SF:x\nBRDA:4,0,0,many\n", "BRDA:1,0,0,1\n"] {
+            assert!(parse_lcov(bad, "t").is_err(), "{bad:?}");
+        }
+    }
 }
