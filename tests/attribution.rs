@@ -206,6 +206,13 @@ fn attribution_minimal_suite_and_changed_lines_on_a_modified_fixture() {
     assert!(!covered(&full).is_empty());
     assert_eq!(covered(&minimal), covered(&full), "the minimal suite {suite:#} covers other lines");
     assert_eq!(suite["lines"].as_u64(), Some(covered(&full).len() as u64));
+    let branches = |lcov: &Lcov| -> BTreeSet<(String, (u32, String, String))> {
+        lcov.files.iter().flat_map(|(f, c)| c.covered_branches().map(move |b| (f.clone(), b.clone()))).collect()
+    };
+    assert!(!branches(&full).is_empty());
+    assert_eq!(branches(&minimal), branches(&full), "the minimal suite {suite:#} takes other branches");
+    assert_eq!(suite["branches"].as_u64(), Some(branches(&full).len() as u64));
+    assert!(suite["nextest"].as_str().is_some_and(|n| n.contains("-E 'test(=")), "{suite:#}");
     let argv: Vec<&str> = suite["argv"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert_eq!(argv[..6], ["cargo", "test", "--test", "collectives", "--", "--exact"]);
 

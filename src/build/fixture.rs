@@ -422,10 +422,7 @@ impl Resolved {
                 found: None,
             }
         };
-        if device.enabled
-            && device.is_hip()
-            && let Some(problem) = device::amdgpu::profile_pattern_problem(&config.coverage.profile_pattern)
-        {
+        if let Some(problem) = device::profile_pattern_problem(&device, &config.coverage.profile_pattern) {
             bail!("device coverage is on ({}), but {problem}", device.reason);
         }
         let coverage_flags =

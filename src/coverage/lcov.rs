@@ -33,7 +33,7 @@ impl FileCoverage {
     }
 
     /// The branches taken at least once.
-    pub(crate) fn covered_branches(&self) -> impl Iterator<Item = &(u32, String, String)> + '_ {
+    pub fn covered_branches(&self) -> impl Iterator<Item = &(u32, String, String)> + '_ {
         self.branches.iter().filter(|(_, n)| **n > 0).map(|(b, _)| b)
     }
 }

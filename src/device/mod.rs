@@ -325,11 +325,28 @@ pub(crate) fn build_env(decision: &DeviceDecision, inherited: Option<&str>) -> V
 
 /// What a trial's environment gains from device coverage: NVIDIA's
 /// collector, writing its records into the trial's `profile_dir` and the
-/// cubins once per build into `cubins`.
-pub(crate) fn trial_env(decision: &DeviceDecision, profile_dir: &Path, cubins: &Path) -> Vec<(String, String)> {
+/// cubins once per build under the build's `cache_dir`.
+pub(crate) fn trial_env(decision: &DeviceDecision, profile_dir: &Path, cache_dir: &Path) -> Vec<(String, String)> {
     match decision.nvidia() {
-        Some((collector, _)) => nvidia::trial_env(collector, profile_dir, cubins),
+        Some((collector, _)) => nvidia::trial_env(collector, profile_dir, &nvidia::cubins_dir(cache_dir)),
         None => Vec::new(),
+    }
+}
+
+/// Why a passed trial's device coverage is lost, judged like its host
+/// profiles: a backend whose collector writes records of its own (NVIDIA)
+/// checks that each of the `expected` processes left a complete one in `dir`.
+/// AMDGPU's device profiles are llvm's, checked with the host's.
+pub(crate) fn coverage_lost(decision: &DeviceDecision, dir: &Path, expected: usize) -> Option<String> {
+    decision.nvidia().and_then(|_| nvidia::records_lost(dir, expected))
+}
+
+/// Why the profile file pattern cannot work with this backend's device
+/// coverage on; `None` when it can.
+pub(crate) fn profile_pattern_problem(decision: &DeviceDecision, pattern: &str) -> Option<String> {
+    match decision.backend {
+        Some(Backend::Amdgpu) if decision.enabled => amdgpu::profile_pattern_problem(pattern),
+        _ => None,
     }
 }
 

@@ -340,11 +340,10 @@ impl Shared {
                 free_bytes: host::free_bytes(&merged.dir),
             };
             verdict = outcome::judge_coverage(verdict, &evidence);
-            // NVIDIA kernel records are judged like host profiles: a process
-            // that left none, or an incomplete one, lost its coverage.
+            // A backend's own device records are judged like host profiles:
+            // a process that left none, or an incomplete one, lost its coverage.
             if verdict.status == Status::Passed
-                && manifest.device.nvidia().is_some()
-                && let Some(lost) = crate::device::nvidia::records_lost(&merged.dir, expected)
+                && let Some(lost) = crate::device::coverage_lost(&manifest.device, &merged.dir, expected)
             {
                 verdict = Verdict { status: Status::Failed, reason: lost };
             }

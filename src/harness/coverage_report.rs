@@ -324,24 +324,18 @@ impl Shared {
         let mut quarantined = quarantined_now;
         quarantined.extend(verified.quarantined);
         let mut missing = verified.missing;
-        let device_lines = if manifest.device.nvidia().is_some() {
-            let recorded: Vec<_> =
-                results.iter().map(|r| (r.trial.as_str(), r.slug.as_str(), &r.device_sha256)).collect();
-            let (records, checked) = profiles::verified_device_records(ws, &recorded)?;
-            quarantined.extend(checked.quarantined);
-            missing.extend(checked.missing);
-            let mut lines = sass::device_lines(&crate::device::nvidia::cubins_dir(&manifest.cache_dir), &records)?;
-            // The host report's rules: the ignore regexes, and no test program's own kernels.
-            let ignore = ignore_regex(self.ctx.config())?;
-            let tests = manifest.tests_src.display().to_string();
-            let keep = |file: &str| !ignore.as_ref().is_some_and(|r| r.is_match(file)) && !file.starts_with(&tests);
-            lines.all.retain_files(&keep);
-            for trial in lines.trials.values_mut() {
-                trial.retain_files(&keep);
+        let recorded: Vec<_> = results.iter().map(|r| (r.trial.as_str(), r.slug.as_str(), &r.device_sha256)).collect();
+        // The host report's rules: the ignore regexes, and no test program's own kernels.
+        let ignore = ignore_regex(self.ctx.config())?;
+        let tests = manifest.tests_src.display().to_string();
+        let keep = |file: &str| !ignore.as_ref().is_some_and(|r| r.is_match(file)) && !file.starts_with(&tests);
+        let device_lines = match crate::coverage::device_lines(ws, &manifest, &recorded, &keep)? {
+            Some((lines, checked)) => {
+                quarantined.extend(checked.quarantined);
+                missing.extend(checked.missing);
+                Some(lines)
             }
-            Some(lines)
-        } else {
-            None
+            None => None,
         };
         let mut health = Health::new(&results, quarantined, missing);
         health.damaged_results = damaged_results;
@@ -694,7 +688,7 @@ impl Shared {
         .map_err(|e| failed("writing minimal-suite.json", &e))?;
         // The command (one `--skip` per trial left out) is in the file.
         eprintln!(
-            "ccl-coverage: minimal equivalent suite: {} of {} trials, {:.2} of {:.2} trial-seconds (the command is in {})",
+            "ccl-coverage: minimal equivalent suite (the same lines, functions and branches): {} of {} trials, {:.2} of {:.2} trial-seconds (its cargo test and nextest commands are in {})",
             suite.trial_count,
             suite.full_suite_trials,
             suite.duration_s,

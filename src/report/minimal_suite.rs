@@ -1,8 +1,10 @@
 //! `report/minimal-suite.json`: a subset of the trials whose union covers
-//! exactly the lines and functions the whole suite covers, at the least total
-//! duration the greedy weighted set cover finds (then trials made redundant
-//! by later choices are dropped), with how far from optimal that can be and
-//! the command line that runs just those trials.
+//! exactly the lines, functions and branches the whole suite covers, at the
+//! least total duration the greedy weighted set cover finds (then trials
+//! made redundant by later choices are dropped), with how far from optimal
+//! that can be and the command lines (cargo test, nextest) that run just
+//! those trials. Regions are not kept: llvm-cov's lcov has no regions per
+//! trial, and exporting them per trial would double the report's time.
 
 use crate::report::attribution::TrialCoverage;
 use serde::{Deserialize, Serialize};
@@ -135,28 +137,61 @@ pub(crate) fn greedy_cover(universe: usize, candidates: &[(f64, Vec<u32>)]) -> C
     }
 }
 
-/// The elements to cover, numbered: every (file, line) and every (file,
-/// function) some trial covers; per trial, the numbers it covers. Also the
-/// number of lines and of functions among them.
-pub(crate) fn elements(trials: &[TrialCoverage]) -> (usize, Vec<Vec<u32>>, usize, usize) {
+/// How many of each kind of element some trial covers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Kept {
+    pub(crate) lines: usize,
+    pub(crate) functions: usize,
+    pub(crate) branches: usize,
+}
+
+/// The elements to cover, numbered: every (file, line), (file, function) and
+/// (file, branch) some trial covers; per trial, the numbers it covers; and
+/// how many of each kind there are.
+pub(crate) fn elements(trials: &[TrialCoverage]) -> (usize, Vec<Vec<u32>>, Kept) {
     let mut lines: HashMap<(&str, u32), u32> = HashMap::new();
     let mut functions: HashMap<(&str, &str), u32> = HashMap::new();
+    let mut branches: HashMap<(&str, &(u32, String, String)), u32> = HashMap::new();
     let mut sets = Vec::with_capacity(trials.len());
+    let mut next = 0u32;
+    let number = |next: &mut u32| {
+        *next += 1;
+        *next - 1
+    };
     for t in trials {
         let mut set = Vec::new();
         for (file, cov) in &t.lcov.files {
             for line in cov.covered_lines() {
-                let next = (lines.len() + functions.len()) as u32;
-                set.push(*lines.entry((file, line)).or_insert(next));
+                set.push(*lines.entry((file, line)).or_insert_with(|| number(&mut next)));
             }
             for f in cov.covered_functions() {
-                let next = (lines.len() + functions.len()) as u32;
-                set.push(*functions.entry((file, f)).or_insert(next));
+                set.push(*functions.entry((file, f)).or_insert_with(|| number(&mut next)));
+            }
+            for b in cov.covered_branches() {
+                set.push(*branches.entry((file, b)).or_insert_with(|| number(&mut next)));
             }
         }
         sets.push(set);
     }
-    (lines.len() + functions.len(), sets, lines.len(), functions.len())
+    let kept = Kept { lines: lines.len(), functions: functions.len(), branches: branches.len() };
+    (next as usize, sets, kept)
+}
+
+/// A trial's cost: its duration rounded to a tenth of a second, so that the
+/// timing noise of another run does not change the set; equal ratios go to
+/// the trial first by name (the candidates are in name order).
+fn cost(duration_s: f64) -> f64 {
+    (duration_s.max(0.0) * 10.0).round() / 10.0
+}
+
+/// `cargo nextest run --test collectives -E 'test(=A) | test(=B)'`: the
+/// same trials as a nextest filterset.
+pub(crate) fn nextest_command(selected: &[&str]) -> String {
+    let set: Vec<String> = selected.iter().map(|n| format!("test(={n})")).collect();
+    format!(
+        "cargo nextest run --test collectives --run-ignored all -E {}",
+        crate::exec::process::shell_quote(&set.join(" | "))
+    )
 }
 
 /// `report/minimal-suite.json`.
@@ -172,10 +207,13 @@ pub(crate) struct MinimalSuite {
     /// Covered by the subset, and so by the full suite.
     pub(crate) lines: usize,
     pub(crate) functions: usize,
+    pub(crate) branches: usize,
     pub(crate) optimality: Optimality,
     /// Runs just these trials (libtest-mimic takes one filter: the others are skipped by exact name).
     pub(crate) command: String,
     pub(crate) argv: Vec<String>,
+    /// The same trials under nextest, as a filterset.
+    pub(crate) nextest: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -222,36 +260,39 @@ pub(crate) fn minimal_suite(
     full_trials: usize,
     full_duration_s: f64,
 ) -> MinimalSuite {
-    let (universe, sets, lines, functions) = elements(trials);
-    let candidates: Vec<(f64, Vec<u32>)> =
-        trials.iter().zip(sets).map(|(t, set)| (t.duration_s.max(0.0), set)).collect();
+    let (universe, sets, kept) = elements(trials);
+    let candidates: Vec<(f64, Vec<u32>)> = trials.iter().zip(sets).map(|(t, set)| (cost(t.duration_s), set)).collect();
     let cover = greedy_cover(universe, &candidates);
     let mut chosen = cover.chosen.clone();
     chosen.sort_unstable();
     let names: Vec<&str> = chosen.iter().map(|&i| trials[i].name.as_str()).collect();
     let full = full_duration_s;
+    let duration: f64 = chosen.iter().map(|&i| trials[i].duration_s.max(0.0)).sum();
     let argv = command(&names, planned);
     let gap = if cover.lower_bound > 0.0 { (cover.cost / cover.lower_bound - 1.0) * 100.0 } else { 0.0 };
     MinimalSuite {
-        about: "trials whose union covers exactly the lines and functions the full suite covers, chosen for the \
-                least total duration; durations are those recorded in results/<trial>.json"
+        about: "trials whose union covers exactly the lines, functions and branches the full suite covers (not \
+                regions), chosen for the least total duration; durations are those recorded in \
+                results/<trial>.json, rounded to 0.1 s for the choice, which is the same for the same workspace"
             .into(),
         trials: names.iter().map(|n| (*n).to_string()).collect(),
         trial_count: chosen.len(),
         full_suite_trials: full_trials,
-        duration_s: cover.cost,
+        duration_s: duration,
         full_suite_duration_s: full,
-        percent_of_full_duration: if full > 0.0 { cover.cost * 100.0 / full } else { 100.0 },
-        lines,
-        functions,
+        percent_of_full_duration: if full > 0.0 { duration * 100.0 / full } else { 100.0 },
+        lines: kept.lines,
+        functions: kept.functions,
+        branches: kept.branches,
+        nextest: nextest_command(&names),
         optimality: Optimality {
-            method: "greedy weighted set cover (cost: duration), then trials whose lines and functions the other \
-                     chosen trials cover are dropped, longest first"
+            method: "greedy weighted set cover (cost: duration rounded to 0.1 s), then trials whose lines, \
+                     functions and branches the other chosen trials cover are dropped, longest first"
                 .into(),
             guarantee: format!(
                 "the greedy cover ({:.3} s) is at most H(d) = {:.3} times the optimal duration (d = {} elements in the \
                  largest trial; H(d) <= ln(d)+1 <= ln(n)+1 = {:.3}, n = {universe} elements); so the optimum is at \
-                 least {:.3} s, the larger of that bound and the trials that alone cover some line or function",
+                 least {:.3} s, the larger of that bound and the trials that alone cover some line, function or branch",
                 cover.greedy_cost,
                 cover.harmonic,
                 cover.largest_set,
@@ -303,6 +344,37 @@ mod tests {
         chosen.sort_unstable();
         assert_eq!(chosen, [0, 2]);
         assert_eq!(greedy_cover(0, &[]).chosen, Vec::<usize>::new());
+    }
+
+    fn trial(name: &str, duration_s: f64, lcov: &str) -> TrialCoverage {
+        TrialCoverage {
+            name: name.into(),
+            slug: name.into(),
+            duration_s,
+            lcov: crate::coverage::lcov::parse_lcov(lcov, name).unwrap(),
+            lines: (0, 0),
+            functions: (0, 0),
+            regions: (0, 0),
+        }
+    }
+
+    /// A branch only one trial takes keeps that trial, although its lines and
+    /// functions are all covered by a cheaper one; timing noise below 0.05 s
+    /// does not change the set.
+    #[test]
+    fn branches_are_kept_and_noise_does_not_change_the_set() {
+        let planned = [Planned { name: "a", ignored: false }, Planned { name: "b", ignored: false }];
+        let a = "SF:/f.cc\nDA:1,1\nBRDA:1,0,0,1\nBRDA:1,0,1,0\nend_of_record\n";
+        let b = "SF:/f.cc\nDA:1,1\nBRDA:1,0,0,0\nBRDA:1,0,1,4\nend_of_record\n";
+        let suite = minimal_suite(&[trial("a", 1.0, a), trial("b", 2.0, b)], &planned, 2, 3.0);
+        assert_eq!(suite.trials, ["a", "b"]);
+        assert_eq!((suite.lines, suite.functions, suite.branches), (1, 0, 2));
+        assert_eq!(suite.nextest, "cargo nextest run --test collectives --run-ignored all -E 'test(=a) | test(=b)'");
+        let same = "SF:/f.cc\nDA:1,1\nend_of_record\n";
+        for (da, db) in [(1.00, 1.04), (1.04, 1.00), (1.02, 1.01)] {
+            let suite = minimal_suite(&[trial("a", da, same), trial("b", db, same)], &planned, 2, 2.0);
+            assert_eq!(suite.trials, ["a"], "durations {da} and {db}");
+        }
     }
 
     #[test]
