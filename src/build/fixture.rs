@@ -40,6 +40,9 @@ pub struct ObjectRecord {
     /// reused only while its objects still are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) sum: Option<FileSum>,
+    /// The device-coverage backend of a device object; `None` for host objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) backend: Option<Backend>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -82,6 +85,15 @@ impl BuildManifest {
     /// Host objects llvm-cov should read: those that carry coverage mapping.
     pub(crate) fn instrumented_objects(&self) -> Vec<PathBuf> {
         self.objects.iter().filter(|o| o.instrumentation.is_instrumented()).map(|o| o.path.clone()).collect()
+    }
+
+    /// Device objects whose backend's coverage llvm-cov reads (AMDGPU's).
+    pub(crate) fn llvm_device_objects(&self) -> Vec<PathBuf> {
+        self.device_objects
+            .iter()
+            .filter(|o| o.backend.is_some_and(Backend::llvm_objects))
+            .map(|o| o.path.clone())
+            .collect()
     }
 
     /// Why this cached build's objects are not what it built; `None` when
@@ -174,6 +186,7 @@ impl BuildPlan {
                         path: PathBuf::from(self.vars.render(o)?),
                         instrumentation: Instrumentation::default(),
                         sum: None,
+                        backend: None,
                     })
                 })
                 .collect::<Result<_>>()?,
@@ -363,7 +376,7 @@ pub fn select_device_objects(patterns: &[PathBuf], device: &DeviceDecision) -> R
         for path in glob_files(pattern)? {
             let instrumentation = objects::inspect(&path)?;
             if instrumentation.is_instrumented() {
-                found.push(ObjectRecord { path, instrumentation, sum: None });
+                found.push(ObjectRecord { path, instrumentation, sum: None, backend: device.backend });
             } else {
                 skipped.push(path.display().to_string());
             }
@@ -582,7 +595,7 @@ fn library_objects(
         if coverage && !instrumentation.is_instrumented() {
             return Err(uninstrumented(i, &path));
         }
-        records.push(ObjectRecord { path, instrumentation, sum: None });
+        records.push(ObjectRecord { path, instrumentation, sum: None, backend: None });
     }
     Ok(records)
 }

@@ -390,7 +390,7 @@ impl Shared {
                     .summary_json(&dir.join("summary-host.json"))?;
                 let device = merged
                     .inputs
-                    .with_objects(m.device_objects.iter().map(|o| o.path.clone()).collect())
+                    .with_objects(m.llvm_device_objects())
                     .summary_json(&dir.join("summary-device.json"))?;
                 Ok(Summary { host: report::totals(&host), device: Some(report::totals(&device)), all })
             })

@@ -41,7 +41,7 @@ impl ReportInputs {
         if objects.is_empty() {
             bail!("the build manifest lists no instrumented object; nothing to report on");
         }
-        objects.extend(manifest.device_objects.iter().map(|o| o.path.clone()));
+        objects.extend(manifest.llvm_device_objects());
         for object in &objects {
             if !object.is_file() {
                 bail!("instrumented object {} is gone; rebuild with `cargo test --test collectives`", object.display());
