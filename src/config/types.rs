@@ -1,0 +1,630 @@
+//! The config's types: every section as a strict struct (unknown keys
+//! rejected) whose numbers and lists check themselves while they are
+//! deserialized, so an error names the JSON path and the accepted range.
+
+use super::*;
+use crate::error::Result;
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Deserializes any JSON number and checks it against `bound`, so that a
+/// negative, fractional or huge value gets the accepted range in its error
+/// rather than serde's bare "expected u64".
+pub(super) fn bounded<'de, D: Deserializer<'de>>(d: D, bound: Bound) -> Result<u64, D::Error> {
+    struct V(Bound);
+    impl V {
+        fn out_of_range<E: de::Error>(&self, got: impl std::fmt::Display) -> E {
+            E::custom(format!("expected {}, got {got}", self.0))
+        }
+    }
+    impl<'de> Visitor<'de> for V {
+        type Value = u64;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}", self.0)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+            if (self.0.min..=self.0.max).contains(&v) { Ok(v) } else { Err(self.out_of_range(v)) }
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+            match u64::try_from(v) {
+                Ok(v) => self.visit_u64(v),
+                Err(_) => Err(self.out_of_range(v)),
+            }
+        }
+        fn visit_u128<E: de::Error>(self, v: u128) -> Result<u64, E> {
+            match u64::try_from(v) {
+                Ok(v) => self.visit_u64(v),
+                Err(_) => Err(self.out_of_range(v)),
+            }
+        }
+        fn visit_i128<E: de::Error>(self, v: i128) -> Result<u64, E> {
+            match u64::try_from(v) {
+                Ok(v) => self.visit_u64(v),
+                Err(_) => Err(self.out_of_range(v)),
+            }
+        }
+        /// JSON integers beyond u64 arrive here too (`serde_json` reads them as
+        /// floats), as do `2.5` and `1e30`: none is an integer in range.
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
+            Err(self.out_of_range(format_args!("{v:?}")))
+        }
+    }
+    d.deserialize_any(V(bound))
+}
+
+/// Field deserializers for `#[serde(deserialize_with)]`, one per bound.
+macro_rules! bounded_fields {
+    ($($name:ident: $ty:ty = $bound:expr;)*) => {$(
+        pub(super) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
+            bounded(d, $bound).and_then(|n| <$ty>::try_from(n).map_err(de::Error::custom))
+        }
+    )*};
+}
+
+bounded_fields! {
+    capacity: usize = limits::CAPACITY;
+    ranks: usize = limits::RANKS;
+    timeout_seconds: u64 = limits::TIMEOUT_SECONDS;
+    grace_seconds: u64 = limits::GRACE_SECONDS;
+    iters: u32 = limits::ITERS;
+    warmup: u32 = limits::WARMUP;
+    nodes: usize = limits::NODES;
+    gpus_per_task: usize = limits::GPUS_PER_TASK;
+    host_slots: usize = limits::HOST_SLOTS;
+    host_gpus: usize = limits::HOST_GPUS;
+    log_mib: u64 = limits::LOG_MIB;
+}
+
+pub(super) fn optional_host_gpus<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    host_gpus(d).map(Some)
+}
+
+pub(super) fn optional_ranks<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    ranks(d).map(Some)
+}
+
+/// Field deserializers for `#[serde(deserialize_with)]` of lists that must
+/// not be empty, each saying what it expected.
+macro_rules! non_empty_fields {
+    ($($name:ident: $ty:ty = $expected:literal;)*) => {$(
+        pub(super) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<$ty>, D::Error> {
+            let items = Vec::<$ty>::deserialize(d)?;
+            if items.is_empty() { Err(de::Error::custom(concat!("expected ", $expected))) } else { Ok(items) }
+        }
+    )*};
+}
+
+non_empty_fields! {
+    steps: Step = "at least one build step";
+    argv: BuildTemplate = "a non-empty argv (program first), or rccl_install";
+    objects: BuildTemplate = "at least one instrumented object";
+    collectives: Collective = "at least one collective";
+    sizes: Size = "at least one size such as \"1K\"";
+}
+
+/// A test binary, relative to `tests.bin_dir` unless absolute.
+pub(super) fn binary<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let binary = String::deserialize(d)?;
+    if binary.is_empty() { Err(de::Error::custom("expected the test binary's name")) } else { Ok(binary) }
+}
+
+/// `gfx*` (AMD) or `sm_*`/`compute_*` (NVIDIA): what device coverage can
+/// instrument.
+pub(super) fn gpu_target<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let target = Option::<String>::deserialize(d)?;
+    match target {
+        Some(t) if !["gfx", "sm_", "compute_"].iter().any(|p| t.starts_with(p)) => Err(de::Error::custom(format!(
+            "{t:?} is not a GPU architecture: expected gfx* (AMD) or sm_*/compute_* (NVIDIA)"
+        ))),
+        _ => Ok(target),
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Names the workspace (`target/ccl-coverage/<name>`) and the report.
+    pub(crate) name: Name,
+    #[serde(default)]
+    pub(crate) description: String,
+    pub(crate) toolchain: ToolchainConfig,
+    #[serde(default)]
+    pub(crate) coverage: CoverageConfig,
+    /// The library under test: built instrumented.
+    pub(crate) library: LibraryBuild,
+    /// The test binaries: built without instrumentation, linked to the library.
+    pub(crate) tests: TestsBuild,
+    pub(crate) launchers: BTreeMap<Name, LauncherConfig>,
+    /// Most ranks that may run at once on this machine (GPUs, or cores).
+    #[serde(deserialize_with = "capacity")]
+    pub capacity: usize,
+    /// The nodes launched trials may use when neither `CCL_COV_HOSTFILE` nor
+    /// a Slurm allocation names them (`allocation.rs`); also where the GPU
+    /// count of a hostfile's or allocation's node of the same name comes from.
+    #[serde(default)]
+    pub(crate) hosts: Vec<HostConfig>,
+    /// What a trial runs with unless its variant says otherwise.
+    pub(crate) launch: LaunchDefaults,
+    /// Environment of every trial.
+    #[serde(default)]
+    pub(crate) env: Env<TrialTemplate>,
+    /// Arguments every test binary gets (before size, collective and variant args).
+    #[serde(default)]
+    pub(crate) args: Vec<TrialTemplate>,
+    #[serde(default)]
+    pub(crate) iterations: Iterations,
+    #[serde(deserialize_with = "collectives")]
+    pub(crate) collectives: Vec<Collective>,
+    #[serde(deserialize_with = "sizes")]
+    pub(crate) sizes: Vec<Size>,
+    #[serde(default)]
+    pub(crate) variants: Vec<Variant>,
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    #[serde(default)]
+    pub(crate) report: ReportConfig,
+    #[serde(default)]
+    pub(crate) logs: Logs,
+    /// Set when the config file is an upstream RCCL `test_runner` config: the
+    /// rest of the config then comes from the overlay (`config/overlay.rs`)
+    /// and the plan is the resolved tests.
+    #[serde(skip)]
+    pub(crate) upstream: Option<Box<UpstreamRun>>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ToolchainConfig {
+    /// C compiler; `CC` overrides it.
+    pub(crate) cc: String,
+    /// C++ compiler; `CXX` overrides it.
+    pub(crate) cxx: String,
+    /// Tried in order when `cc` / `cxx` do not exist (e.g. `amdclang++`, `hipcc`).
+    #[serde(default)]
+    pub(crate) cc_fallbacks: Vec<String>,
+    #[serde(default)]
+    pub(crate) cxx_fallbacks: Vec<String>,
+    /// Explicit tools; `LLVM_PROFDATA` / `LLVM_COV` override them. When unset the
+    /// tools next to the compiler are used.
+    #[serde(default)]
+    pub(crate) llvm_profdata: Option<String>,
+    #[serde(default)]
+    pub(crate) llvm_cov: Option<String>,
+    /// Folders searched for llvm-profdata / llvm-cov after the compiler's own
+    /// and before PATH (a ROCm tree: `lib/llvm/bin`, `llvm/bin`, `bin`).
+    #[serde(default)]
+    pub(crate) tool_dirs: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CoverageConfig {
+    /// Host instrumentation flags, handed to the build as `{coverage_flags}`.
+    #[serde(default = "default_host_flags")]
+    pub(crate) host_flags: Vec<String>,
+    /// `LLVM_PROFILE_FILE` name inside each trial's profile directory.
+    #[serde(default = "default_profile_pattern")]
+    pub(crate) profile_pattern: String,
+    #[serde(default)]
+    pub(crate) device: DeviceConfig,
+}
+
+impl Default for CoverageConfig {
+    fn default() -> Self {
+        CoverageConfig {
+            host_flags: default_host_flags(),
+            profile_pattern: default_profile_pattern(),
+            device: DeviceConfig::default(),
+        }
+    }
+}
+
+/// Atomic counter updates: with plain increments, threads racing through the
+/// same code lose updates, and because llvm-cov derives some region counts by
+/// subtracting counters, a lost update can mark never-run code as covered.
+pub(super) fn default_host_flags() -> Vec<String> {
+    vec!["-fprofile-instr-generate".into(), "-fcoverage-mapping".into(), "-fprofile-update=atomic".into()]
+}
+
+pub(super) fn default_profile_pattern() -> String {
+    "%h-%p-%m.profraw".into()
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceMode {
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl DeviceMode {
+    pub(crate) fn parse(text: &str) -> Option<DeviceMode> {
+        match text.to_ascii_lowercase().as_str() {
+            "auto" => Some(DeviceMode::Auto),
+            "on" => Some(DeviceMode::On),
+            "off" => Some(DeviceMode::Off),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            DeviceMode::Auto => "auto",
+            DeviceMode::On => "on",
+            DeviceMode::Off => "off",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    /// `CCL_COV_DEVICE_COVERAGE` overrides it.
+    #[serde(default)]
+    pub mode: DeviceMode,
+    /// The GPU architecture device code is built for: `gfx942` (HIP) or
+    /// `sm_90` (CUDA); none means there is no device code to instrument.
+    #[serde(default, deserialize_with = "gpu_target")]
+    pub target: Option<String>,
+    /// The ROCm installation whose version gates AMDGPU device coverage.
+    #[serde(default)]
+    pub rocm_path: Option<String>,
+    /// Whether the build links device code into separate code objects
+    /// (RCCL's `ENABLE_DEVICE_LINKER`); device coverage needs it.
+    #[serde(default = "yes")]
+    pub linker: bool,
+    /// Device code objects for llvm-cov (`*` allowed in the file name), used
+    /// only while device coverage is on and only if they carry coverage mapping.
+    #[serde(default)]
+    pub objects: Vec<BuildTemplate>,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        DeviceConfig { mode: DeviceMode::Auto, target: None, rocm_path: None, linker: true, objects: Vec::new() }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(try_from = "StepFields")]
+pub(crate) struct Step {
+    pub(crate) name: String,
+    /// The command; exactly one of `argv` and `rccl_install`.
+    pub(crate) argv: Vec<BuildTemplate>,
+    /// RCCL's install.sh, with the coverage flags and CMake options the
+    /// harness resolves (see `rccl.rs`).
+    pub(crate) rccl_install: Option<RcclInstall>,
+    pub(crate) env: Env<BuildTemplate>,
+    /// Working directory; the build directory when unset.
+    pub(crate) cwd: Option<BuildTemplate>,
+}
+
+/// A [`Step`] before its command is checked: the fields check themselves,
+/// but only the whole step knows whether it has exactly one command.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StepFields {
+    name: String,
+    #[serde(default, deserialize_with = "argv")]
+    argv: Vec<BuildTemplate>,
+    #[serde(default)]
+    rccl_install: Option<RcclInstall>,
+    #[serde(default)]
+    env: Env<BuildTemplate>,
+    #[serde(default)]
+    cwd: Option<BuildTemplate>,
+}
+
+impl TryFrom<StepFields> for Step {
+    type Error = &'static str;
+
+    fn try_from(f: StepFields) -> Result<Step, Self::Error> {
+        let StepFields { name, argv, rccl_install, env, cwd } = f;
+        match (argv.is_empty(), &rccl_install) {
+            (true, None) => Err("expected argv (program first) or rccl_install"),
+            (false, Some(_)) => Err("expected either argv or rccl_install, not both"),
+            _ => Ok(Step { name, argv, rccl_install, env, cwd }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RcclInstall {
+    pub(crate) script: BuildTemplate,
+    #[serde(default)]
+    pub(crate) flags: Vec<BuildTemplate>,
+    /// CMake options for `--cmake-options`; one string may hold several,
+    /// quoted as install.sh will see them.
+    #[serde(default)]
+    pub(crate) cmake_options: Vec<BuildTemplate>,
+    #[serde(default)]
+    pub(crate) jobs: Option<BuildTemplate>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LibraryBuild {
+    /// Source tree, relative to the config file; hashed into the build key.
+    pub(crate) source_dir: String,
+    /// Top-level entries of `source_dir` left out of the build key (in-tree
+    /// build folders, for example). Hidden entries are always left out.
+    #[serde(default)]
+    pub(crate) hash_exclude: Vec<String>,
+    #[serde(deserialize_with = "steps")]
+    pub(crate) steps: Vec<Step>,
+    /// Objects the report covers. Each must carry coverage mapping.
+    #[serde(deserialize_with = "objects")]
+    pub(crate) objects: Vec<BuildTemplate>,
+    /// An instrumented build to use instead of building (`{build_dir}`);
+    /// `CCL_COV_BUILD_DIR` overrides it.
+    #[serde(default)]
+    pub(crate) existing_build: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TestsBuild {
+    pub(crate) source_dir: String,
+    #[serde(default)]
+    pub(crate) hash_exclude: Vec<String>,
+    #[serde(deserialize_with = "steps")]
+    pub(crate) steps: Vec<Step>,
+    /// Where the test binaries land.
+    pub(crate) bin_dir: BuildTemplate,
+    /// Already-built test binaries to use instead of running `steps`;
+    /// `CCL_COV_TESTS_DIR` overrides it.
+    #[serde(default)]
+    pub(crate) existing_bin_dir: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum LauncherKind {
+    /// The test binary itself (ranks as threads of one process).
+    Direct,
+    Mpirun,
+    Srun,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum MpiFlavor {
+    /// Open MPI: `-x NAME` forwards a variable; root needs `--allow-run-as-root`;
+    /// under srun `--mpi=pmix`.
+    #[default]
+    Openmpi,
+    /// MPICH/Hydra: `-genv NAME VALUE`; under srun `--mpi=pmi2`.
+    Mpich,
+    /// `mpirun`: read from the launcher program's `--version` when a trial
+    /// starts (`mpi.rs`); `srun`: no `--mpi=`, the cluster's `MpiDefault`.
+    Auto,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(try_from = "LauncherFields")]
+pub(crate) struct LauncherConfig {
+    pub(crate) kind: LauncherKind,
+    /// Launcher program; `mpirun` / `srun` by default.
+    pub(crate) program: Option<String>,
+    pub(crate) flavor: MpiFlavor,
+    /// Launcher arguments, before the test binary.
+    pub(crate) args: Vec<TrialTemplate>,
+    /// Appended to the test binary's arguments (`-t {ranks}`, `-g 1`).
+    pub(crate) program_args: Vec<TrialTemplate>,
+    /// Nodes a trial of this launcher spans (srun `--nodes`); 1 by default.
+    pub(crate) nodes: usize,
+    /// GPUs each rank needs (srun `--gpus-per-task`); 0 (none) by default.
+    pub(crate) gpus_per_task: usize,
+}
+
+/// A [`LauncherConfig`] before its kind and its fields are checked together.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LauncherFields {
+    kind: LauncherKind,
+    #[serde(default)]
+    program: Option<String>,
+    #[serde(default)]
+    flavor: MpiFlavor,
+    #[serde(default)]
+    args: Vec<TrialTemplate>,
+    #[serde(default)]
+    program_args: Vec<TrialTemplate>,
+    #[serde(default = "one_node", deserialize_with = "nodes")]
+    nodes: usize,
+    #[serde(default, deserialize_with = "gpus_per_task")]
+    gpus_per_task: usize,
+}
+
+pub(super) fn one_node() -> usize {
+    1
+}
+
+impl TryFrom<LauncherFields> for LauncherConfig {
+    type Error = &'static str;
+
+    fn try_from(f: LauncherFields) -> Result<LauncherConfig, Self::Error> {
+        if f.kind == LauncherKind::Direct && (!f.args.is_empty() || f.program.is_some()) {
+            return Err(
+                "a direct launcher runs the test binary itself: it takes no program or args (use program_args)",
+            );
+        }
+        if f.kind == LauncherKind::Direct && (f.nodes != 1 || f.gpus_per_task != 0) {
+            return Err("a direct launcher runs on this node only: it takes no nodes or gpus_per_task");
+        }
+        let LauncherFields { kind, program, flavor, args, program_args, nodes, gpus_per_task } = f;
+        Ok(LauncherConfig { kind, program, flavor, args, program_args, nodes, gpus_per_task })
+    }
+}
+
+/// One node of `hosts`: `{"name": "node1", "slots": 8, "gpus": 8}`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HostConfig {
+    /// The name the launcher reaches it by (`mpirun --host`).
+    pub(crate) name: HostName,
+    /// Ranks it may run.
+    #[serde(deserialize_with = "host_slots")]
+    pub(crate) slots: usize,
+    /// Its GPUs; without it, one GPU slot per rank slot.
+    #[serde(default, deserialize_with = "optional_host_gpus", skip_serializing_if = "Option::is_none")]
+    pub(crate) gpus: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LaunchDefaults {
+    /// A key of `launchers` (checked by `validate`, which lists them).
+    pub(crate) launcher: String,
+    #[serde(deserialize_with = "ranks")]
+    pub(crate) ranks: usize,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Iterations {
+    #[serde(deserialize_with = "iters")]
+    pub(crate) iters: u32,
+    #[serde(deserialize_with = "warmup")]
+    pub(crate) warmup: u32,
+    /// Under coverage, run `-n 1 -w 0` instead: coverage needs one pass
+    /// through the code, not stable timings. `CCL_COV_TRIM_ITERATIONS`
+    /// overrides it.
+    #[serde(default = "yes")]
+    pub(crate) trim_under_coverage: bool,
+}
+
+impl Default for Iterations {
+    fn default() -> Self {
+        Iterations { iters: 5, warmup: 2, trim_under_coverage: true }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Collective {
+    pub(crate) name: Name,
+    /// Test binary, relative to `tests.bin_dir` unless absolute.
+    #[serde(deserialize_with = "binary")]
+    pub(crate) binary: String,
+    #[serde(default)]
+    pub(crate) args: Vec<TrialTemplate>,
+    #[serde(default)]
+    pub(crate) env: Env<TrialTemplate>,
+    /// Marks its trials ignored (run with `--ignored` / `--include-ignored`).
+    #[serde(default)]
+    pub(crate) ignore: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Variant {
+    pub(crate) name: Name,
+    #[serde(default)]
+    pub(crate) launcher: Option<String>,
+    #[serde(default, deserialize_with = "optional_ranks")]
+    pub(crate) ranks: Option<usize>,
+    #[serde(default)]
+    pub(crate) env: Env<TrialTemplate>,
+    #[serde(default)]
+    pub(crate) args: Vec<TrialTemplate>,
+    #[serde(default)]
+    pub(crate) ignore: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timeouts {
+    /// Seconds a trial may run.
+    #[serde(deserialize_with = "timeout_seconds")]
+    pub(crate) default: u64,
+    /// Seconds between SIGTERM and SIGKILL.
+    #[serde(deserialize_with = "grace_seconds")]
+    pub grace: u64,
+    /// Later rules win over earlier ones.
+    #[serde(default)]
+    pub(crate) overrides: Vec<TimeoutRule>,
+    /// Applied after `overrides`, only while device coverage is on.
+    #[serde(default)]
+    pub(crate) device_coverage: Vec<TimeoutRule>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts { default: 300, grace: 10, overrides: Vec::new(), device_coverage: Vec::new() }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TimeoutRule {
+    #[serde(default)]
+    pub(crate) collective: Option<String>,
+    #[serde(default)]
+    pub(crate) size: Option<String>,
+    #[serde(default)]
+    pub(crate) variant: Option<String>,
+    #[serde(deserialize_with = "timeout_seconds")]
+    pub(crate) seconds: u64,
+}
+
+impl TimeoutRule {
+    pub(crate) fn matches(&self, collective: &str, size: &str, variant: Option<&str>) -> bool {
+        self.collective.as_deref().is_none_or(|c| c == collective)
+            && self.size.as_deref().is_none_or(|s| s == size)
+            && self.variant.as_deref().is_none_or(|v| Some(v) == variant)
+    }
+}
+
+/// The logs of trials and build steps.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Logs {
+    /// Most MiB of output one log keeps: the first half and the last half,
+    /// with a line saying how much was cut between them.
+    #[serde(deserialize_with = "log_mib")]
+    pub(crate) max_mib: u64,
+}
+
+impl Logs {
+    pub(crate) fn max_bytes(&self) -> u64 {
+        self.max_mib << 20
+    }
+}
+
+impl Default for Logs {
+    fn default() -> Self {
+        Logs { max_mib: 64 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReportConfig {
+    /// Files left out of every report (llvm-cov `-ignore-filename-regex`,
+    /// joined with `|`). Anchor them: upstream's `ext.*` also dropped `context.cc`.
+    #[serde(default = "default_ignore")]
+    pub(crate) ignore_filename_regex: Vec<String>,
+    /// Whether `coverage_report` snapshot-checks the summary.
+    #[serde(default = "yes")]
+    pub(crate) snapshot: bool,
+}
+
+impl Default for ReportConfig {
+    fn default() -> Self {
+        ReportConfig { ignore_filename_regex: default_ignore(), snapshot: true }
+    }
+}
+
+/// System, CUDA and ROCm headers, and nvcc's temporary host files.
+pub(super) fn default_ignore() -> Vec<String> {
+    ["^/usr/", "^/opt/rocm", "(^|/)tmpxft_[^/]*$", "cudafe1"].iter().map(ToString::to_string).collect()
+}
+
+pub(super) fn yes() -> bool {
+    true
+}

@@ -1,0 +1,162 @@
+//! What no single value can check: references between sections, unique
+//! names, ranks within the capacity, and trials whose files would collide.
+
+use super::*;
+use crate::error::Result;
+use std::collections::{BTreeSet, HashMap};
+
+pub(crate) type Invalid = (String, String);
+
+pub(crate) fn invalid(path: impl Into<String>, msg: impl Into<String>) -> Invalid {
+    (path.into(), msg.into())
+}
+
+/// What no single value can check: names that must be defined or unique,
+/// ranks within the capacity, and trials whose files must not collide.
+pub(super) fn validate(c: &Config) -> Result<(), Invalid> {
+    check_launch(c)?;
+    check_hosts(&c.hosts)?;
+    let collectives = unique_names("collectives", c.collectives.iter().map(|x| &x.name))?;
+    let sizes = unique_sizes(&c.sizes)?;
+    let variants = check_variants(c)?;
+    check_timeouts(&c.timeouts, &collectives, &sizes, &variants)?;
+    check_trial_count(c)
+}
+
+/// Listing the defined launchers says how to fix a typo.
+pub(super) fn launcher_known(c: &Config, path: String, name: &str) -> Result<(), Invalid> {
+    if c.launchers.contains_key(name) {
+        return Ok(());
+    }
+    let known: Vec<&str> = c.launchers.keys().map(Name::as_str).collect();
+    Err(invalid(path, format!("unknown launcher {name:?}; defined in `launchers`: {known:?}")))
+}
+
+/// A trial holds a slot per rank, and only `capacity` slots exist.
+pub(super) fn ranks_fit(c: &Config, path: String, ranks: usize) -> Result<(), Invalid> {
+    if ranks <= c.capacity {
+        return Ok(());
+    }
+    Err(invalid(path, format!("expected 1..={} ranks (the config's capacity), got {ranks}", c.capacity)))
+}
+
+/// `launch`: the default launcher exists and its ranks fit.
+pub(super) fn check_launch(c: &Config) -> Result<(), Invalid> {
+    launcher_known(c, "launch.launcher".into(), &c.launch.launcher)?;
+    ranks_fit(c, "launch.ranks".into(), c.launch.ranks)
+}
+
+/// `hosts`: each node once (a node named twice would be counted twice), and
+/// a bounded list.
+pub(super) fn check_hosts(hosts: &[HostConfig]) -> Result<(), Invalid> {
+    if hosts.len() > limits::HOSTS {
+        return Err(invalid("hosts", format!("{} hosts: expected at most {}", hosts.len(), limits::HOSTS)));
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, host) in hosts.iter().enumerate() {
+        if let Some(first) = seen.insert(host.name.as_str(), i) {
+            return Err(invalid(
+                format!("hosts[{i}].name"),
+                format!("duplicate host {:?} (also hosts[{first}]): expected each node once", host.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `collectives` and `variants`: a name names one entry.
+pub(super) fn unique_names<'a>(
+    path: &str,
+    names: impl Iterator<Item = &'a Name>,
+) -> Result<BTreeSet<&'a str>, Invalid> {
+    let mut seen = BTreeSet::new();
+    for (i, name) in names.enumerate() {
+        if !seen.insert(name.as_str()) {
+            return Err(invalid(format!("{path}[{i}].name"), format!("duplicate name {name:?}")));
+        }
+    }
+    Ok(seen)
+}
+
+/// `sizes`: each once, by bytes too (`1K` and `1024` would be one trial twice).
+pub(super) fn unique_sizes(sizes: &[Size]) -> Result<BTreeSet<&str>, Invalid> {
+    let mut by_bytes: HashMap<u64, usize> = HashMap::new();
+    for (i, size) in sizes.iter().enumerate() {
+        let Some(first) = by_bytes.insert(size.bytes(), i) else { continue };
+        let msg = if sizes[first] == *size {
+            format!("duplicate size {size:?}")
+        } else {
+            format!(
+                "{size:?} is the same size as sizes[{first}] {:?} ({} bytes): a duplicate trial",
+                sizes[first],
+                size.bytes()
+            )
+        };
+        return Err(invalid(format!("sizes[{i}]"), msg));
+    }
+    Ok(sizes.iter().map(Size::as_str).collect())
+}
+
+/// `variants`: unique names, launchers that exist, ranks that fit.
+pub(super) fn check_variants(c: &Config) -> Result<BTreeSet<&str>, Invalid> {
+    let names = unique_names("variants", c.variants.iter().map(|v| &v.name))?;
+    for (i, v) in c.variants.iter().enumerate() {
+        if let Some(l) = &v.launcher {
+            launcher_known(c, format!("variants[{i}].launcher"), l)?;
+        }
+        if let Some(r) = v.ranks {
+            ranks_fit(c, format!("variants[{i}].ranks"), r)?;
+        }
+    }
+    Ok(names)
+}
+
+/// `timeouts`: a rule names only collectives, sizes and variants that exist,
+/// else it silently never applies.
+pub(super) fn check_timeouts(
+    t: &Timeouts,
+    collectives: &BTreeSet<&str>,
+    sizes: &BTreeSet<&str>,
+    variants: &BTreeSet<&str>,
+) -> Result<(), Invalid> {
+    for (table, rules) in [("overrides", &t.overrides), ("device_coverage", &t.device_coverage)] {
+        for (i, rule) in rules.iter().enumerate() {
+            for (field, value, known) in [
+                ("collective", &rule.collective, collectives),
+                ("size", &rule.size, sizes),
+                ("variant", &rule.variant, variants),
+            ] {
+                if let Some(v) = value
+                    && !known.contains(v.as_str())
+                {
+                    return Err(invalid(
+                        format!("timeouts.{table}[{i}].{field}"),
+                        format!("{v:?} names no {field} of this config; known: {known:?}"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// At most `limits::TRIALS` trials: the plan is built in memory at every
+/// start. (Whether the trials' files stay apart is the plan's check,
+/// `plan::check`.)
+pub(super) fn check_trial_count(c: &Config) -> Result<(), Invalid> {
+    let variants = c.variants.len().max(1);
+    let count = c.collectives.len().checked_mul(c.sizes.len()).and_then(|n| n.checked_mul(variants));
+    if count.is_none_or(|n| n > limits::TRIALS) {
+        return Err(invalid(
+            "collectives",
+            format!(
+                "{} collectives × {} sizes × {} variants is more than {} trials",
+                c.collectives.len(),
+                c.sizes.len(),
+                variants,
+                limits::TRIALS
+            ),
+        ));
+    }
+    Ok(())
+}
