@@ -263,3 +263,72 @@ fn the_report_lists_the_new_steps() {
         assert!(out.stdout.contains(&format!("{step}: test")), "{}", out.text());
     }
 }
+
+/// The attribution pages as a browser shows them: headless Chromium
+/// (installed by `scripts/install-deps`) loads them from the report, and the
+/// DOM it builds has llvm-cov's index linking to them, relative file names,
+/// one row per line with the count of trials linking to who they are, and a
+/// page per trial. A screenshot of the index is kept in the test's folder
+/// and must be a real PNG.
+#[test]
+fn the_attribution_pages_render_in_a_browser() {
+    let chromium = ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find(|c| which(c))
+        .expect("headless Chromium is needed (scripts/install-deps installs it)");
+    let s = setup(|v| {
+        only(
+            v,
+            "AllReduce",
+            &["1K"],
+            json!([{"name": "ring", "ranks": 2}, {"name": "mpi", "launcher": "mpi", "ranks": 2}]),
+        )
+    });
+    let limit = Duration::from_secs(480);
+    assert!(harness(&s, "collectives", &[], limit).success);
+    let report = harness(&s, "report", &[], limit);
+    assert!(report.success, "{}", report.text());
+    let dom = |page: &Path| {
+        let mut cmd = Command::new(chromium);
+        cmd.args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+            .arg(format!("file://{}", page.display()))
+            .env("HOME", s.dir.path());
+        run_limited(cmd, Duration::from_secs(120))
+    };
+    let dir = s.ws.join("report");
+    let llvm_index = dom(&dir.join("html/index.html"));
+    assert!(
+        llvm_index.contains("href=\"../attribution/index.html\""),
+        "llvm-cov's index does not link the attribution"
+    );
+    let index = dom(&dir.join("attribution/index.html"));
+    assert!(index.contains("href=\"../html/style.css\""), "not styled like llvm-cov's pages");
+    assert!(index.contains(">ccl/src/all_reduce.cc</a>"), "file names are not relative: {index}");
+    assert!(!index.contains(&root().display().to_string()), "an absolute path is shown: {index}");
+    assert!(index.contains("href=\"trial-AllReduce__1K__mpi.html\""), "{index}");
+    let page = fs::read_dir(dir.join("attribution"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with("-all_reduce.cc.html"))
+        .unwrap();
+    let file = dom(&page);
+    let source_lines = fs::read_to_string(root().join("tests/fixtures/ccl/src/all_reduce.cc")).unwrap().lines().count();
+    assert_eq!(file.matches("<tr id=\"L").count(), source_lines, "one row per line");
+    assert!(file.contains("<a href=\"#S"), "the count of trials links to who they are");
+    let trial = dom(&dir.join("attribution/trial-AllReduce__1K__mpi.html"));
+    assert!(trial.contains("lines covered in"), "{trial}");
+    let shot = s.dir.path().join("attribution.png");
+    let mut cmd = Command::new(chromium);
+    cmd.args(["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,900"])
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", dir.join("attribution/index.html").display()))
+        .env("HOME", s.dir.path());
+    run_limited(cmd, Duration::from_secs(120));
+    let png = fs::read(&shot).unwrap();
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "the screenshot is {} bytes", png.len());
+}
+
+fn which(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
+}

@@ -15,6 +15,7 @@ use crate::coverage::sass::{self, DeviceLines};
 use crate::error::Error;
 use crate::plan;
 use crate::report::attribution::{self, Attribution, TrialCoverage, TrialSummary};
+use crate::report::attribution_pages;
 use crate::report::diff_coverage;
 use crate::report::minimal_suite;
 use crate::report::{self, Health, ReportInputs, ReportMeta};
@@ -441,6 +442,7 @@ impl Shared {
             workspace::files::normalize_modes(&dir).map_err(|e| failed("setting the report's modes", &e))?;
         }
         let index = shown?;
+        attribution_pages::link_from_llvm_cov_index(&index).map_err(|e| failed("linking the attribution pages", &e))?;
         if let Some(device) = device {
             let device = device.map_err(|e| failed("writing the device pages", &e))?;
             eprintln!("ccl-coverage: device HTML report: {}", self.shown(&device).display());
@@ -660,9 +662,14 @@ impl Shared {
         write("trials.json", serde_json::to_string_pretty(&a.summaries).expect("trials serialize"))?;
         let pages_dir = dir.join("attribution");
         workspace::files::create_dir(&pages_dir).map_err(|e| failed("creating report/attribution", &e))?;
-        let pages = attribution::html_pages(&attribution, &|f| std::fs::read_to_string(f).ok(), &|f| {
-            format!("../html/coverage{f}.html")
-        });
+        let m = &merged.manifest;
+        let roots = [m.library_src.as_path(), m.tests_src.as_path()];
+        let sources = attribution_pages::Sources {
+            text: &|f| std::fs::read_to_string(f).ok(),
+            llvm_cov_page: &|f| format!("../html/coverage{f}.html"),
+            shown: &|f| report::relative(f, &roots),
+        };
+        let pages = attribution_pages::pages(&attribution, &sources);
         for (name, html) in pages {
             workspace::files::write_atomic(&pages_dir.join(&name), html.as_bytes())
                 .map_err(|e| failed(&format!("writing attribution/{name}"), &e))?;

@@ -3,6 +3,7 @@
 //! and the normalised summary that is snapshot-checked.
 
 pub mod attribution;
+pub(crate) mod attribution_pages;
 pub(crate) mod device_pages;
 pub(crate) mod diff_coverage;
 pub(crate) mod minimal_suite;

@@ -1,0 +1,329 @@
+//! `report/attribution/`: which trial covered which line, as pages that
+//! look like llvm-cov's (they use its `style.css`) and link to them: an
+//! index of the source files, a page per file (one row per line, the count
+//! of trials that ran it linking to the list of those trials), and a page
+//! per trial (the lines no other trial covers, by file). File names are
+//! relative to the source roots.
+
+use crate::report::attribution::{Attribution, expand, ranges_text};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::Path;
+
+/// What the pages need besides the attribution.
+pub(crate) struct Sources<'a> {
+    /// A source file's text (`None`: the page shows line numbers only).
+    pub(crate) text: &'a dyn Fn(&str) -> Option<String>,
+    /// The relative link to llvm-cov's page of a file.
+    pub(crate) llvm_cov_page: &'a dyn Fn(&str) -> String,
+    /// A file's name as the report shows it (relative to the source roots).
+    pub(crate) shown: &'a dyn Fn(&str) -> String,
+}
+
+pub(crate) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// llvm-cov's stylesheet (`../html/style.css`), and what its pages lack: a
+/// highlighted target line and the trial column.
+fn head(title: &str) -> String {
+    format!(
+        "<!doctype html><html><head><meta name='viewport' content='width=device-width,initial-scale=1'>\
+         <meta charset='UTF-8'><title>{}</title><link rel='stylesheet' type='text/css' href='../html/style.css'>\
+         <style>tr:target td{{background-color:#ff06}} td.trials{{text-align:right;padding:0 1em}} \
+         td.trials a{{text-decoration:none}} .light-row td{{padding:0 .6em}}</style></head><body>",
+        escape(title)
+    )
+}
+
+/// A file name safe in a URL and on any filesystem.
+fn page_name(prefix: &str, name: &str) -> String {
+    let safe: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+    format!("{prefix}{safe}.html")
+}
+
+/// `report/attribution/` as (file name, page) pairs.
+pub(crate) fn pages(attribution: &Attribution, sources: &Sources) -> Vec<(String, String)> {
+    let names = |set: u32| -> Vec<u32> {
+        attribution.trial_sets.get(set as usize).map(|s| expand(s).collect()).unwrap_or_default()
+    };
+    let trial_page = |i: u32| page_name("trial-", attribution.trials.get(i as usize).map_or("unknown", String::as_str));
+    let file_pages: BTreeMap<&str, String> = attribution
+        .files
+        .keys()
+        .enumerate()
+        .map(|(i, file)| {
+            let base = Path::new(file).file_name().map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
+            (file.as_str(), page_name(&format!("{i:04}-"), &base))
+        })
+        .collect();
+    // Per trial: lines covered and lines only it covers, by file.
+    let mut covered: Vec<BTreeMap<&str, u32>> = vec![BTreeMap::new(); attribution.trials.len()];
+    let mut unique: Vec<BTreeMap<&str, Vec<(u32, u32)>>> = vec![BTreeMap::new(); attribution.trials.len()];
+    for (file, ranges) in &attribution.files {
+        for &(a, b, set) in ranges.iter().filter(|r| r.2 != 0) {
+            let members = names(set);
+            for &m in &members {
+                if let Some(c) = covered.get_mut(m as usize) {
+                    *c.entry(file).or_default() += b - a + 1;
+                }
+            }
+            if let [only] = members[..]
+                && let Some(u) = unique.get_mut(only as usize)
+            {
+                u.entry(file).or_default().push((a, b));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut index = head("Which trial covered which line");
+    let _ = write!(
+        index,
+        "<h1>Which trial covered which line</h1><p>{} trials. A file's page shows, for each line, how many trials \
+         executed it and which; a trial's page, the lines no other trial covers. \
+         <a href='../html/index.html'>llvm-cov's report</a></p>\
+         <h2>Files</h2><div class='centered'><table><tr><td class='column-entry-bold'>File</td>\
+         <td class='column-entry-bold'>Lines covered</td><td class='column-entry-bold'>Instrumented</td></tr>",
+        attribution.trials.len()
+    );
+    for (file, ranges) in &attribution.files {
+        let instrumented: u32 = ranges.iter().map(|&(a, b, _)| b - a + 1).sum();
+        let hit: u32 = ranges.iter().filter(|r| r.2 != 0).map(|&(a, b, _)| b - a + 1).sum();
+        let class = if hit == instrumented {
+            "column-entry-green"
+        } else if hit == 0 {
+            "column-entry-red"
+        } else {
+            "column-entry-yellow"
+        };
+        let _ = write!(
+            index,
+            "<tr class='light-row'><td><pre><a href='{}'>{}</a></pre></td><td class='{class}'><pre>{hit}</pre></td>\
+             <td class='column-entry'><pre>{instrumented}</pre></td></tr>",
+            file_pages[file.as_str()],
+            escape(&(sources.shown)(file))
+        );
+    }
+    index.push_str(
+        "</table></div><h2>Trials</h2><div class='centered'><table><tr><td class='column-entry-bold'>Trial</td>\
+         <td class='column-entry-bold'>Lines covered</td><td class='column-entry-bold'>Lines only it covers</td></tr>",
+    );
+    for (i, trial) in attribution.trials.iter().enumerate() {
+        let lines: u32 = covered[i].values().sum();
+        let only: u32 = unique[i].values().flatten().map(|&(a, b)| b - a + 1).sum();
+        let _ = write!(
+            index,
+            "<tr class='light-row'><td><pre><a href='{}'>{}</a></pre></td><td class='column-entry'><pre>{lines}</pre></td>\
+             <td class='column-entry'><pre>{only}</pre></td></tr>",
+            trial_page(i as u32),
+            escape(trial)
+        );
+    }
+    index.push_str("</table></div></body></html>\n");
+    out.push(("index.html".to_string(), index));
+    for (file, ranges) in &attribution.files {
+        let page = file_page(attribution, file, ranges, sources, &names, &trial_page);
+        out.push((file_pages[file.as_str()].clone(), page));
+    }
+    for (i, trial) in attribution.trials.iter().enumerate() {
+        let mut html = head(trial);
+        let lines: u32 = covered[i].values().sum();
+        let _ = write!(
+            html,
+            "<h1>{}</h1><p><a href='index.html'>all files and trials</a></p><p>{lines} lines covered in {} files; \
+             the lines below are covered by no other trial.</p><div class='centered'><table>\
+             <tr><td class='column-entry-bold'>File</td><td class='column-entry-bold'>Lines covered</td>\
+             <td class='column-entry-bold'>Lines only this trial covers</td></tr>",
+            escape(trial),
+            covered[i].len()
+        );
+        for (file, n) in &covered[i] {
+            let only = unique[i].get(file).map_or_else(String::new, |r| {
+                r.iter()
+                    .map(|&(a, b)| {
+                        let text = ranges_text(&[(a, b)]);
+                        format!("<a href='{}#L{a}'>{text}</a>", file_pages[file])
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            });
+            let _ = write!(
+                html,
+                "<tr class='light-row'><td><pre><a href='{}'>{}</a></pre></td><td class='column-entry'><pre>{n}</pre></td>\
+                 <td class='column-entry'>{only}</td></tr>",
+                file_pages[file],
+                escape(&(sources.shown)(file))
+            );
+        }
+        html.push_str("</table></div></body></html>\n");
+        out.push((trial_page(i as u32), html));
+    }
+    out
+}
+
+fn file_page(
+    attribution: &Attribution,
+    file: &str,
+    ranges: &[(u32, u32, u32)],
+    sources: &Sources,
+    names: &dyn Fn(u32) -> Vec<u32>,
+    trial_page: &dyn Fn(u32) -> String,
+) -> String {
+    let mut set_of: BTreeMap<u32, u32> = BTreeMap::new();
+    for &(a, b, set) in ranges {
+        for line in a..=b {
+            set_of.insert(line, set);
+        }
+    }
+    let text = (sources.text)(file).unwrap_or_default();
+    let mut source: Vec<&str> = text.lines().collect();
+    let last = set_of.keys().next_back().copied().unwrap_or(0) as usize;
+    if source.len() < last {
+        source.resize(last, "");
+    }
+    let shown = (sources.shown)(file);
+    let mut html = head(&shown);
+    let _ = write!(
+        html,
+        "<h1>{0}</h1><p><a href='index.html'>all files and trials</a> · <a href='{1}'>llvm-cov's view of this file</a></p>\
+         <div class='centered'><div class='source-name-title'><pre>{0}</pre></div><table>\
+         <tr><td class='column-entry-bold'>Line</td><td class='column-entry-bold'>Trials</td>\
+         <td class='column-entry-bold'>Source</td></tr>",
+        escape(&shown),
+        escape(&(sources.llvm_cov_page)(file))
+    );
+    let mut used_sets = std::collections::BTreeSet::new();
+    for (i, code) in source.iter().enumerate() {
+        let n = i as u32 + 1;
+        let (count, class) = match set_of.get(&n) {
+            None => (String::new(), ""),
+            Some(0) => ("<span class='uncovered-line'>0</span>".to_string(), " class='red'"),
+            Some(&set) => {
+                used_sets.insert(set);
+                (format!("<a href='#S{set}'>{}</a>", names(set).len()), "")
+            }
+        };
+        let _ = write!(
+            html,
+            "<tr id='L{n}'><td class='line-number'><a href='#L{n}'><pre>{n}</pre></a></td>\
+             <td class='trials covered-line'><pre>{count}</pre></td><td class='code'><pre{class}>{}</pre></td></tr>",
+            escape(code)
+        );
+    }
+    html.push_str("</table></div><h2>The trials of each line</h2>");
+    for set in used_sets {
+        let members = names(set);
+        let title = match members.as_slice() {
+            [one] => attribution.trials.get(*one as usize).cloned().unwrap_or_default(),
+            [first, rest @ ..] => format!(
+                "{} and {} more",
+                attribution.trials.get(*first as usize).cloned().unwrap_or_default(),
+                rest.len()
+            ),
+            [] => String::new(),
+        };
+        let _ = write!(html, "<h3 id='S{set}'>{}</h3><ul>", escape(&title));
+        for m in members {
+            let name = attribution.trials.get(m as usize).map_or("?", String::as_str);
+            let _ = write!(html, "<li><a href='{}'>{}</a></li>", trial_page(m), escape(name));
+        }
+        html.push_str("</ul>");
+    }
+    html.push_str("</body></html>\n");
+    html
+}
+
+/// The link from llvm-cov's `html/index.html` to these pages, after its
+/// heading (or at the top of the body), once.
+pub(crate) fn link_from_llvm_cov_index(index: &Path) -> crate::error::Result<()> {
+    let text = std::fs::read_to_string(index)
+        .map_err(|e| crate::error::Error::new(format!("cannot read {}: {e}", index.display())))?;
+    let link = "<p><a href='../attribution/index.html'>Which trial covered which line</a> (per-trial attribution, \
+                and the lines only one trial covers)</p>";
+    if text.contains(link) {
+        return Ok(());
+    }
+    let linked = match ["</h2>", "<body>"].iter().find_map(|m| text.find(m).map(|at| at + m.len())) {
+        Some(at) => format!("{}{link}{}", &text[..at], &text[at..]),
+        None => format!("{link}{text}"),
+    };
+    crate::workspace::files::write_atomic(index, linked.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coverage::lcov::parse_lcov;
+    use crate::report::attribution::TrialCoverage;
+
+    fn trial(name: &str, text: &str) -> TrialCoverage {
+        TrialCoverage {
+            name: name.into(),
+            slug: name.replace("::", "."),
+            duration_s: 1.0,
+            lcov: parse_lcov(text, name).unwrap(),
+            lines: (0, 0),
+            functions: (0, 0),
+            regions: (0, 0),
+        }
+    }
+
+    #[test]
+    fn pages_link_files_lines_trial_sets_and_trials() {
+        let all = parse_lcov(
+            "SF:/src/a.cc\nDA:3,2\nDA:4,2\nDA:5,0\nend_of_record\nSF:/src/b.cc\nDA:1,1\nend_of_record\n",
+            "all",
+        )
+        .unwrap();
+        let t0 = trial("A::1K", "SF:/src/a.cc\nDA:3,1\nDA:4,1\nend_of_record\n");
+        let t1 = trial("A::1K::mpi", "SF:/src/a.cc\nDA:3,1\nend_of_record\nSF:/src/b.cc\nDA:1,1\nend_of_record\n");
+        let att = Attribution::new(&all, &[t0, t1]);
+        let sources = Sources {
+            text: &|_| Some("a\nb\nint f() {\n  return <1>;\n}\n".into()),
+            llvm_cov_page: &|f| format!("../html/coverage{f}.html"),
+            shown: &|f| f.trim_start_matches("/src/").to_string(),
+        };
+        let pages = pages(&att, &sources);
+        let page = |name: &str| &pages.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no {name}")).1;
+        let index = page("index.html");
+        assert!(index.contains("href='../html/style.css'") && index.contains("href='../html/index.html'"));
+        assert!(index.contains("<a href='0000-a.cc.html'>a.cc</a>") && !index.contains("/src/"), "{index}");
+        assert!(index.contains("<a href='trial-A__1K__mpi.html'>A::1K::mpi</a>"), "{index}");
+        let a = page("0000-a.cc.html");
+        // One row per line: the count of trials links to who they are.
+        assert!(a.contains("<tr id='L3'>") && a.contains("<a href='#S1'>2</a>"), "{a}");
+        assert!(a.contains("<pre>  return &lt;1&gt;;</pre>"), "{a}");
+        assert!(a.contains("<span class='uncovered-line'>0</span>"), "{a}");
+        assert!(a.contains("<h3 id='S1'>A::1K and 1 more</h3>"), "{a}");
+        assert!(a.contains("<li><a href='trial-A__1K.html'>A::1K</a></li>"), "{a}");
+        let mpi = page("trial-A__1K__mpi.html");
+        assert!(mpi.contains("2 lines covered in 2 files"), "{mpi}");
+        assert!(mpi.contains("<a href='0001-b.cc.html#L1'>1</a>"), "its unique line links to it: {mpi}");
+        let one = page("trial-A__1K.html");
+        assert!(one.contains("<a href='0000-a.cc.html#L4'>4</a>"), "{one}");
+    }
+
+    #[test]
+    fn llvm_cov_s_index_links_to_the_pages_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = dir.path().join("index.html");
+        std::fs::write(&index, "<html><body><h1>t</h1><h2>Coverage Report</h2><table></table></body></html>").unwrap();
+        link_from_llvm_cov_index(&index).unwrap();
+        link_from_llvm_cov_index(&index).unwrap();
+        let text = std::fs::read_to_string(&index).unwrap();
+        assert_eq!(text.matches("../attribution/index.html").count(), 1, "{text}");
+        assert!(text.contains("</h2><p><a href='../attribution/index.html'>"), "{text}");
+    }
+}
