@@ -282,7 +282,7 @@ fn the_attribution_pages_render_in_a_browser() {
             "AllReduce",
             &["1K"],
             json!([{"name": "ring", "ranks": 2}, {"name": "mpi", "launcher": "mpi", "ranks": 2}]),
-        )
+        );
     });
     let limit = Duration::from_secs(480);
     assert!(harness(&s, "collectives", &[], limit).success);
