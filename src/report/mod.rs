@@ -164,13 +164,26 @@ pub(crate) fn percent(covered: u64, count: u64) -> f64 {
     if count == 0 { 100.0 } else { covered as f64 * 100.0 / count as f64 }
 }
 
+/// The metrics a `CCL_COV_FAIL_UNDER_<METRIC>` bar can be set for.
+const BARRED: [&str; 4] = ["lines", "functions", "regions", "branches"];
+
+fn bar_name(metric: &str) -> String {
+    format!("CCL_COV_FAIL_UNDER_{}", metric.to_ascii_uppercase())
+}
+
+/// Whether any `CCL_COV_FAIL_UNDER_<METRIC>` bar is set: known before the
+/// report is merged, so that a run without one lists the check as ignored.
+pub(crate) fn any_bar(env: &dyn Fn(&str) -> Option<String>) -> bool {
+    BARRED.iter().any(|metric| env(&bar_name(metric)).is_some_and(|v| !v.is_empty()))
+}
+
 /// Checks `CCL_COV_FAIL_UNDER_<METRIC>` bars against the totals; the
 /// shortfalls, or `None` when no bar is set.
 pub(crate) fn check_bars(summary: &SummaryExport, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Vec<String>>> {
     let mut any = false;
     let mut short = Vec::new();
     for (metric, covered, count) in summary.totals().rows() {
-        let var = format!("CCL_COV_FAIL_UNDER_{}", metric.to_ascii_uppercase());
+        let var = bar_name(metric);
         let Some(bar) = crate::env_names::percent(&var, &env(&var).unwrap_or_default())? else { continue };
         any = true;
         let got = percent(covered, count);
@@ -421,13 +434,16 @@ mod tests {
         let bars =
             |lines: &'static str| move |name: &str| (name == "CCL_COV_FAIL_UNDER_LINES").then(|| lines.to_string());
         assert_eq!(check_bars(&export, &|_| None).unwrap(), None);
+        assert!(!any_bar(&|_| None) && !any_bar(&|_| Some(String::new())));
+        assert!(any_bar(&bars("60")));
         assert_eq!(check_bars(&export, &bars("60")).unwrap(), Some(vec![]));
         let short = check_bars(&export, &bars("70")).unwrap().unwrap();
         assert_eq!(short, ["lines 63.64% (7/11) is under CCL_COV_FAIL_UNDER_LINES=70"]);
         assert!(check_bars(&export, &bars("lots")).is_err());
         assert!(check_bars(&export, &bars("150")).is_err(), "a bar no coverage can reach");
-        for (metric, _, _) in export.totals().rows() {
-            let var = format!("CCL_COV_FAIL_UNDER_{}", metric.to_ascii_uppercase());
+        assert_eq!(export.totals().rows().iter().map(|r| r.0).collect::<Vec<_>>(), BARRED, "every metric has a bar");
+        for metric in BARRED {
+            let var = bar_name(metric);
             let known = crate::env_names::lookup(&var).map(|k| k.kind);
             assert_eq!(known, Some(crate::env_names::Kind::Percent), "{var} is a known percentage");
         }
