@@ -1,13 +1,14 @@
 //! The report says what it checked and what it covers: a step with nothing
 //! to check is ignored when listed (nextest shows a step ignored only at run
-//! time as PASS), and a trial filter passed on by `cargo coverage` does not
-//! remove the report's steps.
+//! time as PASS), a trial filter passed on by `cargo coverage` does not
+//! remove the report's steps, and results of earlier runs are named.
 
 mod support;
 
-use serde_json::json;
+use serde_json::{Value, json};
+use std::fs;
 use std::time::Duration;
-use support::{harness, only, setup};
+use support::{harness, only, result, setup};
 
 const LIMIT: Duration = Duration::from_secs(480);
 
@@ -60,4 +61,70 @@ fn a_trial_filter_does_not_remove_the_report_steps() {
         "{}",
         html.text()
     );
+}
+
+fn read_json(path: &std::path::Path) -> Value {
+    serde_json::from_str(&fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+/// Two trials, then one of them again: the report counts both, names the
+/// one from the earlier run and keeps the snapshot out of it. The processes
+/// of one nextest run are one run.
+#[test]
+fn results_of_earlier_runs_are_named_and_keep_the_snapshot_out() {
+    let mut s = setup(|v| {
+        let variants = json!([
+            {"name": "ring", "env": {"CCL_ALGO": "ring"}},
+            {"name": "direct", "env": {"CCL_ALGO": "direct"}}
+        ]);
+        only(v, "AllReduce", &["1K"], variants);
+        v["name"] = json!("partial");
+        v["report"]["snapshot"] = json!(true);
+    });
+    let both = harness(&s, "collectives", &[], LIMIT);
+    assert!(both.success, "{}", both.text());
+    let one = harness(&s, "collectives", &["--exact", "AllReduce::1K::ring"], LIMIT);
+    assert!(one.success, "{}", one.text());
+    let run = read_json(&s.ws.join("results/run.json"));
+    assert_eq!(run["ran"], json!(["AllReduce::1K::ring"]));
+    let direct = result(&s, "AllReduce.1K.direct");
+    assert_eq!(
+        run["earlier_runs"],
+        json!([{"run_id": direct["run_id"], "started_at": direct["started_at"], "trials": ["AllReduce::1K::direct"]}])
+    );
+    assert_eq!(run["summary"]["total"], 2);
+
+    let report = harness(&s, "report", &[], LIMIT);
+    let text = report.text();
+    assert!(report.success, "{text}");
+    let named = format!(
+        "1 of 2 trial results come from earlier runs of this build, not from the latest run ({}, started {}): \
+         AllReduce::1K::direct (run {}, started {})",
+        run["run_id"].as_str().unwrap(),
+        run["started_at"].as_str().unwrap(),
+        direct["run_id"].as_str().unwrap(),
+        direct["started_at"].as_str().unwrap()
+    );
+    assert!(text.contains(&format!("ccl-coverage: not one run: {named}. Their coverage is counted")), "{text}");
+    let snapshot = text.lines().find(|l| l.starts_with("test report::snapshot")).unwrap_or_else(|| panic!("{text}"));
+    assert!(snapshot.ends_with(&format!("ignored ({named}; the snapshot describes one run)")), "{snapshot}");
+    let md = fs::read_to_string(s.ws.join("report/summary.md")).unwrap();
+    assert!(md.contains(&format!("**Not one run:** {named}.")), "{md}");
+    let meta = read_json(&s.ws.join("report/meta.json"));
+    assert_eq!(meta["earlier_runs"], run["earlier_runs"], "{meta}");
+    assert_eq!(meta["latest_run"]["trials"], json!(["AllReduce::1K::ring"]), "{meta}");
+
+    // Under nextest each trial is a process of its own, all of one run.
+    s.env.push(("NEXTEST_RUN_ID".into(), "0a1b2c3d-run".into()));
+    for trial in ["AllReduce::1K::ring", "AllReduce::1K::direct"] {
+        let ran = harness(&s, "collectives", &["--exact", trial], LIMIT);
+        assert!(ran.success, "{}", ran.text());
+    }
+    let run = read_json(&s.ws.join("results/run.json"));
+    assert_eq!(run["run_id"], "nextest-0a1b2c3d-run");
+    assert_eq!(run["ran"], json!(["AllReduce::1K::direct", "AllReduce::1K::ring"]));
+    assert_eq!(run["earlier_runs"], json!([]));
+    s.env.pop();
+    let report = harness(&s, "report", &["--skip", "report::snapshot"], LIMIT);
+    assert!(report.success && !report.text().contains("not one run"), "{}", report.text());
 }

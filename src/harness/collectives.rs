@@ -71,7 +71,7 @@ pub fn main_with(args: Arguments) -> ExitCode {
         }
     };
     let shared = Arc::new(Shared {
-        run_id: format!("{}-{}", host::now(), std::process::id()),
+        run_id: crate::results::run_id(),
         results: RunWriter::new(ctx.workspace.clone()),
         ctx,
         fixture: OnceLock::new(),
@@ -150,6 +150,7 @@ impl Shared {
             gpus: host::gpus(),
             library_git_sha: git_sha(&self.ctx.loaded.library_src()),
             planned: plan::names(self.ctx.config()),
+            run_id: self.run_id.clone(),
         })
     }
 

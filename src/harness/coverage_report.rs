@@ -353,6 +353,11 @@ impl Shared {
         } else {
             None
         };
+        if let Some(mixed) = results::Runs::of(&results).mixed() {
+            eprintln!(
+                "ccl-coverage: not one run: {mixed}. Their coverage is counted (it is this build's); run every trial for a report of one run"
+            );
+        }
         let mut health = Health::new(&results, quarantined, missing);
         health.damaged_results = damaged_results;
         let meta = ReportMeta::new(&manifest, &results, merged_inputs, &health);
@@ -547,11 +552,14 @@ impl Shared {
     }
 
     /// Compares the normalised summary with `snapshots/`. Ignored (not
-    /// failed) when the workspace holds a partial suite.
+    /// failed) when the results are not of one run, or of a partial suite.
     fn snapshot(&self, merged: &Merged) -> Result<Completion, Failed> {
         let config = self.ctx.config();
         if let Some(why) = nothing_to_check("report::snapshot", &self.ctx) {
             return Ok(Completion::ignored_with(why));
+        }
+        if let Some(mixed) = results::Runs::of(&merged.results).mixed() {
+            return Ok(Completion::ignored_with(format!("{mixed}; the snapshot describes one run")));
         }
         let summary = self.summary()?;
         let planned: BTreeSet<String> = plan::plan(config).into_iter().filter(|t| !t.ignored).map(|t| t.name).collect();

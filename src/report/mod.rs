@@ -13,7 +13,7 @@ use crate::coverage::llvm_export::{Counts, FileSummary, Metric, SummaryExport};
 use crate::coverage::profiles::Quarantined;
 use crate::error::{Error, Result};
 use crate::exec::process::Cmd;
-use crate::results::TrialResult;
+use crate::results::{RunOf, Runs, TrialResult};
 use crate::verdict::Status;
 use crate::workspace;
 use serde::{Deserialize, Serialize};
@@ -314,6 +314,10 @@ pub(crate) struct ReportMeta {
     pub(crate) generated_at: String,
     pub(crate) device_coverage: String,
     pub(crate) profiles_merged: usize,
+    /// The run of the trial that started last, and earlier runs of this
+    /// build whose trials were not run again: the report counts them all.
+    pub(crate) latest_run: Option<RunOf>,
+    pub(crate) earlier_runs: Vec<RunOf>,
     pub(crate) trials: Vec<MetaTrial>,
     pub(crate) quarantined: Vec<Quarantined>,
     pub(crate) missing: Vec<String>,
@@ -351,11 +355,14 @@ impl ReportMeta {
         profiles_merged: usize,
         health: &Health,
     ) -> ReportMeta {
+        let runs = Runs::of(results);
         ReportMeta {
             build_id: manifest.build_id.clone(),
             generated_at: crate::exec::host::now(),
             device_coverage: manifest.device.summary(),
             profiles_merged,
+            latest_run: runs.latest,
+            earlier_runs: runs.earlier,
             trials: results
                 .iter()
                 .map(|r| MetaTrial { trial: r.trial.clone(), run_id: r.run_id.clone(), status: r.status })
@@ -395,6 +402,9 @@ pub(crate) fn markdown(
         count(Status::Interrupted),
         runs.into_iter().collect::<Vec<_>>().join(", ")
     ));
+    if let Some(mixed) = Runs::of(results).mixed() {
+        md.push_str(&format!("\n**Not one run:** {mixed}. Their coverage is counted.\n"));
+    }
     if !health.quarantined.is_empty() {
         md.push_str(&format!("\nQuarantined profiles: {}\n", health.quarantined.len()));
     }
@@ -518,6 +528,12 @@ mod tests {
         assert!(md.contains("| lines | 3 | 4 | 75.00 |"), "{md}");
         assert!(md.contains("Trials: 1 passed, 0 failed, 0 timed out, 1 interrupted (runs r1)."), "{md}");
         assert!(md.contains("No coverage from: A::1K::i (INTERRUPTED by SIGINT)"), "{md}");
+        assert!(!md.contains("Not one run"), "{md}");
+        let later = TrialResult { run_id: "r2".into(), started_unix_ms: 1, ..trial("A::1K::l", "PASSED", "") };
+        let mixed = [results[0].clone(), later];
+        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &mixed, &health);
+        assert!(md.contains("\n**Not one run:** 1 of 2 trial results come from earlier runs of this build"), "{md}");
+        assert!(md.contains(": A::1K::a (run r1, started ). Their coverage is counted.\n"), "{md}");
         assert!(!md.contains("Device counters lost"), "{md}");
         let mut lost = trial("A::1G::t", "TIMEOUT", "TIMEOUT after 1800s");
         lost.device_counters_lost = Some("TIMEOUT after 1800s: drained only at exit".into());
@@ -535,6 +551,8 @@ mod tests {
         assert_eq!(v["build_id"], "b1");
         assert_eq!(v["profiles_merged"], 7);
         assert_eq!(v["trials"], json!([{"trial": "A::1K::a", "run_id": "r1", "status": "PASSED"}]));
+        assert_eq!(v["latest_run"], json!({"run_id": "r1", "started_at": "", "trials": ["A::1K::a"]}));
+        assert_eq!(v["earlier_runs"], json!([]));
         assert_eq!(v["missing"], json!(["x"]));
         assert_eq!(v["device_counters_lost"], json!([]));
         assert_eq!(v["pages"]["attribution_html"], "attribution/index.html");
