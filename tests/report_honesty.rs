@@ -1,14 +1,16 @@
 //! The report says what it checked and what it covers: a step with nothing
 //! to check is ignored when listed (nextest shows a step ignored only at run
 //! time as PASS), a trial filter passed on by `cargo coverage` does not
-//! remove the report's steps, and results of earlier runs are named.
+//! remove the report's steps, results of earlier runs are named, and a new
+//! config's first report writes its snapshot into the workspace, not into
+//! the tool's checkout.
 
 mod support;
 
 use serde_json::{Value, json};
 use std::fs;
 use std::time::Duration;
-use support::{harness, only, result, setup};
+use support::{files_under, harness, only, result, root, setup};
 
 const LIMIT: Duration = Duration::from_secs(480);
 
@@ -127,4 +129,53 @@ fn results_of_earlier_runs_are_named_and_keep_the_snapshot_out() {
     s.env.pop();
     let report = harness(&s, "report", &["--skip", "report::snapshot"], LIMIT);
     assert!(report.success && !report.text().contains("not one run"), "{}", report.text());
+}
+
+/// A copied config under another name has no snapshot: its first report is
+/// green, writes the snapshot into the workspace and says how to adopt it;
+/// nothing is written into the checkout's `snapshots/`. Adopted into its
+/// own project's `snapshots/` (beside its `configs/`), it is compared.
+#[test]
+fn a_new_config_s_first_report_writes_its_snapshot_into_the_workspace() {
+    let mut s = setup(|v| {
+        only(v, "AllReduce", &["1K"], json!([{"name": "ring", "env": {"CCL_ALGO": "ring"}}]));
+        v["name"] = json!("mine");
+        v["report"]["snapshot"] = json!(true);
+    });
+    let project = s.dir.path().join("project");
+    fs::create_dir_all(project.join("configs")).unwrap();
+    let config = project.join("configs/mine.json");
+    fs::rename(&s.config, &config).unwrap();
+    s.config = config;
+    let checkout = files_under(&root().join("snapshots"));
+
+    let run = harness(&s, "collectives", &[], LIMIT);
+    assert!(run.success, "{}", run.text());
+    let report = harness(&s, "report", &[], LIMIT);
+    let text = report.text();
+    assert!(report.success, "{text}");
+    assert_eq!(files_under(&root().join("snapshots")), checkout, "the checkout's snapshots/ changed:\n{text}");
+    assert!(!project.join("snapshots").exists(), "written into the config's project unasked:\n{text}");
+    let written = s.ws.join("report/snapshot/coverage_summary-mine.snap");
+    let adopted = project.join("snapshots/coverage_summary-mine.snap");
+    assert!(written.is_file(), "{text}");
+    assert!(
+        text.contains(&format!(
+            "config mine has no snapshot yet ({} does not exist): this report's is {}; to adopt it, copy it there",
+            adopted.display(),
+            written.display()
+        )),
+        "{text}"
+    );
+    let step = text.lines().find(|l| l.starts_with("test report::snapshot")).unwrap_or_else(|| panic!("{text}"));
+    assert!(step.contains("ignored (no snapshot to compare with yet: this report's is"), "{step}");
+
+    fs::create_dir_all(adopted.parent().unwrap()).unwrap();
+    fs::copy(&written, &adopted).unwrap();
+    let again = harness(&s, "report", &[], LIMIT);
+    let text = again.text();
+    assert!(again.success, "{text}");
+    let step = text.lines().find(|l| l.starts_with("test report::snapshot")).unwrap_or_else(|| panic!("{text}"));
+    assert!(step.ends_with("... ok"), "the adopted snapshot is compared: {step}");
+    assert_eq!(files_under(&project.join("snapshots")), [adopted], "insta wrote nothing beside it");
 }

@@ -586,14 +586,47 @@ impl Shared {
         value["device_totals"] =
             summary.device.clone().unwrap_or_else(|| json!(format!("not applicable: {}", m.device.reason)));
         value["trials"] = json!(planned.len());
+        value["build_id"] = json!("[build id]");
+        let name = format!("coverage_summary-{}", config.name);
+        let snapshots = self.ctx.loaded.snapshots_dir();
+        let adopted = snapshots.join(format!("{name}.snap"));
+        // insta writes into the config's project only when asked to.
+        let asked = process_env("INSTA_UPDATE").is_some_and(|u| matches!(u.as_str(), "always" | "1" | "force"));
+        if !adopted.is_file() && !asked {
+            return self.first_snapshot(&name, &value, &adopted);
+        }
         let mut settings = insta::Settings::clone_current();
-        settings.set_snapshot_path(self.ctx.root.join("snapshots"));
+        settings.set_snapshot_path(snapshots);
         settings.set_prepend_module_to_snapshot(false);
         settings.set_omit_expression(true);
-        settings.add_redaction(".build_id", "[build id]");
-        let name = format!("coverage_summary-{}", config.name);
         settings.bind(|| insta::assert_json_snapshot!(name, value));
         Ok(Completion::Completed)
+    }
+
+    /// A config's first report has no snapshot to compare with: its own is
+    /// written into the report (`snapshot/`), never into the config's
+    /// project unasked, and the step says where and how to adopt it.
+    fn first_snapshot(&self, name: &str, value: &Value, adopted: &Path) -> Result<Completion, Failed> {
+        let dir = self.report_dir().join("snapshot");
+        let file = dir.join(format!("{name}.snap"));
+        workspace::files::create_dir(&dir)
+            .and_then(|()| workspace::files::write_atomic(&file, report::snapshot_text(value).as_bytes()))
+            .map_err(|e| failed("writing the new snapshot", &e))?;
+        let shown = self.shown(&file);
+        eprintln!(
+            "ccl-coverage: config {} has no snapshot yet ({} does not exist): this report's is {}; to adopt it, \
+             copy it there (cp {} {}), or run the report again with INSTA_UPDATE=always",
+            self.ctx.config().name,
+            adopted.display(),
+            shown.display(),
+            shown.display(),
+            adopted.display()
+        );
+        Ok(Completion::ignored_with(format!(
+            "no snapshot to compare with yet: this report's is {}, to adopt as {}",
+            shown.display(),
+            adopted.display()
+        )))
     }
 }
 

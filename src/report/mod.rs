@@ -211,6 +211,13 @@ pub(crate) fn normalize(summary: &SummaryExport, roots: &[&Path]) -> Value {
     json!({ "totals": counts_json(summary.totals()), "files": files })
 }
 
+/// A summary snapshot as insta writes it (`source:` header, pretty JSON),
+/// for a config that has none yet: copied into `snapshots/`, insta reads it.
+pub(crate) fn snapshot_text(value: &Value) -> String {
+    let json = serde_json::to_string_pretty(value).expect("a JSON value serializes");
+    format!("---\nsource: {}\n---\n{json}\n", file!())
+}
+
 fn relative(path: &str, roots: &[&Path]) -> String {
     let p = Path::new(path);
     roots
@@ -457,6 +464,20 @@ mod tests {
             let known = crate::env_names::lookup(&var).map(|k| k.kind);
             assert_eq!(known, Some(crate::env_names::Kind::Percent), "{var} is a known percentage");
         }
+    }
+
+    #[test]
+    fn a_written_snapshot_is_one_insta_accepts() {
+        let dir = tempfile::tempdir().unwrap();
+        let value = json!({"config": "mine", "files": {"a.cc": {"lines": "1/2"}}, "empty": [], "trials": 3});
+        std::fs::write(dir.path().join("coverage_summary-mine.snap"), snapshot_text(&value)).unwrap();
+        let mut settings = insta::Settings::clone_current();
+        settings.set_snapshot_path(dir.path());
+        settings.set_prepend_module_to_snapshot(false);
+        settings.set_omit_expression(true);
+        settings.bind(|| insta::assert_json_snapshot!("coverage_summary-mine", value));
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left, ["coverage_summary-mine.snap"], "insta wrote nothing of its own");
     }
 
     #[test]
