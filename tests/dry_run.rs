@@ -407,3 +407,74 @@ fn a_binary_run_directly_from_inside_the_checkout_finds_its_root() {
     assert_eq!(plan["workspace"], root().join("target/ccl-coverage/local").display().to_string(), "{plan}");
     assert_eq!(plan["config"]["path"], root().join("configs/local.json").display().to_string(), "{plan}");
 }
+
+/// The dry run of `configs/local.json` (one trial) adopting the existing
+/// build `build`, as text (`1`) or JSON: exit code, stdout and stderr.
+fn dry_run_adopting(build: &Path, mode: &str) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CCL_COV_") || key == "NEXTEST_RUN_ID" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.args(["collectives", "--exact", "AllReduce::1K::ring"])
+        .env("CCL_COV_DRY_RUN", mode)
+        .env("CCL_COV_BUILD_DIR", build)
+        .env("CCL_COV_WORKSPACE", build.with_file_name("ws"))
+        .env("CARGO_MANIFEST_DIR", root())
+        .current_dir(root());
+    let out = support::output_within(cmd, std::time::Duration::from_secs(120));
+    (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+/// Both forms of the dry run with an existing build that cannot be used:
+/// the whole plan (build and trials), then the problem, and exit status 1.
+fn assert_plan_then_problem(build: &Path, problem: &str) {
+    let (code, text, err) = dry_run_adopting(build, "1");
+    assert_eq!(code, Some(1), "{text}{err}");
+    let b = build.display();
+    assert!(text.contains(&format!("build (none: cannot be used, see the problems below) in {b}\n")), "{text}");
+    assert!(text.contains(&format!("  test binaries: {b}/ccl-tests\n")), "{text}");
+    assert!(text.contains("trial AllReduce::1K::ring (4 ranks, launcher threads"), "{text}");
+    assert!(text.contains(&format!("  argv: {b}/ccl-tests/all_reduce_perf ")), "{text}");
+    assert!(text.ends_with(&format!("problem: {problem}\n")), "{text}");
+    assert!(err.contains(&format!("ccl-coverage: dry run: {problem}")), "{err}");
+
+    let (code, text, err) = dry_run_adopting(build, "json");
+    assert_eq!(code, Some(1), "{text}{err}");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("one JSON document");
+    assert_eq!(doc["build"]["id"], serde_json::Value::Null, "{text}");
+    assert_eq!(doc["build"]["problems"], serde_json::json!([problem]), "{text}");
+    assert_eq!(doc["trials"][0]["argv"][0], format!("{b}/ccl-tests/all_reduce_perf"), "{text}");
+}
+
+#[test]
+fn a_missing_existing_build_is_named_after_the_whole_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let build = dir.path().join("build");
+    let problem =
+        format!("the existing build {} (CCL_COV_BUILD_DIR or library.existing_build) does not exist", build.display());
+    assert_plan_then_problem(&build, &problem);
+}
+
+/// The library is instrumented, its tuner plugin is not: the plugin is named.
+#[test]
+fn an_uninstrumented_existing_build_is_named_after_the_whole_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let build = dir.path().join("build");
+    for sub in ["ccl", "ccl-tuner"] {
+        fs::create_dir_all(build.join(sub)).unwrap();
+    }
+    fs::copy(root().join("tests/fixtures/objects/instrumented.o"), build.join("ccl/libccl.so")).unwrap();
+    fs::copy("/bin/sh", build.join("ccl-tuner/libccl-tuner.so")).unwrap();
+    let plugin = build.join("ccl-tuner/libccl-tuner.so");
+    let (_, text, _) = dry_run_adopting(&build, "json");
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let problem =
+        doc["build"]["problems"][0].as_str().unwrap_or_else(|| panic!("no problem named: {text}")).to_string();
+    assert!(
+        problem.starts_with(&format!("the existing build's {} carries no coverage mapping", plugin.display())),
+        "{problem}"
+    );
+    assert_plan_then_problem(&build, &problem);
+}

@@ -136,6 +136,10 @@ pub(crate) struct BuildPlan {
     pub(crate) steps: Vec<(String, Cmd)>,
     /// Objects of an existing build, already inspected.
     existing_objects: Option<Vec<ObjectRecord>>,
+    /// Why an existing build (`CCL_COV_BUILD_DIR`, `CCL_COV_TESTS_DIR`)
+    /// cannot be used: the dry run still shows the whole plan and names
+    /// them, [`Self::build`] fails with them. The key then stands for no build.
+    pub(crate) problems: Vec<Error>,
 }
 
 impl BuildPlan {
@@ -147,7 +151,8 @@ impl BuildPlan {
         let resolved =
             Resolved::new(config, ctx.coverage, ctx.device_mode, tools.as_deref(), &crate::config::process_env)?;
         let mut vars = build_vars(loaded, &resolved, ctx.jobs);
-        let (key, existing_objects) = build_key(ctx, &resolved, &mut vars)?;
+        let mut problems = Vec::new();
+        let (key, existing_objects) = build_key(ctx, &resolved, &mut vars, &mut problems)?;
         let cache_dir = ctx.state_dir.join("builds").join(&key);
         let build_dir = ctx.existing_build.clone().unwrap_or_else(|| cache_dir.clone());
         vars.set("build_dir", build_dir.display().to_string());
@@ -167,6 +172,7 @@ impl BuildPlan {
             vars,
             steps,
             existing_objects,
+            problems,
         })
     }
 
@@ -238,6 +244,10 @@ impl BuildPlan {
 
     /// Builds (or reuses) the fixture and returns its manifest.
     pub(crate) fn build(&self, ctx: &Context) -> Result<BuildManifest> {
+        if !self.problems.is_empty() {
+            let problems: Vec<String> = self.problems.iter().map(ToString::to_string).collect();
+            bail!("{}", problems.join("\n"));
+        }
         files::create_dir(self.cache_dir.parent().expect("builds/<key>"))?;
         let lock_path = self.cache_dir.with_extension("lock");
         let lock = files::open_lock_file(&lock_path)?;
@@ -471,8 +481,14 @@ impl BuildKey {
 /// coverage mode, the resolved build commands (with `{build_dir}` left as a
 /// mark, so the key does not depend on where the cache lives) and the
 /// sources, or the identity of existing builds. Existing objects are
-/// inspected on the way and returned.
-fn build_key(ctx: &Context, resolved: &Resolved, vars: &mut Vars) -> Result<(String, Option<Vec<ObjectRecord>>)> {
+/// inspected on the way and returned; why an existing build cannot be used
+/// goes to `problems`.
+fn build_key(
+    ctx: &Context,
+    resolved: &Resolved,
+    vars: &mut Vars,
+    problems: &mut Vec<Error>,
+) -> Result<(String, Option<Vec<ObjectRecord>>)> {
     let loaded = &ctx.loaded;
     let config = &loaded.config;
     let tc = &resolved.toolchain;
@@ -484,11 +500,13 @@ fn build_key(ctx: &Context, resolved: &Resolved, vars: &mut Vars) -> Result<(Str
     key.feed("device", &resolved.device.enabled.to_string());
     let existing_objects = if let Some(dir) = &ctx.existing_build {
         vars.set("build_dir", dir.display().to_string());
-        let objects = inspect_existing(ctx, vars, dir)?;
-        for object in &objects {
-            key.feed("existing object", &file_identity(&object.path)?);
-        }
-        Some(objects)
+        let inspected = inspect_existing(ctx, vars, dir).and_then(|objects| {
+            for object in &objects {
+                key.feed("existing object", &file_identity(&object.path)?);
+            }
+            Ok(objects)
+        });
+        inspected.map_err(|e| problems.push(e)).ok()
     } else {
         vars.set("build_dir", BUILD_DIR_MARK);
         for step in &config.library.steps {
@@ -501,7 +519,10 @@ fn build_key(ctx: &Context, resolved: &Resolved, vars: &mut Vars) -> Result<(Str
         None
     };
     if let Some(dir) = &ctx.existing_tests {
-        key.feed("existing tests", &dir_identity(dir)?);
+        match dir_identity(dir) {
+            Ok(identity) => key.feed("existing tests", &identity),
+            Err(e) => problems.push(e),
+        }
     } else {
         for step in &config.tests.steps {
             key.feed("tests step", &step_cmd(step, vars, resolved.rccl)?.display());

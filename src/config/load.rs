@@ -30,6 +30,13 @@ impl LoadedConfig {
     pub(crate) fn tests_src(&self) -> PathBuf {
         self.resolve(&self.config.tests.source_dir)
     }
+
+    /// The config's project's `snapshots/`: beside the folder that holds the
+    /// config (its overlay, for an upstream config), as `snapshots/` sits
+    /// beside `configs/` here; never found from the current directory.
+    pub(crate) fn snapshots_dir(&self) -> PathBuf {
+        self.resolve("../snapshots")
+    }
 }
 
 /// Loads the config at `path`, or the embedded default's text if `path` is

@@ -119,7 +119,7 @@ pub fn main_with(args: Arguments) -> ExitCode {
     };
     let shared = Arc::new(Shared {
         progress,
-        run_id: format!("{}-{}", host::now(), std::process::id()),
+        run_id: crate::results::run_id(),
         results: RunWriter::new(ctx.workspace.clone()),
         ctx,
         fixture: OnceLock::new(),
@@ -209,6 +209,7 @@ impl Shared {
             gpus: host::gpus(),
             library_git_sha: git_sha(&self.ctx.loaded.library_src()),
             planned: plan::names(self.ctx.config()),
+            run_id: self.run_id.clone(),
         })
     }
 

@@ -78,28 +78,11 @@ pub fn main() -> ExitCode {
     main_with(Arguments::from_args())
 }
 
-pub fn main_with(args: Arguments) -> ExitCode {
+pub fn main_with(mut args: Arguments) -> ExitCode {
     let ctx = match super::load_context() {
         Ok(ctx) => ctx,
         Err(code) => return code,
     };
-    // Listing reads nothing and writes nothing: no lock, no workspace.
-    let _lock = if args.list {
-        None
-    } else {
-        match super::take_workspace(&ctx, super::Access::Report) {
-            Ok(lock) => Some(lock),
-            Err(code) => return code,
-        }
-    };
-    let shared = Arc::new(Shared {
-        ctx,
-        outcomes: Mutex::new(Vec::new()),
-        merged: OnceLock::new(),
-        summary: OnceLock::new(),
-        lcov: OnceLock::new(),
-        attributed: OnceLock::new(),
-    });
     let steps: [(&str, Step); 16] = [
         ("report::merge", |_, _| Ok(Completion::Completed)),
         ("report::profiles", Shared::health),
@@ -118,15 +101,40 @@ pub fn main_with(args: Arguments) -> ExitCode {
         ("report::diff", Shared::diff),
         ("report::baseline", Shared::baseline),
     ];
+    drop_trial_filter(&mut args, &steps.map(|(name, _)| name));
+    // Listing reads nothing and writes nothing: no lock, no workspace.
+    let _lock = if args.list {
+        None
+    } else {
+        match super::take_workspace(&ctx, super::Access::Report) {
+            Ok(lock) => Some(lock),
+            Err(code) => return code,
+        }
+    };
+    let shared = Arc::new(Shared {
+        ctx,
+        outcomes: Mutex::new(Vec::new()),
+        merged: OnceLock::new(),
+        summary: OnceLock::new(),
+        lcov: OnceLock::new(),
+        attributed: OnceLock::new(),
+    });
     let trials = steps
         .into_iter()
         .map(|(name, step)| {
+            let nothing = nothing_to_check(name, &shared.ctx);
             let shared = shared.clone();
-            Trial::ignorable_test(name, move || {
+            let trial = Trial::ignorable_test(name, move || {
                 let outcome = shared.with_merged(|m| step(&shared, m));
                 shared.outcomes.lock().unwrap_or_else(PoisonError::into_inner).push((name, outcome.is_ok()));
                 outcome
             })
+            .with_ignored_flag(nothing.is_some());
+            let skipped = !args.list && !args.is_filtered_out(&trial) && args.is_ignored(&trial);
+            if let Some(why) = nothing.filter(|_| skipped) {
+                eprintln!("ccl-coverage: {name} is ignored: {why}");
+            }
+            trial
         })
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
@@ -137,6 +145,43 @@ pub fn main_with(args: Arguments) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `cargo coverage -- AllReduce::1K` passes its trial filter to this binary
+/// too: a filter that names no step is dropped, so that every step runs on
+/// whatever trials ran; one that names steps (`report::html`) selects them.
+fn drop_trial_filter(args: &mut Arguments, steps: &[&str]) {
+    let Some(filter) = args.filter.as_deref() else { return };
+    let named = |step: &&str| if args.exact { *step == filter } else { step.contains(filter) };
+    if !steps.iter().any(named) {
+        eprintln!("ccl-coverage: the filter {filter:?} names no report step (a trial filter?): every report step runs");
+        args.filter = None;
+    }
+}
+
+const NO_BAR: &str = "no CCL_COV_FAIL_UNDER_* bar is set";
+const NO_DIFF_BASE: &str = "CCL_COV_DIFF_BASE is not set (give a git revision of the library's sources)";
+const NO_BASELINE: &str = "CCL_COV_BASELINE is not set (give an earlier workspace or its report/coverage.lcov)";
+
+/// Why `step` has nothing to check, when the environment and the config
+/// already say so: it is then ignored when listed, not only when it runs,
+/// because nextest runs each step alone and shows one ignored at run time
+/// as PASS. Forced to run (`--include-ignored`), it still says so, ignored.
+fn nothing_to_check(step: &str, ctx: &Context) -> Option<String> {
+    match step {
+        "report::thresholds" if !report::any_bar(&process_env) => Some(NO_BAR.to_string()),
+        "report::diff" if set("CCL_COV_DIFF_BASE").is_none() => Some(NO_DIFF_BASE.to_string()),
+        "report::baseline" if set("CCL_COV_BASELINE").is_none() => Some(NO_BASELINE.to_string()),
+        "report::snapshot" if !ctx.config().report.snapshot => {
+            Some(format!("snapshots are off for config {}", ctx.config().name))
+        }
+        _ => None,
+    }
+}
+
+/// A variable's value, unless it is unset or empty.
+fn set(name: &str) -> Option<String> {
+    process_env(name).filter(|v| !v.is_empty())
 }
 
 /// Steps that check the report rather than write it: when one fails, the
@@ -338,6 +383,11 @@ impl Shared {
             }
             None => None,
         };
+        if let Some(mixed) = results::Runs::of(&results).mixed() {
+            eprintln!(
+                "ccl-coverage: not one run: {mixed}. Their coverage is counted (it is this build's); run every trial for a report of one run"
+            );
+        }
         let mut health = Health::new(&results, quarantined, missing);
         health.damaged_results = damaged_results;
         let meta = ReportMeta::new(&manifest, &results, merged_inputs, &health);
@@ -493,7 +543,7 @@ impl Shared {
     fn thresholds(&self, _merged: &Merged) -> Result<Completion, Failed> {
         let summary = self.summary()?;
         match report::check_bars(&summary.all, &process_env).map_err(|e| failed("reading the bars", &e))? {
-            None => Ok(Completion::ignored_with("no CCL_COV_FAIL_UNDER_* bar is set")),
+            None => Ok(Completion::ignored_with(NO_BAR)),
             Some(short) if short.is_empty() => Ok(Completion::Completed),
             Some(short) => Err(Failed::from(format!("coverage is under the bar: {}", short.join("; ")))),
         }
@@ -533,11 +583,14 @@ impl Shared {
     }
 
     /// Compares the normalised summary with `snapshots/`. Ignored (not
-    /// failed) when the workspace holds a partial suite.
+    /// failed) when the results are not of one run, or of a partial suite.
     fn snapshot(&self, merged: &Merged) -> Result<Completion, Failed> {
         let config = self.ctx.config();
-        if !config.report.snapshot {
-            return Ok(Completion::ignored_with(format!("snapshots are off for config {}", config.name)));
+        if let Some(why) = nothing_to_check("report::snapshot", &self.ctx) {
+            return Ok(Completion::ignored_with(why));
+        }
+        if let Some(mixed) = results::Runs::of(&merged.results).mixed() {
+            return Ok(Completion::ignored_with(format!("{mixed}; the snapshot describes one run")));
         }
         let summary = self.summary()?;
         let planned: BTreeSet<String> = plan::plan(config).into_iter().filter(|t| !t.ignored).map(|t| t.name).collect();
@@ -564,14 +617,47 @@ impl Shared {
         value["device_totals"] =
             summary.device.clone().unwrap_or_else(|| json!(format!("not applicable: {}", m.device.reason)));
         value["trials"] = json!(planned.len());
+        value["build_id"] = json!("[build id]");
+        let name = format!("coverage_summary-{}", config.name);
+        let snapshots = self.ctx.loaded.snapshots_dir();
+        let adopted = snapshots.join(format!("{name}.snap"));
+        // insta writes into the config's project only when asked to.
+        let asked = process_env("INSTA_UPDATE").is_some_and(|u| matches!(u.as_str(), "always" | "1" | "force"));
+        if !adopted.is_file() && !asked {
+            return self.first_snapshot(&name, &value, &adopted);
+        }
         let mut settings = insta::Settings::clone_current();
-        settings.set_snapshot_path(self.ctx.root.join("snapshots"));
+        settings.set_snapshot_path(snapshots);
         settings.set_prepend_module_to_snapshot(false);
         settings.set_omit_expression(true);
-        settings.add_redaction(".build_id", "[build id]");
-        let name = format!("coverage_summary-{}", config.name);
         settings.bind(|| insta::assert_json_snapshot!(name, value));
         Ok(Completion::Completed)
+    }
+
+    /// A config's first report has no snapshot to compare with: its own is
+    /// written into the report (`snapshot/`), never into the config's
+    /// project unasked, and the step says where and how to adopt it.
+    fn first_snapshot(&self, name: &str, value: &Value, adopted: &Path) -> Result<Completion, Failed> {
+        let dir = self.report_dir().join("snapshot");
+        let file = dir.join(format!("{name}.snap"));
+        workspace::files::create_dir(&dir)
+            .and_then(|()| workspace::files::write_atomic(&file, report::snapshot_text(value).as_bytes()))
+            .map_err(|e| failed("writing the new snapshot", &e))?;
+        let shown = self.shown(&file);
+        eprintln!(
+            "ccl-coverage: config {} has no snapshot yet ({} does not exist): this report's is {}; to adopt it, \
+             copy it there (cp {} {}), or run the report again with INSTA_UPDATE=always",
+            self.ctx.config().name,
+            adopted.display(),
+            shown.display(),
+            shown.display(),
+            adopted.display()
+        );
+        Ok(Completion::ignored_with(format!(
+            "no snapshot to compare with yet: this report's is {}, to adopt as {}",
+            shown.display(),
+            adopted.display()
+        )))
     }
 }
 
@@ -707,11 +793,7 @@ impl Shared {
 
     /// `CCL_COV_DIFF_BASE`: changed-line coverage, failed below `CCL_COV_FAIL_UNDER_DIFF`.
     fn diff(&self, merged: &Merged) -> Result<Completion, Failed> {
-        let Some(base) = process_env("CCL_COV_DIFF_BASE").filter(|b| !b.is_empty()) else {
-            return Ok(Completion::ignored_with(
-                "CCL_COV_DIFF_BASE is not set (give a git revision of the library's sources)",
-            ));
-        };
+        let Some(base) = set("CCL_COV_DIFF_BASE") else { return Ok(Completion::ignored_with(NO_DIFF_BASE)) };
         let a = self.attributed(merged)?;
         let changes =
             diff_coverage::git_changes(&merged.manifest.library_src, &base).map_err(|e| failed("git diff", &e))?;
@@ -738,11 +820,7 @@ impl Shared {
     /// `CCL_COV_BASELINE`: what an earlier run covered that this one does
     /// not; failed with `CCL_COV_FAIL_ON_LOST=1` if any line was lost.
     fn baseline(&self, merged: &Merged) -> Result<Completion, Failed> {
-        let Some(baseline) = process_env("CCL_COV_BASELINE").filter(|b| !b.is_empty()) else {
-            return Ok(Completion::ignored_with(
-                "CCL_COV_BASELINE is not set (give an earlier workspace or its report/coverage.lcov)",
-            ));
-        };
+        let Some(baseline) = set("CCL_COV_BASELINE") else { return Ok(Completion::ignored_with(NO_BASELINE)) };
         let a = self.attributed(merged)?;
         let path = diff_coverage::baseline_lcov(Path::new(&baseline)).map_err(|e| failed("the baseline", &e))?;
         let text = std::fs::read_to_string(&path)
@@ -849,4 +927,26 @@ fn check_union(all: &Lcov, trials: &[TrialCoverage]) -> Result<(), Error> {
         only_trials.join(", "),
         only_merged.join(", ")
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filtered(args: &[&str]) -> Option<String> {
+        let mut args = Arguments::from_iter(std::iter::once("report").chain(args.iter().copied()));
+        drop_trial_filter(&mut args, &["report::merge", "report::html", "report::diff"]);
+        args.filter
+    }
+
+    #[test]
+    fn a_trial_filter_is_dropped_and_a_step_filter_kept() {
+        assert_eq!(filtered(&["AllReduce::1K"]), None);
+        assert_eq!(filtered(&["--exact", "AllReduce::1K::mpi"]), None);
+        assert_eq!(filtered(&["--exact", "report::htm"]), None, "--exact names no step");
+        assert_eq!(filtered(&["report::html"]).as_deref(), Some("report::html"));
+        assert_eq!(filtered(&["--exact", "report::diff"]).as_deref(), Some("report::diff"));
+        assert_eq!(filtered(&["report::"]).as_deref(), Some("report::"));
+        assert_eq!(filtered(&["--skip", "AllReduce"]), None);
+    }
 }

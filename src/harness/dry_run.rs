@@ -2,7 +2,9 @@
 //! what would happen: the toolchain, the device-coverage decision, the build
 //! commands, and per selected trial its argv, added environment, working
 //! directory and timeout. `CCL_COV_DRY_RUN=json` prints the same as one JSON
-//! document.
+//! document. An existing build that cannot be used (missing, or without
+//! coverage mapping) does not hide the plan: it is printed whole, the
+//! problem named, and the exit status is 1.
 
 use crate::build::fixture::BuildPlan;
 use crate::context::Context;
@@ -27,11 +29,17 @@ pub(crate) fn print(ctx: &Context, specs: &[TrialSpec], args: &Arguments) -> Exi
             !args.is_filtered_out(&trial) && (!args.is_ignored(&trial) || spec.ignore_reason.is_some())
         })
         .collect();
-    let rendered = if ctx.dry_run_json { render_json(ctx, &selected) } else { render(ctx, &selected) };
+    let rendered = BuildPlan::new(ctx).and_then(|plan| {
+        let text = if ctx.dry_run_json { render_json(ctx, &plan, &selected) } else { render(ctx, &plan, &selected) };
+        Ok((text?, plan.problems))
+    });
     match rendered {
-        Ok(text) => {
+        Ok((text, problems)) => {
             print!("{text}");
-            ExitCode::SUCCESS
+            for problem in &problems {
+                eprintln!("ccl-coverage: dry run: {problem}");
+            }
+            if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
         }
         Err(e) => {
             eprintln!("ccl-coverage: dry run: {e}");
@@ -55,9 +63,8 @@ fn placement(
 }
 
 /// The dry-run text for `selected` trials.
-pub(crate) fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
+fn render(ctx: &Context, plan: &BuildPlan, selected: &[&TrialSpec]) -> Result<String> {
     let allocation = launch::placement::detect_allocation(ctx)?;
-    let plan = BuildPlan::new(ctx)?;
     let manifest = plan.planned_manifest(ctx)?;
     let tc = &manifest.toolchain;
     let mut out = String::new();
@@ -73,8 +80,12 @@ pub(crate) fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
     if !manifest.coverage_link_flags.is_empty() {
         let _ = writeln!(w, "coverage link flags: {}", manifest.coverage_link_flags.join(" "));
     }
-    let cached = if plan.is_cached() { " (cached: would be reused)" } else { "" };
-    let _ = writeln!(w, "build {} in {}{cached}", manifest.build_id, manifest.build_dir.display());
+    if plan.problems.is_empty() {
+        let cached = if plan.is_cached() { " (cached: would be reused)" } else { "" };
+        let _ = writeln!(w, "build {} in {}{cached}", manifest.build_id, manifest.build_dir.display());
+    } else {
+        let _ = writeln!(w, "build (none: cannot be used, see the problems below) in {}", manifest.build_dir.display());
+    }
     for (i, step) in manifest.steps.iter().enumerate() {
         let _ = writeln!(w, "  step {}: {}\n    {}", i + 1, step.name, redact::shell_line(&step.command));
     }
@@ -130,13 +141,15 @@ pub(crate) fn render(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
         let _ = writeln!(w, "  env removed: {}", crate::env_names::PROFILE_INIT_ONCE);
         let _ = writeln!(w, "  cwd: {}", launch.cmd.get_cwd().map(|p| p.display().to_string()).unwrap_or_default());
     }
+    for problem in &plan.problems {
+        let _ = writeln!(w, "problem: {problem}");
+    }
     Ok(out)
 }
 
 /// The dry run as one JSON document: the same content as [`render`].
-pub(crate) fn render_json(ctx: &Context, selected: &[&TrialSpec]) -> Result<String> {
+fn render_json(ctx: &Context, plan: &BuildPlan, selected: &[&TrialSpec]) -> Result<String> {
     let allocation = launch::placement::detect_allocation(ctx)?;
-    let plan = BuildPlan::new(ctx)?;
     let manifest = plan.planned_manifest(ctx)?;
     let tc = &manifest.toolchain;
     let tool = |t: &crate::toolchain::Tool| json!({"path": t.path, "version": t.version});
@@ -211,7 +224,8 @@ pub(crate) fn render_json(ctx: &Context, selected: &[&TrialSpec]) -> Result<Stri
             "objects": device_objects,
         },
         "build": {
-            "id": manifest.build_id,
+            "id": plan.problems.is_empty().then_some(&manifest.build_id),
+            "problems": plan.problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "dir": manifest.build_dir,
             "cached": plan.is_cached(),
             "coverage_flags": manifest.coverage_flags,

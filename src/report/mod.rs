@@ -15,7 +15,7 @@ use crate::coverage::llvm_export::{Counts, FileSummary, Metric, SummaryExport};
 use crate::coverage::profiles::Quarantined;
 use crate::error::{Error, Result};
 use crate::exec::process::Cmd;
-use crate::results::TrialResult;
+use crate::results::{RunOf, Runs, TrialResult};
 use crate::verdict::Status;
 use crate::workspace;
 use serde::{Deserialize, Serialize};
@@ -166,13 +166,26 @@ pub(crate) fn percent(covered: u64, count: u64) -> f64 {
     if count == 0 { 100.0 } else { covered as f64 * 100.0 / count as f64 }
 }
 
+/// The metrics a `CCL_COV_FAIL_UNDER_<METRIC>` bar can be set for.
+const BARRED: [&str; 4] = ["lines", "functions", "regions", "branches"];
+
+fn bar_name(metric: &str) -> String {
+    format!("CCL_COV_FAIL_UNDER_{}", metric.to_ascii_uppercase())
+}
+
+/// Whether any `CCL_COV_FAIL_UNDER_<METRIC>` bar is set: known before the
+/// report is merged, so that a run without one lists the check as ignored.
+pub(crate) fn any_bar(env: &dyn Fn(&str) -> Option<String>) -> bool {
+    BARRED.iter().any(|metric| env(&bar_name(metric)).is_some_and(|v| !v.is_empty()))
+}
+
 /// Checks `CCL_COV_FAIL_UNDER_<METRIC>` bars against the totals; the
 /// shortfalls, or `None` when no bar is set.
 pub(crate) fn check_bars(summary: &SummaryExport, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Vec<String>>> {
     let mut any = false;
     let mut short = Vec::new();
     for (metric, covered, count) in summary.totals().rows() {
-        let var = format!("CCL_COV_FAIL_UNDER_{}", metric.to_ascii_uppercase());
+        let var = bar_name(metric);
         let Some(bar) = crate::env_names::percent(&var, &env(&var).unwrap_or_default())? else { continue };
         any = true;
         let got = percent(covered, count);
@@ -198,6 +211,13 @@ pub(crate) fn normalize(summary: &SummaryExport, roots: &[&Path]) -> Value {
         files.insert(relative(&file.filename, roots), counts_json(&file.summary));
     }
     json!({ "totals": counts_json(summary.totals()), "files": files })
+}
+
+/// A summary snapshot as insta writes it (`source:` header, pretty JSON),
+/// for a config that has none yet: copied into `snapshots/`, insta reads it.
+pub(crate) fn snapshot_text(value: &Value) -> String {
+    let json = serde_json::to_string_pretty(value).expect("a JSON value serializes");
+    format!("---\nsource: {}\n---\n{json}\n", file!())
 }
 
 pub(crate) fn relative(path: &str, roots: &[&Path]) -> String {
@@ -303,6 +323,10 @@ pub(crate) struct ReportMeta {
     pub(crate) generated_at: String,
     pub(crate) device_coverage: String,
     pub(crate) profiles_merged: usize,
+    /// The run of the trial that started last, and earlier runs of this
+    /// build whose trials were not run again: the report counts them all.
+    pub(crate) latest_run: Option<RunOf>,
+    pub(crate) earlier_runs: Vec<RunOf>,
     pub(crate) trials: Vec<MetaTrial>,
     pub(crate) quarantined: Vec<Quarantined>,
     pub(crate) missing: Vec<String>,
@@ -340,11 +364,14 @@ impl ReportMeta {
         profiles_merged: usize,
         health: &Health,
     ) -> ReportMeta {
+        let runs = Runs::of(results);
         ReportMeta {
             build_id: manifest.build_id.clone(),
             generated_at: crate::exec::host::now(),
             device_coverage: manifest.device.summary(),
             profiles_merged,
+            latest_run: runs.latest,
+            earlier_runs: runs.earlier,
             trials: results
                 .iter()
                 .map(|r| MetaTrial { trial: r.trial.clone(), run_id: r.run_id.clone(), status: r.status })
@@ -384,6 +411,9 @@ pub(crate) fn markdown(
         count(Status::Interrupted),
         runs.into_iter().collect::<Vec<_>>().join(", ")
     ));
+    if let Some(mixed) = Runs::of(results).mixed() {
+        md.push_str(&format!("\n**Not one run:** {mixed}. Their coverage is counted.\n"));
+    }
     if !health.quarantined.is_empty() {
         md.push_str(&format!("\nQuarantined profiles: {}\n", health.quarantined.len()));
     }
@@ -423,16 +453,33 @@ mod tests {
         let bars =
             |lines: &'static str| move |name: &str| (name == "CCL_COV_FAIL_UNDER_LINES").then(|| lines.to_string());
         assert_eq!(check_bars(&export, &|_| None).unwrap(), None);
+        assert!(!any_bar(&|_| None) && !any_bar(&|_| Some(String::new())));
+        assert!(any_bar(&bars("60")));
         assert_eq!(check_bars(&export, &bars("60")).unwrap(), Some(vec![]));
         let short = check_bars(&export, &bars("70")).unwrap().unwrap();
         assert_eq!(short, ["lines 63.64% (7/11) is under CCL_COV_FAIL_UNDER_LINES=70"]);
         assert!(check_bars(&export, &bars("lots")).is_err());
         assert!(check_bars(&export, &bars("150")).is_err(), "a bar no coverage can reach");
-        for (metric, _, _) in export.totals().rows() {
-            let var = format!("CCL_COV_FAIL_UNDER_{}", metric.to_ascii_uppercase());
+        assert_eq!(export.totals().rows().iter().map(|r| r.0).collect::<Vec<_>>(), BARRED, "every metric has a bar");
+        for metric in BARRED {
+            let var = bar_name(metric);
             let known = crate::env_names::lookup(&var).map(|k| k.kind);
             assert_eq!(known, Some(crate::env_names::Kind::Percent), "{var} is a known percentage");
         }
+    }
+
+    #[test]
+    fn a_written_snapshot_is_one_insta_accepts() {
+        let dir = tempfile::tempdir().unwrap();
+        let value = json!({"config": "mine", "files": {"a.cc": {"lines": "1/2"}}, "empty": [], "trials": 3});
+        std::fs::write(dir.path().join("coverage_summary-mine.snap"), snapshot_text(&value)).unwrap();
+        let mut settings = insta::Settings::clone_current();
+        settings.set_snapshot_path(dir.path());
+        settings.set_prepend_module_to_snapshot(false);
+        settings.set_omit_expression(true);
+        settings.bind(|| insta::assert_json_snapshot!("coverage_summary-mine", value));
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left, ["coverage_summary-mine.snap"], "insta wrote nothing of its own");
     }
 
     #[test]
@@ -504,6 +551,12 @@ mod tests {
         assert!(md.contains("| lines | 3 | 4 | 75.00 |"), "{md}");
         assert!(md.contains("Trials: 1 passed, 0 failed, 0 timed out, 1 interrupted (runs r1)."), "{md}");
         assert!(md.contains("No coverage from: A::1K::i (INTERRUPTED by SIGINT)"), "{md}");
+        assert!(!md.contains("Not one run"), "{md}");
+        let later = TrialResult { run_id: "r2".into(), started_unix_ms: 1, ..trial("A::1K::l", "PASSED", "") };
+        let mixed = [results[0].clone(), later];
+        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &mixed, &health);
+        assert!(md.contains("\n**Not one run:** 1 of 2 trial results come from earlier runs of this build"), "{md}");
+        assert!(md.contains(": A::1K::a (run r1, started ). Their coverage is counted.\n"), "{md}");
         assert!(!md.contains("Device counters lost"), "{md}");
         let mut lost = trial("A::1G::t", "TIMEOUT", "TIMEOUT after 1800s");
         lost.device_counters_lost = Some("TIMEOUT after 1800s: drained only at exit".into());
@@ -521,6 +574,8 @@ mod tests {
         assert_eq!(v["build_id"], "b1");
         assert_eq!(v["profiles_merged"], 7);
         assert_eq!(v["trials"], json!([{"trial": "A::1K::a", "run_id": "r1", "status": "PASSED"}]));
+        assert_eq!(v["latest_run"], json!({"run_id": "r1", "started_at": "", "trials": ["A::1K::a"]}));
+        assert_eq!(v["earlier_runs"], json!([]));
         assert_eq!(v["missing"], json!(["x"]));
         assert_eq!(v["device_counters_lost"], json!([]));
         assert_eq!(v["pages"]["attribution_html"], "attribution/index.html");

@@ -329,6 +329,90 @@ pub(crate) struct Summary {
     pub(crate) duration_s: f64,
 }
 
+/// This run's id: nextest's, when nextest runs the trials (one process
+/// each, one run), else this process's start time and pid.
+pub(crate) fn run_id() -> String {
+    match std::env::var(crate::env_names::NEXTEST_RUN_ID).ok().filter(|id| !id.is_empty()) {
+        Some(id) => format!("nextest-{id}"),
+        None => format!("{}-{}", crate::exec::host::now(), std::process::id()),
+    }
+}
+
+/// A run whose records are still in `results/`: each trial's record is
+/// replaced only when the trial runs again, so after a partial run the
+/// records of the other trials are those of earlier runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RunOf {
+    pub(crate) run_id: String,
+    /// When its first trial still recorded started.
+    pub(crate) started_at: String,
+    pub(crate) trials: Vec<String>,
+}
+
+impl RunOf {
+    fn describe(&self) -> String {
+        format!("{} (run {}, started {})", self.trials.join(", "), self.run_id, self.started_at)
+    }
+}
+
+/// The runs that `results` (sorted by trial) come from, by when they started.
+pub(crate) fn runs(results: &[TrialResult]) -> Vec<RunOf> {
+    let mut runs: Vec<RunOf> = Vec::new();
+    for r in results {
+        match runs.iter_mut().find(|run| run.run_id == r.run_id) {
+            Some(run) => {
+                run.trials.push(r.trial.clone());
+                if r.started_at < run.started_at {
+                    run.started_at.clone_from(&r.started_at);
+                }
+            }
+            None => runs.push(RunOf {
+                run_id: r.run_id.clone(),
+                started_at: r.started_at.clone(),
+                trials: vec![r.trial.clone()],
+            }),
+        }
+    }
+    runs.sort_by(|a, b| (&a.started_at, &a.run_id).cmp(&(&b.started_at, &b.run_id)));
+    runs
+}
+
+/// The records of one build split by run: the latest run (that of the
+/// trial that started last; runs of one workspace never overlap, they hold
+/// its lock) and the earlier runs whose records are still there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Runs {
+    pub(crate) latest: Option<RunOf>,
+    pub(crate) earlier: Vec<RunOf>,
+}
+
+impl Runs {
+    pub(crate) fn of(results: &[TrialResult]) -> Runs {
+        let Some(newest) = results.iter().max_by_key(|r| r.started_unix_ms) else { return Runs::default() };
+        let (mut latest, earlier): (Vec<RunOf>, Vec<RunOf>) =
+            runs(results).into_iter().partition(|r| r.run_id == newest.run_id);
+        Runs { latest: latest.pop(), earlier }
+    }
+
+    /// Says plainly how many results come from earlier runs, which and
+    /// when; `None` when they all come from the latest run.
+    pub(crate) fn mixed(&self) -> Option<String> {
+        let latest = self.latest.as_ref()?;
+        if self.earlier.is_empty() {
+            return None;
+        }
+        let earlier: usize = self.earlier.iter().map(|r| r.trials.len()).sum();
+        let runs: Vec<String> = self.earlier.iter().map(RunOf::describe).collect();
+        Some(format!(
+            "{earlier} of {} trial results come from earlier runs of this build, not from the latest run ({}, started {}): {}",
+            earlier + latest.trials.len(),
+            latest.run_id,
+            latest.started_at,
+            runs.join("; ")
+        ))
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct RunRecord {
     pub(crate) schema_version: u32,
@@ -340,8 +424,17 @@ pub(crate) struct RunRecord {
     pub(crate) gpus: Vec<String>,
     pub(crate) library_git_sha: Option<String>,
     pub(crate) build: BuildManifest,
+    /// This run's id (also in each of its trials' records).
+    pub(crate) run_id: String,
+    /// When this run's first trial started.
     pub(crate) started_at: Option<String>,
     pub(crate) finished_at: String,
+    /// The trials this run ran.
+    pub(crate) ran: Vec<String>,
+    /// Earlier runs of the same build whose records `trials` also holds:
+    /// trials this run did not run again.
+    pub(crate) earlier_runs: Vec<RunOf>,
+    /// Over `trials`, this run's and earlier runs'.
     pub(crate) summary: Summary,
     pub(crate) trials: Vec<TrialResult>,
 }
@@ -356,6 +449,8 @@ pub(crate) struct RunInfo {
     pub(crate) library_git_sha: Option<String>,
     /// Every trial of the config's plan, ignored ones included.
     pub(crate) planned: BTreeSet<String>,
+    /// [`run_id`].
+    pub(crate) run_id: String,
 }
 
 /// Records finished trials and keeps `run.json` and `junit.xml` current
@@ -558,8 +653,11 @@ fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result
         step.command = redact::shell_line(&step.command);
     }
     let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
+    let (this, earlier_runs): (Vec<RunOf>, Vec<RunOf>) =
+        runs(&trials).into_iter().partition(|r| r.run_id == info.run_id);
+    let this = this.into_iter().next();
     let record = RunRecord {
-        schema_version: 1,
+        schema_version: 2,
         config: manifest.config.clone(),
         config_path: info.config_path.clone(),
         description: info.description.clone(),
@@ -567,8 +665,11 @@ fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result
         gpus: info.gpus.clone(),
         library_git_sha: info.library_git_sha.clone(),
         build,
-        started_at: trials.iter().map(|t| t.started_at.clone()).min(),
+        run_id: info.run_id.clone(),
+        started_at: this.as_ref().map(|r| r.started_at.clone()),
         finished_at: crate::exec::host::now(),
+        ran: this.map(|r| r.trials).unwrap_or_default(),
+        earlier_runs,
         summary: Summary {
             total: trials.len(),
             passed: count(Status::Passed),
@@ -627,7 +728,7 @@ fn junit(record: &RunRecord) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
+    use serde_json::{Value, json};
 
     fn setup() -> (tempfile::TempDir, Workspace, BuildManifest, RunInfo) {
         let dir = tempfile::tempdir().unwrap();
@@ -640,6 +741,7 @@ mod tests {
             gpus: Vec::new(),
             library_git_sha: None,
             planned: (0..100).map(trial_name).collect(),
+            run_id: "r".into(),
         };
         (dir, ws, crate::build::fixture::test_manifest("b1"), info)
     }
@@ -734,6 +836,44 @@ mod tests {
         assert_eq!(trials_in_views(&ws), None, "b still runs, so a leaves run.json to it");
         b.finish().unwrap();
         assert_eq!(trials_in_views(&ws), Some(2));
+    }
+
+    #[test]
+    fn run_json_names_this_run_s_trials_and_the_earlier_runs_still_recorded() {
+        let (_d, ws, manifest, info) = setup();
+        let at = |i: usize, run: &str, day: u64| TrialResult {
+            run_id: run.into(),
+            started_at: format!("2026-01-0{day}T00:00:00Z"),
+            started_unix_ms: day,
+            ..trial(i)
+        };
+        at(1, "r0", 1).write(&ws).unwrap();
+        at(2, "r1", 2).write(&ws).unwrap();
+        let writer = RunWriter::new(ws.clone());
+        writer.record(&at(3, "r", 3), &manifest, &info).unwrap();
+        writer.finish().unwrap();
+        let run: Value =
+            serde_json::from_str(&std::fs::read_to_string(ws.results_dir().join("run.json")).unwrap()).unwrap();
+        assert_eq!(
+            (&run["run_id"], &run["started_at"], &run["ran"]),
+            (&json!("r"), &json!("2026-01-03T00:00:00Z"), &json!(["T::3"]))
+        );
+        assert_eq!(
+            run["earlier_runs"],
+            json!([
+                {"run_id": "r0", "started_at": "2026-01-01T00:00:00Z", "trials": ["T::1"]},
+                {"run_id": "r1", "started_at": "2026-01-02T00:00:00Z", "trials": ["T::2"]}
+            ])
+        );
+        assert_eq!(run["summary"]["total"], 3, "every record of the build is counted");
+        let loaded = load_all(&ws, "b1", &info.planned).unwrap();
+        assert_eq!(
+            Runs::of(&loaded).mixed().unwrap(),
+            "2 of 3 trial results come from earlier runs of this build, not from the latest run (r, started \
+             2026-01-03T00:00:00Z): T::1 (run r0, started 2026-01-01T00:00:00Z); T::2 (run r1, started 2026-01-02T00:00:00Z)"
+        );
+        assert_eq!(Runs::of(&[at(4, "r", 4), at(5, "r", 5)]).mixed(), None, "one run");
+        assert_eq!(Runs::of(&[]), Runs::default());
     }
 
     #[test]
