@@ -25,6 +25,7 @@ pub mod launch;
 pub mod plan;
 pub mod report;
 pub(crate) mod results;
+pub(crate) mod suite;
 pub mod toolchain;
 pub mod trial;
 pub mod upstream;

@@ -76,6 +76,9 @@ struct Select {
     /// How many run at once (the rank slots still bound how many ranks do).
     #[arg(long, value_name = "N")]
     test_threads: Option<usize>,
+    /// libtest's output format: pretty, terse or json.
+    #[arg(long, value_name = "FORMAT")]
+    format: Option<String>,
 }
 
 /// The report's gates and inputs.
@@ -160,11 +163,9 @@ struct Run {
 struct Report {
     #[command(flatten)]
     place: Place,
-    /// Only report steps containing FILTER (e.g. `report::html`).
-    filter: Option<String>,
-    /// FILTER must match a whole step name.
-    #[arg(long)]
-    exact: bool,
+    /// Which report steps (e.g. `report::html`); a filter that names no step (a trial's name) is dropped.
+    #[command(flatten)]
+    select: Select,
     /// List the report steps.
     #[arg(long)]
     list: bool,
@@ -241,6 +242,9 @@ impl Select {
         argv.extend(self.ignored.then(|| "--ignored".to_string()));
         if let Some(n) = self.test_threads {
             argv.extend(["--test-threads".to_string(), n.to_string()]);
+        }
+        if let Some(format) = &self.format {
+            argv.extend(["--format".to_string(), format.clone()]);
         }
         argv
     }
@@ -341,9 +345,7 @@ fn main() -> ExitCode {
         Command::Report(report) => {
             report.place.apply();
             report.gates.apply();
-            let mut argv = vec!["ccl-coverage".to_string()];
-            argv.extend(report.filter.clone());
-            argv.extend(report.exact.then(|| "--exact".to_string()));
+            let mut argv = report.select.argv();
             argv.extend(report.list.then(|| "--list".to_string()));
             let code = ccl_coverage::harness::coverage_report::main_with(Arguments::from_iter(argv));
             if report.list || code != ExitCode::SUCCESS {

@@ -1,42 +1,16 @@
-//! `cargo test --test collectives`: one libtest-mimic trial per planned trial.
-//! The build is a shared fixture: the first trial that needs it builds (or
-//! reuses) it, every other trial waits for it, and a failed build fails every
-//! trial with the build's own error.
+//! `cargo test --test collectives`: one libtest-mimic trial per planned
+//! trial, each run by the suite (`suite/`: the shared build, placement, the
+//! trial's lifecycle), with a line of progress as each ends.
 
-use crate::build::fixture::{self, BuildManifest, BuildPlan};
-use crate::config::LauncherKind;
-use crate::context::Context;
-use crate::coverage::profiles;
-use crate::error::Error;
-use crate::exec::host;
 use crate::exec::interrupt;
-use crate::launch;
-use crate::launch::allocation::{Allocation, Want};
-use crate::launch::slots::Slots;
-use crate::plan::{self, TrialSpec};
-use crate::results::{Rerun, RunInfo, RunWriter, TrialIdentity, TrialResult};
-use crate::trial as run;
-use crate::upstream::TrialKind;
-use crate::verdict::output::TrialOutput;
-use crate::verdict::perf::PerfReport;
-use crate::verdict::{self as outcome, Case, Status, Verdict};
-use crate::workspace::Area;
+use crate::plan;
+use crate::suite::{Outcome, Suite};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
-use std::collections::HashMap;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 
 struct Shared {
-    ctx: Context,
-    run_id: String,
-    fixture: OnceLock<Result<BuildManifest, Error>>,
-    info: OnceLock<RunInfo>,
-    /// The hostfile's, Slurm allocation's or config's nodes, read once.
-    allocation: OnceLock<Result<Option<Allocation>, Error>>,
-    /// The shared-filesystem check's verdict per launcher, once per run;
-    /// held while a check runs, so each launcher is checked once.
-    shared_fs: Mutex<HashMap<String, Result<(), String>>>,
-    results: RunWriter,
+    suite: Suite,
     progress: Progress,
 }
 
@@ -117,16 +91,7 @@ pub fn main_with(args: Arguments) -> ExitCode {
         done: std::sync::atomic::AtomicUsize::new(0),
         started: std::time::Instant::now(),
     };
-    let shared = Arc::new(Shared {
-        progress,
-        run_id: crate::results::run_id(),
-        results: RunWriter::new(ctx.workspace.clone()),
-        ctx,
-        fixture: OnceLock::new(),
-        info: OnceLock::new(),
-        allocation: OnceLock::new(),
-        shared_fs: Mutex::new(HashMap::new()),
-    });
+    let shared = Arc::new(Shared { suite: Suite::new(ctx), progress });
     let trials = specs
         .into_iter()
         .map(|spec| {
@@ -136,7 +101,11 @@ pub fn main_with(args: Arguments) -> ExitCode {
             let name = spec.name.clone();
             let trial = Trial::ignorable_test(name.clone(), move || {
                 let started = std::time::Instant::now();
-                let outcome = shared.run_trial(&spec);
+                let outcome = match shared.suite.run(&spec) {
+                    Outcome::Passed => Ok(Completion::Completed),
+                    Outcome::Ignored(reason) => Ok(Completion::ignored_with(reason)),
+                    Outcome::Failed(message) => Err(Failed::from(message)),
+                };
                 shared.progress.finished(&spec.name, started.elapsed(), &outcome);
                 outcome
             })
@@ -153,12 +122,12 @@ pub fn main_with(args: Arguments) -> ExitCode {
     };
     shared.progress.total.store(trials.iter().filter(runs).count(), std::sync::atomic::Ordering::SeqCst);
     let conclusion = libtest_mimic::run(&args, trials);
-    let written = shared.results.finish().inspect_err(|e| eprintln!("ccl-coverage: {e}"));
+    let written = shared.suite.finish().inspect_err(|e| eprintln!("ccl-coverage: {e}"));
     if let Some(code) = interrupt::exit_code() {
         eprintln!(
             "ccl-coverage: interrupted by {}: results of the trials that ended are in {}",
             interrupt::describe(),
-            shared.ctx.workspace.results_dir().display()
+            shared.suite.ctx.workspace.results_dir().display()
         );
         return ExitCode::from(code);
     }
@@ -166,287 +135,4 @@ pub fn main_with(args: Arguments) -> ExitCode {
         return ExitCode::FAILURE;
     }
     conclusion.exit_code()
-}
-
-impl Shared {
-    fn fixture(&self) -> Result<&BuildManifest, Failed> {
-        let built = self.fixture.get_or_init(|| {
-            // A panic must not leave the other trials without an answer.
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare_fixture()))
-                .unwrap_or_else(|p| Err(Error::new(format!("the build panicked: {}", panic_text(&*p)))))
-        });
-        built.as_ref().map_err(|e| Failed::from(e.to_string()))
-    }
-
-    fn prepare_fixture(&self) -> Result<BuildManifest, Error> {
-        let ctx = &self.ctx;
-        eprintln!(
-            "ccl-coverage: config {} ({}), workspace {}",
-            ctx.config().name,
-            ctx.loaded.path.display(),
-            ctx.workspace.root().display()
-        );
-        let build_failed = |e: Error| Error::new(format!("the shared build failed, so this trial did not run:\n{e}"));
-        let plan = BuildPlan::new(ctx).map_err(build_failed)?;
-        eprintln!("ccl-coverage: device coverage: {}", plan.device.summary());
-        let manifest = plan.build(ctx).map_err(build_failed)?;
-        // The build is fine; what fails here is the workspace (full, read-only).
-        fixture::adopt(&ctx.workspace, &manifest).map_err(|e| {
-            Error::new(format!(
-                "cannot record build {} in the workspace {}, so this trial did not run:\n{e}",
-                manifest.build_id,
-                ctx.workspace.root().display()
-            ))
-        })?;
-        Ok(manifest)
-    }
-
-    fn run_info(&self) -> &RunInfo {
-        self.info.get_or_init(|| RunInfo {
-            config_path: self.ctx.loaded.path.clone(),
-            description: self.ctx.config().description.clone(),
-            host: host::hostname(),
-            gpus: host::gpus(),
-            library_git_sha: git_sha(&self.ctx.loaded.library_src()),
-            planned: plan::names(self.ctx.config()),
-            run_id: self.run_id.clone(),
-        })
-    }
-
-    fn allocation(&self) -> Result<Option<&Allocation>, Failed> {
-        match self.allocation.get_or_init(|| launch::placement::detect_allocation(&self.ctx)) {
-            Ok(allocation) => Ok(allocation.as_ref()),
-            Err(e) => Err(Failed::from(e.to_string())),
-        }
-    }
-
-    /// Before the first trial of a launcher that spans more than one node:
-    /// whether every node of the allocation sees the workspace
-    /// (`shared_fs.rs`). A failed check fails every such trial of that
-    /// launcher with its message, unrun: ignoring them would let the run
-    /// pass without their coverage, and running them would lose a node's
-    /// profiles.
-    fn shared_filesystem(&self, spec: &TrialSpec, manifest: &BuildManifest) -> Result<(), Failed> {
-        let config = self.ctx.config();
-        let Some(launcher) = spec.launcher(config) else { return Ok(()) };
-        let Some(allocation) = self.allocation()? else { return Ok(()) };
-        if launcher.kind == LauncherKind::Direct || launcher.nodes < 2 || spec.upstream().is_some() {
-            return Ok(());
-        }
-        let mut verdicts = self.shared_fs.lock().unwrap_or_else(PoisonError::into_inner);
-        let verdict = verdicts.entry(spec.launcher.clone()).or_insert_with(|| {
-            let check = || -> Result<(), Error> {
-                let resolved = launch::mpi::resolve(launcher)?;
-                let vars = launch::trial_vars(&self.ctx, manifest, spec, None);
-                let args = vars.render_all(&resolved.args)?;
-                let grace = std::time::Duration::from_secs(config.timeouts.grace);
-                crate::trial::shared_fs::check(
-                    &self.ctx.workspace,
-                    &resolved,
-                    &args,
-                    &allocation.nodes,
-                    &self.ctx.supervisor,
-                    grace,
-                )
-            };
-            let nodes: Vec<&str> = allocation.nodes.iter().map(|n| n.name.as_str()).collect();
-            match check() {
-                Ok(()) => {
-                    eprintln!(
-                        "ccl-coverage: shared filesystem: every node of {} ({}) sees the workspace through launcher {}",
-                        allocation.source,
-                        nodes.join(", "),
-                        spec.launcher
-                    );
-                    Ok(())
-                }
-                Err(e) => {
-                    eprintln!("ccl-coverage: {e}");
-                    eprintln!("ccl-coverage: trials of launcher {} (more than one node) fail unrun", spec.launcher);
-                    Err(e.to_string())
-                }
-            }
-        });
-        verdict.clone().map_err(|e| Failed::from(format!("not run: {e}")))
-    }
-
-    fn run_trial(&self, spec: &TrialSpec) -> Result<Completion, Failed> {
-        not_interrupted()?;
-        let ctx = &self.ctx;
-        let allocation = self.allocation()?;
-        if let Some(reason) = launch::placement::misfit(ctx, allocation, spec) {
-            eprintln!("ccl-coverage: {} ignored: {reason}", spec.name);
-            return Ok(Completion::ignored_with(reason));
-        }
-        let manifest = self.fixture()?;
-        self.shared_filesystem(spec, manifest)?;
-        let ws = &ctx.workspace;
-        let fail = |e: Error| Failed::from(e.to_string());
-        let (slots, want) = launch::placement::pool(ctx, allocation, spec);
-        let log = ws.trial_log(&spec.slug);
-        let finish = || {
-            let incremental = manifest.coverage && ctx.incremental_merge;
-            let pattern = &ctx.config().coverage.profile_pattern;
-            profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, pattern, incremental, ctx.keep_raw)
-        };
-        let (execution, merged) = {
-            let held = slots.acquire(want).map_err(fail)?;
-            not_interrupted()?;
-            let profile_dir = ws.trial_profiles(&spec.slug);
-            // Old profiles of this trial would be merged with the new ones.
-            ws.clear(Area::Profiles, &profile_dir).map_err(fail)?;
-            ws.remove(Area::Profiles, &profiles::trial_profdata(ws, &spec.slug)).map_err(fail)?;
-            ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug)).map_err(fail)?;
-            // An old report would be read as this run's.
-            ws.clear(Area::Cases, &ws.trial_cases(&spec.slug)).map_err(fail)?;
-            let launch =
-                launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices()), held.hosts()).map_err(fail)?;
-            let timeout = launch.timeout.as_secs();
-            let execution = run::execute(launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
-                eprintln!(
-                    "ccl-coverage: {} still running after {}s (timeout {timeout}s)",
-                    spec.name,
-                    elapsed.as_secs()
-                );
-            })
-            .map_err(fail)?;
-            (execution, (!ctx.merge_overlap).then(finish))
-        };
-        // With overlap the slots are free now: the next trial runs while this
-        // one's profiles merge.
-        let merged = merged.unwrap_or_else(finish);
-        let output = TrialOutput::read(&log);
-        let (verdict, cases, perf) = judge(spec, &execution, &output);
-        let mut verdict = outcome::judge_leftovers(verdict, execution.finished.leftovers);
-        if let Some(cut) = &output.cut {
-            eprintln!("ccl-coverage: {}: its output was cut: {}", spec.name, cut.trim_start_matches('['));
-            if verdict.status != Status::Passed {
-                verdict.reason.push_str(" (the log's cap cut part of the output: see logs.max_mib)");
-            }
-        }
-        if manifest.coverage {
-            let expected = match spec.launcher(ctx.config()).map(|l| l.kind) {
-                Some(LauncherKind::Mpirun | LauncherKind::Srun) => spec.ranks,
-                Some(LauncherKind::Direct) | None => 1,
-            };
-            let quarantined = merged.quarantined();
-            let evidence = outcome::ProfileEvidence {
-                writers: merged.writers.complete,
-                partial: &merged.writers.partial,
-                expected,
-                dir: &merged.dir,
-                merge_error: merged.error.as_deref(),
-                quarantined: &quarantined,
-                runtime_errors: &output.runtime_errors,
-                free_bytes: host::free_bytes(&merged.dir),
-            };
-            verdict = outcome::judge_coverage(verdict, &evidence);
-            // A backend's own device records are judged like host profiles:
-            // a process that left none, or an incomplete one, lost its coverage.
-            if verdict.status == Status::Passed
-                && let Some(lost) = crate::device::coverage_lost(&manifest.device, &merged.dir, expected)
-            {
-                verdict = Verdict { status: Status::Failed, reason: lost };
-            }
-        }
-        let id = TrialIdentity { spec, config: ctx.config(), manifest, run_id: &self.run_id };
-        let mut result = TrialResult::new(id, &execution, &verdict, merged, perf);
-        result.cases = cases;
-        if verdict.status == Status::Failed && ctx.rerun_failed {
-            result.rerun = self.rerun(spec, manifest, &slots, want).map(Box::new);
-        }
-        self.results.record(&result, manifest, self.run_info()).map_err(fail)?;
-        match result.failure_message(&output.tail()) {
-            None => Ok(Completion::Completed),
-            Some(message) => Err(Failed::from(message)),
-        }
-    }
-}
-
-impl Shared {
-    /// A failed upstream trial once more, with its `rerun_env_variables`, for
-    /// diagnostics (upstream's `--rerun-failed`). Its profiles go to a folder
-    /// of their own and are not merged: the verdict is the first attempt's.
-    fn rerun(&self, spec: &TrialSpec, manifest: &BuildManifest, slots: &Slots, want: Want) -> Option<Rerun> {
-        let ctx = &self.ctx;
-        let ws = &ctx.workspace;
-        let say = |e: Error| eprintln!("ccl-coverage: {}: the rerun did not run: {e}", spec.name);
-        let run = || -> Result<Option<Rerun>, Error> {
-            let _held = slots.acquire(want)?;
-            let profile_dir = ws.trial_quarantine(&spec.slug).join("rerun");
-            ws.clear(Area::Quarantine, &profile_dir)?;
-            ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;
-            let Some(launch) = launch::prepare_rerun(ctx, manifest, spec, &profile_dir)? else { return Ok(None) };
-            eprintln!("ccl-coverage: {} failed: running it once more with its rerun_env_variables", spec.name);
-            let log = ws.trial_rerun_log(&spec.slug);
-            let execution = run::execute(launch, &log, &ctx.supervisor, ctx.heartbeat, &|_| {})?;
-            let output = TrialOutput::read(&log);
-            let (verdict, cases, _) = judge(spec, &execution, &output);
-            Ok(Some(Rerun::new(&execution, &verdict, cases)))
-        };
-        run().unwrap_or_else(|e| {
-            say(e);
-            None
-        })
-    }
-}
-
-/// The verdict of a trial's run by its kind, the test cases it ran, and its
-/// perf table (empty unless it is a perf binary).
-fn judge(spec: &TrialSpec, execution: &run::Execution, output: &TrialOutput) -> (Verdict, Vec<Case>, PerfReport) {
-    let launch = &execution.launch;
-    let reports = |ext: &str| -> Vec<String> {
-        let Some(dir) = &launch.cases_dir else { return Vec::new() };
-        let mut files: Vec<_> = std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == ext))
-            .collect();
-        files.sort();
-        files.iter().filter_map(|p| std::fs::read_to_string(p).ok()).collect()
-    };
-    match launch.kind {
-        TrialKind::Perf => {
-            let perf = output.perf.clone();
-            (outcome::judge(&execution.finished, &perf, launch.timeout), Vec::new(), perf)
-        }
-        TrialKind::Gtest => {
-            let filter = spec.upstream().and_then(|u| u.test.test_filter.as_deref());
-            let (v, cases) =
-                outcome::judge_gtest(&execution.finished, &reports("json"), &output.gtest, filter, launch.timeout);
-            (v, cases, PerfReport::default())
-        }
-        TrialKind::Pytest => {
-            let junit = reports("xml");
-            let (v, cases) =
-                outcome::judge_pytest(&execution.finished, junit.first().map(String::as_str), launch.timeout);
-            (v, cases, PerfReport::default())
-        }
-    }
-}
-
-/// A trial that has not started when the run is interrupted does not start.
-fn not_interrupted() -> Result<(), Failed> {
-    match interrupt::requested() {
-        Some(_) => Err(Failed::from(format!("not run: the run was interrupted by {}", interrupt::describe()))),
-        None => Ok(()),
-    }
-}
-
-fn git_sha(dir: &std::path::Path) -> Option<String> {
-    crate::exec::process::Cmd::new("git")
-        .args(["-C", &dir.display().to_string(), "rev-parse", "HEAD"])
-        .read()
-        .ok()
-        .map(|s| s.trim().to_string())
-}
-
-pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(ToString::to_string))
-        .unwrap_or_else(|| "(no message)".into())
 }
