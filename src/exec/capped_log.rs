@@ -3,7 +3,9 @@
 //! comes and the last half in a ring, so that a trial writing gigabytes
 //! leaves a log of at most the cap, with the start (the command, the setup)
 //! and the end (the result table, the crash) both kept and a line saying how
-//! much was cut between them.
+//! much was cut between them. The tail is written when the trial's
+//! processes are gone: a supervisor killed with SIGKILL loses it (the head
+//! is on disk as it comes).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -18,6 +20,10 @@ pub(crate) const CUT_MARK: &str = "[ccl-coverage: output cut here:";
 /// How long the copy goes on after the trial's processes are gone, for what
 /// one that escaped the tree still writes.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// The most of a log's tail held in memory (the supervisor's, per trial):
+/// a large `logs.max_mib` grows the head, on disk, not this.
+const TAIL_MAX: u64 = 32 << 20;
 
 /// How far into the tail its first line start is looked for.
 const LINE_START_SEARCH: usize = 4096;
@@ -94,9 +100,17 @@ pub(crate) struct CappedLog {
 
 impl CappedLog {
     pub(crate) fn new(file: File, cap: u64) -> CappedLog {
-        let head = cap / 2;
-        let tail = usize::try_from(cap - head).unwrap_or(usize::MAX);
-        CappedLog { file, head_left: head, head, tail: Ring::new(tail), total: 0 }
+        // The tail is held in memory until the end: at most half the cap and
+        // at most TAIL_MAX, the head takes the rest.
+        let tail = (cap / 2).min(TAIL_MAX);
+        let head = cap - tail;
+        CappedLog {
+            file,
+            head_left: head,
+            head,
+            tail: Ring::new(usize::try_from(tail).unwrap_or(usize::MAX)),
+            total: 0,
+        }
     }
 
     /// Takes the next bytes of output. A log that can no longer be written

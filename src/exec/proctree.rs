@@ -208,7 +208,7 @@ pub(crate) fn sweep_record(path: &Path) -> Vec<Orphan> {
     let alive =
         |&(pid, start): &(libc::pid_t, u64)| stat_of(pid).is_some_and(|s| s.start_time == start && s.state != 'Z');
     let mut killed = Vec::new();
-    for &(pid, start) in record.processes.iter().filter(|p| alive(p)) {
+    for &(pid, _) in record.processes.iter().filter(|p| alive(p)) {
         let command = std::fs::read(format!("/proc/{pid}/cmdline"))
             .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim().to_string())
             .unwrap_or_default();
@@ -216,12 +216,15 @@ pub(crate) fn sweep_record(path: &Path) -> Vec<Orphan> {
         // was checked, so the pid is still the recorded process.
         unsafe { libc::kill(pid, libc::SIGKILL) };
         killed.push(Orphan { pid, owner: sup, command });
-        let end = Instant::now() + Duration::from_secs(10);
-        while alive(&(pid, start)) && Instant::now() < end {
-            std::thread::sleep(POLL);
-        }
     }
-    let _ = std::fs::remove_file(path);
+    let end = Instant::now() + Duration::from_secs(10);
+    while record.processes.iter().any(alive) && Instant::now() < end {
+        std::thread::sleep(POLL);
+    }
+    // A process that outlived SIGKILL stays on the record for the next run.
+    if !record.processes.iter().any(alive) {
+        let _ = std::fs::remove_file(path);
+    }
     killed
 }
 

@@ -40,12 +40,16 @@ pub(crate) const SECRET_PATTERNS: &[&str] = &[
     "*SECRET*",
     "*CREDENTIAL*",
     "KEY",
+    "KEY_*",
     "*_KEY",
+    "*_KEY_*",
     "*_KEYS",
     "*API_KEY*",
     "*APIKEY*",
     "*PRIVATE_KEY*",
+    "*PRIVATEKEY*",
     "*ACCESS_KEY*",
+    "*ACCESSKEY*",
     "*AUTH_KEY*",
     "*_AUTH",
 ];
@@ -204,6 +208,11 @@ mod tests {
             "SECRET_KEY",
             "KEY",
             "NPM_AUTH",
+            "ENCRYPTION_KEY_B64",
+            "DEPLOY_KEY_PEM",
+            "KEY_FILE_PASSPHRASE",
+            "PRIVATEKEY",
+            "AWS_ACCESSKEY",
         ] {
             assert_eq!(value(name, "hunter2"), MASK, "{name}");
         }

@@ -40,7 +40,9 @@ const POLL: Duration = Duration::from_millis(20);
 const LEFTOVER_SETTLE: Duration = Duration::from_secs(2);
 /// How long past the grace period a stopping supervisor may take before the
 /// harness kills it and stops the processes itself.
-const STOP_SLACK: Duration = Duration::from_secs(15);
+/// It covers the supervisor's own worst case after the grace period: two
+/// waits of [`REAP_LIMIT`] and the output's drain.
+const STOP_SLACK: Duration = Duration::from_secs(30);
 
 /// Why the harness asked the supervisor to stop its command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,7 +209,7 @@ impl Supervised {
         let mut backstop = Tree::new(self.child.id() as libc::pid_t, &self.token).wait_gone(REAP_LIMIT, &mut || {});
         // A supervisor that died leaves its record: what dropped the marker
         // and left the session is known only there.
-        if let Some(record) = &self.children {
+        if let (None, Some(record)) = (&report, &self.children) {
             let killed = proctree::sweep_record(record);
             for o in &killed {
                 eprintln!(

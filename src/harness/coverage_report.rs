@@ -32,6 +32,8 @@ struct Shared {
     ctx: Context,
     /// Each step that ran and whether it passed, for [`Shared::install`].
     outcomes: Mutex<Vec<(&'static str, bool)>>,
+    /// The steps that write the report (not [`CHECKS`]).
+    writers: Vec<&'static str>,
     merged: OnceLock<Result<Merge, Error>>,
     summary: OnceLock<Result<Summary, Error>>,
     lcov: OnceLock<Result<PathBuf, Error>>,
@@ -114,6 +116,7 @@ pub fn main_with(mut args: Arguments) -> ExitCode {
     let shared = Arc::new(Shared {
         ctx,
         outcomes: Mutex::new(Vec::new()),
+        writers: steps.iter().map(|(name, _)| *name).filter(|n| !CHECKS.contains(n)).collect(),
         merged: OnceLock::new(),
         summary: OnceLock::new(),
         lcov: OnceLock::new(),
@@ -125,9 +128,12 @@ pub fn main_with(mut args: Arguments) -> ExitCode {
             let nothing = nothing_to_check(name, &shared.ctx);
             let shared = shared.clone();
             let trial = Trial::ignorable_test(name, move || {
-                let outcome = shared.with_merged(|m| step(&shared, m));
-                shared.outcomes.lock().unwrap_or_else(PoisonError::into_inner).push((name, outcome.is_ok()));
-                outcome
+                // A step that panics (libtest-mimic catches it) has failed too.
+                let outcome =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shared.with_merged(|m| step(&shared, m))));
+                let ok = outcome.as_ref().is_ok_and(Result::is_ok);
+                shared.outcomes.lock().unwrap_or_else(PoisonError::into_inner).push((name, ok));
+                outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             })
             .with_ignored_flag(nothing.is_some());
             let skipped = !args.list && !args.is_filtered_out(&trial) && args.is_ignored(&trial);
@@ -216,7 +222,8 @@ impl Shared {
     /// Where the steps write: the staging folder, which becomes `report/`
     /// once the report is whole ([`Self::install`]).
     fn report_dir(&self) -> PathBuf {
-        self.ctx.workspace.area(Area::ReportStaging)
+        // One folder per process: nextest runs each step as a process of its own.
+        self.ctx.workspace.area(Area::ReportStaging).join(std::process::id().to_string())
     }
 
     /// The totals, the least-covered files and the installed report's pages,
@@ -263,38 +270,62 @@ impl Shared {
     /// Makes the staged report the report, unless a step that writes it
     /// failed: then the last good report stays whole (a full disk must not
     /// cost it), and the incomplete one is deleted. With no report before
-    /// it, the incomplete one is installed, said to be incomplete.
+    /// it, the incomplete one is installed, said to be incomplete. When only
+    /// some steps ran (a step filter, or nextest's one process per step),
+    /// only what they wrote replaces its old version; the rest stays.
     fn install(&self) -> Result<(), Error> {
         let ws = &self.ctx.workspace;
         let staged = self.report_dir();
         let report = ws.report_dir();
-        let merged_ok = match self.merged.get() {
-            None | Some(Ok(Merge::Off(_))) => return Ok(()),
-            Some(Ok(Merge::Done(_))) => true,
-            Some(Err(_)) => false,
+        let discard = || -> Result<(), Error> {
+            if staged.exists() {
+                ws.clear(Area::ReportStaging, &staged)?;
+                std::fs::remove_dir(&staged)
+                    .map_err(|e| Error::new(format!("cannot delete {}: {e}", staged.display())))?;
+            }
+            Ok(())
         };
+        match self.merged.get() {
+            None | Some(Ok(Merge::Off(_))) => return Ok(()),
+            Some(Ok(Merge::Done(_))) => {}
+            Some(Err(_)) => {
+                // Nothing of this attempt can be trusted, nor installed.
+                discard()?;
+                if report.is_dir() {
+                    eprintln!(
+                        "ccl-coverage: merging the profiles failed: the last good report, {}, is kept whole",
+                        report.display()
+                    );
+                }
+                return Ok(());
+            }
+        }
         let outcomes = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
         let failed: Vec<&str> =
             outcomes.iter().filter(|(name, ok)| !ok && !CHECKS.contains(name)).map(|(name, _)| *name).collect();
-        if merged_ok && failed.is_empty() {
-            ws.install_report()?;
+        let every_writer_ran = self.writers.iter().all(|w| outcomes.iter().any(|(n, _)| n == w));
+        if failed.is_empty() {
+            if every_writer_ran {
+                ws.install_report(&staged)?;
+            } else {
+                ws.install_report_entries(&staged)?;
+                discard()?;
+            }
             self.print_result();
             return Ok(());
         }
-        let what = if merged_ok { failed.join(", ") } else { "merging the profiles".to_string() };
+        let what = failed.join(", ");
         if report.is_dir() {
-            ws.clear(Area::ReportStaging, &staged)?;
-            std::fs::remove_dir(&staged).map_err(|e| Error::new(format!("cannot delete {}: {e}", staged.display())))?;
+            discard()?;
             eprintln!(
                 "ccl-coverage: the new report is incomplete ({what} failed), so it was not installed: the last good report, {}, is kept whole",
                 report.display()
             );
-            Ok(())
         } else {
-            ws.install_report()?;
+            ws.install_report(&staged)?;
             eprintln!("ccl-coverage: the report in {} is incomplete: {what} failed", report.display());
-            Ok(())
         }
+        Ok(())
     }
 
     fn merge(&self) -> Result<Merge, Error> {
@@ -344,6 +375,13 @@ impl Shared {
         }
         // Checked before anything is written: the report is installed there.
         ws.check_area(Area::Report)?;
+        // What a killed report process left staged is of no use.
+        for entry in std::fs::read_dir(ws.area(Area::ReportStaging)).into_iter().flatten().flatten() {
+            let pid = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok());
+            if pid.is_some_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists()) {
+                ws.remove(Area::ReportStaging, &entry.path())?;
+            }
+        }
         let report_dir = self.report_dir();
         ws.clear(Area::ReportStaging, &report_dir)?;
         let profdata = report_dir.join("coverage.profdata");

@@ -224,7 +224,7 @@ impl Suite {
         let output = TrialOutput::read(&log);
         let (verdict, cases, perf) = judge(spec, &execution, &output);
         let mut verdict = outcome::judge_leftovers(verdict, execution.finished.leftovers);
-        if let Some(cut) = &output.cut {
+        if let Some(cut) = output.cut.as_ref().filter(|_| execution.finished.output_cut > 0) {
             eprintln!("ccl-coverage: {}: its output was cut: {}", spec.name, cut.trim_start_matches('['));
             if verdict.status != Status::Passed {
                 verdict.reason.push_str(" (the log's cap cut part of the output: see logs.max_mib)");

@@ -125,8 +125,8 @@ pub(crate) enum Area {
     Cases,
     /// `results/`: the trials' records, `run.json` and `junit.xml`.
     Results,
-    /// `report.new/`: the report being written, swapped in for `report/`
-    /// once it is whole ([`Workspace::install_report`]).
+    /// `report.new/<pid>/`: the report one process is writing, swapped in
+    /// for `report/` once it is whole ([`Workspace::install_report`]).
     ReportStaging,
 }
 
@@ -389,37 +389,69 @@ impl Workspace {
         }
     }
 
-    /// Makes the staged report (`report.new/`) the report: exchanged with
+    /// Makes `staged` (a folder of `report.new/`) the report: exchanged with
     /// `report/` in one step (`renameat2(RENAME_EXCHANGE)`), so a reader sees
     /// the old report or the new one, never a mix or none; the old one is
-    /// then deleted. Where the filesystem cannot exchange, two renames.
-    pub(crate) fn install_report(&self) -> Result<()> {
+    /// then deleted. Only where the filesystem cannot exchange, two renames,
+    /// undone if the second fails.
+    pub(crate) fn install_report(&self, staged: &Path) -> Result<()> {
         use std::os::unix::ffi::OsStrExt;
-        let (staged, report) = (self.area(Area::ReportStaging), self.area(Area::Report));
+        let report = self.area(Area::Report);
         self.check_area(Area::ReportStaging)?;
         self.check_area(Area::Report)?;
+        if !fs::symlink_metadata(staged).is_ok_and(|m| m.is_dir()) {
+            bail!("cannot install the report: {} is not there", staged.display());
+        }
+        let moved = |from: &Path, to: &Path| {
+            fs::rename(from, to)
+                .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", from.display(), to.display())))
+        };
         if !report.exists() {
-            return fs::rename(&staged, &report)
-                .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", staged.display(), report.display())));
+            return moved(staged, &report);
         }
         let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).expect("paths hold no NUL");
-        let (from, to) = (c(&staged), c(&report));
+        let (from, to) = (c(staged), c(&report));
         // SAFETY: two NUL-terminated paths, relative to no directory fd.
         let exchanged = unsafe {
             libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_EXCHANGE)
-        } == 0;
-        if !exchanged {
-            let old = self.root.join("report.old");
-            if old.exists() {
-                remove_no_follow(&old)?;
-            }
-            fs::rename(&report, &old)
-                .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", report.display(), old.display())))?;
-            fs::rename(&staged, &report)
-                .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", staged.display(), report.display())))?;
-            return remove_no_follow(&old);
+        };
+        if exchanged == 0 {
+            return remove_no_follow(staged);
         }
-        remove_no_follow(&staged)
+        let error = std::io::Error::last_os_error();
+        if !matches!(error.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)) {
+            bail!("cannot exchange {} with {}: {error}", staged.display(), report.display());
+        }
+        let old = self.root.join("report.old");
+        if old.exists() {
+            remove_no_follow(&old)?;
+        }
+        moved(&report, &old)?;
+        if let Err(e) = moved(staged, &report) {
+            // The last good report goes back where it was.
+            moved(&old, &report)?;
+            return Err(e);
+        }
+        remove_no_follow(&old)
+    }
+
+    /// Moves each top-level entry of `staged` into `report/`, replacing its
+    /// old version and keeping the entries it does not have: what a run of
+    /// only some report steps wrote.
+    pub(crate) fn install_report_entries(&self, staged: &Path) -> Result<()> {
+        let report = self.area(Area::Report);
+        self.check_area(Area::Report)?;
+        files::create_dir(&report)?;
+        for entry in fs::read_dir(staged).map_err(|e| Error::new(format!("cannot list {}: {e}", staged.display())))? {
+            let entry = entry.map_err(|e| Error::new(format!("cannot list {}: {e}", staged.display())))?;
+            let to = report.join(entry.file_name());
+            if fs::symlink_metadata(&to).is_ok() {
+                remove_no_follow(&to)?;
+            }
+            fs::rename(entry.path(), &to)
+                .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", entry.path().display(), to.display())))?;
+        }
+        Ok(())
     }
 
     /// Removes one file (or symlink) inside `area`; a missing file is fine.
