@@ -196,7 +196,7 @@ struct WhoCovers {
 struct Clean {
     #[command(flatten)]
     place: Place,
-    /// Also delete every cached build that is not being built.
+    /// Also delete every cached build that is not being built (use it when no run is going on).
     #[arg(long)]
     builds: bool,
 }

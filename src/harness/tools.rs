@@ -35,7 +35,9 @@ pub fn show_env() -> ExitCode {
 
 /// Deletes the config's workspace (only one the harness marked as its own,
 /// and not while a run holds it) and, with `builds`, every cached build that
-/// no process is building or using.
+/// no process is building. A build's lock is held only while it is built
+/// or checked, so a run on another workspace that uses a cached build would
+/// lose it: `--builds` is for when nothing runs.
 pub fn clean(builds: bool) -> ExitCode {
     match clean_all(builds) {
         Ok(()) => ExitCode::SUCCESS,
