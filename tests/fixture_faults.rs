@@ -367,20 +367,10 @@ fn a_failed_html_step_leaves_the_report_with_the_harness_modes() {
     let ran = harness(&s, "collectives", &[], LIMIT);
     assert!(ran.success, "{}", ran.text());
     // An llvm-cov that makes its output folder 0750 and fails for `show`.
-    let manifest_path = s.ws.join("build.json");
-    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
-    let real = manifest["toolchain"]["llvm_cov"]["path"].as_str().unwrap().to_string();
-    let fake = s.dir.path().join("llvm-cov");
-    std::fs::write(
-        &fake,
-        format!(
-            "#!/bin/sh\nif [ \"$1\" = show ]; then for a; do case $a in -output-dir=*) mkdir -p -m 0750 \"${{a#-output-dir=}}\";; esac; done; echo 'show failed' >&2; exit 1; fi\nexec {real} \"$@\"\n"
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    manifest["toolchain"]["llvm_cov"]["path"] = json!(fake.display().to_string());
-    std::fs::write(&manifest_path, serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
+    failing_llvm_cov_show(
+        &s,
+        "for a; do case $a in -output-dir=*) mkdir -p -m 0750 \"${a#-output-dir=}\";; esac; done; echo 'show failed' >&2",
+    );
     let report = harness(&s, "report", &["--exact", "report::html"], LIMIT);
     assert!(!report.success && report.text().contains("show failed"), "{}", report.text());
     let mode = std::fs::metadata(s.ws.join("report/html")).unwrap().permissions().mode() & 0o777;
@@ -396,7 +386,6 @@ fn a_failed_html_step_leaves_the_report_with_the_harness_modes() {
 /// beside it and swapped in only when whole.
 #[test]
 fn a_failed_report_leaves_the_last_good_one_whole() {
-    use std::os::unix::fs::PermissionsExt;
     let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
     let ran = harness(&s, "collectives", &[], LIMIT);
     assert!(ran.success, "{}", ran.text());
@@ -407,20 +396,7 @@ fn a_failed_report_leaves_the_last_good_one_whole() {
     let lcov = std::fs::read(report.join("coverage.lcov")).unwrap();
     let meta = std::fs::read(report.join("meta.json")).unwrap();
     // An llvm-cov whose `show` fails, as on a full disk.
-    let manifest_path = s.ws.join("build.json");
-    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
-    let real = manifest["toolchain"]["llvm_cov"]["path"].as_str().unwrap().to_string();
-    let fake = s.dir.path().join("llvm-cov");
-    std::fs::write(
-        &fake,
-        format!(
-            "#!/bin/sh\nif [ \"$1\" = show ]; then echo 'No space left on device' >&2; exit 1; fi\nexec {real} \"$@\"\n"
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    manifest["toolchain"]["llvm_cov"]["path"] = json!(fake.display().to_string());
-    std::fs::write(&manifest_path, serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
+    failing_llvm_cov_show(&s, "echo 'No space left on device' >&2");
     let failed = harness(&s, "report", &[], LIMIT);
     let out = failed.text();
     assert!(!failed.success, "{out}");
@@ -453,4 +429,19 @@ fn a_damaged_result_is_quarantined_named_and_fails_the_report() {
     let kept = std::fs::read_to_string(s.ws.join("quarantine/AllReduce.1K.two/result.json")).unwrap();
     assert_eq!(kept, text[..text.len() / 2], "the damaged record is kept as it was");
     assert!(s.ws.join("report/coverage.lcov").is_file(), "the other trial is still reported");
+}
+
+/// Makes the workspace's build use an llvm-cov that runs `on_show` and
+/// fails for `show`, and is the real one for everything else.
+fn failing_llvm_cov_show(s: &support::Setup, on_show: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let manifest_path = s.ws.join("build.json");
+    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    let real = manifest["toolchain"]["llvm_cov"]["path"].as_str().unwrap().to_string();
+    let fake = s.dir.path().join("llvm-cov");
+    let script = format!("#!/bin/sh\nif [ \"$1\" = show ]; then {on_show}; exit 1; fi\nexec {real} \"$@\"\n");
+    std::fs::write(&fake, script).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    manifest["toolchain"]["llvm_cov"]["path"] = json!(fake.display().to_string());
+    std::fs::write(&manifest_path, serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
 }

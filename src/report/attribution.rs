@@ -282,13 +282,14 @@ pub(crate) fn markdown(summaries: &[TrialSummary]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const LCOV: &str = "SF:/src/a.cc\nFN:3,f\nFN:9,g\nFNDA:2,f\nFNDA:0,g\nFNF:2\nFNH:1\nDA:3,2\nDA:4,2\nDA:5,0\nDA:9,0\n\
         BRDA:4,0,0,-\nLF:4\nLH:2\nend_of_record\nSF:/src/b.cc\nDA:1,1\nend_of_record\n";
 
-    fn trial(name: &str, text: &str) -> TrialCoverage {
+    /// A trial that ran 1 s and covered what `text` (lcov) says.
+    pub(crate) fn trial(name: &str, text: &str) -> TrialCoverage {
         TrialCoverage {
             name: name.into(),
             slug: name.replace("::", "."),

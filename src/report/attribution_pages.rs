@@ -266,19 +266,7 @@ pub(crate) fn link_from_llvm_cov_index(index: &Path) -> crate::error::Result<()>
 mod tests {
     use super::*;
     use crate::coverage::lcov::parse_lcov;
-    use crate::report::attribution::TrialCoverage;
-
-    fn trial(name: &str, text: &str) -> TrialCoverage {
-        TrialCoverage {
-            name: name.into(),
-            slug: name.replace("::", "."),
-            duration_s: 1.0,
-            lcov: parse_lcov(text, name).unwrap(),
-            lines: (0, 0),
-            functions: (0, 0),
-            regions: (0, 0),
-        }
-    }
+    use crate::report::attribution::tests::trial;
 
     #[test]
     fn pages_link_files_lines_trial_sets_and_trials() {
