@@ -137,19 +137,7 @@ fn dying_and_silent_ranks_fail_with_the_cause_in_bounded_time() {
 /// printed: read lossily, never as no output at all.
 #[test]
 fn output_that_is_not_utf8_is_still_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let wrapper = dir.path().join("not-utf8.sh");
-    std::fs::write(&wrapper, "#!/bin/sh\nprintf '\\377\\376 not UTF-8\\n'\nexec \"$REAL_BINARY\" \"$@\"\n").unwrap();
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let s = setup(|v| {
-        only(
-            v,
-            "AllReduce",
-            &["1K"],
-            json!([{"name": "bytes", "ranks": 2, "env": {"REAL_BINARY": "{bin_dir}/all_reduce_perf"}}]),
-        );
-        v["collectives"][0]["binary"] = json!(wrapper.display().to_string());
-    });
+    let s = wrapped("bytes", "printf '\\377\\376 not UTF-8\\n'", |_| {});
     let ran = harness(&s, "collectives", &[], LIMIT);
     let r = result(&s, "AllReduce.1K.bytes");
     assert_eq!(r["status"], "PASSED", "{r}\n{}", ran.text());
@@ -163,24 +151,7 @@ fn output_that_is_not_utf8_is_still_read() {
 /// the trial is judged on it and passes.
 #[test]
 fn a_flood_of_output_is_capped_and_the_trial_still_judged() {
-    let dir = tempfile::tempdir().unwrap();
-    let wrapper = dir.path().join("flood.sh");
-    std::fs::write(
-        &wrapper,
-        "#!/bin/sh\nhead -c 100000000 /dev/zero | tr '\\0' x\necho\nexec \"$REAL_BINARY\" \"$@\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let s = setup(|v| {
-        only(
-            v,
-            "AllReduce",
-            &["1K"],
-            json!([{"name": "flood", "ranks": 2, "env": {"REAL_BINARY": "{bin_dir}/all_reduce_perf"}}]),
-        );
-        v["collectives"][0]["binary"] = json!(wrapper.display().to_string());
-        v["logs"] = json!({"max_mib": 1});
-    });
+    let s = wrapped("flood", "head -c 100000000 /dev/zero | tr '\\0' x\necho", |v| v["logs"] = json!({"max_mib": 1}));
     let ran = harness(&s, "collectives", &[], LIMIT);
     let r = result(&s, "AllReduce.1K.flood");
     assert_eq!(r["status"], "PASSED", "{r}\n{}", ran.text());
@@ -271,21 +242,8 @@ fn a_damaged_build_cache_is_named_and_rebuilt() {
 /// nothing of it is left.
 #[test]
 fn a_daemon_that_escapes_its_trial_is_killed_and_fails_it() {
-    let dir = tempfile::tempdir().unwrap();
     let mark = format!("700.{}", std::process::id());
-    let wrapper = dir.path().join("daemon.sh");
-    std::fs::write(&wrapper, format!("#!/bin/sh\n(setsid env -i sleep {mark} &)\nexec \"$REAL_BINARY\" \"$@\"\n"))
-        .unwrap();
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let s = setup(|v| {
-        only(
-            v,
-            "AllReduce",
-            &["1K"],
-            json!([{"name": "daemon", "ranks": 2, "env": {"REAL_BINARY": "{bin_dir}/all_reduce_perf"}}]),
-        );
-        v["collectives"][0]["binary"] = json!(wrapper.display().to_string());
-    });
+    let s = wrapped("daemon", &format!("(setsid env -i sleep {mark} &)"), |_| {});
     let ran = harness(&s, "collectives", &[], LIMIT);
     let r = result(&s, "AllReduce.1K.daemon");
     assert!(!ran.success, "{}", ran.text());
@@ -444,4 +402,25 @@ fn failing_llvm_cov_show(s: &support::Setup, on_show: &str) {
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     manifest["toolchain"]["llvm_cov"]["path"] = json!(fake.display().to_string());
     std::fs::write(&manifest_path, serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
+}
+
+/// A setup of one trial, `AllReduce::1K::<name>` on 2 ranks, whose binary is
+/// a script that runs `before` and then the real perf binary.
+fn wrapped(name: &str, before: &str, edit: impl FnOnce(&mut Value)) -> support::Setup {
+    let s = setup(|v| {
+        only(
+            v,
+            "AllReduce",
+            &["1K"],
+            json!([{"name": name, "ranks": 2, "env": {"REAL_BINARY": "{bin_dir}/all_reduce_perf"}}]),
+        );
+        edit(v);
+    });
+    let wrapper = s.dir.path().join(format!("{name}.sh"));
+    std::fs::write(&wrapper, format!("#!/bin/sh\n{before}\nexec \"$REAL_BINARY\" \"$@\"\n")).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&s.config).unwrap()).unwrap();
+    v["collectives"][0]["binary"] = json!(wrapper.display().to_string());
+    std::fs::write(&s.config, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    s
 }
