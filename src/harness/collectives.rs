@@ -14,7 +14,7 @@ use crate::launch;
 use crate::launch::allocation::{Allocation, Want};
 use crate::launch::slots::Slots;
 use crate::plan::{self, TrialSpec};
-use crate::results::{Rerun, RunInfo, RunWriter, TrialIdentity, TrialResult};
+use crate::results::{Ignored, Rerun, RunInfo, RunWriter, TrialIdentity, TrialResult};
 use crate::trial as run;
 use crate::upstream::TrialKind;
 use crate::verdict::output::TrialOutput;
@@ -38,6 +38,9 @@ struct Shared {
     shared_fs: Mutex<HashMap<String, Result<(), String>>>,
     results: RunWriter,
     progress: Progress,
+    /// The trials the name filter selected, and whether each runs (else its
+    /// flag ignores it): what JUnit lists.
+    selected: OnceLock<Vec<(TrialSpec, bool)>>,
 }
 
 /// `[n/M]`, each trial's verdict and duration, and the time left, one line
@@ -126,9 +129,11 @@ pub fn main_with(args: Arguments) -> ExitCode {
         info: OnceLock::new(),
         allocation: OnceLock::new(),
         shared_fs: Mutex::new(HashMap::new()),
+        selected: OnceLock::new(),
     });
     let trials = specs
-        .into_iter()
+        .iter()
+        .cloned()
         .map(|spec| {
             let shared = shared.clone();
             let ignored = spec.ignored;
@@ -147,11 +152,13 @@ pub fn main_with(args: Arguments) -> ExitCode {
             trial
         })
         .collect::<Vec<Trial>>();
-    let runs = |t: &&Trial| {
-        !args.is_filtered_out(t)
-            && if args.ignored { t.has_ignored_flag() } else { !t.has_ignored_flag() || args.include_ignored }
-    };
-    shared.progress.total.store(trials.iter().filter(runs).count(), std::sync::atomic::Ordering::SeqCst);
+    // As libtest decides: `--ignored` filters out the trials not ignored.
+    let is_selected = |t: &Trial| !args.is_filtered_out(t) && (!args.ignored || t.has_ignored_flag());
+    let runs = |t: &Trial| !t.has_ignored_flag() || args.ignored || args.include_ignored;
+    let selected: Vec<(TrialSpec, bool)> =
+        specs.into_iter().zip(&trials).filter(|(_, t)| is_selected(t)).map(|(spec, t)| (spec, runs(t))).collect();
+    shared.progress.total.store(selected.iter().filter(|(_, runs)| *runs).count(), std::sync::atomic::Ordering::SeqCst);
+    let _ = shared.selected.set(selected);
     let conclusion = libtest_mimic::run(&args, trials);
     let written = shared.results.finish().inspect_err(|e| eprintln!("ccl-coverage: {e}"));
     if let Some(code) = interrupt::exit_code() {
@@ -209,8 +216,26 @@ impl Shared {
             gpus: host::gpus(),
             library_git_sha: git_sha(&self.ctx.loaded.library_src()),
             planned: plan::names(self.ctx.config()),
+            ignored: self.ignored(),
             run_id: self.run_id.clone(),
         })
+    }
+
+    /// The selected trials this run does not run because they are ignored:
+    /// by their flag, or (as [`Shared::run_trial`] decides when one would
+    /// start) because they do not fit the run's nodes, which every process
+    /// of the run reads alike.
+    fn ignored(&self) -> Vec<Ignored> {
+        let config = self.ctx.config();
+        let allocation = self.allocation().ok().flatten();
+        let selected = self.selected.get().map_or(&[][..], Vec::as_slice);
+        let why = |spec: &TrialSpec, runs: bool| {
+            if runs { launch::placement::misfit(&self.ctx, allocation, spec) } else { spec.why_ignored(config) }
+        };
+        selected
+            .iter()
+            .filter_map(|(spec, runs)| Some(Ignored { trial: spec.name.clone(), reason: why(spec, *runs)? }))
+            .collect()
     }
 
     fn allocation(&self) -> Result<Option<&Allocation>, Failed> {
