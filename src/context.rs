@@ -193,7 +193,7 @@ fn check_env(vars: impl IntoIterator<Item = (OsString, OsString)>, referenced: &
             };
             problems.push(format!(
                 "unknown environment variable {name}: {guess} Unknown CCL_COV_* names are refused, so that a \
-                 misspelt one cannot switch a check off; the README's \"Environment variables\" lists the known ones"
+                 misspelt one cannot switch a check off; docs/environment.md lists the known ones"
             ));
             continue;
         };

@@ -70,6 +70,23 @@ impl TrialSpec {
         }
     }
 
+    /// Why the trial is ignored, `None` if it is not: the plan's reason, else
+    /// the config's `"ignore": true` on its collective or variant. Records of
+    /// the run (JUnit) give it; the plan's own reason stays the one printed.
+    pub(crate) fn why_ignored(&self, config: &Config) -> Option<String> {
+        if !self.ignored {
+            return None;
+        }
+        let by_config = || {
+            let marked = match self.collective(config).filter(|c| c.ignore) {
+                Some(c) => format!("collective {}", c.name.as_str()),
+                None => format!("variant {}", self.variant(config).map_or("", |v| v.name.as_str())),
+            };
+            format!("the config marks {marked} \"ignore\": true (run it with --include-ignored)")
+        };
+        Some(self.ignore_reason.clone().unwrap_or_else(by_config))
+    }
+
     pub(crate) fn launcher<'c>(&self, config: &'c Config) -> Option<&'c LauncherConfig> {
         config.launchers.get(self.launcher.as_str())
     }
@@ -316,6 +333,21 @@ mod tests {
         let mpi = trials.iter().find(|t| t.name == "SendRecv::256K::mpi").unwrap();
         assert_eq!((mpi.launcher.as_str(), mpi.ranks), ("mpi", 3));
         assert!(trials.iter().filter(|t| t.ignored).all(|t| t.name.ends_with("::smallchunks")));
+    }
+
+    #[test]
+    fn an_ignored_trial_says_which_part_of_the_config_ignores_it() {
+        let mut config = local();
+        let why = |config: &Config, name: &str| {
+            plan(config).into_iter().find(|t| t.name == name).unwrap().why_ignored(config)
+        };
+        assert_eq!(why(&config, "AllReduce::1K::ring"), None);
+        let by_variant = "the config marks variant smallchunks \"ignore\": true (run it with --include-ignored)";
+        assert_eq!(why(&config, "AllReduce::1K::smallchunks").as_deref(), Some(by_variant));
+        config.collectives[0].ignore = true;
+        let by_collective = "the config marks collective AllReduce \"ignore\": true (run it with --include-ignored)";
+        assert_eq!(why(&config, "AllReduce::1K::ring").as_deref(), Some(by_collective));
+        assert_eq!(why(&config, "AllReduce::1K::smallchunks").as_deref(), Some(by_collective));
     }
 
     #[test]

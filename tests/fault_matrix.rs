@@ -3,8 +3,8 @@
 //! Every test runs the real harness binary on the real instrumented fixture
 //! with real `mpirun` ranks, and checks the verdict, the message, that no
 //! process survived (an independent `/proc` scan) and that nothing was lost
-//! or deleted. Every wait has a hard limit. The README's "What happens
-//! when…" table lists these cases (and those of `harness_e2e.rs`,
+//! or deleted. Every wait has a hard limit. The "What happens when…"
+//! table of docs/faults.md lists these cases (and those of `harness_e2e.rs`,
 //! `fixture_faults.rs`, `broken_configs.rs`, `redaction.rs`).
 
 mod support;

@@ -93,7 +93,8 @@ pub fn main_with(args: Arguments) -> ExitCode {
     };
     let shared = Arc::new(Shared { suite: Suite::new(ctx), progress });
     let trials = specs
-        .into_iter()
+        .iter()
+        .cloned()
         .map(|spec| {
             let shared = shared.clone();
             let ignored = spec.ignored;
@@ -116,11 +117,13 @@ pub fn main_with(args: Arguments) -> ExitCode {
             trial
         })
         .collect::<Vec<Trial>>();
-    let runs = |t: &&Trial| {
-        !args.is_filtered_out(t)
-            && if args.ignored { t.has_ignored_flag() } else { !t.has_ignored_flag() || args.include_ignored }
-    };
-    shared.progress.total.store(trials.iter().filter(runs).count(), std::sync::atomic::Ordering::SeqCst);
+    // As libtest decides: `--ignored` filters out the trials not ignored.
+    let is_selected = |t: &Trial| !args.is_filtered_out(t) && (!args.ignored || t.has_ignored_flag());
+    let runs = |t: &Trial| !t.has_ignored_flag() || args.ignored || args.include_ignored;
+    let selected: Vec<(plan::TrialSpec, bool)> =
+        specs.into_iter().zip(&trials).filter(|(_, t)| is_selected(t)).map(|(spec, t)| (spec, runs(t))).collect();
+    shared.progress.total.store(selected.iter().filter(|(_, runs)| *runs).count(), std::sync::atomic::Ordering::SeqCst);
+    shared.suite.select(selected);
     let conclusion = libtest_mimic::run(&args, trials);
     let written = shared.suite.finish().inspect_err(|e| eprintln!("ccl-coverage: {e}"));
     if let Some(code) = interrupt::exit_code() {

@@ -437,6 +437,17 @@ pub(crate) struct RunRecord {
     /// Over `trials`, this run's and earlier runs'.
     pub(crate) summary: Summary,
     pub(crate) trials: Vec<TrialResult>,
+    /// Trials this run selected but did not run because they are ignored,
+    /// and have no record: JUnit lists them as skipped.
+    #[serde(default)]
+    pub(crate) ignored: Vec<Ignored>,
+}
+
+/// A trial the run ignored, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Ignored {
+    pub(crate) trial: String,
+    pub(crate) reason: String,
 }
 
 /// Static facts of a run that every rewrite of `run.json` repeats.
@@ -449,6 +460,9 @@ pub(crate) struct RunInfo {
     pub(crate) library_git_sha: Option<String>,
     /// Every trial of the config's plan, ignored ones included.
     pub(crate) planned: BTreeSet<String>,
+    /// The trials the name filter selected that this run does not run
+    /// because they are ignored; those the filter left out are not here.
+    pub(crate) ignored: Vec<Ignored>,
     /// [`run_id`].
     pub(crate) run_id: String,
 }
@@ -656,6 +670,8 @@ fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result
     let (this, earlier_runs): (Vec<RunOf>, Vec<RunOf>) =
         runs(&trials).into_iter().partition(|r| r.run_id == info.run_id);
     let this = this.into_iter().next();
+    let recorded: BTreeSet<&str> = trials.iter().map(|t| t.trial.as_str()).collect();
+    let ignored = info.ignored.iter().filter(|i| !recorded.contains(i.trial.as_str())).cloned().collect();
     let record = RunRecord {
         schema_version: 2,
         config: manifest.config.clone(),
@@ -679,6 +695,7 @@ fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result
             duration_s: trials.iter().map(|t| t.duration_s).sum(),
         },
         trials,
+        ignored,
     };
     let json = serde_json::to_string_pretty(&record).expect("run record serializes");
     workspace::files::write_atomic(&ws.results_dir().join("run.json"), json.as_bytes())?;
@@ -688,6 +705,7 @@ fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result
 fn junit(record: &RunRecord) -> Result<String> {
     use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
     let mut suite = TestSuite::new(format!("collectives ({})", record.config));
+    let classname = format!("ccl-coverage.{}", record.config);
     for t in &record.trials {
         let status = match t.status {
             Status::Passed => TestCaseStatus::success(),
@@ -699,7 +717,7 @@ fn junit(record: &RunRecord) -> Result<String> {
             }
         };
         let mut case = TestCase::new(t.trial.clone(), status);
-        case.set_classname(format!("ccl-coverage.{}", record.config));
+        case.set_classname(classname.clone());
         // A record read back from the workspace may hold anything; this must not panic.
         case.set_time(Duration::try_from_secs_f64(t.duration_s).unwrap_or_default());
         suite.add_test_case(case);
@@ -719,6 +737,13 @@ fn junit(record: &RunRecord) -> Result<String> {
             case.set_time(Duration::try_from_secs_f64(c.time_s).unwrap_or_default());
             suite.add_test_case(case);
         }
+    }
+    for i in &record.ignored {
+        let mut status = TestCaseStatus::skipped();
+        status.set_message(i.reason.clone());
+        let mut case = TestCase::new(i.trial.clone(), status);
+        case.set_classname(classname.clone());
+        suite.add_test_case(case);
     }
     let mut report = Report::new("ccl-coverage");
     report.add_test_suite(suite);
@@ -741,6 +766,7 @@ mod tests {
             gpus: Vec::new(),
             library_git_sha: None,
             planned: (0..100).map(trial_name).collect(),
+            ignored: Vec::new(),
             run_id: "r".into(),
         };
         (dir, ws, crate::build::fixture::test_manifest("b1"), info)
@@ -874,6 +900,25 @@ mod tests {
         );
         assert_eq!(Runs::of(&[at(4, "r", 4), at(5, "r", 5)]).mixed(), None, "one run");
         assert_eq!(Runs::of(&[]), Runs::default());
+    }
+
+    #[test]
+    fn ignored_trials_are_skipped_in_junit_unless_a_record_of_theirs_is_listed() {
+        let (_d, ws, manifest, mut info) = setup();
+        let ignored = |i: usize| Ignored { trial: trial_name(i), reason: format!("why {i}") };
+        info.ignored = vec![ignored(1), ignored(2)];
+        trial(2).write(&ws).unwrap();
+        let writer = RunWriter::new(ws.clone());
+        writer.record(&trial(0), &manifest, &info).unwrap();
+        writer.finish().unwrap();
+        let junit = std::fs::read_to_string(ws.results_dir().join("junit.xml")).unwrap();
+        assert!(junit.contains("tests=\"3\" skipped=\"1\""), "{junit}");
+        assert!(junit.contains("<testcase name=\"T::1\" classname=\"ccl-coverage.t\">"), "{junit}");
+        assert!(junit.contains("<skipped message=\"why 1\"/>"), "{junit}");
+        assert!(!junit.contains("why 2"), "{junit}");
+        let run: Value =
+            serde_json::from_str(&std::fs::read_to_string(ws.results_dir().join("run.json")).unwrap()).unwrap();
+        assert_eq!(run["ignored"], json!([{"trial": "T::1", "reason": "why 1"}]));
     }
 
     #[test]

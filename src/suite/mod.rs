@@ -16,7 +16,7 @@ use crate::launch;
 use crate::launch::allocation::{Allocation, Want};
 use crate::launch::slots::Slots;
 use crate::plan::{self, TrialSpec};
-use crate::results::{Rerun, RunInfo, RunWriter, TrialIdentity, TrialResult};
+use crate::results::{Ignored, Rerun, RunInfo, RunWriter, TrialIdentity, TrialResult};
 use crate::trial as run;
 use crate::upstream::TrialKind;
 use crate::verdict::output::TrialOutput;
@@ -48,6 +48,9 @@ pub(crate) struct Suite {
     /// held while a check runs, so each launcher is checked once.
     shared_fs: Mutex<HashMap<String, Result<(), String>>>,
     results: RunWriter,
+    /// The trials the name filter selected, and whether each runs (else its
+    /// flag ignores it): what JUnit lists.
+    selected: OnceLock<Vec<(TrialSpec, bool)>>,
 }
 
 impl Suite {
@@ -60,7 +63,30 @@ impl Suite {
             info: OnceLock::new(),
             allocation: OnceLock::new(),
             shared_fs: Mutex::new(HashMap::new()),
+            selected: OnceLock::new(),
         }
+    }
+
+    /// The trials the harness's filter selected, and whether each runs.
+    pub(crate) fn select(&self, selected: Vec<(TrialSpec, bool)>) {
+        let _ = self.selected.set(selected);
+    }
+
+    /// The selected trials this run does not run because they are ignored:
+    /// by their flag, or (as [`Suite::run`] decides when one would start)
+    /// because they do not fit the run's nodes, which every process of the
+    /// run reads alike.
+    fn ignored(&self) -> Vec<Ignored> {
+        let config = self.ctx.config();
+        let allocation = self.allocation().ok().flatten();
+        let selected = self.selected.get().map_or(&[][..], Vec::as_slice);
+        let why = |spec: &TrialSpec, runs: bool| {
+            if runs { launch::placement::misfit(&self.ctx, allocation, spec) } else { spec.why_ignored(config) }
+        };
+        selected
+            .iter()
+            .filter_map(|(spec, runs)| Some(Ignored { trial: spec.name.clone(), reason: why(spec, *runs)? }))
+            .collect()
     }
 
     /// Runs `spec` from placement to its record.
@@ -115,6 +141,7 @@ impl Suite {
             gpus: host::gpus(),
             library_git_sha: git_sha(&self.ctx.loaded.library_src()),
             planned: plan::names(self.ctx.config()),
+            ignored: self.ignored(),
             run_id: self.run_id.clone(),
         })
     }
