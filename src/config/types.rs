@@ -612,11 +612,17 @@ pub(crate) struct ReportConfig {
     /// Whether `coverage_report` snapshot-checks the summary.
     #[serde(default = "yes")]
     pub(crate) snapshot: bool,
+    /// The prefix taken off the file names of `coverage.lcov` and
+    /// `coverage.json`, so that Codecov and Coveralls match them to the
+    /// repository; relative to the config's folder. Default: the library's
+    /// `source_dir`; `""` keeps absolute paths.
+    #[serde(default)]
+    pub(crate) path_prefix: Option<String>,
 }
 
 impl Default for ReportConfig {
     fn default() -> Self {
-        ReportConfig { ignore_filename_regex: default_ignore(), snapshot: true }
+        ReportConfig { ignore_filename_regex: default_ignore(), snapshot: true, path_prefix: None }
     }
 }
 

@@ -36,7 +36,8 @@ struct Shared {
     writers: Vec<&'static str>,
     merged: OnceLock<Result<Merge, Error>>,
     summary: OnceLock<Result<Summary, Error>>,
-    lcov: OnceLock<Result<PathBuf, Error>>,
+    /// The merged lcov's text, absolute paths: the model every later step reads.
+    lcov: OnceLock<Result<String, Error>>,
     attributed: OnceLock<Result<Attributed, Error>>,
 }
 
@@ -488,13 +489,31 @@ impl Shared {
     }
 
     fn json(&self, merged: &Merged) -> Result<(), Failed> {
-        merged
-            .inputs
-            .json(&self.report_dir().join("coverage.json"))
-            .map_err(|e| failed("llvm-cov export -format=text", &e))
+        let out = self.report_dir().join("coverage.json");
+        merged.inputs.json(&out).map_err(|e| failed("llvm-cov export -format=text", &e))?;
+        let prefix = self.path_prefix(merged);
+        if !prefix.is_empty() {
+            let text = std::fs::read_to_string(&out)
+                .map_err(|e| Failed::from(format!("cannot read {}: {e}", out.display())))?;
+            workspace::files::write_atomic(&out, report::relative_json(&text, &prefix).as_bytes())
+                .map_err(|e| failed("writing coverage.json", &e))?;
+        }
+        Ok(())
     }
 
-    fn lcov(&self, merged: &Merged) -> Result<&PathBuf, Failed> {
+    /// What `report.path_prefix` takes off the file names of the lcov and
+    /// JSON reports: by default the library's sources.
+    fn path_prefix(&self, merged: &Merged) -> String {
+        match &self.ctx.config().report.path_prefix {
+            Some(p) if p.is_empty() => String::new(),
+            Some(p) => self.ctx.loaded.resolve(p).display().to_string(),
+            None => merged.manifest.library_src.display().to_string(),
+        }
+    }
+
+    /// The merged lcov (absolute paths); `coverage.lcov` gets it with the
+    /// path prefix taken off.
+    fn lcov(&self, merged: &Merged) -> Result<&str, Failed> {
         let out = self.report_dir().join("coverage.lcov");
         self.lcov
             .get_or_init(|| {
@@ -503,9 +522,11 @@ impl Shared {
                 if let Some(lines) = &merged.device_lines {
                     text.push_str(&sass::to_lcov(&lines.all));
                 }
-                workspace::files::write_atomic(&out, text.as_bytes()).map(|()| out.clone())
+                let written = report::relative_lcov(&text, &self.path_prefix(merged));
+                workspace::files::write_atomic(&out, written.as_bytes()).map(|()| text)
             })
             .as_ref()
+            .map(String::as_str)
             .map_err(|e| failed("llvm-cov export -format=lcov", e))
     }
 
@@ -713,12 +734,10 @@ impl Shared {
     fn attributed(&self, merged: &Merged) -> Result<&Attributed, Failed> {
         self.attributed
             .get_or_init(|| {
-                let lcov_path = self.lcov(merged).map_err(|f| {
+                let text = self.lcov(merged).map_err(|f| {
                     Error::new(f.message().unwrap_or("llvm-cov export -format=lcov failed").to_string())
                 })?;
-                let text = std::fs::read_to_string(lcov_path)
-                    .map_err(|e| Error::new(format!("cannot read {}: {e}", lcov_path.display())))?;
-                let all = lcov::parse_lcov(&text, &lcov_path.display().to_string())?;
+                let all = lcov::parse_lcov(text, "the merged lcov")?;
                 let ws = &self.ctx.workspace;
                 let mut jobs = Vec::new();
                 for r in &merged.results {
@@ -863,6 +882,8 @@ impl Shared {
         let path = diff_coverage::baseline_lcov(Path::new(&baseline)).map_err(|e| failed("the baseline", &e))?;
         let text = std::fs::read_to_string(&path)
             .map_err(|e| Failed::from(format!("cannot read the baseline {}: {e}", path.display())))?;
+        // A baseline's relative file names are under this report's prefix.
+        let text = report::absolute_lcov(&text, &self.path_prefix(merged));
         let before = lcov::parse_lcov(&text, &path.display().to_string()).map_err(|e| failed("the baseline", &e))?;
         let report = diff_coverage::baseline_report(&path, &before, &a.all);
         let dir = self.report_dir();

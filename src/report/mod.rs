@@ -153,13 +153,68 @@ fn counts_json(counts: &Counts) -> Value {
 }
 
 /// Cobertura XML (GitLab, Jenkins) converted from the lcov export.
-pub(crate) fn cobertura(lcov: &Path, base_dir: &Path, out: &Path) -> Result<()> {
-    let data = lcov2cobertura::parse_file(lcov, base_dir, &[])
-        .map_err(|e| Error::new(format!("cannot read {} as lcov: {e}", lcov.display())))?;
+/// `lcov` (the model's text, absolute paths) as Cobertura XML, its file
+/// names relative to `base_dir`.
+pub(crate) fn cobertura(lcov: &str, base_dir: &Path, out: &Path) -> Result<()> {
+    let data = lcov2cobertura::parse_lines(std::io::BufRead::lines(lcov.as_bytes()), base_dir, &[])
+        .map_err(|e| Error::new(format!("cannot read {} as lcov: {e}", out.display())))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let xml = lcov2cobertura::coverage_to_string(&data, now, lcov2cobertura::NullDemangler::new())
-        .map_err(|e| Error::new(format!("cannot convert {} to Cobertura XML: {e}", lcov.display())))?;
+        .map_err(|e| Error::new(format!("cannot convert to Cobertura XML ({}): {e}", out.display())))?;
     workspace::files::write_atomic(out, xml.as_bytes())
+}
+
+/// `prefix` as it starts a file name: ending in `/`; empty keeps paths.
+fn dir_prefix(prefix: &str) -> String {
+    if prefix.is_empty() || prefix.ends_with('/') { prefix.to_string() } else { format!("{prefix}/") }
+}
+
+/// lcov text with `prefix` taken off its `SF:` file names.
+pub(crate) fn relative_lcov(text: &str, prefix: &str) -> String {
+    let prefix = dir_prefix(prefix);
+    if prefix.is_empty() {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        match line.strip_prefix("SF:").and_then(|f| f.strip_prefix(prefix.as_str())) {
+            Some(rest) => {
+                out.push_str("SF:");
+                out.push_str(rest);
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
+}
+
+/// lcov text whose relative `SF:` file names are made absolute under
+/// `prefix` again (a baseline written by [`relative_lcov`]).
+pub(crate) fn absolute_lcov(text: &str, prefix: &str) -> String {
+    let prefix = dir_prefix(prefix);
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        match line.strip_prefix("SF:").filter(|f| !f.starts_with('/') && !prefix.is_empty()) {
+            Some(rest) => {
+                out.push_str("SF:");
+                out.push_str(&prefix);
+                out.push_str(rest);
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
+}
+
+/// llvm-cov's JSON export with `prefix` taken off every string that starts
+/// with it (the `filename`s and `filenames`).
+pub(crate) fn relative_json(text: &str, prefix: &str) -> String {
+    let prefix = dir_prefix(prefix);
+    if prefix.is_empty() {
+        return text.to_string();
+    }
+    let quoted = serde_json::to_string(&prefix).expect("a string serializes");
+    text.replace(&quoted[..quoted.len() - 1], "\"")
 }
 
 pub(crate) fn percent(covered: u64, count: u64) -> f64 {
@@ -584,5 +639,16 @@ mod tests {
             serde_json::to_value(ReportMeta::new(&crate::build::fixture::test_manifest("b1"), &results, 7, &health))
                 .unwrap();
         assert_eq!(v["device_counters_lost"], json!(["A::1G (killed)"]));
+    }
+
+    #[test]
+    fn paths_are_made_relative_to_the_prefix_and_back() {
+        let lcov = "SF:/src/lib/a.cc\nDA:1,1\nend_of_record\nSF:/usr/include/x.h\nDA:2,0\nend_of_record\n";
+        let rel = relative_lcov(lcov, "/src/lib");
+        assert_eq!(rel, "SF:a.cc\nDA:1,1\nend_of_record\nSF:/usr/include/x.h\nDA:2,0\nend_of_record\n");
+        assert_eq!(absolute_lcov(&rel, "/src/lib/"), lcov);
+        assert_eq!(relative_lcov(lcov, ""), lcov, "an empty prefix keeps absolute paths");
+        let json = r#"{"filename":"/src/lib/a.cc","filenames":["/src/lib/b.cc","/src/library.cc"]}"#;
+        assert_eq!(relative_json(json, "/src/lib"), r#"{"filename":"a.cc","filenames":["b.cc","/src/library.cc"]}"#);
     }
 }
