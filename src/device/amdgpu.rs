@@ -265,20 +265,7 @@ pub(crate) fn profile_pattern_problem(pattern: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::config::DeviceMode;
-    use crate::device::DeviceDecision;
-
-    fn no_device() -> DeviceConfig {
-        DeviceConfig { mode: DeviceMode::Auto, target: None, rocm_path: None, linker: true, objects: Vec::new() }
-    }
-
-    fn tool() -> Tool {
-        Tool { path: "/nonexistent/clang++".into(), version: "clang version 22.1.8".into(), major: 22 }
-    }
-
-    /// `decide` with no tools folder and an empty environment.
-    fn decide(mode: DeviceMode, cfg: &DeviceConfig, cxx: &Tool) -> Result<DeviceDecision> {
-        crate::device::decide(mode, cfg, cxx, Some(Path::new("/nonexistent/tools")), &|_| None)
-    }
+    use crate::device::tests::{decide, no_device, tool};
 
     #[test]
     fn linker_and_rocm_gates_come_before_any_compiler_probe() {

@@ -351,19 +351,21 @@ pub(crate) fn profile_pattern_problem(decision: &DeviceDecision, pattern: &str) 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn no_device() -> DeviceConfig {
+    /// No device target, mode AUTO.
+    pub(crate) fn no_device() -> DeviceConfig {
         DeviceConfig { mode: DeviceMode::Auto, target: None, rocm_path: None, linker: true, objects: Vec::new() }
     }
 
-    fn tool() -> Tool {
+    /// A clang 22 that is not there.
+    pub(crate) fn tool() -> Tool {
         Tool { path: "/nonexistent/clang++".into(), version: "clang version 22.1.8".into(), major: 22 }
     }
 
     /// `decide` with no tools folder and an empty environment.
-    fn decide(mode: DeviceMode, cfg: &DeviceConfig, cxx: &Tool) -> Result<DeviceDecision> {
+    pub(crate) fn decide(mode: DeviceMode, cfg: &DeviceConfig, cxx: &Tool) -> Result<DeviceDecision> {
         super::decide(mode, cfg, cxx, Some(Path::new("/nonexistent/tools")), &|_| None)
     }
 

@@ -5,6 +5,7 @@
 use crate::exec::interrupt;
 use crate::plan;
 use crate::suite::{Outcome, Suite};
+use crate::verdict::Status;
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -24,16 +25,14 @@ struct Progress {
 }
 
 impl Progress {
-    fn finished(&self, name: &str, took: std::time::Duration, outcome: &Result<Completion, Failed>) {
+    fn finished(&self, name: &str, took: std::time::Duration, outcome: &Outcome) {
         let done = self.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         let verdict = match outcome {
-            Ok(Completion::Completed) => "PASS",
-            Ok(Completion::Ignored { .. }) => "IGNORED",
-            Err(failed) => match failed.message().and_then(|m| m.split(':').next()) {
-                Some("TIMEOUT") => "TIMEOUT",
-                Some("INTERRUPTED") => "INTERRUPTED",
-                _ => "FAIL",
-            },
+            Outcome::Passed => "PASS",
+            Outcome::Ignored(_) => "IGNORED",
+            Outcome::Failed(Status::Timeout, _) => "TIMEOUT",
+            Outcome::Failed(Status::Interrupted, _) => "INTERRUPTED",
+            Outcome::Failed(_, _) => "FAIL",
         };
         let total = self.total.load(std::sync::atomic::Ordering::SeqCst).max(done);
         // Trials run side by side: the wall time so far per trial ended.
@@ -102,13 +101,13 @@ pub fn main_with(args: Arguments) -> ExitCode {
             let name = spec.name.clone();
             let trial = Trial::ignorable_test(name.clone(), move || {
                 let started = std::time::Instant::now();
-                let outcome = match shared.suite.run(&spec) {
+                let outcome = shared.suite.run(&spec);
+                shared.progress.finished(&spec.name, started.elapsed(), &outcome);
+                match outcome {
                     Outcome::Passed => Ok(Completion::Completed),
                     Outcome::Ignored(reason) => Ok(Completion::ignored_with(reason)),
-                    Outcome::Failed(message) => Err(Failed::from(message)),
-                };
-                shared.progress.finished(&spec.name, started.elapsed(), &outcome);
-                outcome
+                    Outcome::Failed(_, message) => Err(Failed::from(message)),
+                }
             })
             .with_ignored_flag(ignored);
             if let Some(why) = reason.filter(|_| !args.list && !args.is_filtered_out(&trial)) {

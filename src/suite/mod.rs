@@ -32,8 +32,9 @@ pub(crate) enum Outcome {
     Passed,
     /// Not run, and why (it does not fit the nodes).
     Ignored(String),
-    /// Failed, timed out, interrupted or not run: the whole message.
-    Failed(String),
+    /// Failed, timed out, interrupted or not run (`Status::Failed`): the
+    /// verdict and the whole message.
+    Failed(Status, String),
 }
 
 /// The state one run shares between its trials.
@@ -91,7 +92,7 @@ impl Suite {
 
     /// Runs `spec` from placement to its record.
     pub(crate) fn run(&self, spec: &TrialSpec) -> Outcome {
-        self.run_trial(spec).unwrap_or_else(Outcome::Failed)
+        self.run_trial(spec).unwrap_or_else(|message| Outcome::Failed(Status::Failed, message))
     }
 
     /// Writes `run.json` and JUnit from every record, once the trials ended.
@@ -291,7 +292,7 @@ impl Suite {
         self.results.record(&result, manifest, self.run_info()).map_err(fail)?;
         match result.failure_message(&output.tail()) {
             None => Ok(Outcome::Passed),
-            Some(message) => Ok(Outcome::Failed(message)),
+            Some(message) => Ok(Outcome::Failed(result.status, message)),
         }
     }
 }
