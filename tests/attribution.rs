@@ -343,3 +343,39 @@ fn the_attribution_pages_render_in_a_browser() {
 fn which(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
 }
+
+/// Issue #24: per-trial attribution from the coverage mapping read once
+/// gives exactly what one llvm-cov export per trial gave, on the whole
+/// default suite: attribution.json, trials.json, the minimal suite and
+/// who-covers, byte for byte.
+#[test]
+fn attribution_from_the_mapping_read_once_equals_llvm_cov_per_trial() {
+    let limit = Duration::from_secs(900);
+    let mut s = setup(|_| {});
+    let run = harness(&s, "collectives", &[], limit);
+    assert!(run.success, "{}", run.text());
+    let report_dir = s.ws.join("report");
+    let files = ["attribution.json", "trials.json", "minimal-suite.json"];
+    let attribution_of = |s: &support::Setup| {
+        let report = harness(s, "report", &[], limit);
+        assert!(report.success, "{}", report.text());
+        let mut out: Vec<String> = files.iter().map(|f| fs::read_to_string(report_dir.join(f)).unwrap()).collect();
+        // who-covers of the first line of each file the attribution names.
+        let attribution = read_json(&report_dir.join("attribution.json"));
+        for (file, ranges) in attribution["files"].as_object().unwrap() {
+            let line = ranges[0][0].as_u64().unwrap();
+            out.push(run_limited(support::command(s, "who-covers", &[&format!("{file}:{line}")]), limit));
+        }
+        (out, report.stderr)
+    };
+    let (mapping, stderr) = attribution_of(&s);
+    assert!(!stderr.contains("runs llvm-cov once per trial"), "the in-process reader was not used:\n{stderr}");
+    s.env = vec![("CCL_COV_ATTRIBUTION_EXPORTS".into(), "on".into())];
+    let (exports, _) = attribution_of(&s);
+    assert!(mapping.len() > files.len() + 3, "who-covers asked of a few files: {}", mapping.len());
+    for (i, (a, b)) in mapping.iter().zip(&exports).enumerate() {
+        assert!(a == b, "{} differs:\nfrom the mapping: {a}\nllvm-cov per trial: {b}", files.get(i).unwrap_or(&"who-covers"));
+    }
+    let trials = read_json(&report_dir.join("trials.json"));
+    assert_eq!(trials.as_array().map(Vec::len), Some(42), "the whole default suite");
+}

@@ -392,16 +392,47 @@ fn a_damaged_result_is_quarantined_named_and_fails_the_report() {
 /// Makes the workspace's build use an llvm-cov that runs `on_show` and
 /// fails for `show`, and is the real one for everything else.
 fn failing_llvm_cov_show(s: &support::Setup, on_show: &str) {
+    llvm_cov_script(s, |real| format!("if [ \"$1\" = show ]; then {on_show}; exit 1; fi\nexec {real} \"$@\""));
+}
+
+/// Makes the workspace's build use, as llvm-cov, a shell script whose body
+/// `script` writes around the real llvm-cov's path.
+fn llvm_cov_script(s: &support::Setup, script: impl FnOnce(&str) -> String) {
     use std::os::unix::fs::PermissionsExt;
     let manifest_path = s.ws.join("build.json");
     let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
     let real = manifest["toolchain"]["llvm_cov"]["path"].as_str().unwrap().to_string();
     let fake = s.dir.path().join("llvm-cov");
-    let script = format!("#!/bin/sh\nif [ \"$1\" = show ]; then {on_show}; exit 1; fi\nexec {real} \"$@\"\n");
-    std::fs::write(&fake, script).unwrap();
+    std::fs::write(&fake, format!("#!/bin/sh\n{}\n", script(&real))).unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     manifest["toolchain"]["llvm_cov"]["path"] = json!(fake.display().to_string());
     std::fs::write(&manifest_path, serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
+}
+
+/// When the in-process coverage-mapping reader does not give llvm-cov's own
+/// lcov for the merged profile (here an llvm-cov that adds a file to every
+/// lcov export), attribution says so and runs llvm-cov per trial instead:
+/// its trials then agree with the merged report, and the report passes.
+#[test]
+fn attribution_falls_back_to_llvm_cov_when_the_reader_disagrees() {
+    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}, {"name": "two", "ranks": 2}])));
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    llvm_cov_script(&s, |real| {
+        format!(
+            "case \"$*\" in *-format=lcov*) {real} \"$@\" || exit 1; printf 'SF:/nowhere.cc\\nDA:1,1\\nend_of_record\\n';; *) exec {real} \"$@\";; esac"
+        )
+    });
+    let report = harness(&s, "report", &[], LIMIT);
+    let out = report.text();
+    assert!(report.success, "{out}");
+    assert!(
+        out.contains("per-trial attribution runs llvm-cov once per trial (slower): the in-process coverage-mapping reader cannot be used: on the merged profile it differs from llvm-cov at line"),
+        "{out}"
+    );
+    assert!(out.contains("llvm-cov \"SF:/nowhere.cc\", in-process \"(end)\""), "{out}");
+    let attribution = std::fs::read_to_string(s.ws.join("report/attribution.json")).unwrap();
+    assert!(attribution.contains("/nowhere.cc"), "the trials' lcov is llvm-cov's: {attribution}");
 }
 
 /// A setup of one trial, `AllReduce::1K::<name>` on 2 ranks, whose binary is

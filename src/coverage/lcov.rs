@@ -23,6 +23,17 @@ pub struct FileCoverage {
     pub(crate) branches: BTreeMap<(u32, String, String), u64>,
 }
 
+impl Lcov {
+    /// Drops every line, function and branch that was not covered.
+    pub(crate) fn retain_covered(&mut self) {
+        for f in self.files.values_mut() {
+            f.lines.retain(|_, n| *n > 0);
+            f.functions.retain(|_, (_, n)| *n > 0);
+            f.branches.retain(|_, n| *n > 0);
+        }
+    }
+}
+
 impl FileCoverage {
     pub fn covered_lines(&self) -> impl Iterator<Item = u32> + '_ {
         self.lines.iter().filter(|(_, n)| **n > 0).map(|(l, _)| *l)

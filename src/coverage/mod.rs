@@ -3,6 +3,7 @@
 
 pub mod lcov;
 pub mod llvm_export;
+pub mod mapping;
 pub mod profiles;
 pub(crate) mod sass;
 

@@ -10,6 +10,7 @@ use crate::config::process_env;
 use crate::context::Context;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::SummaryExport;
+use crate::coverage::mapping::{self, Mapping, ProfileCounts};
 use crate::coverage::profiles;
 use crate::coverage::sass::{self, DeviceLines};
 use crate::error::Error;
@@ -23,7 +24,7 @@ use crate::results::{self, TrialResult};
 use crate::workspace::{self, Area};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -726,11 +727,11 @@ fn parallelism() -> usize {
 }
 
 impl Shared {
-    /// Each trial's coverage: `llvm-cov export -format=lcov` and
-    /// `-summary-only` over its own profile (trials whose raw profiles were
-    /// never merged get theirs merged under `report/trials/`), run on every
-    /// core; checked against the merged report: the trials' lines together
-    /// must be exactly the lines the report covers.
+    /// Each trial's coverage, from its own profile (trials whose raw
+    /// profiles were never merged get theirs merged under
+    /// `report/trials/`), computed on every core; checked against the
+    /// merged report: the trials' lines together must be exactly the lines
+    /// the report covers. See [`PerTrial`] for how.
     fn attributed(&self, merged: &Merged) -> Result<&Attributed, Failed> {
         self.attributed
             .get_or_init(|| {
@@ -756,6 +757,7 @@ impl Shared {
                     profiles::merge(&merged.manifest.toolchain, &raw, &dir.join(format!("{}.list", r.slug)), &out)?;
                     jobs.push((r, out));
                 }
+                let per_trial = PerTrial::choose(merged, text, ignore_regex(self.ctx.config())?)?;
                 let next = std::sync::atomic::AtomicUsize::new(0);
                 let outputs: Vec<Result<TrialCoverage, Error>> = std::thread::scope(|scope| {
                     let workers: Vec<_> = (0..parallelism().min(jobs.len()).max(1))
@@ -765,10 +767,7 @@ impl Shared {
                                 loop {
                                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                     let Some((r, profdata)) = jobs.get(i) else { break };
-                                    done.push((
-                                        i,
-                                        trial_coverage(&merged.inputs, r, profdata, merged.device_lines.as_ref()),
-                                    ));
+                                    done.push((i, per_trial.coverage(merged, r, profdata)));
                                 }
                                 done
                             })
@@ -780,7 +779,7 @@ impl Shared {
                     all.into_iter().map(|(_, r)| r).collect()
                 });
                 if outputs.len() != jobs.len() {
-                    return Err(Error::new("a thread exporting per-trial coverage panicked"));
+                    return Err(Error::new("a thread computing per-trial coverage panicked"));
                 }
                 let trials = outputs.into_iter().collect::<Result<Vec<_>, Error>>()?;
                 check_union(&all, &trials)?;
@@ -935,33 +934,105 @@ fn device_totals(lines: &sass::DeviceCoverage) -> Value {
     json!({ "lines": format!("{lh}/{lf}"), "functions": format!("{fh}/{ff}"), "regions": Value::Null, "branches": Value::Null })
 }
 
-/// One trial's lcov and summary over its own profile.
-fn trial_coverage(
-    inputs: &ReportInputs,
-    r: &TrialResult,
-    profdata: &Path,
-    device: Option<&DeviceLines>,
-) -> Result<TrialCoverage, Error> {
-    let inputs = inputs.with_profdata(profdata.to_path_buf());
-    let mut text = inputs.lcov_text()?;
-    if let Some(own) = device.and_then(|d| d.trials.get(&r.slug)) {
-        text.push_str(&sass::to_lcov(own));
+/// How each trial's coverage is computed.
+enum PerTrial {
+    /// From the coverage mapping read once and the trial's counters
+    /// (`llvm-profdata merge -text`): no pass over the library's mapping
+    /// per trial (issue #24).
+    Mapping { mapping: Mapping, ignore: Option<regex::Regex> },
+    /// `llvm-cov export -format=lcov` and `-summary-only` per trial: asked
+    /// for (`CCL_COV_ATTRIBUTION_EXPORTS=on`), or because the mapping could
+    /// not be read or did not reproduce llvm-cov on the merged profile.
+    Exports,
+}
+
+impl PerTrial {
+    /// The in-process reader, once it has given llvm-cov's own lcov for the
+    /// merged profile (`merged_lcov`, with device lines after the host's);
+    /// otherwise, said on screen, llvm-cov per trial.
+    fn choose(merged: &Merged, merged_lcov: &str, ignore: Option<regex::Regex>) -> Result<PerTrial, Error> {
+        let asked = process_env("CCL_COV_ATTRIBUTION_EXPORTS").unwrap_or_default();
+        if crate::env_names::switch("CCL_COV_ATTRIBUTION_EXPORTS", &asked)?.unwrap_or(false) {
+            return Ok(PerTrial::Exports);
+        }
+        let checked = || -> Result<Mapping, String> {
+            let mapping = Mapping::read(&merged.inputs.objects, merged.manifest.toolchain.llvm_cov.major)
+                .map_err(|e| e.to_string())?;
+            let counts = ProfileCounts::read(&merged.manifest.toolchain.llvm_profdata.path, &merged.inputs.profdata)
+                .map_err(|e| e.to_string())?;
+            let mut ours = mapping.load(&counts).lcov(&|f| !ignore.as_ref().is_some_and(|r| r.is_match(f)));
+            if let Some(lines) = &merged.device_lines {
+                ours.push_str(&sass::to_lcov(&lines.all));
+            }
+            match first_difference(&mapping::without_summaries(merged_lcov), &ours) {
+                None => Ok(mapping),
+                Some((n, theirs, mine)) => Err(format!(
+                    "on the merged profile it differs from llvm-cov at line {n} of the lcov: llvm-cov {theirs:?}, in-process {mine:?}"
+                )),
+            }
+        };
+        match checked() {
+            Ok(mapping) => Ok(PerTrial::Mapping { mapping, ignore }),
+            Err(why) => {
+                eprintln!(
+                    "ccl-coverage: per-trial attribution runs llvm-cov once per trial (slower): the in-process coverage-mapping reader cannot be used: {why}"
+                );
+                Ok(PerTrial::Exports)
+            }
+        }
     }
-    let lcov = lcov::parse_lcov(&text, &format!("llvm-cov export of {}", profdata.display()))?;
-    let mut totals = BTreeMap::new();
-    for (metric, covered, count) in inputs.summary()?.totals().rows() {
-        totals.insert(metric, (covered, count));
+
+    /// One trial's lcov (with its own device lines) and totals.
+    fn coverage(&self, merged: &Merged, r: &TrialResult, profdata: &Path) -> Result<TrialCoverage, Error> {
+        let (mut text, regions) = match self {
+            PerTrial::Mapping { mapping, ignore, .. } => {
+                let counts = ProfileCounts::read(&merged.manifest.toolchain.llvm_profdata.path, profdata)?;
+                let loaded = mapping.load(&counts);
+                let keep = |f: &str| !ignore.as_ref().is_some_and(|r| r.is_match(f));
+                (loaded.lcov(&keep), loaded.regions(&keep))
+            }
+            PerTrial::Exports => {
+                let inputs = merged.inputs.with_profdata(profdata.to_path_buf());
+                let text = inputs.lcov_text()?;
+                let regions = inputs.summary()?.totals().regions;
+                (text, (regions.covered, regions.count))
+            }
+        };
+        if let Some(own) = merged.device_lines.as_ref().and_then(|d| d.trials.get(&r.slug)) {
+            text.push_str(&sass::to_lcov(own));
+        }
+        let mut lcov = lcov::parse_lcov(&text, &format!("the lcov of {}", profdata.display()))?;
+        let lines = lcov.files.values().fold((0, 0), |(c, n), f| (c + f.covered_lines().count() as u64, n + f.lines.len() as u64));
+        let functions = lcov
+            .files
+            .values()
+            .fold((0, 0), |(c, n), f| (c + f.covered_functions().count() as u64, n + f.functions.len() as u64));
+        // Attribution reads only what a trial covered: at 800 trials the
+        // zero counts would be most of the report's memory.
+        lcov.retain_covered();
+        Ok(TrialCoverage {
+            name: r.trial.clone(),
+            slug: r.slug.clone(),
+            duration_s: r.duration_s,
+            lcov,
+            lines,
+            functions,
+            regions,
+        })
     }
-    let get = |m: &str| totals.get(m).copied().unwrap_or((0, 0));
-    Ok(TrialCoverage {
-        name: r.trial.clone(),
-        slug: r.slug.clone(),
-        duration_s: r.duration_s,
-        lcov,
-        lines: get("lines"),
-        functions: get("functions"),
-        regions: get("regions"),
-    })
+}
+
+/// The first line where two texts differ: its number and both versions.
+fn first_difference(a: &str, b: &str) -> Option<(usize, String, String)> {
+    let (mut x, mut y) = (a.lines(), b.lines());
+    for n in 1.. {
+        match (x.next(), y.next()) {
+            (None, None) => return None,
+            (l, r) if l == r => {}
+            (l, r) => return Some((n, l.unwrap_or("(end)").to_string(), r.unwrap_or("(end)").to_string())),
+        }
+    }
+    None
 }
 
 /// The trials' covered lines together must be the merged report's.

@@ -1,0 +1,633 @@
+//! The coverage mapping read once, in process, and each trial's lcov
+//! computed from it and the trial's counters: what `llvm-cov export
+//! -format=lcov` prints for one profile, without reading the library's
+//! whole mapping again per trial (issue #24).
+//!
+//! It follows LLVM 22's `CoverageMapping.cpp` and `CoverageExporterLcov.cpp`
+//! step by step (record loading, `SegmentBuilder`, `LineCoverageIterator`,
+//! nested expansion branches), so the output is llvm-cov's own. The report
+//! checks that on every run: the merged profile's lcov from here must equal
+//! llvm-cov's, or per-trial attribution goes back to one llvm-cov export per
+//! trial ([`crate::harness`] says so on screen).
+
+mod binary;
+mod counts;
+mod cxx_sort;
+
+pub use counts::ProfileCounts;
+
+use binary::{Counter, Expression, FunctionMapping, Region, RegionKind};
+use counts::Lookup;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// Every function mapping of the report's objects, in llvm-cov's order.
+#[derive(Debug)]
+pub struct Mapping {
+    functions: Vec<FunctionMapping>,
+    dialect: Dialect,
+}
+
+/// Where the lcov of llvm-cov releases differs: how branches are gathered
+/// and numbered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    /// llvm-cov 19 and before: a file's own branches are its functions'
+    /// main-file ones, expansion branches take the expansion's line, sorted
+    /// by line and column, instantiations apart.
+    Llvm19,
+    /// llvm-cov 20 on: branches of every file ID of the file, expansion
+    /// branches sorted by their nesting path, instantiations added up
+    /// (`-unify-instantiations`).
+    Llvm22,
+}
+
+type Loc = (u32, u32);
+
+/// A region with its counts under one profile (LLVM's `CountedRegion`).
+#[derive(Debug, Clone, Copy)]
+struct Counted {
+    region: Region,
+    count: u64,
+    false_count: u64,
+}
+
+impl Counted {
+    fn start(&self) -> Loc {
+        (self.region.line_start, self.region.col_start)
+    }
+
+    fn end(&self) -> Loc {
+        (self.region.line_end, self.region.col_end)
+    }
+
+    fn true_folded(&self) -> bool {
+        self.region.count == Counter::Zero
+    }
+
+    fn false_folded(&self) -> bool {
+        self.region.false_count == Counter::Zero
+    }
+}
+
+/// A function as llvm-cov loads it for one profile (`FunctionRecord`).
+struct Function<'m> {
+    /// The name without its `file:` prefix when that is the main file's name.
+    name: &'m str,
+    filenames: &'m [String],
+    regions: Vec<Counted>,
+    branches: Vec<Counted>,
+    execution_count: u64,
+}
+
+/// The mapping under one profile: what `CoverageMapping::load` holds.
+pub struct Loaded<'m> {
+    functions: Vec<Function<'m>>,
+    /// Per file name, the functions that name it, in order.
+    by_file: HashMap<&'m str, Vec<usize>>,
+    dialect: Dialect,
+}
+
+impl Mapping {
+    /// Reads the mappings of `objects` (host objects first, as llvm-cov is
+    /// given them), for the lcov that llvm-cov of `llvm_cov_major` writes.
+    pub fn read(objects: &[PathBuf], llvm_cov_major: u32) -> crate::error::Result<Mapping> {
+        let mut functions = Vec::new();
+        for object in objects {
+            functions.extend(binary::read_object(object)?);
+        }
+        let dialect = if llvm_cov_major <= 19 { Dialect::Llvm19 } else { Dialect::Llvm22 };
+        Ok(Mapping { functions, dialect })
+    }
+
+    /// Every function under `profile`, as `CoverageMapping::loadFunctionRecord` keeps them.
+    pub fn load(&self, profile: &ProfileCounts) -> Loaded<'_> {
+        let mut loaded = Loaded { functions: Vec::new(), by_file: HashMap::new(), dialect: self.dialect };
+        let mut seen: HashSet<(&[String], &str)> = HashSet::new();
+        for f in &self.functions {
+            let zeros;
+            let counters: &[u64] = match profile.lookup(&f.name, f.hash) {
+                Lookup::Found(c) => c,
+                Lookup::HashMismatch => continue,
+                Lookup::Unknown => {
+                    zeros = vec![0; max_counter_id(f) + 1];
+                    &zeros
+                }
+            };
+            // A zero region of a function unused in this TU but run in another.
+            if f.regions.len() == 1
+                && f.regions[0].count == Counter::Zero
+                && counters.first().is_some_and(|c| *c > 0)
+            {
+                continue;
+            }
+            let Some(function) = count(f, counters) else { continue };
+            if !seen.insert((&f.filenames, function.name)) {
+                continue;
+            }
+            let index = loaded.functions.len();
+            for name in &f.filenames {
+                let list = loaded.by_file.entry(name.as_str()).or_default();
+                if list.last() != Some(&index) {
+                    list.push(index);
+                }
+            }
+            loaded.functions.push(function);
+        }
+        loaded
+    }
+}
+
+fn max_counter_id(f: &FunctionMapping) -> usize {
+    fn max_id(c: Counter, expressions: &[Expression], depth: usize) -> usize {
+        match c {
+            Counter::Zero => 0,
+            Counter::Value(id) => id as usize,
+            Counter::Expression(id) => match expressions.get(id as usize) {
+                Some(e) if depth < 1 << 16 => {
+                    max_id(e.lhs, expressions, depth + 1).max(max_id(e.rhs, expressions, depth + 1))
+                }
+                _ => 0,
+            },
+        }
+    }
+    f.regions
+        .iter()
+        .map(|r| {
+            let mut m = max_id(r.count, &f.expressions, 0);
+            if matches!(r.kind, RegionKind::Branch | RegionKind::McdcBranch) {
+                m = m.max(max_id(r.false_count, &f.expressions, 0));
+            }
+            m
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// `CounterMappingContext::evaluate`: `None` when a counter is out of range
+/// (llvm-cov then leaves the function out).
+fn evaluate(c: Counter, expressions: &[Expression], counters: &[u64], memo: &mut [Option<i64>]) -> Option<i64> {
+    match c {
+        Counter::Zero => Some(0),
+        Counter::Value(id) => counters.get(id as usize).map(|v| *v as i64),
+        Counter::Expression(id) => {
+            let i = id as usize;
+            if let Some(v) = *memo.get(i)? {
+                return Some(v);
+            }
+            let e = *expressions.get(i)?;
+            // Expressions refer to earlier ones only in what clang writes;
+            // a cycle is cut by the memo's placeholder.
+            memo[i] = Some(0);
+            let lhs = evaluate(e.lhs, expressions, counters, memo)?;
+            let rhs = evaluate(e.rhs, expressions, counters, memo)?;
+            let v = if e.subtract { lhs.wrapping_sub(rhs) } else { lhs.wrapping_add(rhs) };
+            memo[i] = Some(v);
+            Some(v)
+        }
+    }
+}
+
+fn count<'m>(f: &'m FunctionMapping, counters: &[u64]) -> Option<Function<'m>> {
+    let mut memo = vec![None; f.expressions.len()];
+    let mut function = Function {
+        name: strip_file_prefix(&f.name, f.filenames.first().map_or("", String::as_str)),
+        filenames: &f.filenames,
+        regions: Vec::new(),
+        branches: Vec::new(),
+        execution_count: 0,
+    };
+    for r in &f.regions {
+        if r.kind == RegionKind::McdcDecision {
+            continue;
+        }
+        let count = evaluate(r.count, &f.expressions, counters, &mut memo)? as u64;
+        let false_count = evaluate(r.false_count, &f.expressions, counters, &mut memo)? as u64;
+        let counted = Counted { region: *r, count, false_count };
+        if matches!(r.kind, RegionKind::Branch | RegionKind::McdcBranch) {
+            function.branches.push(counted);
+        } else {
+            if function.regions.is_empty() {
+                function.execution_count = count;
+            }
+            function.regions.push(counted);
+        }
+    }
+    Some(function)
+}
+
+/// `getFuncNameWithoutPrefix`.
+fn strip_file_prefix<'a>(name: &'a str, file: &str) -> &'a str {
+    if !file.is_empty() && name.starts_with(file) { name.get(file.len() + 1..).unwrap_or("") } else { name }
+}
+
+/// One `CoverageSegment`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Segment {
+    line: u32,
+    col: u32,
+    count: u64,
+    has_count: bool,
+    is_region_entry: bool,
+    is_gap: bool,
+}
+
+/// LLVM's `SegmentBuilder`, over regions of one file.
+struct SegmentBuilder<'r> {
+    regions: &'r [Counted],
+    segments: Vec<Segment>,
+    active: Vec<usize>,
+}
+
+impl SegmentBuilder<'_> {
+    fn build(mut regions: Vec<Counted>) -> Vec<Segment> {
+        cxx_sort::sort(&mut regions, &|a, b| {
+            a.start().cmp(&b.start()).then(b.end().cmp(&a.end())).then(a.region.kind.cmp(&b.region.kind)).is_lt()
+        });
+        let combined = combine(regions);
+        let mut builder = SegmentBuilder { regions: &combined, segments: Vec::new(), active: Vec::new() };
+        builder.build_impl();
+        builder.segments
+    }
+
+    fn start_segment(&mut self, region: usize, start: Loc, is_region_entry: bool, emit_skipped: bool) {
+        let r = &self.regions[region];
+        let has_count = !emit_skipped && r.region.kind != RegionKind::Skipped;
+        if !is_region_entry
+            && !emit_skipped
+            && let Some(last) = self.segments.last()
+            && last.has_count == has_count
+            && last.count == r.count
+            && !last.is_region_entry
+        {
+            return;
+        }
+        self.segments.push(if has_count {
+            Segment {
+                line: start.0,
+                col: start.1,
+                count: r.count,
+                has_count: true,
+                is_region_entry,
+                is_gap: r.region.kind == RegionKind::Gap,
+            }
+        } else {
+            Segment { line: start.0, col: start.1, count: 0, has_count: false, is_region_entry, is_gap: false }
+        });
+    }
+
+    fn complete_regions_until(&mut self, loc: Option<Loc>, first_completed: usize) {
+        let regions = self.regions;
+        let completed = &mut self.active[first_completed..];
+        completed.sort_by_key(|i| regions[*i].end());
+        let n = self.active.len();
+        for i in first_completed + 1..n {
+            let mut completed_region = self.active[i];
+            let prev = self.active[i - 1];
+            let segment_loc = regions[prev].end();
+            if loc == Some(segment_loc) {
+                break;
+            }
+            if segment_loc == regions[completed_region].end() {
+                continue;
+            }
+            for j in i + 1..n {
+                if regions[completed_region].end() == regions[self.active[j]].end() {
+                    completed_region = self.active[j];
+                }
+            }
+            self.start_segment(completed_region, segment_loc, false, false);
+        }
+        let last = *self.active.last().expect("completing needs an active region");
+        if first_completed > 0 && Some(regions[last].end()) != loc {
+            self.start_segment(self.active[first_completed - 1], regions[last].end(), false, false);
+        } else if first_completed == 0 && loc != Some(regions[last].end()) {
+            self.start_segment(last, regions[last].end(), false, true);
+        }
+        self.active.truncate(first_completed);
+    }
+
+    fn build_impl(&mut self) {
+        let regions = self.regions;
+        for (index, r) in regions.iter().enumerate() {
+            let start = r.start();
+            // std::stable_partition: those still active first, in order.
+            let (still, done): (Vec<usize>, Vec<usize>) =
+                self.active.iter().partition(|&&a| regions[a].end() > start);
+            if !done.is_empty() {
+                let first_completed = still.len();
+                self.active = still;
+                self.active.extend(done);
+                self.complete_regions_until(Some(start), first_completed);
+            }
+            let gap = r.region.kind == RegionKind::Gap;
+            if start == r.end() {
+                let skipped = index + 1 == regions.len() || r.region.kind == RegionKind::Skipped;
+                let from = self.active.last().copied().unwrap_or(index);
+                self.start_segment(from, start, !gap, skipped);
+                if skipped && let Some(&last) = self.active.last() {
+                    self.start_segment(last, start, false, false);
+                }
+                continue;
+            }
+            if index + 1 == regions.len() || start != regions[index + 1].start() {
+                self.start_segment(index, start, !gap, false);
+            }
+            self.active.push(index);
+        }
+        if !self.active.is_empty() {
+            self.complete_regions_until(None, 0);
+        }
+    }
+}
+
+/// `combineRegions`: regions of the same span become one, counting those of its kind.
+fn combine(regions: Vec<Counted>) -> Vec<Counted> {
+    let mut out: Vec<Counted> = Vec::with_capacity(regions.len());
+    for r in regions {
+        match out.last_mut() {
+            Some(active) if active.start() == r.start() && active.end() == r.end() => {
+                if active.region.kind == r.region.kind {
+                    active.count = active.count.wrapping_add(r.count);
+                }
+            }
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// `LineCoverageIterator` from line 1: each mapped line and its count.
+fn line_counts(segments: &[Segment], mut emit: impl FnMut(u32, u64)) {
+    let mut next = 0;
+    let mut line = 1u32;
+    let mut wrapped: Option<&Segment> = None;
+    let mut on_line: Vec<&Segment> = Vec::new();
+    while next < segments.len() {
+        if let Some(last) = on_line.last() {
+            wrapped = Some(last);
+        }
+        on_line.clear();
+        while next < segments.len() && segments[next].line == line {
+            on_line.push(&segments[next]);
+            next += 1;
+        }
+        let start_of_region = |s: &&&Segment| !s.is_gap && s.has_count && s.is_region_entry;
+        let min_region_count = on_line.iter().filter(start_of_region).take(2).count();
+        let start_of_skipped = on_line.first().is_some_and(|s| !s.has_count && s.is_region_entry);
+        let mut mapped = !start_of_skipped && (wrapped.is_some_and(|w| w.has_count) || min_region_count > 0);
+        mapped |= on_line.iter().any(|s| s.is_region_entry && s.has_count);
+        if mapped {
+            let mut count = wrapped.map_or(0, |w| w.count);
+            if min_region_count > 0 {
+                for s in on_line.iter().filter(start_of_region) {
+                    count = count.max(s.count);
+                }
+            }
+            emit(line, count);
+        }
+        line = line.wrapping_add(1);
+        if line == 0 {
+            return;
+        }
+    }
+}
+
+/// A branch with where it is nested (`NestedCountedRegion`).
+#[derive(Clone)]
+struct Nested {
+    branch: Counted,
+    path: Vec<Loc>,
+    position: usize,
+}
+
+/// What one file's report draws on (`CoverageData`): its regions' segments,
+/// its own branches and the expansions in it.
+struct FileData<'l, 'm> {
+    segments: Vec<Segment>,
+    branches: Vec<Counted>,
+    /// (expansion region, function).
+    expansions: Vec<(Counted, &'l Function<'m>)>,
+}
+
+impl<'m> Loaded<'m> {
+    /// The files llvm-cov reports on: every file any function names.
+    fn files(&self) -> BTreeSet<&'m str> {
+        self.functions.iter().flat_map(|f| f.filenames.iter().map(String::as_str)).collect()
+    }
+
+    fn functions_of(&self, file: &str) -> impl Iterator<Item = &Function<'m>> {
+        self.by_file.get(file).into_iter().flatten().map(|i| &self.functions[*i])
+    }
+
+    /// `getCoverageForFile`.
+    fn file_data(&self, file: &str) -> FileData<'_, 'm> {
+        let mut regions = Vec::new();
+        let mut data = FileData { segments: Vec::new(), branches: Vec::new(), expansions: Vec::new() };
+        for f in self.functions_of(file) {
+            let main = main_file_id(f).filter(|id| f.filenames[*id as usize] == file);
+            let in_file = |r: &Counted| f.filenames.get(r.region.file_id as usize).is_some_and(|n| n == file);
+            for r in f.regions.iter().filter(|r| in_file(r)) {
+                regions.push(*r);
+                if main.is_some_and(|m| is_expansion(r, m)) {
+                    data.expansions.push((*r, f));
+                }
+            }
+            // llvm-cov 19 keeps only branches of file ID 0 (`FileID == ExpandedFileID`).
+            let own = |r: &&Counted| in_file(r) && (self.dialect == Dialect::Llvm22 || r.region.file_id == 0);
+            data.branches.extend(f.branches.iter().filter(own).copied());
+        }
+        data.segments = SegmentBuilder::build(regions);
+        data
+    }
+
+    /// lcov as `llvm-cov export -format=lcov` writes it for these files,
+    /// without its summary lines (FNF, FNH, BRF, BRH, LF, LH), which no
+    /// reader of the model uses: they follow from the records.
+    pub fn lcov(&self, keep: &dyn Fn(&str) -> bool) -> String {
+        let mut out = String::new();
+        for file in self.files().into_iter().filter(|f| keep(f)) {
+            let _ = writeln!(out, "SF:{file}");
+            let functions: Vec<&Function> = self.functions_of(file).filter(|f| f.filenames[0] == file).collect();
+            for f in &functions {
+                let _ = writeln!(out, "FN:{},{}", f.regions.first().map_or(0, |r| r.region.line_start), f.name);
+            }
+            for f in &functions {
+                let _ = writeln!(out, "FNDA:{},{}", f.execution_count, f.name);
+            }
+            let data = self.file_data(file);
+            line_counts(&data.segments, |line, count| {
+                let _ = writeln!(out, "DA:{line},{count}");
+            });
+            self.branches(&data, &mut out);
+            out.push_str("end_of_record\n");
+        }
+        out
+    }
+
+    /// `renderBranchExecutionCounts`.
+    fn branches(&self, data: &FileData, out: &mut String) {
+        if self.dialect == Dialect::Llvm19 {
+            return self.branches_llvm19(data, out);
+        }
+        let unfolded = |b: &Counted| !b.true_folded() || !b.false_folded();
+        let mut all: Vec<Nested> = data
+            .branches
+            .iter()
+            .filter(|b| unfolded(b))
+            .enumerate()
+            .map(|(position, b)| Nested { branch: *b, path: vec![b.start()], position })
+            .collect();
+        let mut path = Vec::new();
+        let mut position = 0;
+        let mut nested = Vec::new();
+        self.nested_branches(&data.expansions, &mut path, &mut position, &mut nested);
+        all.extend(nested.into_iter().filter(|n| unfolded(&n.branch)));
+        cxx_sort::sort(&mut all, &|a, b| (&a.path, a.position) < (&b.path, b.position));
+        // `combineInstanceCounts` (`-unify-instantiations`, on by default):
+        // branches at the same place add up into the first.
+        let mut kept: Vec<Nested> = Vec::with_capacity(all.len());
+        for n in all {
+            match kept.last_mut() {
+                Some(k) if k.path == n.path => {
+                    k.branch.count = k.branch.count.wrapping_add(n.branch.count);
+                    k.branch.false_count = k.branch.false_count.wrapping_add(n.branch.false_count);
+                }
+                _ => kept.push(n),
+            }
+        }
+        let all = kept;
+        let mut i = 0;
+        while i < all.len() {
+            let line = all[i].path[0].0;
+            let mut pair = 0;
+            let mut index = 0;
+            while i < all.len() && all[i].path[0].0 == line {
+                // llvm-cov prints these as `unsigned`.
+                let (t, f) = (all[i].branch.count as u32, all[i].branch.false_count as u32);
+                for taken in [t, f] {
+                    if t == 0 && f == 0 {
+                        let _ = writeln!(out, "BRDA:{line},{pair},{index},-");
+                    } else {
+                        let _ = writeln!(out, "BRDA:{line},{pair},{index},{taken}");
+                    }
+                    index += 1;
+                }
+                pair += 1;
+                i += 1;
+            }
+        }
+    }
+
+    /// llvm-cov 19's `renderBranchExecutionCounts`.
+    fn branches_llvm19(&self, data: &FileData, out: &mut String) {
+        let mut all = data.branches.clone();
+        let mut nested = Vec::new();
+        self.nested_branches(&data.expansions, &mut Vec::new(), &mut 0, &mut nested);
+        // Each takes the line of the outermost expansion it is in.
+        all.extend(nested.into_iter().map(|mut n| {
+            n.branch.region.line_start = n.path[0].0;
+            n.branch
+        }));
+        cxx_sort::sort(&mut all, &|a, b| {
+            (a.region.line_start, a.region.col_start) < (b.region.line_start, b.region.col_start)
+        });
+        let mut i = 0;
+        while i < all.len() {
+            let line = all[i].region.line_start;
+            let (mut pair, mut index) = (0, 0);
+            while i < all.len() && all[i].region.line_start == line {
+                let b = &all[i];
+                // Folded: both counters are the constant zero.
+                if !(b.true_folded() && b.false_folded()) {
+                    let (t, f) = (b.count as u32, b.false_count as u32);
+                    for taken in [t, f] {
+                        if t == 0 && f == 0 {
+                            let _ = writeln!(out, "BRDA:{line},{pair},{index},-");
+                        } else {
+                            let _ = writeln!(out, "BRDA:{line},{pair},{index},{taken}");
+                        }
+                        index += 1;
+                    }
+                    pair += 1;
+                }
+                i += 1;
+            }
+        }
+    }
+
+    /// `collectNestedBranches`: branches of expansions, deepest first.
+    fn nested_branches(
+        &self,
+        expansions: &[(Counted, &Function)],
+        path: &mut Vec<Loc>,
+        position: &mut usize,
+        out: &mut Vec<Nested>,
+    ) {
+        for (region, f) in expansions {
+            let file_id = region.region.expanded_file_id;
+            path.push(region.start());
+            let inner: Vec<(Counted, &Function)> =
+                f.regions.iter().filter(|r| is_expansion(r, file_id)).map(|r| (*r, *f)).collect();
+            self.nested_branches(&inner, path, position, out);
+            for b in f.branches.iter().filter(|b| b.region.file_id == file_id) {
+                out.push(Nested { branch: *b, path: path.clone(), position: *position });
+                *position += 1;
+            }
+            path.pop();
+        }
+    }
+
+    /// Code regions covered and counted, as llvm-cov's summary counts them:
+    /// per function over all its files, the most of any instantiation of
+    /// one definition, summed over the kept files.
+    pub fn regions(&self, keep: &dyn Fn(&str) -> bool) -> (u64, u64) {
+        let (mut covered, mut count) = (0, 0);
+        for file in self.files().into_iter().filter(|f| keep(f)) {
+            let mut groups: std::collections::BTreeMap<Loc, (u64, u64)> = std::collections::BTreeMap::new();
+            for f in self.functions_of(file) {
+                let Some(main) = main_file_id(f).filter(|id| f.filenames[*id as usize] == file) else { continue };
+                let Some(first) = f.regions.iter().find(|r| r.region.file_id == main) else { continue };
+                let code = f.regions.iter().filter(|r| r.region.kind == RegionKind::Code);
+                let n = code.clone().count() as u64;
+                let c = code.filter(|r| r.count != 0).count() as u64;
+                let g = groups.entry(first.start()).or_insert((c, n));
+                *g = (g.0.max(c), g.1.max(n));
+            }
+            for (c, n) in groups.values() {
+                covered += c;
+                count += n;
+            }
+        }
+        (covered, count)
+    }
+}
+
+fn is_expansion(r: &Counted, file_id: u32) -> bool {
+    r.region.kind == RegionKind::Expansion && r.region.file_id == file_id
+}
+
+/// `findMainViewFileID`: the first file no expansion expands.
+fn main_file_id(f: &Function) -> Option<u32> {
+    let mut expanded = vec![false; f.filenames.len()];
+    for r in &f.regions {
+        if r.region.kind == RegionKind::Expansion
+            && let Some(e) = expanded.get_mut(r.region.expanded_file_id as usize)
+        {
+            *e = true;
+        }
+    }
+    expanded.iter().position(|e| !e).map(|i| i as u32)
+}
+
+/// llvm-cov's lcov without its summary lines, which [`Loaded::lcov`] leaves out.
+pub fn without_summaries(lcov: &str) -> String {
+    let summary = ["FNF:", "FNH:", "LF:", "LH:", "BRF:", "BRH:"];
+    let mut out = String::with_capacity(lcov.len());
+    for line in lcov.lines().filter(|l| !summary.iter().any(|s| l.starts_with(s))) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}

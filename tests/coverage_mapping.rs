@@ -1,0 +1,124 @@
+//! The in-process coverage-mapping reader against llvm-cov itself: a
+//! fixture written for the mapping's features (tests/fixtures/mapping:
+//! macros, templates, an inline function unused in one object, `#if 0`,
+//! file-local functions of one name) is built with clang 22 and with clang
+//! 19 into an executable and a shared library, run with inputs that take
+//! different paths, and each profile's lcov from the reader must be exactly
+//! `llvm-cov export -format=lcov`'s of the same LLVM, with and without an
+//! ignore rule; and the region totals llvm-cov's summary's.
+
+use ccl_coverage::coverage::mapping::{self, Mapping, ProfileCounts};
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const RUNS: [&[&str]; 4] = [&["0", "0"], &["1", "5"], &["2", "-3"], &["7", "6"]];
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mapping")
+}
+
+/// Builds the fixture with `llvm`'s clang, runs it once per input, and
+/// returns the two objects and each run's indexed profile, then the merged.
+fn build_and_run(llvm: &Path, dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let src = fixture();
+    let flags = ["-fprofile-instr-generate", "-fcoverage-mapping", "-O0", "-g0"];
+    let lib = dir.join("libmapping.so");
+    run(Command::new(llvm.join("clang++"))
+        .args(flags)
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(src.join("lib.cc"))
+        .arg(src.join("other.cc")));
+    let exe = dir.join("mapping");
+    run(Command::new(llvm.join("clang++"))
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(src.join("main.cc"))
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", dir.display())));
+    let mut profiles = Vec::new();
+    for (i, args) in RUNS.iter().enumerate() {
+        let raw = dir.join(format!("run{i}-%p-%m.profraw"));
+        run(Command::new(&exe).args(args.iter().copied()).env("LLVM_PROFILE_FILE", &raw));
+        let raws: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("run{i}-")))
+            .collect();
+        assert_eq!(raws.len(), 2, "one raw profile per object of run {i}: {raws:?}");
+        let profdata = dir.join(format!("run{i}.profdata"));
+        run(Command::new(llvm.join("llvm-profdata")).args(["merge", "-sparse", "-o"]).arg(&profdata).args(&raws));
+        profiles.push(profdata);
+    }
+    let merged = dir.join("merged.profdata");
+    run(Command::new(llvm.join("llvm-profdata")).args(["merge", "-sparse", "-o"]).arg(&merged).args(&profiles));
+    profiles.push(merged);
+    (vec![exe, lib], profiles)
+}
+
+/// Runs `cmd` to its end within two minutes (killed and failed past it); its stdout.
+fn run(cmd: &mut Command) -> String {
+    let shown = format!("{cmd:?}");
+    let out = support::output_within(std::mem::replace(cmd, Command::new("true")), Duration::from_secs(120));
+    assert!(out.status.success(), "{shown}: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn llvm_cov(llvm: &Path, what: &[&str], profdata: &Path, objects: &[PathBuf], ignore: Option<&str>) -> String {
+    let mut cmd = Command::new(llvm.join("llvm-cov"));
+    cmd.arg("export")
+        .args(what.iter().copied())
+        .arg(format!("-instr-profile={}", profdata.display()))
+        .arg(&objects[0])
+        .arg("-object")
+        .arg(&objects[1]);
+    if let Some(r) = ignore {
+        cmd.arg(format!("-ignore-filename-regex={r}"));
+    }
+    run(&mut cmd)
+}
+
+fn reader_equals_llvm_cov(llvm: &Path, major: u32) {
+    let dir = tempfile::tempdir().unwrap();
+    let (objects, profiles) = build_and_run(llvm, dir.path());
+    let mapping = Mapping::read(&objects, major).unwrap();
+    let profdata = llvm.join("llvm-profdata");
+    let mut differing_runs = std::collections::BTreeSet::new();
+    for profile in &profiles {
+        let counts = ProfileCounts::read(&profdata, profile).unwrap();
+        let loaded = mapping.load(&counts);
+        for ignore in [None, Some("other\\.cc$")] {
+            let theirs = mapping::without_summaries(&llvm_cov(llvm, &["-format=lcov"], profile, &objects, ignore));
+            let ours = loaded.lcov(&|f| ignore.is_none_or(|r| !regex::Regex::new(r).unwrap().is_match(f)));
+            assert!(theirs.contains("BRDA:") && theirs.contains("FNDA:"), "{theirs}");
+            assert_eq!(ours, theirs, "{} with ignore {ignore:?}", profile.display());
+            differing_runs.insert(ours);
+            let summary: serde_json::Value =
+                serde_json::from_str(&llvm_cov(llvm, &["-summary-only"], profile, &objects, ignore)).unwrap();
+            let regions = &summary["data"][0]["totals"]["regions"];
+            let keep = |f: &str| ignore.is_none_or(|r| !regex::Regex::new(r).unwrap().is_match(f));
+            assert_eq!(
+                loaded.regions(&keep),
+                (regions["covered"].as_u64().unwrap(), regions["count"].as_u64().unwrap()),
+                "{}",
+                profile.display()
+            );
+        }
+    }
+    assert_eq!(differing_runs.len(), 2 * profiles.len(), "each run covers something else");
+}
+
+#[test]
+fn the_reader_gives_llvm_cov_22s_lcov_for_every_profile() {
+    reader_equals_llvm_cov(Path::new("/usr/lib/llvm-22/bin"), 22);
+}
+
+#[test]
+fn the_reader_gives_llvm_cov_19s_lcov_for_every_profile() {
+    reader_equals_llvm_cov(Path::new("/usr/lib/llvm-19/bin"), 19);
+}
