@@ -1,8 +1,11 @@
-//! Coverage data: raw profiles and their per-trial merge, and llvm-cov's
-//! summary export as types.
+//! Coverage data: raw profiles and their per-trial merge, llvm-cov's
+//! summary export as types, the lcov model every total comes from and the
+//! one ignore rule.
 
+pub mod ignore;
 pub mod lcov;
 pub mod llvm_export;
+pub(crate) mod model;
 pub mod profiles;
 pub(crate) mod sass;
 

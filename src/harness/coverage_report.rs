@@ -8,6 +8,7 @@
 use crate::build::fixture::BuildManifest;
 use crate::config::process_env;
 use crate::context::Context;
+use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::SummaryExport;
 use crate::coverage::profiles;
@@ -36,8 +37,8 @@ struct Shared {
     writers: Vec<&'static str>,
     merged: OnceLock<Result<Merge, Error>>,
     summary: OnceLock<Result<Summary, Error>>,
-    /// The merged lcov's text, absolute paths: the model every later step reads.
-    lcov: OnceLock<Result<String, Error>>,
+    /// The merged lcov, absolute paths: the model every later step reads.
+    lcov: OnceLock<Result<ModelText, Error>>,
     attributed: OnceLock<Result<Attributed, Error>>,
 }
 
@@ -46,6 +47,15 @@ struct Attributed {
     all: Lcov,
     trials: Vec<TrialCoverage>,
     summaries: Vec<TrialSummary>,
+}
+
+/// The model: the merged lcov as text (host records, then NVIDIA kernel
+/// lines) and parsed.
+struct ModelText {
+    text: String,
+    /// Where the host records end in `text`.
+    host_len: usize,
+    model: Lcov,
 }
 
 enum Merge {
@@ -64,8 +74,8 @@ struct Merged {
     device_lines: Option<DeviceLines>,
 }
 
-/// `llvm-cov export -summary-only` over all objects, and the host and device
-/// totals when there are device objects.
+/// The model's summary over all objects (`summary.json`), and the host and
+/// device totals when there is device code.
 struct Summary {
     all: SummaryExport,
     host: Value,
@@ -410,10 +420,10 @@ impl Shared {
         quarantined.extend(verified.quarantined);
         let mut missing = verified.missing;
         let recorded: Vec<_> = results.iter().map(|r| (r.trial.as_str(), r.slug.as_str(), &r.device_sha256)).collect();
-        // The host report's rules: the ignore regexes, and no test program's own kernels.
-        let ignore = ignore_regex(self.ctx.config())?;
+        // The host report's rule, and no test program's own kernels.
+        let ignore = IgnoreRule::new(&self.ctx.config().report.ignore_filename_regex)?;
         let tests = manifest.tests_src.display().to_string();
-        let keep = |file: &str| !ignore.as_ref().is_some_and(|r| r.is_match(file)) && !file.starts_with(&tests);
+        let keep = |file: &str| ignore.keeps(file) && !file.starts_with(&tests);
         let device_lines = match crate::coverage::device_lines(ws, &manifest, &recorded, &keep)? {
             Some((lines, checked)) => {
                 quarantined.extend(checked.quarantined);
@@ -436,7 +446,7 @@ impl Shared {
         )?;
         let config = self.ctx.config();
         let title = format!("ccl-coverage: {} (build {})", config.name, manifest.build_id);
-        let inputs = ReportInputs::new(&manifest, profdata, config.report.ignore_filename_regex.clone(), title)?;
+        let inputs = ReportInputs::new(&manifest, profdata, ignore, title)?;
         Ok(Merge::Done(Box::new(Merged { manifest, results, inputs, health, device_lines })))
     }
 
@@ -456,10 +466,12 @@ impl Shared {
         let Some(Ok(Merge::Done(merged))) = self.merged.get() else {
             return Err(Failed::from("the summary needs a merged profile"));
         };
+        let model = self.model(merged)?;
         self.summary
             .get_or_init(|| {
                 let dir = self.report_dir();
-                let all = merged.inputs.summary_json(&dir.join("summary.json"))?;
+                let (text, all) = merged.inputs.model_summary(&model.model)?;
+                workspace::files::write_atomic(&dir.join("summary.json"), text.as_bytes())?;
                 let m = &merged.manifest;
                 if let Some(lines) = &merged.device_lines {
                     let device = device_totals(&lines.all);
@@ -469,7 +481,9 @@ impl Shared {
                             .expect("totals serialize")
                             .as_bytes(),
                     )?;
-                    return Ok(Summary { host: report::totals(&all), all, device: Some(device) });
+                    let host = lcov::parse_lcov(&model.text[..model.host_len], "the host lcov")?;
+                    let host = merged.inputs.model_summary(&host)?.1;
+                    return Ok(Summary { host: report::totals(&host), all, device: Some(device) });
                 }
                 if m.device_objects.is_empty() {
                     return Ok(Summary { host: report::totals(&all), all, device: None });
@@ -485,20 +499,16 @@ impl Shared {
                 Ok(Summary { host: report::totals(&host), device: Some(report::totals(&device)), all })
             })
             .as_ref()
-            .map_err(|e| failed("llvm-cov export -summary-only", e))
+            .map_err(|e| failed("the model's summary (llvm-cov export -summary-only)", e))
     }
 
+    /// `coverage.json`: llvm-cov's full export with the model's summaries.
     fn json(&self, merged: &Merged) -> Result<(), Failed> {
-        let out = self.report_dir().join("coverage.json");
-        merged.inputs.json(&out).map_err(|e| failed("llvm-cov export -format=text", &e))?;
-        let prefix = self.path_prefix(merged);
-        if !prefix.is_empty() {
-            let text = std::fs::read_to_string(&out)
-                .map_err(|e| Failed::from(format!("cannot read {}: {e}", out.display())))?;
-            workspace::files::write_atomic(&out, report::relative_json(&text, &prefix).as_bytes())
-                .map_err(|e| failed("writing coverage.json", &e))?;
-        }
-        Ok(())
+        let model = self.model(merged)?;
+        let text = merged.inputs.json(&model.model).map_err(|e| failed("llvm-cov export -format=text", &e))?;
+        let text = report::relative_json(&text, &self.path_prefix(merged));
+        workspace::files::write_atomic(&self.report_dir().join("coverage.json"), text.as_bytes())
+            .map_err(|e| failed("writing coverage.json", &e))
     }
 
     /// What `report.path_prefix` takes off the file names of the lcov and
@@ -511,23 +521,31 @@ impl Shared {
         }
     }
 
-    /// The merged lcov (absolute paths); `coverage.lcov` gets it with the
-    /// path prefix taken off.
+    /// The merged lcov's text (absolute paths).
     fn lcov(&self, merged: &Merged) -> Result<&str, Failed> {
+        self.model(merged).map(|m| m.text.as_str())
+    }
+
+    /// The model: llvm-cov's lcov export, its per-record totals recounted
+    /// from its records, and NVIDIA's kernel lines; `coverage.lcov` gets it
+    /// with the path prefix taken off.
+    fn model(&self, merged: &Merged) -> Result<&ModelText, Failed> {
         let out = self.report_dir().join("coverage.lcov");
         self.lcov
             .get_or_init(|| {
-                let mut text = merged.inputs.lcov_text()?;
+                let mut text = lcov::recount(&merged.inputs.lcov_text()?, "llvm-cov export -format=lcov")?;
+                let host_len = text.len();
                 // Device records of the same files add to the host's, as lcov merges.
                 if let Some(lines) = &merged.device_lines {
-                    text.push_str(&sass::to_lcov(&lines.all));
+                    text.push_str(&lcov::recount(&sass::to_lcov(&lines.all), "the NVIDIA kernel lines")?);
                 }
+                let model = lcov::parse_lcov(&text, "the merged lcov")?;
                 let written = report::relative_lcov(&text, &self.path_prefix(merged));
-                workspace::files::write_atomic(&out, written.as_bytes()).map(|()| text)
+                workspace::files::write_atomic(&out, written.as_bytes())?;
+                Ok(ModelText { text, host_len, model })
             })
             .as_ref()
-            .map(String::as_str)
-            .map_err(|e| failed("llvm-cov export -format=lcov", e))
+            .map_err(|e| failed("the model (llvm-cov export -format=lcov)", e))
     }
 
     fn cobertura(&self, merged: &Merged) -> Result<(), Failed> {
@@ -550,7 +568,28 @@ impl Shared {
         if dir.exists() {
             workspace::files::normalize_modes(&dir).map_err(|e| failed("setting the report's modes", &e))?;
         }
-        let index = shown?;
+        let llvm_index = shown?;
+        // llvm-cov's index gives its own totals: the model's replaces it.
+        let summary = self.summary()?;
+        let m = &merged.manifest;
+        let roots = [m.library_src.as_path(), m.tests_src.as_path()];
+        let title = &merged.inputs.title;
+        let created = crate::exec::host::now();
+        let page = |file: &str| {
+            let href = format!("coverage{file}.html");
+            dir.join(&href).is_file().then_some(href)
+        };
+        let html = report::html_index::index(
+            &summary.all,
+            &report::html_index::Index {
+                title,
+                created: &created,
+                shown: &|f| report::relative(f, &roots),
+                page: &page,
+            },
+        );
+        workspace::files::write_atomic(&llvm_index, html.as_bytes()).map_err(|e| failed("writing the index", &e))?;
+        let index = llvm_index;
         attribution_pages::link_from_llvm_cov_index(&index).map_err(|e| failed("linking the attribution pages", &e))?;
         if let Some(device) = device {
             let device = device.map_err(|e| failed("writing the device pages", &e))?;
@@ -560,8 +599,13 @@ impl Shared {
         Ok(())
     }
 
+    /// `summary.txt`: the model's totals per file, as `llvm-cov report` lays them out.
     fn text(&self, merged: &Merged) -> Result<(), Failed> {
-        merged.inputs.text(&self.report_dir().join("summary.txt")).map_err(|e| failed("llvm-cov report", &e))
+        let m = &merged.manifest;
+        let roots = [m.library_src.as_path(), m.tests_src.as_path()];
+        let text = report::summary_text(&self.summary()?.all, &roots);
+        workspace::files::write_atomic(&self.report_dir().join("summary.txt"), text.as_bytes())
+            .map_err(|e| failed("writing summary.txt", &e))
     }
 
     /// `report/summary.md`, also appended to `$GITHUB_STEP_SUMMARY` when set.
@@ -915,18 +959,6 @@ impl Shared {
         }
         Ok(Completion::Completed)
     }
-}
-
-/// `report.ignore_filename_regex` as one regex, as llvm-cov joins them.
-fn ignore_regex(config: &crate::config::Config) -> Result<Option<regex::Regex>, Error> {
-    let patterns = &config.report.ignore_filename_regex;
-    if patterns.is_empty() {
-        return Ok(None);
-    }
-    let joined = patterns.iter().map(|p| format!("(?:{p})")).collect::<Vec<_>>().join("|");
-    regex::Regex::new(&joined)
-        .map(Some)
-        .map_err(|e| Error::new(format!("report.ignore_filename_regex {patterns:?} is not a regular expression: {e}")))
 }
 
 /// NVIDIA kernel totals as the summary shows them: `covered/count`.
