@@ -261,12 +261,7 @@ mod tests {
         let tally = |covered, count| Tally { covered, count };
         assert_eq!(
             t,
-            Tallies {
-                lines: tally(2, 3),
-                functions: tally(1, 2),
-                instantiations: tally(1, 3),
-                branches: tally(1, 2)
-            }
+            Tallies { lines: tally(2, 3), functions: tally(1, 2), instantiations: tally(1, 3), branches: tally(1, 2) }
         );
         assert_eq!(lcov.files["/s/a.cc"].covered_function_starts().collect::<Vec<_>>(), [3]);
         let recounted = recount(text, "t").unwrap();

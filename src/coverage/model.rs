@@ -50,7 +50,8 @@ pub(crate) fn apply(export: &mut Value, model: &Lcov, origin: &str) -> Result<()
         let tallies = model.files.get(name).unwrap_or(&empty).tallies();
         seen.insert(name.to_string());
         totals += tallies;
-        let summary = file.get_mut("summary").and_then(Value::as_object_mut).ok_or_else(|| bad("a file without a summary"))?;
+        let summary =
+            file.get_mut("summary").and_then(Value::as_object_mut).ok_or_else(|| bad("a file without a summary"))?;
         set_tallies(summary, &tallies);
     }
     // The keys beside `summary` that hold lists in a full export.
@@ -113,14 +114,20 @@ mod tests {
         .unwrap();
         apply(&mut export, &model, "t").unwrap();
         let summary = SummaryExport::parse(&export.to_string()).unwrap();
-        assert_eq!(summary.totals().rows(), [("lines", 3, 4), ("functions", 1, 1), ("regions", 3, 4), ("branches", 1, 2)]);
+        assert_eq!(
+            summary.totals().rows(),
+            [("lines", 3, 4), ("functions", 1, 1), ("regions", 3, 4), ("branches", 1, 2)]
+        );
         let files = &export["data"][0]["files"];
         assert_eq!(files[0]["summary"]["lines"], json!({"count": 3, "covered": 2, "percent": 200.0 / 3.0}));
         assert_eq!(files[0]["summary"]["branches"]["notcovered"], 1);
         assert_eq!(files[0]["segments"], json!([[1, 1, 2, true, true, false]]), "the rest is llvm-cov's");
         assert_eq!(files[1]["summary"]["lines"]["count"], 0);
         assert_eq!(files[2]["filename"], "/s/k.cu");
-        assert_eq!((files[2]["summary"]["regions"]["count"].as_u64(), files[2]["segments"].clone()), (Some(0), json!([])));
+        assert_eq!(
+            (files[2]["summary"]["regions"]["count"].as_u64(), files[2]["segments"].clone()),
+            (Some(0), json!([]))
+        );
         assert_eq!(export["data"][0]["totals"]["instantiations"]["count"], 1);
         let err = apply(&mut json!({"data": []}), &model, "summary.json").unwrap_err().to_string();
         assert!(err.starts_with("summary.json: not an llvm-cov JSON export: no data"), "{err}");

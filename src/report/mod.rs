@@ -159,7 +159,8 @@ impl ReportInputs {
 /// report -show-region-summary -show-branch-summary`, with the model's
 /// numbers; file names relative to `roots`.
 pub(crate) fn summary_text(summary: &SummaryExport, roots: &[&Path]) -> String {
-    let cover = |m: &Metric| if m.count == 0 { "-".to_string() } else { format!("{:.2}%", percent(m.covered, m.count)) };
+    let cover =
+        |m: &Metric| if m.count == 0 { "-".to_string() } else { format!("{:.2}%", percent(m.covered, m.count)) };
     let cells = |c: &Counts| {
         let branches = c.branches.unwrap_or(Metric { count: 0, covered: 0 });
         let mut row = Vec::new();
@@ -168,11 +169,8 @@ pub(crate) fn summary_text(summary: &SummaryExport, roots: &[&Path]) -> String {
         }
         row
     };
-    let mut rows: Vec<(String, Vec<String>)> = summary
-        .files()
-        .iter()
-        .map(|f| (relative(&f.filename, roots), cells(&f.summary)))
-        .collect();
+    let mut rows: Vec<(String, Vec<String>)> =
+        summary.files().iter().map(|f| (relative(&f.filename, roots), cells(&f.summary))).collect();
     rows.sort();
     rows.push(("TOTAL".to_string(), cells(summary.totals())));
     let header = [
