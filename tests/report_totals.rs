@@ -103,7 +103,7 @@ fn default_suite(dir: tempfile::TempDir, lib: &Path) -> Setup {
     Setup { dir, config, ws, env: Vec::new() }
 }
 
-/// `configs/local_test_runner.json` (RCCL test_runner's format) with one
+/// `configs/local_test_runner.json` (RCCL `test_runner`'s format) with one
 /// perf test, its overlay building `lib`.
 fn upstream_suite(dir: tempfile::TempDir, lib: &Path) -> Setup {
     let mut config: Value = serde_json::from_str(&read(&root().join("configs/local_test_runner.json"))).unwrap();
@@ -260,9 +260,6 @@ fn lcov(text: &str) -> (Totals, Totals) {
         *functions.entry((file.clone(), *start)).or_insert(false) |=
             hits.get(&(file.clone(), name.clone())).is_some_and(|h| *h > 0);
     }
-    fn covered<K>(m: &BTreeMap<K, u64>) -> u64 {
-        m.values().filter(|h| **h > 0).count() as u64
-    }
     let records: Totals = [
         ("lines", (covered(&lines), lines.len() as u64)),
         ("functions", (functions.values().filter(|r| **r).count() as u64, functions.len() as u64)),
@@ -276,6 +273,11 @@ fn lcov(text: &str) -> (Totals, Totals) {
     ]
     .into();
     (records, totals)
+}
+
+/// How many of `m`'s counts are not 0.
+fn covered<K>(m: &BTreeMap<K, u64>) -> u64 {
+    m.values().filter(|h| **h > 0).count() as u64
 }
 
 /// `cobertura.xml`'s `lines-covered`/`lines-valid` and branches.

@@ -38,6 +38,24 @@ impl IgnoreRule {
     pub(crate) fn keeps(&self, file: &str) -> bool {
         !self.regex.as_ref().is_some_and(|r| r.is_match(file))
     }
+
+    /// Checks that llvm-cov, which reads the patterns as POSIX regular
+    /// expressions, kept no file the rule leaves out (`\d` is a digit to
+    /// the rule, a `d` to llvm-cov): otherwise the report would count files
+    /// the rule says it does not. `files` are those llvm-cov reported on.
+    pub(crate) fn check_kept<'a>(&self, files: impl IntoIterator<Item = &'a str>) -> Result<()> {
+        let wrong: Vec<&str> = files.into_iter().filter(|f| !self.keeps(f)).collect();
+        if wrong.is_empty() {
+            return Ok(());
+        }
+        Err(Error::new(format!(
+            "llvm-cov -ignore-filename-regex kept {} files that report.ignore_filename_regex {:?} leaves out \
+             (llvm-cov reads the patterns as POSIX regular expressions: write them in the syntax both read): {}",
+            wrong.len(),
+            self.joined.as_deref().unwrap_or_default(),
+            wrong.join(", ")
+        )))
+    }
 }
 
 #[cfg(test)]
@@ -52,6 +70,10 @@ mod tests {
         assert!(rule.keeps("/src/ccl/src/init.cc"));
         let none = IgnoreRule::new(&[]).unwrap();
         assert!(none.llvm_cov_arg().is_none() && none.keeps("/usr/include/x.h"));
+        assert!(rule.check_kept(["/src/a.cc", "/src/b.cc"]).is_ok());
+        let err = rule.check_kept(["/src/a.cc", "/usr/include/x.h"]).unwrap_err().to_string();
+        assert!(err.starts_with("llvm-cov -ignore-filename-regex kept 1 files that"), "{err}");
+        assert!(err.ends_with(": /usr/include/x.h"), "{err}");
         let err = IgnoreRule::new(&["(".into()]).unwrap_err().to_string();
         assert!(err.starts_with("report.ignore_filename_regex [\"(\"] is not a regular expression"), "{err}");
     }

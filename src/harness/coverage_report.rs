@@ -540,6 +540,7 @@ impl Shared {
                     text.push_str(&lcov::recount(&sass::to_lcov(&lines.all), "the NVIDIA kernel lines")?);
                 }
                 let model = lcov::parse_lcov(&text, "the merged lcov")?;
+                merged.inputs.ignore.check_kept(model.files.keys().map(String::as_str))?;
                 let written = report::relative_lcov(&text, &self.path_prefix(merged));
                 workspace::files::write_atomic(&out, written.as_bytes())?;
                 Ok(ModelText { text, host_len, model })
