@@ -569,7 +569,7 @@ impl Shared {
         if dir.exists() {
             workspace::files::normalize_modes(&dir).map_err(|e| failed("setting the report's modes", &e))?;
         }
-        let llvm_index = shown?;
+        let index = shown?;
         // llvm-cov's index gives its own totals: the model's replaces it.
         let summary = self.summary()?;
         let m = &merged.manifest;
@@ -589,8 +589,7 @@ impl Shared {
                 page: &page,
             },
         );
-        workspace::files::write_atomic(&llvm_index, html.as_bytes()).map_err(|e| failed("writing the index", &e))?;
-        let index = llvm_index;
+        workspace::files::write_atomic(&index, html.as_bytes()).map_err(|e| failed("writing the index", &e))?;
         attribution_pages::link_from_llvm_cov_index(&index).map_err(|e| failed("linking the attribution pages", &e))?;
         if let Some(device) = device {
             let device = device.map_err(|e| failed("writing the device pages", &e))?;

@@ -593,6 +593,26 @@ mod tests {
     }
 
     #[test]
+    fn the_text_summary_lays_out_the_totals_as_llvm_cov_report() {
+        let export = SummaryExport::parse(EXPORT).unwrap();
+        let text = summary_text(&export, &[Path::new("/src/fixtures")]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 6, "{text}");
+        assert!(lines[0].starts_with("Filename ") && lines[0].ends_with("Missed Branches      Cover"), "{text}");
+        let cells = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        // Sorted by the name shown: the absolute path first.
+        assert_eq!(cells(lines[2])[0], "/elsewhere/gen.cc");
+        assert_eq!(
+            cells(lines[3]),
+            ["ccl/src/init.cc", "5", "1", "80.00%", "2", "0", "100.00%", "10", "3", "70.00%", "4", "3", "25.00%"]
+        );
+        assert_eq!(cells(lines[2])[10..], ["0", "0", "-"], "no branches: no percentage");
+        assert!(lines[1].chars().all(|c| c == '-') && lines[4] == lines[1], "{text}");
+        assert_eq!(cells(lines[5])[..4], ["TOTAL", "6", "2", "66.67%"]);
+        assert_eq!(cells(lines[5])[7..10], ["11", "4", "63.64%"]);
+    }
+
+    #[test]
     fn a_written_snapshot_is_one_insta_accepts() {
         let dir = tempfile::tempdir().unwrap();
         let value = json!({"config": "mine", "files": {"a.cc": {"lines": "1/2"}}, "empty": [], "trials": 3});
