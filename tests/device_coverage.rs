@@ -378,7 +378,7 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
         cxxfilt: None,
         profdata,
         objects: vec![host.clone(), elf.clone()],
-        ignore: Vec::new(),
+        ignore: ccl_coverage::coverage::ignore::IgnoreRule::default(),
         title: "device".into(),
     };
     let all = inputs.summary_json(&d.join("summary.json")).unwrap().file_names().join("\n");
@@ -516,7 +516,7 @@ fn host_and_device_raw_profiles_merge_and_report_apart() {
         cxxfilt: None,
         profdata: merge.profdata.unwrap(),
         objects: vec![collector.clone(), elf.clone()],
-        ignore: Vec::new(),
+        ignore: ccl_coverage::coverage::ignore::IgnoreRule::default(),
         title: "host+device".into(),
     };
     let all = inputs.summary_json(&d.join("summary.json")).unwrap();

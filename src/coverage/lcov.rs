@@ -1,7 +1,9 @@
 //! The one coverage model every report reads: lcov's lines, functions and
 //! branches with their counts, per source file. llvm-cov's host export and
 //! NVIDIA's kernel lines (`sass::to_lcov`) both feed it, as lcov text, and
-//! records of one file add up: a union.
+//! records of one file add up: a union. Every total of lines, functions
+//! and branches in every report format is [`FileCoverage::tallies`] of it
+//! (regions, which lcov cannot carry, are llvm-cov's: `model.rs`).
 
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
@@ -47,6 +49,118 @@ impl FileCoverage {
     pub fn covered_branches(&self) -> impl Iterator<Item = &(u32, String, String)> + '_ {
         self.branches.iter().filter(|(_, n)| **n > 0).map(|(b, _)| b)
     }
+
+    /// The first lines of the functions that ran: a function is its first
+    /// line, as llvm-cov groups a template's instantiations into one.
+    pub(crate) fn covered_function_starts(&self) -> impl Iterator<Item = u32> + '_ {
+        self.function_starts().into_iter().filter(|(_, ran)| *ran).map(|(line, _)| line)
+    }
+
+    /// Each function's first line and whether any of its instantiations ran.
+    fn function_starts(&self) -> BTreeMap<u32, bool> {
+        let mut starts = BTreeMap::new();
+        for (start, hits) in self.functions.values() {
+            *starts.entry(*start).or_insert(false) |= *hits > 0;
+        }
+        starts
+    }
+
+    /// The file's totals as the model counts them: every `DA` line (those
+    /// of macro expansions too, which llvm-cov's summary leaves out), each
+    /// function once however many instantiations it has (as llvm-cov), each
+    /// instantiation (`FN` record), each `BRDA` branch.
+    pub fn tallies(&self) -> Tallies {
+        let tally = |covered: usize, count: usize| Tally { covered: covered as u64, count: count as u64 };
+        let starts = self.function_starts();
+        Tallies {
+            lines: tally(self.covered_lines().count(), self.lines.len()),
+            functions: tally(starts.values().filter(|ran| **ran).count(), starts.len()),
+            instantiations: tally(self.covered_functions().count(), self.functions.len()),
+            branches: tally(self.covered_branches().count(), self.branches.len()),
+        }
+    }
+}
+
+/// Covered and total of one metric.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub covered: u64,
+    pub count: u64,
+}
+
+impl std::ops::AddAssign for Tally {
+    fn add_assign(&mut self, other: Tally) {
+        self.covered += other.covered;
+        self.count += other.count;
+    }
+}
+
+/// What the model counts, per file or in total.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tallies {
+    pub lines: Tally,
+    pub functions: Tally,
+    pub instantiations: Tally,
+    pub branches: Tally,
+}
+
+impl std::ops::AddAssign for Tallies {
+    fn add_assign(&mut self, other: Tallies) {
+        self.lines += other.lines;
+        self.functions += other.functions;
+        self.instantiations += other.instantiations;
+        self.branches += other.branches;
+    }
+}
+
+/// lcov text whose per-record totals (`FNF`, `FNH`, `BRF`, `BRH`, `LF`,
+/// `LH`) are the record's own, as [`FileCoverage::tallies`] counts them.
+/// llvm-cov writes its summary's there, which leave out the lines of macro
+/// expansions that its `DA` records list, so a reader of `LF` would see
+/// another total than one of `DA`. A missing total is added before
+/// `end_of_record`.
+pub(crate) fn recount(text: &str, origin: &str) -> Result<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut record: Vec<&str> = Vec::new();
+    for line in text.split_inclusive('\n') {
+        record.push(line);
+        if line.trim_end() == "end_of_record" {
+            recount_record(&record, origin, &mut out)?;
+            record.clear();
+        }
+    }
+    out.extend(record);
+    Ok(out)
+}
+
+/// One record (`SF` to `end_of_record`) of [`recount`].
+fn recount_record(record: &[&str], origin: &str, out: &mut String) -> Result<()> {
+    let lcov = parse_lcov(&record.concat(), origin)?;
+    let tallies = lcov.files.values().next().map(FileCoverage::tallies).unwrap_or_default();
+    let totals = [
+        ("FNF", tallies.functions.count),
+        ("FNH", tallies.functions.covered),
+        ("BRF", tallies.branches.count),
+        ("BRH", tallies.branches.covered),
+        ("LF", tallies.lines.count),
+        ("LH", tallies.lines.covered),
+    ];
+    let mut written = [false; 6];
+    for line in record {
+        let key = line.split_once(':').map(|(k, _)| k);
+        if let Some(i) = totals.iter().position(|(k, _)| Some(*k) == key) {
+            out.push_str(&format!("{}:{}\n", totals[i].0, totals[i].1));
+            written[i] = true;
+            continue;
+        }
+        if line.trim_end() == "end_of_record" {
+            for ((k, v), _) in totals.iter().zip(written).filter(|(_, done)| !done) {
+                out.push_str(&format!("{k}:{v}\n"));
+            }
+        }
+        out.push_str(line);
+    }
+    Ok(())
 }
 
 /// Parses an lcov tracefile (`origin` names it in errors). Records of the
@@ -145,5 +259,27 @@ mod tests {
         for bad in ["SF:x\nBRDA:4,0\n", "SF:x\nBRDA:4,0,0,many\n", "BRDA:1,0,0,1\n"] {
             assert!(parse_lcov(bad, "t").is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_function_is_counted_once_and_every_line_and_branch_record_counts() {
+        // Two instantiations of one template (line 3), one of them run; a
+        // function that never ran (line 9); a macro's line (20) among `DA`.
+        let text = "SF:/s/a.cc\nFN:3,_Z1fIiEvv\nFN:3,_Z1fIfEvv\nFN:9,g\nFNDA:2,_Z1fIiEvv\nFNDA:0,_Z1fIfEvv\nFNDA:0,g\n\
+                    FNF:2\nFNH:1\nDA:3,2\nDA:9,0\nDA:20,2\nBRDA:3,0,0,1\nBRDA:3,0,1,-\nBRF:2\nBRH:1\nLF:2\nLH:1\nend_of_record\n";
+        let lcov = parse_lcov(text, "t").unwrap();
+        let t = lcov.files["/s/a.cc"].tallies();
+        let tally = |covered, count| Tally { covered, count };
+        assert_eq!(
+            t,
+            Tallies { lines: tally(2, 3), functions: tally(1, 2), instantiations: tally(1, 3), branches: tally(1, 2) }
+        );
+        assert_eq!(lcov.files["/s/a.cc"].covered_function_starts().collect::<Vec<_>>(), [3]);
+        let recounted = recount(text, "t").unwrap();
+        assert_eq!(recounted, text.replace("LF:2\n", "LF:3\n").replace("LH:1\n", "LH:2\n"));
+        // Totals a producer left out are added; text after the last record stays.
+        let bare = recount("SF:/s/b.cc\nDA:1,1\nend_of_record\n", "t").unwrap();
+        assert_eq!(bare, "SF:/s/b.cc\nDA:1,1\nFNF:0\nFNH:0\nBRF:0\nBRH:0\nLF:1\nLH:1\nend_of_record\n");
+        assert!(recount("SF:x\nDA:1\nend_of_record\n", "t").is_err());
     }
 }

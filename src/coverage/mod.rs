@@ -1,9 +1,12 @@
-//! Coverage data: raw profiles and their per-trial merge, and llvm-cov's
-//! summary export as types.
+//! Coverage data: raw profiles and their per-trial merge, llvm-cov's
+//! summary export as types, the lcov model every total comes from, the
+//! one ignore rule, and the coverage mapping read in process.
 
+pub mod ignore;
 pub mod lcov;
 pub mod llvm_export;
 pub mod mapping;
+pub(crate) mod model;
 pub mod profiles;
 pub(crate) mod sass;
 

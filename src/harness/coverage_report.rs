@@ -8,6 +8,7 @@
 use crate::build::fixture::BuildManifest;
 use crate::config::process_env;
 use crate::context::Context;
+use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::SummaryExport;
 use crate::coverage::mapping::{self, Mapping, ProfileCounts};
@@ -37,8 +38,8 @@ struct Shared {
     writers: Vec<&'static str>,
     merged: OnceLock<Result<Merge, Error>>,
     summary: OnceLock<Result<Summary, Error>>,
-    /// The merged lcov's text, absolute paths: the model every later step reads.
-    lcov: OnceLock<Result<String, Error>>,
+    /// The merged lcov, absolute paths: the model every later step reads.
+    lcov: OnceLock<Result<ModelText, Error>>,
     attributed: OnceLock<Result<Attributed, Error>>,
 }
 
@@ -47,6 +48,15 @@ struct Attributed {
     all: Lcov,
     trials: Vec<TrialCoverage>,
     summaries: Vec<TrialSummary>,
+}
+
+/// The model: the merged lcov as text (host records, then NVIDIA kernel
+/// lines) and parsed.
+struct ModelText {
+    text: String,
+    /// Where the host records end in `text`.
+    host_len: usize,
+    model: Lcov,
 }
 
 enum Merge {
@@ -65,8 +75,8 @@ struct Merged {
     device_lines: Option<DeviceLines>,
 }
 
-/// `llvm-cov export -summary-only` over all objects, and the host and device
-/// totals when there are device objects.
+/// The model's summary over all objects (`summary.json`), and the host and
+/// device totals when there is device code.
 struct Summary {
     all: SummaryExport,
     host: Value,
@@ -411,10 +421,10 @@ impl Shared {
         quarantined.extend(verified.quarantined);
         let mut missing = verified.missing;
         let recorded: Vec<_> = results.iter().map(|r| (r.trial.as_str(), r.slug.as_str(), &r.device_sha256)).collect();
-        // The host report's rules: the ignore regexes, and no test program's own kernels.
-        let ignore = ignore_regex(self.ctx.config())?;
+        // The host report's rule, and no test program's own kernels.
+        let ignore = IgnoreRule::new(&self.ctx.config().report.ignore_filename_regex)?;
         let tests = manifest.tests_src.display().to_string();
-        let keep = |file: &str| !ignore.as_ref().is_some_and(|r| r.is_match(file)) && !file.starts_with(&tests);
+        let keep = |file: &str| ignore.keeps(file) && !file.starts_with(&tests);
         let device_lines = match crate::coverage::device_lines(ws, &manifest, &recorded, &keep)? {
             Some((lines, checked)) => {
                 quarantined.extend(checked.quarantined);
@@ -437,7 +447,7 @@ impl Shared {
         )?;
         let config = self.ctx.config();
         let title = format!("ccl-coverage: {} (build {})", config.name, manifest.build_id);
-        let inputs = ReportInputs::new(&manifest, profdata, config.report.ignore_filename_regex.clone(), title)?;
+        let inputs = ReportInputs::new(&manifest, profdata, ignore, title)?;
         Ok(Merge::Done(Box::new(Merged { manifest, results, inputs, health, device_lines })))
     }
 
@@ -457,10 +467,12 @@ impl Shared {
         let Some(Ok(Merge::Done(merged))) = self.merged.get() else {
             return Err(Failed::from("the summary needs a merged profile"));
         };
+        let model = self.model(merged)?;
         self.summary
             .get_or_init(|| {
                 let dir = self.report_dir();
-                let all = merged.inputs.summary_json(&dir.join("summary.json"))?;
+                let (text, all) = merged.inputs.model_summary(&model.model)?;
+                workspace::files::write_atomic(&dir.join("summary.json"), text.as_bytes())?;
                 let m = &merged.manifest;
                 if let Some(lines) = &merged.device_lines {
                     let device = device_totals(&lines.all);
@@ -470,7 +482,9 @@ impl Shared {
                             .expect("totals serialize")
                             .as_bytes(),
                     )?;
-                    return Ok(Summary { host: report::totals(&all), all, device: Some(device) });
+                    let host = lcov::parse_lcov(&model.text[..model.host_len], "the host lcov")?;
+                    let host = merged.inputs.model_summary(&host)?.1;
+                    return Ok(Summary { host: report::totals(&host), all, device: Some(device) });
                 }
                 if m.device_objects.is_empty() {
                     return Ok(Summary { host: report::totals(&all), all, device: None });
@@ -486,20 +500,16 @@ impl Shared {
                 Ok(Summary { host: report::totals(&host), device: Some(report::totals(&device)), all })
             })
             .as_ref()
-            .map_err(|e| failed("llvm-cov export -summary-only", e))
+            .map_err(|e| failed("the model's summary (llvm-cov export -summary-only)", e))
     }
 
+    /// `coverage.json`: llvm-cov's full export with the model's summaries.
     fn json(&self, merged: &Merged) -> Result<(), Failed> {
-        let out = self.report_dir().join("coverage.json");
-        merged.inputs.json(&out).map_err(|e| failed("llvm-cov export -format=text", &e))?;
-        let prefix = self.path_prefix(merged);
-        if !prefix.is_empty() {
-            let text = std::fs::read_to_string(&out)
-                .map_err(|e| Failed::from(format!("cannot read {}: {e}", out.display())))?;
-            workspace::files::write_atomic(&out, report::relative_json(&text, &prefix).as_bytes())
-                .map_err(|e| failed("writing coverage.json", &e))?;
-        }
-        Ok(())
+        let model = self.model(merged)?;
+        let text = merged.inputs.json(&model.model).map_err(|e| failed("llvm-cov export -format=text", &e))?;
+        let text = report::relative_json(&text, &self.path_prefix(merged));
+        workspace::files::write_atomic(&self.report_dir().join("coverage.json"), text.as_bytes())
+            .map_err(|e| failed("writing coverage.json", &e))
     }
 
     /// What `report.path_prefix` takes off the file names of the lcov and
@@ -512,23 +522,32 @@ impl Shared {
         }
     }
 
-    /// The merged lcov (absolute paths); `coverage.lcov` gets it with the
-    /// path prefix taken off.
+    /// The merged lcov's text (absolute paths).
     fn lcov(&self, merged: &Merged) -> Result<&str, Failed> {
+        self.model(merged).map(|m| m.text.as_str())
+    }
+
+    /// The model: llvm-cov's lcov export, its per-record totals recounted
+    /// from its records, and NVIDIA's kernel lines; `coverage.lcov` gets it
+    /// with the path prefix taken off.
+    fn model(&self, merged: &Merged) -> Result<&ModelText, Failed> {
         let out = self.report_dir().join("coverage.lcov");
         self.lcov
             .get_or_init(|| {
-                let mut text = merged.inputs.lcov_text()?;
+                let mut text = lcov::recount(&merged.inputs.lcov_text()?, "llvm-cov export -format=lcov")?;
+                let host_len = text.len();
                 // Device records of the same files add to the host's, as lcov merges.
                 if let Some(lines) = &merged.device_lines {
-                    text.push_str(&sass::to_lcov(&lines.all));
+                    text.push_str(&lcov::recount(&sass::to_lcov(&lines.all), "the NVIDIA kernel lines")?);
                 }
+                let model = lcov::parse_lcov(&text, "the merged lcov")?;
+                merged.inputs.ignore.check_kept(model.files.keys().map(String::as_str))?;
                 let written = report::relative_lcov(&text, &self.path_prefix(merged));
-                workspace::files::write_atomic(&out, written.as_bytes()).map(|()| text)
+                workspace::files::write_atomic(&out, written.as_bytes())?;
+                Ok(ModelText { text, host_len, model })
             })
             .as_ref()
-            .map(String::as_str)
-            .map_err(|e| failed("llvm-cov export -format=lcov", e))
+            .map_err(|e| failed("the model (llvm-cov export -format=lcov)", e))
     }
 
     fn cobertura(&self, merged: &Merged) -> Result<(), Failed> {
@@ -552,6 +571,26 @@ impl Shared {
             workspace::files::normalize_modes(&dir).map_err(|e| failed("setting the report's modes", &e))?;
         }
         let index = shown?;
+        // llvm-cov's index gives its own totals: the model's replaces it.
+        let summary = self.summary()?;
+        let m = &merged.manifest;
+        let roots = [m.library_src.as_path(), m.tests_src.as_path()];
+        let title = &merged.inputs.title;
+        let created = crate::exec::host::now();
+        let page = |file: &str| {
+            let href = format!("coverage{file}.html");
+            dir.join(&href).is_file().then_some(href)
+        };
+        let html = report::html_index::index(
+            &summary.all,
+            &report::html_index::Index {
+                title,
+                created: &created,
+                shown: &|f| report::relative(f, &roots),
+                page: &page,
+            },
+        );
+        workspace::files::write_atomic(&index, html.as_bytes()).map_err(|e| failed("writing the index", &e))?;
         attribution_pages::link_from_llvm_cov_index(&index).map_err(|e| failed("linking the attribution pages", &e))?;
         if let Some(device) = device {
             let device = device.map_err(|e| failed("writing the device pages", &e))?;
@@ -561,8 +600,13 @@ impl Shared {
         Ok(())
     }
 
+    /// `summary.txt`: the model's totals per file, as `llvm-cov report` lays them out.
     fn text(&self, merged: &Merged) -> Result<(), Failed> {
-        merged.inputs.text(&self.report_dir().join("summary.txt")).map_err(|e| failed("llvm-cov report", &e))
+        let m = &merged.manifest;
+        let roots = [m.library_src.as_path(), m.tests_src.as_path()];
+        let text = report::summary_text(&self.summary()?.all, &roots);
+        workspace::files::write_atomic(&self.report_dir().join("summary.txt"), text.as_bytes())
+            .map_err(|e| failed("writing summary.txt", &e))
     }
 
     /// `report/summary.md`, also appended to `$GITHUB_STEP_SUMMARY` when set.
@@ -757,7 +801,7 @@ impl Shared {
                     profiles::merge(&merged.manifest.toolchain, &raw, &dir.join(format!("{}.list", r.slug)), &out)?;
                     jobs.push((r, out));
                 }
-                let per_trial = PerTrial::choose(merged, text, ignore_regex(self.ctx.config())?)?;
+                let per_trial = PerTrial::choose(merged, text)?;
                 let next = std::sync::atomic::AtomicUsize::new(0);
                 let outputs: Vec<Result<TrialCoverage, Error>> = std::thread::scope(|scope| {
                     let workers: Vec<_> = (0..parallelism().min(jobs.len()).max(1))
@@ -916,18 +960,6 @@ impl Shared {
     }
 }
 
-/// `report.ignore_filename_regex` as one regex, as llvm-cov joins them.
-fn ignore_regex(config: &crate::config::Config) -> Result<Option<regex::Regex>, Error> {
-    let patterns = &config.report.ignore_filename_regex;
-    if patterns.is_empty() {
-        return Ok(None);
-    }
-    let joined = patterns.iter().map(|p| format!("(?:{p})")).collect::<Vec<_>>().join("|");
-    regex::Regex::new(&joined)
-        .map(Some)
-        .map_err(|e| Error::new(format!("report.ignore_filename_regex {patterns:?} is not a regular expression: {e}")))
-}
-
 /// NVIDIA kernel totals as the summary shows them: `covered/count`.
 fn device_totals(lines: &sass::DeviceCoverage) -> Value {
     let ((lh, lf), (fh, ff)) = lines.totals();
@@ -939,7 +971,7 @@ enum PerTrial {
     /// From the coverage mapping read once and the trial's counters
     /// (`llvm-profdata merge -text`): no pass over the library's mapping
     /// per trial (issue #24).
-    Mapping { mapping: Mapping, ignore: Option<regex::Regex> },
+    Mapping(Mapping),
     /// `llvm-cov export -format=lcov` and `-summary-only` per trial: asked
     /// for (`CCL_COV_ATTRIBUTION_EXPORTS=on`), or because the mapping could
     /// not be read or did not reproduce llvm-cov on the merged profile.
@@ -950,7 +982,7 @@ impl PerTrial {
     /// The in-process reader, once it has given llvm-cov's own lcov for the
     /// merged profile (`merged_lcov`, with device lines after the host's);
     /// otherwise, said on screen, llvm-cov per trial.
-    fn choose(merged: &Merged, merged_lcov: &str, ignore: Option<regex::Regex>) -> Result<PerTrial, Error> {
+    fn choose(merged: &Merged, merged_lcov: &str) -> Result<PerTrial, Error> {
         let asked = process_env("CCL_COV_ATTRIBUTION_EXPORTS").unwrap_or_default();
         if crate::env_names::switch("CCL_COV_ATTRIBUTION_EXPORTS", &asked)?.unwrap_or(false) {
             return Ok(PerTrial::Exports);
@@ -960,11 +992,11 @@ impl PerTrial {
                 .map_err(|e| e.to_string())?;
             let counts = ProfileCounts::read(&merged.manifest.toolchain.llvm_profdata.path, &merged.inputs.profdata)
                 .map_err(|e| e.to_string())?;
-            let mut ours = mapping.load(&counts).lcov(&|f| !ignore.as_ref().is_some_and(|r| r.is_match(f)));
+            let mut ours = mapping.load(&counts).lcov(&|f| merged.inputs.ignore.keeps(f));
             if let Some(lines) = &merged.device_lines {
                 ours.push_str(&sass::to_lcov(&lines.all));
             }
-            match first_difference(&mapping::without_summaries(merged_lcov), &ours) {
+            match first_difference(&mapping::without_summaries(merged_lcov), &mapping::without_summaries(&ours)) {
                 None => Ok(mapping),
                 Some((n, theirs, mine)) => Err(format!(
                     "on the merged profile it differs from llvm-cov at line {n} of the lcov: llvm-cov {theirs:?}, in-process {mine:?}"
@@ -972,7 +1004,7 @@ impl PerTrial {
             }
         };
         match checked() {
-            Ok(mapping) => Ok(PerTrial::Mapping { mapping, ignore }),
+            Ok(mapping) => Ok(PerTrial::Mapping(mapping)),
             Err(why) => {
                 eprintln!(
                     "ccl-coverage: per-trial attribution runs llvm-cov once per trial (slower): the in-process coverage-mapping reader cannot be used: {why}"
@@ -985,10 +1017,10 @@ impl PerTrial {
     /// One trial's lcov (with its own device lines) and totals.
     fn coverage(&self, merged: &Merged, r: &TrialResult, profdata: &Path) -> Result<TrialCoverage, Error> {
         let (mut text, regions) = match self {
-            PerTrial::Mapping { mapping, ignore, .. } => {
+            PerTrial::Mapping(mapping) => {
                 let counts = ProfileCounts::read(&merged.manifest.toolchain.llvm_profdata.path, profdata)?;
                 let loaded = mapping.load(&counts);
-                let keep = |f: &str| !ignore.as_ref().is_some_and(|r| r.is_match(f));
+                let keep = |f: &str| merged.inputs.ignore.keeps(f);
                 (loaded.lcov(&keep), loaded.regions(&keep))
             }
             PerTrial::Exports => {
@@ -1002,11 +1034,11 @@ impl PerTrial {
             text.push_str(&sass::to_lcov(own));
         }
         let mut lcov = lcov::parse_lcov(&text, &format!("the lcov of {}", profdata.display()))?;
-        let lines = lcov.files.values().fold((0, 0), |(c, n), f| (c + f.covered_lines().count() as u64, n + f.lines.len() as u64));
-        let functions = lcov
-            .files
-            .values()
-            .fold((0, 0), |(c, n), f| (c + f.covered_functions().count() as u64, n + f.functions.len() as u64));
+        // The model's totals, as the merged report's.
+        let mut totals = lcov::Tallies::default();
+        for file in lcov.files.values() {
+            totals += file.tallies();
+        }
         // Attribution reads only what a trial covered: at 800 trials the
         // zero counts would be most of the report's memory.
         lcov.retain_covered();
@@ -1015,8 +1047,8 @@ impl PerTrial {
             slug: r.slug.clone(),
             duration_s: r.duration_s,
             lcov,
-            lines,
-            functions,
+            lines: (totals.lines.covered, totals.lines.count),
+            functions: (totals.functions.covered, totals.functions.count),
             regions,
         })
     }

@@ -47,7 +47,8 @@ pub(crate) struct TrialCoverage {
     pub(crate) slug: String,
     pub(crate) duration_s: f64,
     pub(crate) lcov: Lcov,
-    /// `(covered, count)` of lines, functions and regions (llvm-cov's summary).
+    /// `(covered, count)` of lines and functions (the model's, as the
+    /// merged report counts them) and regions (llvm-cov's summary's).
     pub(crate) lines: (u64, u64),
     pub(crate) functions: (u64, u64),
     pub(crate) regions: (u64, u64),
@@ -207,14 +208,15 @@ pub(crate) struct TrialSummary {
 /// What each trial covers, and how many lines and functions only it covers.
 pub(crate) fn trial_summaries(trials: &[TrialCoverage]) -> Vec<TrialSummary> {
     let mut line_owners: HashMap<(&str, u32), (usize, usize)> = HashMap::new();
-    let mut fn_owners: HashMap<(&str, &str), (usize, usize)> = HashMap::new();
+    // Functions as the model counts them: by first line.
+    let mut fn_owners: HashMap<(&str, u32), (usize, usize)> = HashMap::new();
     for (i, t) in trials.iter().enumerate() {
         for (file, cov) in &t.lcov.files {
             for line in cov.covered_lines() {
                 let e = line_owners.entry((file, line)).or_insert((i, 0));
                 e.1 += 1;
             }
-            for f in cov.covered_functions() {
+            for f in cov.covered_function_starts() {
                 let e = fn_owners.entry((file, f)).or_insert((i, 0));
                 e.1 += 1;
             }

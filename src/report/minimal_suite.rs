@@ -145,12 +145,12 @@ pub(crate) struct Kept {
     pub(crate) branches: usize,
 }
 
-/// The elements to cover, numbered: every (file, line), (file, function) and
-/// (file, branch) some trial covers; per trial, the numbers it covers; and
+/// The elements to cover, numbered: every (file, line), (file, function's
+/// first line: the model's function) and (file, branch) some trial covers; per trial, the numbers it covers; and
 /// how many of each kind there are.
 pub(crate) fn elements(trials: &[TrialCoverage]) -> (usize, Vec<Vec<u32>>, Kept) {
     let mut lines: HashMap<(&str, u32), u32> = HashMap::new();
-    let mut functions: HashMap<(&str, &str), u32> = HashMap::new();
+    let mut functions: HashMap<(&str, u32), u32> = HashMap::new();
     let mut branches: HashMap<(&str, &(u32, String, String)), u32> = HashMap::new();
     let mut sets = Vec::with_capacity(trials.len());
     let mut next = 0u32;
@@ -164,7 +164,7 @@ pub(crate) fn elements(trials: &[TrialCoverage]) -> (usize, Vec<Vec<u32>>, Kept)
             for line in cov.covered_lines() {
                 set.push(*lines.entry((file, line)).or_insert_with(|| number(&mut next)));
             }
-            for f in cov.covered_functions() {
+            for f in cov.covered_function_starts() {
                 set.push(*functions.entry((file, f)).or_insert_with(|| number(&mut next)));
             }
             for b in cov.covered_branches() {

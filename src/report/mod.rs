@@ -1,16 +1,21 @@
 //! Coverage reports with `llvm-cov`, over exactly the objects the build
 //! manifest lists as instrumented (found by their coverage-mapping sections),
-//! and the normalised summary that is snapshot-checked.
+//! and the normalised summary that is snapshot-checked. Every total is the
+//! lcov model's (`coverage::model`): llvm-cov's own summaries count the
+//! lines of macro expansions in no file, its lcov export does.
 
 pub mod attribution;
 pub(crate) mod attribution_pages;
 pub(crate) mod device_pages;
 pub(crate) mod diff_coverage;
+pub(crate) mod html_index;
 pub(crate) mod minimal_suite;
 pub(crate) mod screen;
 
 use crate::bail;
 use crate::build::fixture::BuildManifest;
+use crate::coverage::ignore::IgnoreRule;
+use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::{Counts, FileSummary, Metric, SummaryExport};
 use crate::coverage::profiles::Quarantined;
 use crate::error::{Error, Result};
@@ -31,13 +36,13 @@ pub struct ReportInputs {
     pub profdata: PathBuf,
     /// Host objects first, then device code objects.
     pub objects: Vec<PathBuf>,
-    /// Joined into one `-ignore-filename-regex`.
-    pub ignore: Vec<String>,
+    /// The files every llvm-cov call leaves out.
+    pub ignore: IgnoreRule,
     pub title: String,
 }
 
 impl ReportInputs {
-    pub fn new(manifest: &BuildManifest, profdata: PathBuf, ignore: Vec<String>, title: String) -> Result<Self> {
+    pub fn new(manifest: &BuildManifest, profdata: PathBuf, ignore: IgnoreRule, title: String) -> Result<Self> {
         let mut objects = manifest.instrumented_objects();
         if objects.is_empty() {
             bail!("the build manifest lists no instrumented object; nothing to report on");
@@ -78,9 +83,21 @@ impl ReportInputs {
         self.cmd("export").arg("-summary-only").read()
     }
 
-    /// `llvm-cov export -summary-only`, as types.
+    /// `llvm-cov export -summary-only`, as types: llvm-cov's own totals.
     pub(crate) fn summary(&self) -> Result<SummaryExport> {
         SummaryExport::parse(&self.summary_text()?)
+    }
+
+    /// The model's summary of `model` (these objects' lcov), in the shape
+    /// of `llvm-cov export -summary-only`, whose regions it keeps: as JSON
+    /// text and as types.
+    pub(crate) fn model_summary(&self, model: &Lcov) -> Result<(String, SummaryExport)> {
+        let mut export: Value = serde_json::from_str(&self.summary_text()?)
+            .map_err(|e| Error::new(format!("unexpected llvm-cov export -summary-only: {e}")))?;
+        crate::coverage::model::apply(&mut export, model, "llvm-cov export -summary-only")?;
+        let text = serde_json::to_string(&export).expect("a JSON value serializes");
+        let summary = SummaryExport::parse(&text)?;
+        Ok((text, summary))
     }
 
     /// `llvm-cov <subcommand> -instr-profile=P <obj0> -object <obj1> ... [-ignore-filename-regex=R]`.
@@ -93,32 +110,29 @@ impl ReportInputs {
             }
             cmd = cmd.arg(object);
         }
-        if !self.ignore.is_empty() {
-            cmd = cmd.arg(format!("-ignore-filename-regex={}", self.ignore.join("|")));
+        if let Some(arg) = self.ignore.llvm_cov_arg() {
+            cmd = cmd.arg(arg);
         }
         cmd
     }
 
-    /// `llvm-cov export -summary-only`, written to `out` and read as types.
+    /// The model's summary over these objects (their lcov export, and the
+    /// summary export's regions), written to `out` and read as types.
     pub fn summary_json(&self, out: &Path) -> Result<SummaryExport> {
-        let text = self.summary_text()?;
+        let model = lcov::parse_lcov(&self.lcov_text()?, "llvm-cov export -format=lcov")?;
+        let (text, summary) = self.model_summary(&model)?;
         workspace::files::write_atomic(out, text.as_bytes())?;
-        SummaryExport::parse(&text)
+        Ok(summary)
     }
 
-    /// The full llvm JSON export (per-file segments, branches, functions).
-    pub(crate) fn json(&self, out: &Path) -> Result<()> {
+    /// The full llvm JSON export (per-file segments, branches, functions),
+    /// its summaries the model's, as text (absolute paths).
+    pub(crate) fn json(&self, model: &Lcov) -> Result<String> {
         let text = self.cmd("export").arg("-format=text").read()?;
-        workspace::files::write_atomic(out, text.as_bytes())
-    }
-
-    pub(crate) fn text(&self, out: &Path) -> Result<()> {
-        let mut cmd = self.cmd("report").arg("-show-region-summary").arg("-show-branch-summary");
-        if let Some(filt) = &self.cxxfilt {
-            cmd = cmd.arg(format!("-Xdemangler={}", filt.display()));
-        }
-        let text = cmd.read()?;
-        workspace::files::write_atomic(out, text.as_bytes())
+        let mut export: Value = serde_json::from_str(&text)
+            .map_err(|e| Error::new(format!("unexpected llvm-cov export -format=text: {e}")))?;
+        crate::coverage::model::apply(&mut export, model, "llvm-cov export -format=text")?;
+        Ok(serde_json::to_string(&export).expect("a JSON value serializes"))
     }
 
     pub(crate) fn html(&self, out_dir: &Path) -> Result<PathBuf> {
@@ -139,6 +153,61 @@ impl ReportInputs {
         }
         Ok(index)
     }
+}
+
+/// `report/summary.txt`: per file and in total, the columns of `llvm-cov
+/// report -show-region-summary -show-branch-summary`, with the model's
+/// numbers; file names relative to `roots`.
+pub(crate) fn summary_text(summary: &SummaryExport, roots: &[&Path]) -> String {
+    let cover =
+        |m: &Metric| if m.count == 0 { "-".to_string() } else { format!("{:.2}%", percent(m.covered, m.count)) };
+    let cells = |c: &Counts| {
+        let branches = c.branches.unwrap_or(Metric { count: 0, covered: 0 });
+        let mut row = Vec::new();
+        for m in [&c.regions, &c.functions, &c.lines, &branches] {
+            row.extend([m.count.to_string(), (m.count - m.covered).to_string(), cover(m)]);
+        }
+        row
+    };
+    let mut rows: Vec<(String, Vec<String>)> =
+        summary.files().iter().map(|f| (relative(&f.filename, roots), cells(&f.summary))).collect();
+    rows.sort();
+    rows.push(("TOTAL".to_string(), cells(summary.totals())));
+    let header = [
+        "Regions",
+        "Missed Regions",
+        "Cover",
+        "Functions",
+        "Missed Functions",
+        "Executed",
+        "Lines",
+        "Missed Lines",
+        "Cover",
+        "Branches",
+        "Missed Branches",
+        "Cover",
+    ];
+    let name_width = rows.iter().map(|(n, _)| n.len()).chain(["Filename".len()]).max().unwrap_or(0) + 3;
+    let widths: Vec<usize> = header.iter().map(|h| h.len().max(8) + 3).collect();
+    let line = |name: &str, cells: &[String]| {
+        let mut out = format!("{name:<name_width$}");
+        for (cell, width) in cells.iter().zip(&widths) {
+            out.push_str(&format!("{cell:>width$}"));
+        }
+        out.push('\n');
+        out
+    };
+    let rule = "-".repeat(name_width + widths.iter().sum::<usize>()) + "\n";
+    let header: Vec<String> = header.iter().map(|h| (*h).to_string()).collect();
+    let mut out = line("Filename", &header);
+    out.push_str(&rule);
+    let (total, files) = rows.split_last().expect("the TOTAL row is there");
+    for (name, cells) in files {
+        out.push_str(&line(name, cells));
+    }
+    out.push_str(&rule);
+    out.push_str(&line(&total.0, &total.1));
+    out
 }
 
 /// `covered/count` strings of each metric, as the summary and snapshot show them.
@@ -524,6 +593,26 @@ mod tests {
     }
 
     #[test]
+    fn the_text_summary_lays_out_the_totals_as_llvm_cov_report() {
+        let export = SummaryExport::parse(EXPORT).unwrap();
+        let text = summary_text(&export, &[Path::new("/src/fixtures")]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 6, "{text}");
+        assert!(lines[0].starts_with("Filename ") && lines[0].ends_with("Missed Branches      Cover"), "{text}");
+        let cells = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        // Sorted by the name shown: the absolute path first.
+        assert_eq!(cells(lines[2])[0], "/elsewhere/gen.cc");
+        assert_eq!(
+            cells(lines[3]),
+            ["ccl/src/init.cc", "5", "1", "80.00%", "2", "0", "100.00%", "10", "3", "70.00%", "4", "3", "25.00%"]
+        );
+        assert_eq!(cells(lines[2])[10..], ["0", "0", "-"], "no branches: no percentage");
+        assert!(lines[1].chars().all(|c| c == '-') && lines[4] == lines[1], "{text}");
+        assert_eq!(cells(lines[5])[..4], ["TOTAL", "6", "2", "66.67%"]);
+        assert_eq!(cells(lines[5])[7..10], ["11", "4", "63.64%"]);
+    }
+
+    #[test]
     fn a_written_snapshot_is_one_insta_accepts() {
         let dir = tempfile::tempdir().unwrap();
         let value = json!({"config": "mine", "files": {"a.cc": {"lines": "1/2"}}, "empty": [], "trials": 3});
@@ -544,7 +633,7 @@ mod tests {
             cxxfilt: None,
             profdata: "/ws/report/coverage.profdata".into(),
             objects: vec!["/b/libccl.so".into(), "/b/libccl-tuner.so".into()],
-            ignore: vec!["^/usr/".into(), "tmpxft_".into()],
+            ignore: IgnoreRule::new(&["^/usr/".into(), "tmpxft_".into()]).unwrap(),
             title: "t".into(),
         };
         assert_eq!(
