@@ -1,5 +1,5 @@
 //! The scale benchmark of issue #24: an RCCL-sized suite (up to 800 trials in
-//! RCCL's test_runner format, gtest and perf, some under `mpirun` with 4 or 8
+//! RCCL's `test_runner` format, gtest and perf, some under `mpirun` with 4 or 8
 //! ranks) against a library whose coverage mapping is about libnccl's (about
 //! 3,000 functions and 60,000 lines: the fixture with its tuner plugin grown
 //! by `-DCCL_TUNER_SCALE_FUNCTIONS`), through the real harness binary, the
@@ -96,12 +96,12 @@ fn test_entry(i: usize) -> (&'static str, Value) {
         9..=16 => perf("perf"),
         17 => unit("unit_mpi4", "MPI.*"),
         18 => perf("perf_mpi4"),
-        _ if (i / 20) % 2 == 0 => unit("unit_mpi8", "MPI.*"),
+        _ if (i / 20).is_multiple_of(2) => unit("unit_mpi8", "MPI.*"),
         _ => perf("perf_mpi8"),
     }
 }
 
-/// The first `n` trials, as an RCCL test_runner config.
+/// The first `n` trials, as an RCCL `test_runner` config.
 fn upstream_config(n: usize) -> Value {
     let mut configs = json!({
         "base": { "num_gpus": 1, "timeout": 120 },
@@ -139,11 +139,12 @@ fn upstream_config(n: usize) -> Value {
     })
 }
 
-/// configs/local_test_runner.overlay.json with absolute sources, the tuner
+/// `configs/local_test_runner.overlay.json` with absolute sources, the tuner
 /// grown to the mapping's size, room for 8 ranks and no snapshot.
 fn overlay() -> Value {
     let mut v = read_json(&root().join("configs/local_test_runner.overlay.json"));
-    v["description"] = json!("The scale benchmark (benches/scale.rs): the CPU fixture with a libnccl-sized tuner plugin.");
+    v["description"] =
+        json!("The scale benchmark (benches/scale.rs): the CPU fixture with a libnccl-sized tuner plugin.");
     v["library"]["source_dir"] = json!(root().join("tests/fixtures").display().to_string());
     v["tests"]["source_dir"] = json!(root().join("tests/fixtures").display().to_string());
     let steps = v["library"]["steps"].as_array_mut().unwrap();
@@ -223,6 +224,7 @@ impl Measured {
     }
 }
 
+#[expect(clippy::zombie_processes, reason = "the child is reaped by wait4, which also gives its rusage")]
 fn measure(mut cmd: Command) -> Measured {
     let started = Instant::now();
     let child = cmd.spawn().unwrap();
@@ -295,7 +297,8 @@ fn mib(bytes: u64) -> f64 {
 
 fn machine() -> Value {
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|m| m.trim_start_matches([' ', '\t', ':']));
+    let model =
+        cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|m| m.trim_start_matches([' ', '\t', ':']));
     let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let mem_kib: u64 = meminfo
         .lines()
@@ -354,15 +357,14 @@ fn prepare(b: &Bench) -> Value {
 fn trials(b: &Bench, n: usize) -> Value {
     let name = n.to_string();
     assert!(b.dir.join("overlay.json").is_file(), "no overlay in {}: run `prepare` first", b.dir.display());
-    if !b.config(&name).is_file() {
-        write_json(&b.config(&name), &upstream_config(n));
-    }
+    write_json(&b.config(&name), &upstream_config(n));
     let ws = b.workspace(&name);
     if ws.exists() {
         fs::remove_dir_all(&ws).unwrap();
     }
     let listing = b.dir.join(format!("list-{n}.txt"));
-    let list: Vec<Measured> = (0..5).map(|_| b.harness(&name, &["collectives", "--list"], &[], Some(&listing))).collect();
+    let list: Vec<Measured> =
+        (0..5).map(|_| b.harness(&name, &["collectives", "--list"], &[], Some(&listing))).collect();
     assert!(list.iter().all(|m| m.ok), "--list failed; see {}", b.dir.join(format!("{name}.stderr")).display());
     let listed = fs::read_to_string(&listing).unwrap().lines().filter(|l| l.ends_with(": test")).count();
     assert_eq!(listed, n, "--list lists {listed} trials, not {n}");
@@ -388,8 +390,24 @@ fn trials(b: &Bench, n: usize) -> Value {
         .max()
         .unwrap();
     let started_unix_ms = run.exited_unix_ms - (run.wall_s * 1000.0) as u64;
-    let under_mpirun = trials.iter().filter(|t| t["ranks"].as_u64().unwrap_or(1) > 1 && t["launcher"] != "threads").count();
+    let under_mpirun =
+        trials.iter().filter(|t| t["ranks"].as_u64().unwrap_or(1) > 1 && t["launcher"] != "threads").count();
     let profiles = ws.join("profiles");
+    let idle = idle_s(trials, started_unix_ms, run.exited_unix_ms);
+    // The same trials with libtest's default threads (the cores), in a
+    // workspace of their own that is deleted after: each trial's profile
+    // merge then overlaps the next trial, as in a normal run. Trials overlap
+    // each other too, so the harness's own time is the time no trial ran.
+    let par_name = format!("{n}-par");
+    fs::copy(b.config(&name), b.config(&par_name)).unwrap();
+    let par = b.harness(&par_name, &["collectives"], &[], None);
+    assert!(par.ok, "the suite failed; see {}", b.dir.join(format!("{par_name}.stderr")).display());
+    let par_record = read_json(&b.workspace(&par_name).join("results/run.json"));
+    let par_trials = par_record["trials"].as_array().unwrap();
+    let par_idle = idle_s(par_trials, par.exited_unix_ms - (par.wall_s * 1000.0) as u64, par.exited_unix_ms);
+    let par_trial_s: f64 = par_trials.iter().map(|t| t["duration_s"].as_f64().unwrap()).sum();
+    fs::remove_dir_all(b.workspace(&par_name)).unwrap();
+    fs::remove_file(b.config(&par_name)).unwrap();
     let out = json!({
         "trials": n,
         "passed": passed,
@@ -409,6 +427,15 @@ fn trials(b: &Bench, n: usize) -> Value {
         "between_trials_s_per_gap": ((last_end - first_start) as f64 / 1000.0 - trial_s) / (n.max(2) - 1) as f64,
         "last_trial_end_to_exit_s": run.exited_unix_ms.saturating_sub(last_end) as f64 / 1000.0,
         "harness_cpu_ms_per_trial": run.own_cpu_s * 1000.0 / n as f64,
+        "no_trial_running_s_per_trial": idle / n as f64,
+        "default_threads": {
+            "collectives": par.json(),
+            "trials_own_s": par_trial_s,
+            "passed": par_trials.iter().filter(|t| t["status"] == "PASSED").count(),
+            "no_trial_running_s": par_idle,
+            "no_trial_running_s_per_trial": par_idle / n as f64,
+            "harness_cpu_ms_per_trial": par.own_cpu_s * 1000.0 / n as f64,
+        },
         "workspace_mib": mib(disk_bytes(&ws)),
         "profiles_mib": mib(disk_bytes(&profiles)),
         "results_mib": mib(disk_bytes(&ws.join("results"))),
@@ -416,6 +443,27 @@ fn trials(b: &Bench, n: usize) -> Value {
     });
     write_json(&b.dir.join(format!("trials-{n}.json")), &out);
     out
+}
+
+/// Seconds between `from` and `to` (Unix ms) in which none of `trials` ran.
+fn idle_s(trials: &[Value], from: u64, to: u64) -> f64 {
+    let mut spans: Vec<(u64, u64)> = trials
+        .iter()
+        .map(|t| {
+            let start = t["started_unix_ms"].as_u64().unwrap();
+            (start, start + (t["duration_s"].as_f64().unwrap() * 1000.0) as u64)
+        })
+        .collect();
+    spans.sort_unstable();
+    let (mut busy, mut reach) = (0, from);
+    for (start, end) in spans {
+        let start = start.max(reach);
+        if end > start {
+            busy += end - start;
+            reach = end;
+        }
+    }
+    (to - from).saturating_sub(busy) as f64 / 1000.0
 }
 
 /// The report on the workspace `trials` left for `n`: first without the
@@ -551,16 +599,24 @@ fn plot(b: &Bench) -> PathBuf {
     let font: &'static [u8] = Box::leak(font.into_boxed_slice());
     plotters::style::register_font("sans-serif", FontStyle::Normal, font).map_err(|_| "bad font").unwrap();
     let mut series = Vec::new();
+    let mut caption = "Last trial's end → finished report".to_string();
     let mut labels: Vec<PathBuf> = fs::read_dir(&b.dir)
         .unwrap()
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with("results-") && f.ends_with(".json")))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && p.file_stem().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with("results-"))
+        })
         .collect();
     labels.sort();
     for path in &labels {
         let label = path.file_stem().unwrap().to_string_lossy().trim_start_matches("results-").to_string();
         let results = read_json(path);
+        if let (Some(cores), Some(lines)) = (results["machine"]["cores"].as_u64(), results["mapping"]["lines"].as_u64())
+        {
+            caption = format!("Last trial's end → finished report ({cores} cores, a {lines}-line mapping)");
+        }
         let Some(sizes) = results["sizes"].as_object() else { continue };
         let mut full = Vec::new();
         let mut without = Vec::new();
@@ -583,58 +639,62 @@ fn plot(b: &Bench) -> PathBuf {
     let ymax = series.iter().flat_map(|(_, s)| s.iter().map(|p| p.1)).fold(60.0_f64, f64::max) * 1.1;
     let xmax = series.iter().flat_map(|(_, s)| s.iter().map(|p| p.0)).fold(100.0_f64, f64::max) * 1.05;
     {
-    let area = BitMapBackend::new(&out, (1000, 640)).into_drawing_area();
-    area.fill(&WHITE).unwrap();
-    let mut chart = ChartBuilder::on(&area)
-        .caption("Last trial's end → finished report (2 cores, ~60,000-line mapping)", ("sans-serif", 24))
-        .margin(20)
-        .x_label_area_size(50)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..xmax, 0.0..ymax)
-        .unwrap();
-    chart
-        .configure_mesh()
-        .x_desc("trials")
-        .y_desc("seconds")
-        .label_style(("sans-serif", 16))
-        .axis_desc_style(("sans-serif", 18))
-        .draw()
-        .unwrap();
-    chart
-        .draw_series(LineSeries::new([(0.0, 60.0), (xmax, 60.0)], RED.stroke_width(1)))
-        .unwrap()
-        .label("target: 60 s")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED));
-    let colors = [BLUE, GREEN, MAGENTA, CYAN, BLACK, RGBColor(200, 120, 0)];
-    for (i, (name, points)) in series.iter().enumerate() {
-        let color = colors[i % colors.len()];
-        chart
-            .draw_series(LineSeries::new(points.iter().map(|p| (p.0, p.1)), color.stroke_width(2)))
-            .unwrap()
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
-        chart
-            .draw_series(points.iter().map(|&(x, y, extrapolated)| {
-                let style = if extrapolated { color.stroke_width(2) } else { color.filled() };
-                Circle::new((x, y), 5, style)
-            }))
+        let area = BitMapBackend::new(&out, (1000, 640)).into_drawing_area();
+        area.fill(&WHITE).unwrap();
+        let mut chart = ChartBuilder::on(&area)
+            .caption(caption, ("sans-serif", 24))
+            .margin(20)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..xmax, 0.0..ymax)
             .unwrap();
-        for &(x, y, extrapolated) in points {
-            let text = if extrapolated { format!("{y:.0} s (extrapolated)") } else { format!("{y:.1} s") };
+        chart
+            .configure_mesh()
+            .x_desc("trials")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .y_desc("seconds")
+            .label_style(("sans-serif", 16))
+            .axis_desc_style(("sans-serif", 18))
+            .draw()
+            .unwrap();
+        chart
+            .draw_series(LineSeries::new([(0.0, 60.0), (xmax, 60.0)], RED.stroke_width(1)))
+            .unwrap()
+            .label("target: 60 s")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED));
+        let colors = [BLUE, RGBColor(0, 140, 0), MAGENTA, RGBColor(0, 140, 160), BLACK, RGBColor(200, 120, 0)];
+        for (i, (name, points)) in series.iter().enumerate() {
+            let color = colors[i % colors.len()];
             chart
-                .draw_series([Text::new(text, (x, y), ("sans-serif", 14).into_font().color(&color))])
+                .draw_series(LineSeries::new(points.iter().map(|p| (p.0, p.1)), color.stroke_width(2)))
+                .unwrap()
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+            chart
+                .draw_series(points.iter().map(|&(x, y, extrapolated)| {
+                    let style = if extrapolated { color.stroke_width(2) } else { color.filled() };
+                    Circle::new((x, y), 5, style)
+                }))
+                .unwrap();
+            let lift = if i % 2 == 0 { -24 } else { -20 };
+            chart
+                .draw_series(points.iter().map(|&(x, y, extrapolated)| {
+                    let text = if extrapolated { format!("{y:.0} s (extrapolated)") } else { format!("{y:.1} s") };
+                    EmptyElement::at((x, y))
+                        + Text::new(text, (-14, lift), ("sans-serif", 15).into_font().color(&color))
+                }))
                 .unwrap();
         }
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 16))
-        .draw()
-        .unwrap();
-    area.present().unwrap();
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 16))
+            .draw()
+            .unwrap();
+        area.present().unwrap();
     }
     out
 }
@@ -663,7 +723,11 @@ fn main() {
     }
     let b = Bench { dir, label, max_report_s, max_report_gib };
     let sizes = |rest: &[String]| -> Vec<usize> {
-        if rest.is_empty() { SIZES.to_vec() } else { rest.iter().map(|s| s.parse().expect("a number of trials")).collect() }
+        if rest.is_empty() {
+            SIZES.to_vec()
+        } else {
+            rest.iter().map(|s| s.parse().expect("a number of trials")).collect()
+        }
     };
     let out = match positional.split_first() {
         Some((phase, _)) if phase == "prepare" => prepare(&b),
