@@ -10,6 +10,7 @@
 //!   cargo bench --bench scale -- trials 100      # run the 100-trial suite: --list, dry run, collectives (time, RSS, disk)
 //!   cargo bench --bench scale -- report 100      # the report on that workspace, with and without attribution and the minimal suite
 //!   cargo bench --bench scale -- plot            # the PNG of report time against trials, from every results-*.json
+//!   cargo bench --bench scale -- equal 800       # attribution from the mapping read once against llvm-cov per trial
 //!
 //! Options: `--dir DIR` (default `target/tmp/scale`), `--label NAME` (the
 //! results file `results-NAME.json`, default `latest`), `--max-report-s S`
@@ -701,6 +702,44 @@ fn plot(b: &Bench) -> PathBuf {
 
 // -------------------------------------------------------------------- main
 
+/// Issue #24's equality check at scale: the report's attribution from the
+/// coverage mapping read once, then with `CCL_COV_ATTRIBUTION_EXPORTS=on`
+/// (one `llvm-cov export` per trial, as before), on the workspace `trials`
+/// left: `attribution.json`, `trials.json`, `minimal-suite.json` and
+/// `who-covers` of the first line of every file must be byte for byte the
+/// same. Panics, naming the file, if not.
+fn equal(b: &Bench, n: usize) -> Value {
+    let name = n.to_string();
+    let report = b.workspace(&name).join("report");
+    let files = ["attribution.json", "trials.json", "minimal-suite.json"];
+    let outputs = |env: &[(&str, &str)]| -> (Vec<Vec<u8>>, f64) {
+        let ran = b.harness(&name, &["report"], env, None);
+        assert!(ran.ok, "the report on {n} trials failed: see {}", b.dir.join(format!("{name}.stderr")).display());
+        let mut out: Vec<Vec<u8>> = files.iter().map(|f| fs::read(report.join(f)).unwrap()).collect();
+        let attribution = read_json(&report.join("attribution.json"));
+        for (file, ranges) in attribution["files"].as_object().unwrap() {
+            let query = format!("{file}:{}", ranges[0][0]);
+            let answer = b.dir.join("who-covers.out");
+            b.harness(&name, &["who-covers", &query], env, Some(&answer));
+            out.push(fs::read(&answer).unwrap());
+        }
+        (out, ran.wall_s)
+    };
+    let (mapping, mapping_s) = outputs(&[]);
+    let (exports, exports_s) = outputs(&[("CCL_COV_ATTRIBUTION_EXPORTS", "on")]);
+    assert_eq!(mapping.len(), exports.len());
+    for (i, (a, e)) in mapping.iter().zip(&exports).enumerate() {
+        assert!(a == e, "{n} trials: {} differs between the mapping read once and llvm-cov per trial", files.get(i).unwrap_or(&"who-covers"));
+    }
+    json!({
+        "trials": n,
+        "equal": files.iter().map(|f| f.to_string()).chain([format!("who-covers of {} lines", mapping.len() - files.len())]).collect::<Vec<_>>(),
+        "bytes": mapping.iter().map(Vec::len).sum::<usize>(),
+        "report_s_mapping": mapping_s,
+        "report_s_exports": exports_s,
+    })
+}
+
 fn main() {
     let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
     // cargo bench passes --bench to a harness = false target.
@@ -738,6 +777,7 @@ fn main() {
             Value::Array(sizes(rest).into_iter().map(|n| report(&b, n)).collect())
         }
         Some((phase, _)) if phase == "plot" => json!({ "png": plot(&b) }),
+        Some((phase, rest)) if phase == "equal" => Value::Array(sizes(rest).into_iter().map(|n| equal(&b, n)).collect()),
         None => {
             prepare(&b);
             for n in SIZES {
@@ -747,7 +787,9 @@ fn main() {
             plot(&b);
             read_json(&b.results_path())
         }
-        Some((phase, _)) => panic!("unknown phase {phase}: prepare, trials [N…], report [N…], plot, or none for all"),
+        Some((phase, _)) => {
+            panic!("unknown phase {phase}: prepare, trials [N…], report [N…], plot, equal [N…], or none for all")
+        }
     };
     println!("{}", serde_json::to_string_pretty(&out).unwrap());
 }

@@ -7,6 +7,7 @@
 //! `llvm-cov export -format=lcov`'s of the same LLVM, with and without an
 //! ignore rule; and the region totals llvm-cov's summary's.
 
+use ccl_coverage::coverage::lcov::{Tallies, parse_lcov};
 use ccl_coverage::coverage::mapping::{self, Mapping, ProfileCounts};
 mod support;
 
@@ -97,6 +98,15 @@ fn reader_equals_llvm_cov(llvm: &Path, major: u32) {
             let ours = loaded.lcov(&|f| ignore.is_none_or(|r| !regex::Regex::new(r).unwrap().is_match(f)));
             assert!(theirs.contains("BRDA:") && theirs.contains("FNDA:"), "{theirs}");
             assert_eq!(ours, theirs, "{} with ignore {ignore:?}", profile.display());
+            let keep = |f: &str| ignore.is_none_or(|r| !regex::Regex::new(r).unwrap().is_match(f));
+            let mut model = parse_lcov(&ours, "ours").unwrap();
+            assert_eq!(loaded.model(&keep), model, "the model without the text");
+            let mut totals = Tallies::default();
+            for file in model.files.values() {
+                totals += file.tallies();
+            }
+            model.retain_covered();
+            assert_eq!(loaded.covered(&keep), (model, totals), "what a trial keeps");
             differing_runs.insert(ours);
             let summary: serde_json::Value =
                 serde_json::from_str(&llvm_cov(llvm, &["-summary-only"], profile, &objects, ignore)).unwrap();

@@ -27,7 +27,7 @@ pub struct FileCoverage {
 
 impl Lcov {
     /// Drops every line, function and branch that was not covered.
-    pub(crate) fn retain_covered(&mut self) {
+    pub fn retain_covered(&mut self) {
         for f in self.files.values_mut() {
             f.lines.retain(|_, n| *n > 0);
             f.functions.retain(|_, (_, n)| *n > 0);

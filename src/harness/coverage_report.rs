@@ -16,7 +16,7 @@ use crate::coverage::profiles;
 use crate::coverage::sass::{self, DeviceLines};
 use crate::error::Error;
 use crate::plan;
-use crate::report::attribution::{self, Attribution, TrialCoverage, TrialSummary};
+use crate::report::attribution::{self, Attribution, Covered, TrialCoverage, TrialSummary};
 use crate::report::attribution_pages;
 use crate::report::diff_coverage;
 use crate::report::minimal_suite;
@@ -1016,37 +1016,43 @@ impl PerTrial {
 
     /// One trial's lcov (with its own device lines) and totals.
     fn coverage(&self, merged: &Merged, r: &TrialResult, profdata: &Path) -> Result<TrialCoverage, Error> {
-        let (mut text, regions) = match self {
+        let device = merged.device_lines.as_ref().and_then(|d| d.trials.get(&r.slug)).map(sass::to_lcov);
+        let origin = || format!("the lcov of {}", profdata.display());
+        // The model's totals, as the merged report's, and only what ran:
+        // attribution reads nothing else, and at 800 trials the rest would
+        // be most of the report's memory.
+        let covered = |mut lcov: Lcov| {
+            let mut totals = lcov::Tallies::default();
+            for file in lcov.files.values() {
+                totals += file.tallies();
+            }
+            lcov.retain_covered();
+            (lcov, totals)
+        };
+        let ((lcov, totals), regions) = match self {
             PerTrial::Mapping(mapping) => {
                 let counts = ProfileCounts::read(&merged.manifest.toolchain.llvm_profdata.path, profdata)?;
                 let loaded = mapping.load(&counts);
                 let keep = |f: &str| merged.inputs.ignore.keeps(f);
-                (loaded.lcov(&keep), loaded.regions(&keep))
+                // Device records add to the host's as lcov text does: only then is the text needed.
+                let lcov = match &device {
+                    None => loaded.covered(&keep),
+                    Some(device) => covered(lcov::parse_lcov(&(loaded.lcov(&keep) + device), &origin())?),
+                };
+                (lcov, loaded.regions(&keep))
             }
             PerTrial::Exports => {
                 let inputs = merged.inputs.with_profdata(profdata.to_path_buf());
-                let text = inputs.lcov_text()?;
+                let text = inputs.lcov_text()? + device.as_deref().unwrap_or_default();
                 let regions = inputs.summary()?.totals().regions;
-                (text, (regions.covered, regions.count))
+                (covered(lcov::parse_lcov(&text, &origin())?), (regions.covered, regions.count))
             }
         };
-        if let Some(own) = merged.device_lines.as_ref().and_then(|d| d.trials.get(&r.slug)) {
-            text.push_str(&sass::to_lcov(own));
-        }
-        let mut lcov = lcov::parse_lcov(&text, &format!("the lcov of {}", profdata.display()))?;
-        // The model's totals, as the merged report's.
-        let mut totals = lcov::Tallies::default();
-        for file in lcov.files.values() {
-            totals += file.tallies();
-        }
-        // Attribution reads only what a trial covered: at 800 trials the
-        // zero counts would be most of the report's memory.
-        lcov.retain_covered();
         Ok(TrialCoverage {
             name: r.trial.clone(),
             slug: r.slug.clone(),
             duration_s: r.duration_s,
-            lcov,
+            covered: Covered::of(&lcov)?,
             lines: (totals.lines.covered, totals.lines.count),
             functions: (totals.functions.covered, totals.functions.count),
             regions,
@@ -1071,8 +1077,8 @@ fn first_difference(a: &str, b: &str) -> Option<(usize, String, String)> {
 fn check_union(all: &Lcov, trials: &[TrialCoverage]) -> Result<(), Error> {
     let mut union: BTreeSet<(&str, u32)> = BTreeSet::new();
     for t in trials {
-        for (file, cov) in &t.lcov.files {
-            union.extend(cov.covered_lines().map(|l| (file.as_str(), l)));
+        for (file, cov) in &t.covered {
+            union.extend(cov.lines.iter().map(|l| (file.as_str(), *l)));
         }
     }
     let merged: BTreeSet<(&str, u32)> =

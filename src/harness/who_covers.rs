@@ -87,7 +87,7 @@ mod tests {
             name: "A::1K::mpi".into(),
             slug: "A.1K.mpi".into(),
             duration_s: 1.0,
-            lcov: lcov.clone(),
+            covered: crate::report::attribution::Covered::of(&lcov).unwrap(),
             lines: (1, 2),
             functions: (0, 0),
             regions: (0, 0),

@@ -46,12 +46,51 @@ pub(crate) struct TrialCoverage {
     pub(crate) name: String,
     pub(crate) slug: String,
     pub(crate) duration_s: f64,
-    pub(crate) lcov: Lcov,
+    /// Per source file, what it covered.
+    pub(crate) covered: BTreeMap<String, Covered>,
     /// `(covered, count)` of lines and functions (the model's, as the
     /// merged report counts them) and regions (llvm-cov's summary's).
     pub(crate) lines: (u64, u64),
     pub(crate) functions: (u64, u64),
     pub(crate) regions: (u64, u64),
+}
+
+/// What one trial covered in one file: only what ran, as sorted numbers,
+/// so that 800 trials of a libnccl-sized library fit in memory (issue #24).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Covered {
+    pub(crate) lines: Vec<u32>,
+    /// The first lines of the functions that ran (the model's functions).
+    pub(crate) functions: Vec<u32>,
+    /// `(line, block, branch)` of each branch taken.
+    pub(crate) branches: Vec<(u32, u32, u32)>,
+}
+
+impl Covered {
+    /// What each file of `lcov` covered. Block and branch ids are numbers
+    /// in what llvm-cov writes; other text is an error naming the branch.
+    pub(crate) fn of(lcov: &Lcov) -> Result<BTreeMap<String, Covered>> {
+        let mut out = BTreeMap::new();
+        for (file, cov) in &lcov.files {
+            let mut branches = Vec::new();
+            for (line, block, branch) in cov.covered_branches() {
+                let number = |id: &str| {
+                    id.parse::<u32>().map_err(|_| {
+                        Error::new(format!("{file}: branch {line},{block},{branch}: the ids are not numbers"))
+                    })
+                };
+                branches.push((*line, number(block)?, number(branch)?));
+            }
+            branches.sort_unstable();
+            let covered = Covered {
+                lines: cov.covered_lines().collect(),
+                functions: cov.covered_function_starts().collect(),
+                branches,
+            };
+            out.insert(file.clone(), covered);
+        }
+        Ok(out)
+    }
 }
 
 /// `report/attribution.json`.
@@ -89,7 +128,7 @@ impl Attribution {
         let mut files = BTreeMap::new();
         let mut names: Vec<&String> = all.files.keys().collect();
         for t in trials {
-            names.extend(t.lcov.files.keys());
+            names.extend(t.covered.keys());
         }
         names.sort();
         names.dedup();
@@ -101,12 +140,10 @@ impl Attribution {
                 }
             }
             for (i, t) in trials.iter().enumerate() {
-                let Some(f) = t.lcov.files.get(name) else { continue };
-                for (line, hits) in &f.lines {
+                let Some(f) = t.covered.get(name) else { continue };
+                for line in &f.lines {
                     let bits = lines.entry(*line).or_insert_with(|| vec![0; words]);
-                    if *hits > 0 {
-                        bits[i / 64] |= 1 << (i % 64);
-                    }
+                    bits[i / 64] |= 1 << (i % 64);
                 }
             }
             let mut ranges: Vec<(u32, u32, u32)> = Vec::new();
@@ -211,13 +248,13 @@ pub(crate) fn trial_summaries(trials: &[TrialCoverage]) -> Vec<TrialSummary> {
     // Functions as the model counts them: by first line.
     let mut fn_owners: HashMap<(&str, u32), (usize, usize)> = HashMap::new();
     for (i, t) in trials.iter().enumerate() {
-        for (file, cov) in &t.lcov.files {
-            for line in cov.covered_lines() {
-                let e = line_owners.entry((file, line)).or_insert((i, 0));
+        for (file, cov) in &t.covered {
+            for line in &cov.lines {
+                let e = line_owners.entry((file, *line)).or_insert((i, 0));
                 e.1 += 1;
             }
-            for f in cov.covered_function_starts() {
-                let e = fn_owners.entry((file, f)).or_insert((i, 0));
+            for f in &cov.functions {
+                let e = fn_owners.entry((file, *f)).or_insert((i, 0));
                 e.1 += 1;
             }
         }
@@ -296,7 +333,7 @@ pub(crate) mod tests {
             name: name.into(),
             slug: name.replace("::", "."),
             duration_s: 1.0,
-            lcov: parse_lcov(text, name).unwrap(),
+            covered: Covered::of(&parse_lcov(text, name).unwrap()).unwrap(),
             lines: (0, 0),
             functions: (0, 0),
             regions: (0, 0),

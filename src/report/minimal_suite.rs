@@ -151,7 +151,7 @@ pub(crate) struct Kept {
 pub(crate) fn elements(trials: &[TrialCoverage]) -> (usize, Vec<Vec<u32>>, Kept) {
     let mut lines: HashMap<(&str, u32), u32> = HashMap::new();
     let mut functions: HashMap<(&str, u32), u32> = HashMap::new();
-    let mut branches: HashMap<(&str, &(u32, String, String)), u32> = HashMap::new();
+    let mut branches: HashMap<(&str, (u32, u32, u32)), u32> = HashMap::new();
     let mut sets = Vec::with_capacity(trials.len());
     let mut next = 0u32;
     let number = |next: &mut u32| {
@@ -160,15 +160,15 @@ pub(crate) fn elements(trials: &[TrialCoverage]) -> (usize, Vec<Vec<u32>>, Kept)
     };
     for t in trials {
         let mut set = Vec::new();
-        for (file, cov) in &t.lcov.files {
-            for line in cov.covered_lines() {
-                set.push(*lines.entry((file, line)).or_insert_with(|| number(&mut next)));
+        for (file, cov) in &t.covered {
+            for line in &cov.lines {
+                set.push(*lines.entry((file, *line)).or_insert_with(|| number(&mut next)));
             }
-            for f in cov.covered_function_starts() {
-                set.push(*functions.entry((file, f)).or_insert_with(|| number(&mut next)));
+            for f in &cov.functions {
+                set.push(*functions.entry((file, *f)).or_insert_with(|| number(&mut next)));
             }
-            for b in cov.covered_branches() {
-                set.push(*branches.entry((file, b)).or_insert_with(|| number(&mut next)));
+            for b in &cov.branches {
+                set.push(*branches.entry((file, *b)).or_insert_with(|| number(&mut next)));
             }
         }
         sets.push(set);
@@ -351,7 +351,8 @@ mod tests {
             name: name.into(),
             slug: name.into(),
             duration_s,
-            lcov: crate::coverage::lcov::parse_lcov(lcov, name).unwrap(),
+            covered: crate::report::attribution::Covered::of(&crate::coverage::lcov::parse_lcov(lcov, name).unwrap())
+                .unwrap(),
             lines: (0, 0),
             functions: (0, 0),
             regions: (0, 0),

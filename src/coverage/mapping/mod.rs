@@ -16,6 +16,7 @@ mod cxx_sort;
 
 pub use counts::ProfileCounts;
 
+use crate::coverage::lcov::{FileCoverage, Lcov, Tallies, Tally};
 use binary::{Counter, Expression, FunctionMapping, Region, RegionKind};
 use counts::Lookup;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -26,6 +27,13 @@ use std::path::PathBuf;
 #[derive(Debug)]
 pub struct Mapping {
     functions: Vec<FunctionMapping>,
+    /// Per function, which distinct list of file names it has: llvm-cov
+    /// keeps one function per (file names, name).
+    provenance: Vec<usize>,
+    /// Every file name, sorted: files are compared by their index here.
+    names: Vec<String>,
+    /// Per function, the index in `names` of each of its file IDs.
+    file_ids: Vec<Vec<u32>>,
     dialect: Dialect,
 }
 
@@ -75,7 +83,8 @@ impl Counted {
 struct Function<'m> {
     /// The name without its `file:` prefix when that is the main file's name.
     name: &'m str,
-    filenames: &'m [String],
+    /// Its file IDs' files, as indices of [`Mapping::names`].
+    files: &'m [u32],
     regions: Vec<Counted>,
     branches: Vec<Counted>,
     execution_count: u64,
@@ -84,8 +93,9 @@ struct Function<'m> {
 /// The mapping under one profile: what `CoverageMapping::load` holds.
 pub struct Loaded<'m> {
     functions: Vec<Function<'m>>,
-    /// Per file name, the functions that name it, in order.
-    by_file: HashMap<&'m str, Vec<usize>>,
+    /// Per file, the functions that name it, in order.
+    by_file: Vec<Vec<usize>>,
+    names: &'m [String],
     dialect: Dialect,
 }
 
@@ -98,14 +108,27 @@ impl Mapping {
             functions.extend(binary::read_object(object)?);
         }
         let dialect = if llvm_cov_major <= 19 { Dialect::Llvm19 } else { Dialect::Llvm22 };
-        Ok(Mapping { functions, dialect })
+        let mut lists: HashMap<&[String], usize> = HashMap::new();
+        let provenance = functions
+            .iter()
+            .map(|f| {
+                let next = lists.len();
+                *lists.entry(f.filenames.as_slice()).or_insert(next)
+            })
+            .collect();
+        let names: Vec<String> =
+            functions.iter().flat_map(|f| f.filenames.iter().cloned()).collect::<BTreeSet<_>>().into_iter().collect();
+        let index: HashMap<&str, u32> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i as u32)).collect();
+        let file_ids = functions.iter().map(|f| f.filenames.iter().map(|n| index[n.as_str()]).collect()).collect();
+        Ok(Mapping { functions, provenance, names, file_ids, dialect })
     }
 
     /// Every function under `profile`, as `CoverageMapping::loadFunctionRecord` keeps them.
     pub fn load(&self, profile: &ProfileCounts) -> Loaded<'_> {
-        let mut loaded = Loaded { functions: Vec::new(), by_file: HashMap::new(), dialect: self.dialect };
-        let mut seen: HashSet<(&[String], &str)> = HashSet::new();
-        for f in &self.functions {
+        let mut loaded =
+            Loaded { functions: Vec::new(), by_file: vec![Vec::new(); self.names.len()], names: &self.names, dialect: self.dialect };
+        let mut seen: HashSet<(usize, &str)> = HashSet::new();
+        for ((f, provenance), files) in self.functions.iter().zip(&self.provenance).zip(&self.file_ids) {
             let zeros;
             let counters: &[u64] = match profile.lookup(&f.name, f.hash) {
                 Lookup::Found(c) => c,
@@ -122,13 +145,13 @@ impl Mapping {
             {
                 continue;
             }
-            let Some(function) = count(f, counters) else { continue };
-            if !seen.insert((&f.filenames, function.name)) {
+            let Some(function) = count(f, files, counters) else { continue };
+            if !seen.insert((*provenance, function.name)) {
                 continue;
             }
             let index = loaded.functions.len();
-            for name in &f.filenames {
-                let list = loaded.by_file.entry(name.as_str()).or_default();
+            for file in files {
+                let list = &mut loaded.by_file[*file as usize];
                 if list.last() != Some(&index) {
                     list.push(index);
                 }
@@ -189,11 +212,11 @@ fn evaluate(c: Counter, expressions: &[Expression], counters: &[u64], memo: &mut
     }
 }
 
-fn count<'m>(f: &'m FunctionMapping, counters: &[u64]) -> Option<Function<'m>> {
+fn count<'m>(f: &'m FunctionMapping, files: &'m [u32], counters: &[u64]) -> Option<Function<'m>> {
     let mut memo = vec![None; f.expressions.len()];
     let mut function = Function {
         name: strip_file_prefix(&f.name, f.filenames.first().map_or("", String::as_str)),
-        filenames: &f.filenames,
+        files,
         regions: Vec::new(),
         branches: Vec::new(),
         execution_count: 0,
@@ -238,6 +261,8 @@ struct SegmentBuilder<'r> {
     regions: &'r [Counted],
     segments: Vec<Segment>,
     active: Vec<usize>,
+    /// Scratch for the completed regions, kept to spare an allocation per region.
+    done: Vec<usize>,
 }
 
 impl SegmentBuilder<'_> {
@@ -246,7 +271,8 @@ impl SegmentBuilder<'_> {
             a.start().cmp(&b.start()).then(b.end().cmp(&a.end())).then(a.region.kind.cmp(&b.region.kind)).is_lt()
         });
         let combined = combine(regions);
-        let mut builder = SegmentBuilder { regions: &combined, segments: Vec::new(), active: Vec::new() };
+        let mut builder =
+            SegmentBuilder { regions: &combined, segments: Vec::new(), active: Vec::new(), done: Vec::new() };
         builder.build_impl();
         builder.segments
     }
@@ -313,12 +339,19 @@ impl SegmentBuilder<'_> {
         for (index, r) in regions.iter().enumerate() {
             let start = r.start();
             // std::stable_partition: those still active first, in order.
-            let (still, done): (Vec<usize>, Vec<usize>) =
-                self.active.iter().partition(|&&a| regions[a].end() > start);
-            if !done.is_empty() {
-                let first_completed = still.len();
-                self.active = still;
-                self.active.extend(done);
+            if self.active.iter().any(|&a| regions[a].end() <= start) {
+                let mut done = std::mem::take(&mut self.done);
+                done.clear();
+                self.active.retain(|&a| {
+                    let keep = regions[a].end() > start;
+                    if !keep {
+                        done.push(a);
+                    }
+                    keep
+                });
+                let first_completed = self.active.len();
+                self.active.extend_from_slice(&done);
+                self.done = done;
                 self.complete_regions_until(Some(start), first_completed);
             }
             let gap = r.region.kind == RegionKind::Gap;
@@ -413,21 +446,21 @@ struct FileData<'l, 'm> {
 
 impl<'m> Loaded<'m> {
     /// The files llvm-cov reports on: every file any function names.
-    fn files(&self) -> BTreeSet<&'m str> {
-        self.functions.iter().flat_map(|f| f.filenames.iter().map(String::as_str)).collect()
+    fn files(&self) -> BTreeSet<u32> {
+        self.functions.iter().flat_map(|f| f.files.iter().copied()).collect()
     }
 
-    fn functions_of(&self, file: &str) -> impl Iterator<Item = &Function<'m>> {
-        self.by_file.get(file).into_iter().flatten().map(|i| &self.functions[*i])
+    fn functions_of(&self, file: u32) -> impl Iterator<Item = &Function<'m>> {
+        self.by_file[file as usize].iter().map(|i| &self.functions[*i])
     }
 
     /// `getCoverageForFile`.
-    fn file_data(&self, file: &str) -> FileData<'_, 'm> {
+    fn file_data(&self, file: u32) -> FileData<'_, 'm> {
         let mut regions = Vec::new();
         let mut data = FileData { segments: Vec::new(), branches: Vec::new(), expansions: Vec::new() };
         for f in self.functions_of(file) {
-            let main = main_file_id(f).filter(|id| f.filenames[*id as usize] == file);
-            let in_file = |r: &Counted| f.filenames.get(r.region.file_id as usize).is_some_and(|n| n == file);
+            let main = main_file_id(f).filter(|id| f.files[*id as usize] == file);
+            let in_file = |r: &Counted| f.files.get(r.region.file_id as usize) == Some(&file);
             for r in f.regions.iter().filter(|r| in_file(r)) {
                 regions.push(*r);
                 if main.is_some_and(|m| is_expansion(r, m)) {
@@ -446,28 +479,47 @@ impl<'m> Loaded<'m> {
     /// without its summary lines (FNF, FNH, BRF, BRH, LF, LH), which no
     /// reader of the model uses: they follow from the records.
     pub fn lcov(&self, keep: &dyn Fn(&str) -> bool) -> String {
-        let mut out = String::new();
-        for file in self.files().into_iter().filter(|f| keep(f)) {
-            let _ = writeln!(out, "SF:{file}");
-            let functions: Vec<&Function> = self.functions_of(file).filter(|f| f.filenames[0] == file).collect();
+        let mut out = Text(String::new());
+        self.emit(keep, &mut out);
+        out.0
+    }
+
+    /// The same lcov as the model reads it ([`lcov::parse_lcov`] of
+    /// [`Self::lcov`]), without the text: per trial that is most of the work.
+    pub fn model(&self, keep: &dyn Fn(&str) -> bool) -> Lcov {
+        let mut out = Model::new(false);
+        self.emit(keep, &mut out);
+        out.lcov
+    }
+
+    /// What a trial's attribution keeps: [`Self::model`] with only the
+    /// lines, functions and branches that ran, and the totals of all of it.
+    pub fn covered(&self, keep: &dyn Fn(&str) -> bool) -> (Lcov, Tallies) {
+        let mut out = Model::new(true);
+        self.emit(keep, &mut out);
+        (out.lcov, out.tallies)
+    }
+
+    /// The records of [`Self::lcov`], in its order.
+    fn emit(&self, keep: &dyn Fn(&str) -> bool, out: &mut dyn Records) {
+        for file in self.files().into_iter().filter(|f| keep(&self.names[*f as usize])) {
+            out.file(&self.names[file as usize]);
+            let functions: Vec<&Function> = self.functions_of(file).filter(|f| f.files[0] == file).collect();
             for f in &functions {
-                let _ = writeln!(out, "FN:{},{}", f.regions.first().map_or(0, |r| r.region.line_start), f.name);
+                out.function(f.regions.first().map_or(0, |r| r.region.line_start), f.name);
             }
             for f in &functions {
-                let _ = writeln!(out, "FNDA:{},{}", f.execution_count, f.name);
+                out.function_count(f.execution_count, f.name);
             }
             let data = self.file_data(file);
-            line_counts(&data.segments, |line, count| {
-                let _ = writeln!(out, "DA:{line},{count}");
-            });
-            self.branches(&data, &mut out);
-            out.push_str("end_of_record\n");
+            line_counts(&data.segments, |line, count| out.line(line, count));
+            self.branches(&data, out);
+            out.end();
         }
-        out
     }
 
     /// `renderBranchExecutionCounts`.
-    fn branches(&self, data: &FileData, out: &mut String) {
+    fn branches(&self, data: &FileData, out: &mut dyn Records) {
         if self.dialect == Dialect::Llvm19 {
             return self.branches_llvm19(data, out);
         }
@@ -507,11 +559,7 @@ impl<'m> Loaded<'m> {
                 // llvm-cov prints these as `unsigned`.
                 let (t, f) = (all[i].branch.count as u32, all[i].branch.false_count as u32);
                 for taken in [t, f] {
-                    if t == 0 && f == 0 {
-                        let _ = writeln!(out, "BRDA:{line},{pair},{index},-");
-                    } else {
-                        let _ = writeln!(out, "BRDA:{line},{pair},{index},{taken}");
-                    }
+                    out.branch(line, pair, index, (t != 0 || f != 0).then_some(taken));
                     index += 1;
                 }
                 pair += 1;
@@ -521,7 +569,7 @@ impl<'m> Loaded<'m> {
     }
 
     /// llvm-cov 19's `renderBranchExecutionCounts`.
-    fn branches_llvm19(&self, data: &FileData, out: &mut String) {
+    fn branches_llvm19(&self, data: &FileData, out: &mut dyn Records) {
         let mut all = data.branches.clone();
         let mut nested = Vec::new();
         self.nested_branches(&data.expansions, &mut Vec::new(), &mut 0, &mut nested);
@@ -543,11 +591,7 @@ impl<'m> Loaded<'m> {
                 if !(b.true_folded() && b.false_folded()) {
                     let (t, f) = (b.count as u32, b.false_count as u32);
                     for taken in [t, f] {
-                        if t == 0 && f == 0 {
-                            let _ = writeln!(out, "BRDA:{line},{pair},{index},-");
-                        } else {
-                            let _ = writeln!(out, "BRDA:{line},{pair},{index},{taken}");
-                        }
+                        out.branch(line, pair, index, (t != 0 || f != 0).then_some(taken));
                         index += 1;
                     }
                     pair += 1;
@@ -584,10 +628,10 @@ impl<'m> Loaded<'m> {
     /// one definition, summed over the kept files.
     pub fn regions(&self, keep: &dyn Fn(&str) -> bool) -> (u64, u64) {
         let (mut covered, mut count) = (0, 0);
-        for file in self.files().into_iter().filter(|f| keep(f)) {
+        for file in self.files().into_iter().filter(|f| keep(&self.names[*f as usize])) {
             let mut groups: std::collections::BTreeMap<Loc, (u64, u64)> = std::collections::BTreeMap::new();
             for f in self.functions_of(file) {
-                let Some(main) = main_file_id(f).filter(|id| f.filenames[*id as usize] == file) else { continue };
+                let Some(main) = main_file_id(f).filter(|id| f.files[*id as usize] == file) else { continue };
                 let Some(first) = f.regions.iter().find(|r| r.region.file_id == main) else { continue };
                 let code = f.regions.iter().filter(|r| r.region.kind == RegionKind::Code);
                 let n = code.clone().count() as u64;
@@ -604,13 +648,138 @@ impl<'m> Loaded<'m> {
     }
 }
 
+/// Where the lcov records go: written out, or straight into the model.
+trait Records {
+    fn file(&mut self, name: &str);
+    fn function(&mut self, start: u32, name: &str);
+    fn function_count(&mut self, count: u64, name: &str);
+    fn line(&mut self, line: u32, count: u64);
+    /// `None`: never reached (`-`).
+    fn branch(&mut self, line: u32, block: u32, branch: u32, taken: Option<u32>);
+    fn end(&mut self);
+}
+
+struct Text(String);
+
+impl Records for Text {
+    fn file(&mut self, name: &str) {
+        let _ = writeln!(self.0, "SF:{name}");
+    }
+    fn function(&mut self, start: u32, name: &str) {
+        let _ = writeln!(self.0, "FN:{start},{name}");
+    }
+    fn function_count(&mut self, count: u64, name: &str) {
+        let _ = writeln!(self.0, "FNDA:{count},{name}");
+    }
+    fn line(&mut self, line: u32, count: u64) {
+        let _ = writeln!(self.0, "DA:{line},{count}");
+    }
+    fn branch(&mut self, line: u32, block: u32, branch: u32, taken: Option<u32>) {
+        match taken {
+            Some(n) => writeln!(self.0, "BRDA:{line},{block},{branch},{n}"),
+            None => writeln!(self.0, "BRDA:{line},{block},{branch},-"),
+        }
+        .expect("writing to a String");
+    }
+    fn end(&mut self) {
+        self.0.push_str("end_of_record\n");
+    }
+}
+
+/// Adds records up as `lcov::parse_lcov` does. With `covered_only`, it
+/// keeps only what ran, and counts all of it in `tallies` as
+/// [`FileCoverage::tallies`] would have (records of a file are unique here:
+/// one `SF` per file, one `DA` per line, one `BRDA` per line, block and branch).
+struct Model {
+    lcov: Lcov,
+    file: Option<(String, FileCoverage)>,
+    covered_only: bool,
+    tallies: Tallies,
+    lines: Tally,
+    branches: Tally,
+}
+
+impl Model {
+    fn new(covered_only: bool) -> Self {
+        Model {
+            lcov: Lcov::default(),
+            file: None,
+            covered_only,
+            tallies: Tallies::default(),
+            lines: Tally::default(),
+            branches: Tally::default(),
+        }
+    }
+
+    fn current(&mut self) -> &mut FileCoverage {
+        &mut self.file.as_mut().expect("records come inside a file").1
+    }
+}
+
+impl Records for Model {
+    fn file(&mut self, name: &str) {
+        let coverage = self.lcov.files.remove(name).unwrap_or_default();
+        self.file = Some((name.to_string(), coverage));
+        self.lines = Tally::default();
+        self.branches = Tally::default();
+    }
+    fn function(&mut self, start: u32, name: &str) {
+        let f = self.current();
+        match f.functions.get_mut(name) {
+            Some(e) => e.0 = start,
+            None => {
+                f.functions.insert(name.to_string(), (start, 0));
+            }
+        }
+    }
+    fn function_count(&mut self, count: u64, name: &str) {
+        let f = self.current();
+        match f.functions.get_mut(name) {
+            Some(e) => e.1 = e.1.saturating_add(count),
+            None => {
+                f.functions.insert(name.to_string(), (0, count));
+            }
+        }
+    }
+    fn line(&mut self, line: u32, count: u64) {
+        self.lines.count += 1;
+        if count > 0 {
+            self.lines.covered += 1;
+        } else if self.covered_only {
+            return;
+        }
+        let hits = self.current().lines.entry(line).or_insert(0);
+        *hits = hits.saturating_add(count);
+    }
+    fn branch(&mut self, line: u32, block: u32, branch: u32, taken: Option<u32>) {
+        let taken = u64::from(taken.unwrap_or(0));
+        self.branches.count += 1;
+        if taken > 0 {
+            self.branches.covered += 1;
+        } else if self.covered_only {
+            return;
+        }
+        let hits = self.current().branches.entry((line, block.to_string(), branch.to_string())).or_insert(0);
+        *hits = hits.saturating_add(taken);
+    }
+    fn end(&mut self) {
+        let (name, mut coverage) = self.file.take().expect("records come inside a file");
+        if self.covered_only {
+            let all = coverage.tallies();
+            self.tallies += Tallies { lines: self.lines, branches: self.branches, ..all };
+            coverage.functions.retain(|_, (_, n)| *n > 0);
+        }
+        self.lcov.files.insert(name, coverage);
+    }
+}
+
 fn is_expansion(r: &Counted, file_id: u32) -> bool {
     r.region.kind == RegionKind::Expansion && r.region.file_id == file_id
 }
 
 /// `findMainViewFileID`: the first file no expansion expands.
 fn main_file_id(f: &Function) -> Option<u32> {
-    let mut expanded = vec![false; f.filenames.len()];
+    let mut expanded = vec![false; f.files.len()];
     for r in &f.regions {
         if r.region.kind == RegionKind::Expansion
             && let Some(e) = expanded.get_mut(r.region.expanded_file_id as usize)
