@@ -38,18 +38,6 @@ fn git(dir: &Path, args: &[&str]) -> String {
     run_limited(cmd, Duration::from_secs(60))
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 /// Replaces the one line equal to `old` (trimmed) by `new` lines.
 fn edit(file: &Path, old: &str, new: &[&str]) {
     let text = fs::read_to_string(file).unwrap();
@@ -82,7 +70,7 @@ fn attribution_minimal_suite_and_changed_lines_on_a_modified_fixture() {
     let lib_dir = tempfile::tempdir().unwrap();
     let lib = lib_dir.path().join("lib");
     for part in ["ccl", "ccl-tuner"] {
-        copy_tree(&root().join("tests/fixtures").join(part), &lib.join(part));
+        support::copy_tree(&root().join("tests/fixtures").join(part), &lib.join(part));
     }
     git(&lib, &["init", "-q"]);
     git(&lib, &["add", "-A"]);

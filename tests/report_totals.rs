@@ -50,7 +50,7 @@ fn fractions(text: &str) -> Vec<(u64, u64)> {
 fn library(dir: &Path) -> PathBuf {
     let lib = dir.join("lib");
     for part in ["ccl", "ccl-tuner"] {
-        copy_tree(&root().join("tests/fixtures").join(part), &lib.join(part));
+        support::copy_tree(&root().join("tests/fixtures").join(part), &lib.join(part));
     }
     let git = |args: &[&str]| {
         let mut cmd = Command::new("git");
@@ -69,18 +69,6 @@ fn library(dir: &Path) -> PathBuf {
     git(&["init", "-q"]);
     git(&["commit", "-q", "--allow-empty", "-m", "empty"]);
     lib
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// Writes `value` as `<dir>/configs/<name>`: a config's snapshots are
