@@ -729,11 +729,15 @@ fn equal(b: &Bench, n: usize) -> Value {
     let (exports, exports_s) = outputs(&[("CCL_COV_ATTRIBUTION_EXPORTS", "on")]);
     assert_eq!(mapping.len(), exports.len());
     for (i, (a, e)) in mapping.iter().zip(&exports).enumerate() {
-        assert!(a == e, "{n} trials: {} differs between the mapping read once and llvm-cov per trial", files.get(i).unwrap_or(&"who-covers"));
+        assert!(
+            a == e,
+            "{n} trials: {} differs between the mapping read once and llvm-cov per trial",
+            files.get(i).unwrap_or(&"who-covers")
+        );
     }
     json!({
         "trials": n,
-        "equal": files.iter().map(|f| f.to_string()).chain([format!("who-covers of {} lines", mapping.len() - files.len())]).collect::<Vec<_>>(),
+        "equal": files.iter().map(ToString::to_string).chain([format!("who-covers of {} lines", mapping.len() - files.len())]).collect::<Vec<_>>(),
         "bytes": mapping.iter().map(Vec::len).sum::<usize>(),
         "report_s_mapping": mapping_s,
         "report_s_exports": exports_s,
@@ -777,7 +781,9 @@ fn main() {
             Value::Array(sizes(rest).into_iter().map(|n| report(&b, n)).collect())
         }
         Some((phase, _)) if phase == "plot" => json!({ "png": plot(&b) }),
-        Some((phase, rest)) if phase == "equal" => Value::Array(sizes(rest).into_iter().map(|n| equal(&b, n)).collect()),
+        Some((phase, rest)) if phase == "equal" => {
+            Value::Array(sizes(rest).into_iter().map(|n| equal(&b, n)).collect())
+        }
         None => {
             prepare(&b);
             for n in SIZES {

@@ -89,7 +89,11 @@ pub(crate) const KNOWN: &[Known] = &[
     known("CCL_COV_FAIL_UNDER_DIFF", Kind::Percent, "report::diff fails below this changed-line coverage"),
     known("CCL_COV_BASELINE", Kind::Text, "an earlier workspace or its coverage.lcov (report::baseline)"),
     known("CCL_COV_IGNORE_FILENAME_REGEX", Kind::Text, "one more report.ignore_filename_regex: files left out"),
-    known("CCL_COV_ATTRIBUTION_EXPORTS", Kind::Switch, "attribution runs llvm-cov per trial, not the mapping read once"),
+    known(
+        "CCL_COV_ATTRIBUTION_EXPORTS",
+        Kind::Switch,
+        "attribution runs llvm-cov per trial, not the mapping read once",
+    ),
     known("CCL_COV_FAIL_ON_LOST", Kind::Switch, "report::baseline fails if any line lost its coverage"),
     known("CCL_COV_HEARTBEAT_S", Kind::Positive, "seconds between a long trial's still-running messages"),
     known("CCL_COV_JOBS", Kind::Positive, "build parallelism, {jobs} (default: all cores)"),

@@ -362,7 +362,11 @@ fn attribution_from_the_mapping_read_once_equals_llvm_cov_per_trial() {
     let (exports, _) = attribution_of(&s);
     assert!(mapping.len() > files.len() + 3, "who-covers asked of a few files: {}", mapping.len());
     for (i, (a, b)) in mapping.iter().zip(&exports).enumerate() {
-        assert!(a == b, "{} differs:\nfrom the mapping: {a}\nllvm-cov per trial: {b}", files.get(i).unwrap_or(&"who-covers"));
+        assert!(
+            a == b,
+            "{} differs:\nfrom the mapping: {a}\nllvm-cov per trial: {b}",
+            files.get(i).unwrap_or(&"who-covers")
+        );
     }
     let trials = read_json(&report_dir.join("trials.json"));
     assert_eq!(trials.as_array().map(Vec::len), Some(42), "the whole default suite");

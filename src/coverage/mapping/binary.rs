@@ -154,7 +154,8 @@ impl<'a> Cursor<'a> {
 
     fn string(&mut self) -> Result<&'a str> {
         let len = usize::try_from(self.leb()?).map_err(|_| Error::new("a string length overflows"))?;
-        std::str::from_utf8(self.take(len)?).map_err(|_| Error::new(format!("a name at offset {} is not UTF-8", self.at)))
+        std::str::from_utf8(self.take(len)?)
+            .map_err(|_| Error::new(format!("a name at offset {} is not UTF-8", self.at)))
     }
 
     fn align8(&mut self) {
@@ -287,11 +288,7 @@ fn join_removing_dots(dir: &str, name: &str) -> String {
 }
 
 /// `__llvm_covfun`: a record per function, each 8-byte aligned.
-fn read_covfun(
-    bytes: &[u8],
-    tables: &Tables,
-    names: &HashMap<u64, String>,
-) -> Result<Vec<FunctionMapping>> {
+fn read_covfun(bytes: &[u8], tables: &Tables, names: &HashMap<u64, String>) -> Result<Vec<FunctionMapping>> {
     let mut out: Vec<FunctionMapping> = Vec::new();
     let mut by_name: HashMap<u64, usize> = HashMap::new();
     // Each kept record's encoded mapping and hash, for the dummy check.
@@ -305,7 +302,9 @@ fn read_covfun(
         let data = c.take(size)?;
         c.align8();
         let table = tables.get(&filenames_ref).ok_or_else(|| {
-            Error::new(format!("a function record names filename table {filenames_ref:#x}, which is not in __llvm_covmap"))
+            Error::new(format!(
+                "a function record names filename table {filenames_ref:#x}, which is not in __llvm_covmap"
+            ))
         })?;
         let Some(table) = table else { continue };
         if let Some(&i) = by_name.get(&name_ref) {

@@ -45,9 +45,9 @@ impl ProfileCounts {
                     if l.starts_with('#') {
                         continue;
                     }
-                    return l.parse::<u64>().map_err(|_| {
-                        Error::new(format!("line {}: {what} of {name} is not a number: {l:?}", m + 1))
-                    });
+                    return l
+                        .parse::<u64>()
+                        .map_err(|_| Error::new(format!("line {}: {what} of {name} is not a number: {l:?}", m + 1)));
                 }
                 Err(Error::new(format!("line {}: the record of {name} ends before its {what}", n + 1)))
             };

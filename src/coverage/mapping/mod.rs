@@ -125,8 +125,12 @@ impl Mapping {
 
     /// Every function under `profile`, as `CoverageMapping::loadFunctionRecord` keeps them.
     pub fn load(&self, profile: &ProfileCounts) -> Loaded<'_> {
-        let mut loaded =
-            Loaded { functions: Vec::new(), by_file: vec![Vec::new(); self.names.len()], names: &self.names, dialect: self.dialect };
+        let mut loaded = Loaded {
+            functions: Vec::new(),
+            by_file: vec![Vec::new(); self.names.len()],
+            names: &self.names,
+            dialect: self.dialect,
+        };
         let mut seen: HashSet<(usize, &str)> = HashSet::new();
         for ((f, provenance), files) in self.functions.iter().zip(&self.provenance).zip(&self.file_ids) {
             let zeros;
@@ -139,10 +143,7 @@ impl Mapping {
                 }
             };
             // A zero region of a function unused in this TU but run in another.
-            if f.regions.len() == 1
-                && f.regions[0].count == Counter::Zero
-                && counters.first().is_some_and(|c| *c > 0)
-            {
+            if f.regions.len() == 1 && f.regions[0].count == Counter::Zero && counters.first().is_some_and(|c| *c > 0) {
                 continue;
             }
             let Some(function) = count(f, files, counters) else { continue };
