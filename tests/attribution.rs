@@ -359,7 +359,8 @@ fn attribution_from_the_mapping_read_once_equals_llvm_cov_per_trial() {
     let (mapping, stderr) = attribution_of(&s);
     assert!(!stderr.contains("runs llvm-cov once per trial"), "the in-process reader was not used:\n{stderr}");
     s.env = vec![("CCL_COV_ATTRIBUTION_EXPORTS".into(), "on".into())];
-    let (exports, _) = attribution_of(&s);
+    let (exports, stderr) = attribution_of(&s);
+    assert!(stderr.contains("runs llvm-cov once per trial, as CCL_COV_ATTRIBUTION_EXPORTS=on asks"), "{stderr}");
     assert!(mapping.len() > files.len() + 3, "who-covers asked of a few files: {}", mapping.len());
     for (i, (a, b)) in mapping.iter().zip(&exports).enumerate() {
         assert!(

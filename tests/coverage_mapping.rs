@@ -1,7 +1,8 @@
 //! The in-process coverage-mapping reader against llvm-cov itself: a
 //! fixture written for the mapping's features (tests/fixtures/mapping:
 //! macros, templates, an inline function unused in one object, `#if 0`,
-//! file-local functions of one name) is built with clang 22 and with clang
+//! file-local functions of one name, one inline function with another body
+//! in each object) is built with clang 22 and with clang
 //! 19 into an executable and a shared library, run with inputs that take
 //! different paths, and each profile's lcov from the reader must be exactly
 //! `llvm-cov export -format=lcov`'s of the same LLVM, with and without an
@@ -29,7 +30,7 @@ fn build_and_run(llvm: &Path, dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let lib = dir.join("libmapping.so");
     run(Command::new(llvm.join("clang++"))
         .args(flags)
-        .args(["-shared", "-fPIC", "-o"])
+        .args(["-shared", "-fPIC", "-DLIB_VARIANT", "-o"])
         .arg(&lib)
         .arg(src.join("lib.cc"))
         .arg(src.join("other.cc")));

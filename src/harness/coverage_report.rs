@@ -801,7 +801,13 @@ impl Shared {
                     profiles::merge(&merged.manifest.toolchain, &raw, &dir.join(format!("{}.list", r.slug)), &out)?;
                     jobs.push((r, out));
                 }
-                let per_trial = PerTrial::choose(merged, text)?;
+                let regions = self
+                    .summary()
+                    .map_err(|f| Error::new(f.message().unwrap_or("llvm-cov export -summary-only failed").to_string()))?
+                    .all
+                    .totals()
+                    .regions;
+                let per_trial = PerTrial::choose(merged, text, (regions.covered, regions.count))?;
                 let next = std::sync::atomic::AtomicUsize::new(0);
                 let outputs: Vec<Result<TrialCoverage, Error>> = std::thread::scope(|scope| {
                     let workers: Vec<_> = (0..parallelism().min(jobs.len()).max(1))
@@ -982,9 +988,12 @@ impl PerTrial {
     /// The in-process reader, once it has given llvm-cov's own lcov for the
     /// merged profile (`merged_lcov`, with device lines after the host's);
     /// otherwise, said on screen, llvm-cov per trial.
-    fn choose(merged: &Merged, merged_lcov: &str) -> Result<PerTrial, Error> {
+    fn choose(merged: &Merged, merged_lcov: &str, merged_regions: (u64, u64)) -> Result<PerTrial, Error> {
         let asked = process_env("CCL_COV_ATTRIBUTION_EXPORTS").unwrap_or_default();
         if crate::env_names::switch("CCL_COV_ATTRIBUTION_EXPORTS", &asked)?.unwrap_or(false) {
+            eprintln!(
+                "ccl-coverage: per-trial attribution runs llvm-cov once per trial, as CCL_COV_ATTRIBUTION_EXPORTS=on asks"
+            );
             return Ok(PerTrial::Exports);
         }
         let checked = || -> Result<Mapping, String> {
@@ -992,18 +1001,48 @@ impl PerTrial {
                 .map_err(|e| e.to_string())?;
             let counts = ProfileCounts::read(&merged.manifest.toolchain.llvm_profdata.path, &merged.inputs.profdata)
                 .map_err(|e| e.to_string())?;
-            let mut ours = mapping.load(&counts).lcov(&|f| merged.inputs.ignore.keeps(f));
+            let loaded = mapping.load(&counts);
+            let keep = |f: &str| merged.inputs.ignore.keeps(f);
+            let mut ours = loaded.lcov(&keep);
             if let Some(lines) = &merged.device_lines {
                 ours.push_str(&sass::to_lcov(&lines.all));
             }
-            match first_difference(&mapping::without_summaries(merged_lcov), &mapping::without_summaries(&ours)) {
-                None => Ok(mapping),
-                Some((n, theirs, mine)) => Err(format!(
+            if let Some((n, theirs, mine)) =
+                first_difference(&mapping::without_summaries(merged_lcov), &mapping::without_summaries(&ours))
+            {
+                return Err(format!(
                     "on the merged profile it differs from llvm-cov at line {n} of the lcov: llvm-cov {theirs:?}, in-process {mine:?}"
-                )),
+                ));
             }
+            let regions = loaded.regions(&keep);
+            if regions != merged_regions {
+                return Err(format!(
+                    "on the merged profile it counts regions {}/{}, llvm-cov's summary {}/{}",
+                    regions.0, regions.1, merged_regions.0, merged_regions.1
+                ));
+            }
+            // What each trial is computed with, without text, must be the text's.
+            if merged.device_lines.is_none() {
+                let mut parsed = lcov::parse_lcov(&ours, "the in-process lcov").map_err(|e| e.to_string())?;
+                let mut totals = lcov::Tallies::default();
+                for file in parsed.files.values() {
+                    totals += file.tallies();
+                }
+                parsed.retain_covered();
+                if loaded.covered(&keep) != (parsed, totals) {
+                    return Err("its lcov, read without the text, differs from the text's on the merged profile".into());
+                }
+            }
+            Ok(mapping)
         };
-        match checked() {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(checked)).unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(ToString::to_string));
+            Err(format!("it panicked: {}", what.unwrap_or_default()))
+        });
+        match outcome {
             Ok(mapping) => Ok(PerTrial::Mapping(mapping)),
             Err(why) => {
                 eprintln!(

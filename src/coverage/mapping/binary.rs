@@ -79,17 +79,26 @@ pub(crate) fn read_object(path: &Path) -> Result<Vec<FunctionMapping>> {
     let where_ = |what: &str| format!("{} ({what})", path.display());
     let file = object::File::parse(&*data)
         .map_err(|e| Error::new(format!("{} is not an object file llvm-cov reads: {e}", path.display())))?;
+    // Every section of the name, joined; function records padded to 8
+    // bytes each, as LLVM joins them (a relocatable object has one per
+    // COMDAT group).
     let section = |name: &str| -> Result<Option<Vec<u8>>> {
-        match file.section_by_name(name) {
-            None => Ok(None),
-            Some(s) => s
+        let mut joined: Option<Vec<u8>> = None;
+        for s in file.sections().filter(|s| s.name() == Ok(name)) {
+            let data = s
                 .uncompressed_data()
-                .map(|d| Some(d.into_owned()))
-                .map_err(|e| Error::new(format!("cannot read section {name} of {}: {e}", path.display()))),
+                .map_err(|e| Error::new(format!("cannot read section {name} of {}: {e}", path.display())))?;
+            let out = joined.get_or_insert_with(Vec::new);
+            out.extend_from_slice(&data);
+            if name == "__llvm_covfun" {
+                out.resize(out.len().next_multiple_of(8), 0);
+            }
         }
+        Ok(joined)
     };
+    // llvm-cov passes over an object without a mapping.
     let (Some(covmap), Some(covfun)) = (section("__llvm_covmap")?, section("__llvm_covfun")?) else {
-        bail!("{} has no coverage mapping (no __llvm_covmap and __llvm_covfun sections)", path.display());
+        return Ok(Vec::new());
     };
     let names = match section("__llvm_prf_names")? {
         Some(bytes) => read_names(&bytes).map_err(|e| e.context(where_("__llvm_prf_names")))?,
@@ -164,7 +173,8 @@ impl<'a> Cursor<'a> {
 }
 
 fn inflate(compressed: &[u8], size: usize) -> Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(size);
+    // zlib shrinks by at most about 1032 to 1: a larger size is not believed for the allocation.
+    let mut out = Vec::with_capacity(size.min(compressed.len().saturating_mul(1032)));
     flate2::read::ZlibDecoder::new(compressed)
         .read_to_end(&mut out)
         .map_err(|e| Error::new(format!("cannot decompress (zlib): {e}")))?;
@@ -252,7 +262,7 @@ fn read_filenames(blob: &[u8], version: u32) -> Result<Vec<String>> {
     } else {
         Cursor::new(&blob[c.at..])
     };
-    let mut names: Vec<String> = Vec::with_capacity(count);
+    let mut names: Vec<String> = Vec::with_capacity(count.min(blob.len()));
     for i in 0..count {
         let name = plain.string()?;
         // Version 6 on: the first entry is the compilation directory, and
@@ -395,7 +405,7 @@ fn decode(data: &[u8], table: &[String], name: String, hash: u64) -> Result<Func
 fn decode_mapping(data: &[u8], table: &[String], name: &str, hash: u64) -> Result<FunctionMapping> {
     let mut c = Cursor::new(data);
     let files = c.leb()? as usize;
-    let mut filenames = Vec::with_capacity(files);
+    let mut filenames = Vec::with_capacity(files.min(data.len()));
     for _ in 0..files {
         let i = c.leb()? as usize;
         filenames.push(

@@ -31,48 +31,70 @@ impl ProfileCounts {
 
     pub(crate) fn parse(text: &str) -> Result<ProfileCounts> {
         let mut out = ProfileCounts::default();
-        let mut lines = text.lines().enumerate().peekable();
-        while let Some((n, line)) = lines.next() {
-            let line = line.trim();
-            // Blank lines end records; `:ir`-style flags and `#` comments head the file.
-            if line.is_empty() || line.starts_with('#') || line.starts_with(':') {
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        // A record starts with its name, the line before `# Func Hash:`;
+        // blank lines also fall inside records (before value profiles).
+        let starts_record = |i: usize| {
+            lines.get(i).is_some_and(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with(':'))
+                && lines.get(i + 1) == Some(&"# Func Hash:")
+        };
+        if lines.iter().take_while(|l| l.starts_with(':') || l.starts_with('#')).any(|l| *l == ":single_byte_coverage")
+        {
+            return Err(Error::new(
+                "it is a single-byte coverage profile, whose counts llvm-cov combines otherwise (not read in process)",
+            ));
+        }
+        let mut i = 0;
+        while i < lines.len() {
+            if !starts_record(i) {
+                if !lines[i].is_empty() && !lines[i].starts_with('#') && !lines[i].starts_with(':') {
+                    return Err(Error::new(format!("line {}: {:?} is not the start of a record", i + 1, lines[i])));
+                }
+                i += 1;
                 continue;
             }
-            let name = line.to_string();
+            let name = lines[i].to_string();
+            i += 1;
             let mut number = |what: &str| -> Result<u64> {
-                for (m, l) in lines.by_ref() {
-                    let l = l.trim();
+                while let Some(l) = lines.get(i) {
+                    i += 1;
                     if l.starts_with('#') {
                         continue;
                     }
                     return l
                         .parse::<u64>()
-                        .map_err(|_| Error::new(format!("line {}: {what} of {name} is not a number: {l:?}", m + 1)));
+                        .map_err(|_| Error::new(format!("line {i}: {what} of {name} is not a number: {l:?}")));
                 }
-                Err(Error::new(format!("line {}: the record of {name} ends before its {what}", n + 1)))
+                Err(Error::new(format!("line {i}: the record of {name} ends before its {what}")))
             };
             let hash = number("function hash")?;
             let count = number("counter count")?;
-            let mut counters = Vec::with_capacity(usize::try_from(count.min(1 << 20)).unwrap_or(0));
+            if count > lines.len() as u64 {
+                return Err(Error::new(format!("{name} has {count} counters, more than the text has lines")));
+            }
+            let mut counters = Vec::with_capacity(count as usize);
             for _ in 0..count {
                 counters.push(number("counter")?);
             }
             out.functions.entry(name).or_default().push((hash, counters));
-            // Bitmap bytes and value profiles follow until the blank line.
-            while lines.peek().is_some_and(|(_, l)| !l.trim().is_empty()) {
-                lines.next();
+            // Bitmap bytes and value profiles follow, up to the next record.
+            while i < lines.len() && !starts_record(i) {
+                i += 1;
             }
         }
         Ok(out)
     }
 
+    /// As `IndexedInstrProfReader::getInstrProfRecord`: a record of another
+    /// hash is a mismatch only if it has the same context-sensitive flag
+    /// (bit 60); otherwise the function is unknown.
     pub(crate) fn lookup(&self, name: &str, hash: u64) -> Lookup<'_> {
-        match self.functions.get(name) {
-            None => Lookup::Unknown,
-            Some(records) => {
-                records.iter().find(|(h, _)| *h == hash).map_or(Lookup::HashMismatch, |(_, c)| Lookup::Found(c))
-            }
+        let cs = |h: u64| (h >> 60) & 1;
+        let Some(records) = self.functions.get(name) else { return Lookup::Unknown };
+        if let Some((_, counters)) = records.iter().find(|(h, _)| *h == hash) {
+            return Lookup::Found(counters);
         }
+        if records.iter().any(|(h, _)| cs(*h) == cs(hash)) { Lookup::HashMismatch } else { Lookup::Unknown }
     }
 }
 
@@ -88,6 +110,21 @@ mod tests {
         assert!(matches!(p.lookup("_Z1fv", 8), Lookup::HashMismatch));
         assert!(matches!(p.lookup("file.cc:g", 0), Lookup::Found([9])));
         assert!(matches!(p.lookup("h", 0), Lookup::Unknown));
+        // A blank line inside a record (before value profiles) does not end it.
+        let split = "_Z1fv\n# Func Hash:\n7\n# Num Counters:\n1\n# Counter Values:\n3\n# Num Bitmap Bytes:\n$1\n\n# Num Value Kinds:\n1\n# ValueKind = IPVK_IndirectCallTarget:\n0\n# NumValueSites:\n1\n1\n_Z1gv:4\n\n";
+        let p = ProfileCounts::parse(split).unwrap();
+        assert!(matches!(p.lookup("_Z1fv", 7), Lookup::Found([3])));
+        assert!(matches!(p.lookup("1", 0), Lookup::Unknown), "a value-profile line is not a record");
+        // Another hash is a mismatch only with the same context-sensitive flag (bit 60).
+        let cs = ProfileCounts::parse(&format!(
+            "_Z1hv\n# Func Hash:\n{}\n# Num Counters:\n1\n# Counter Values:\n1\n\n",
+            5u64 | 1 << 60
+        ))
+        .unwrap();
+        assert!(matches!(cs.lookup("_Z1hv", 6), Lookup::Unknown));
+        assert!(matches!(cs.lookup("_Z1hv", 6 | 1 << 60), Lookup::HashMismatch));
+        let single = ProfileCounts::parse(":single_byte_coverage\n_Z1fv\n# Func Hash:\n1\n").unwrap_err().to_string();
+        assert!(single.contains("single-byte"), "{single}");
         let bad = ProfileCounts::parse("_Z1fv\n# Func Hash:\nx\n").unwrap_err().to_string();
         assert!(bad.contains("function hash of _Z1fv is not a number"), "{bad}");
         let short = ProfileCounts::parse("_Z1fv\n# Func Hash:\n1\n# Num Counters:\n3\n1\n").unwrap_err().to_string();

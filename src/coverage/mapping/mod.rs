@@ -163,54 +163,77 @@ impl Mapping {
     }
 }
 
+/// The largest counter ID a function's regions refer to (LLVM's
+/// `getMaxCounterID`): an unknown function gets that many zeros.
 fn max_counter_id(f: &FunctionMapping) -> usize {
-    fn max_id(c: Counter, expressions: &[Expression], depth: usize) -> usize {
-        match c {
-            Counter::Zero => 0,
-            Counter::Value(id) => id as usize,
-            Counter::Expression(id) => match expressions.get(id as usize) {
-                Some(e) if depth < 1 << 16 => {
-                    max_id(e.lhs, expressions, depth + 1).max(max_id(e.rhs, expressions, depth + 1))
-                }
-                _ => 0,
-            },
+    let mut memo = vec![None; f.expressions.len()];
+    let id = |c: Counter, memo: &mut Vec<Option<i64>>| {
+        fold(c, &f.expressions, &|id| Some(i64::from(id)), &|_, l, r| l.max(r), memo).unwrap_or(0)
+    };
+    let mut max = 0;
+    for r in &f.regions {
+        max = max.max(id(r.count, &mut memo));
+        if matches!(r.kind, RegionKind::Branch | RegionKind::McdcBranch) {
+            max = max.max(id(r.false_count, &mut memo));
         }
     }
-    f.regions
-        .iter()
-        .map(|r| {
-            let mut m = max_id(r.count, &f.expressions, 0);
-            if matches!(r.kind, RegionKind::Branch | RegionKind::McdcBranch) {
-                m = m.max(max_id(r.false_count, &f.expressions, 0));
-            }
-            m
-        })
-        .max()
-        .unwrap_or(0)
+    usize::try_from(max).unwrap_or(0)
 }
 
 /// `CounterMappingContext::evaluate`: `None` when a counter is out of range
-/// (llvm-cov then leaves the function out).
+/// (llvm-cov then leaves the function out). `memo` holds the expressions'
+/// values, shared by the function's regions.
 fn evaluate(c: Counter, expressions: &[Expression], counters: &[u64], memo: &mut [Option<i64>]) -> Option<i64> {
-    match c {
-        Counter::Zero => Some(0),
-        Counter::Value(id) => counters.get(id as usize).map(|v| *v as i64),
-        Counter::Expression(id) => {
-            let i = id as usize;
-            if let Some(v) = *memo.get(i)? {
-                return Some(v);
+    let leaf = |id: u32| counters.get(id as usize).map(|v| *v as i64);
+    fold(c, expressions, &leaf, &|e, l, r| if e.subtract { l.wrapping_sub(r) } else { l.wrapping_add(r) }, memo)
+}
+
+/// A counter's value: `leaf` of each profile counter, `combine` of each
+/// expression's sides, zero for the zero counter. With an explicit stack,
+/// as LLVM's, so a long chain of expressions cannot overflow the thread's
+/// stack; `None` for an out-of-range reference or a cycle.
+fn fold(
+    c: Counter,
+    expressions: &[Expression],
+    leaf: &dyn Fn(u32) -> Option<i64>,
+    combine: &dyn Fn(&Expression, i64, i64) -> i64,
+    memo: &mut [Option<i64>],
+) -> Option<i64> {
+    let root = match c {
+        Counter::Zero => return Some(0),
+        Counter::Value(id) => return leaf(id),
+        Counter::Expression(id) => id as usize,
+    };
+    let mut stack = vec![root];
+    while let Some(&i) = stack.last() {
+        if memo.get(i)?.is_some() {
+            stack.pop();
+            continue;
+        }
+        let e = expressions.get(i)?;
+        let mut sides = [0i64; 2];
+        let mut ready = true;
+        for (side, counter) in sides.iter_mut().zip([e.lhs, e.rhs]) {
+            match counter {
+                Counter::Zero => {}
+                Counter::Value(id) => *side = leaf(id)?,
+                Counter::Expression(j) => match memo.get(j as usize)? {
+                    Some(v) => *side = *v,
+                    // Deeper than every expression twice over: a cycle.
+                    None if stack.len() > 2 * expressions.len() + 2 => return None,
+                    None => {
+                        ready = false;
+                        stack.push(j as usize);
+                    }
+                },
             }
-            let e = *expressions.get(i)?;
-            // Expressions refer to earlier ones only in what clang writes;
-            // a cycle is cut by the memo's placeholder.
-            memo[i] = Some(0);
-            let lhs = evaluate(e.lhs, expressions, counters, memo)?;
-            let rhs = evaluate(e.rhs, expressions, counters, memo)?;
-            let v = if e.subtract { lhs.wrapping_sub(rhs) } else { lhs.wrapping_add(rhs) };
-            memo[i] = Some(v);
-            Some(v)
+        }
+        if ready {
+            memo[i] = Some(combine(e, sides[0], sides[1]));
+            stack.pop();
         }
     }
+    memo[root]
 }
 
 fn count<'m>(f: &'m FunctionMapping, files: &'m [u32], counters: &[u64]) -> Option<Function<'m>> {
