@@ -13,7 +13,7 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{harness, only, root, setup};
+use support::{git, harness, only, root, setup};
 
 /// Runs `cmd` to its end, killing it (and failing) past `limit`; its stdout.
 fn run_limited(cmd: Command, limit: Duration) -> String {
@@ -22,20 +22,6 @@ fn run_limited(cmd: Command, limit: Duration) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{shown}: {}\n{stdout}{}", out.status, String::from_utf8_lossy(&out.stderr));
     stdout
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let mut cmd = Command::new("git");
-    cmd.arg("-C").arg(dir).args(args);
-    for (k, v) in [
-        ("GIT_AUTHOR_NAME", "t"),
-        ("GIT_AUTHOR_EMAIL", "t@t"),
-        ("GIT_COMMITTER_NAME", "t"),
-        ("GIT_COMMITTER_EMAIL", "t@t"),
-    ] {
-        cmd.env(k, v);
-    }
-    run_limited(cmd, Duration::from_secs(60))
 }
 
 /// Replaces the one line equal to `old` (trimmed) by `new` lines.

@@ -17,7 +17,6 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 use support::{Setup, harness, root};
 
@@ -52,22 +51,8 @@ fn library(dir: &Path) -> PathBuf {
     for part in ["ccl", "ccl-tuner"] {
         support::copy_tree(&root().join("tests/fixtures").join(part), &lib.join(part));
     }
-    let git = |args: &[&str]| {
-        let mut cmd = Command::new("git");
-        cmd.arg("-C").arg(&lib).args(args);
-        for (k, v) in [
-            ("GIT_AUTHOR_NAME", "t"),
-            ("GIT_AUTHOR_EMAIL", "t@t"),
-            ("GIT_COMMITTER_NAME", "t"),
-            ("GIT_COMMITTER_EMAIL", "t@t"),
-        ] {
-            cmd.env(k, v);
-        }
-        let out = support::output_within(cmd, Duration::from_secs(60));
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    git(&["init", "-q"]);
-    git(&["commit", "-q", "--allow-empty", "-m", "empty"]);
+    support::git(&lib, &["init", "-q"]);
+    support::git(&lib, &["commit", "-q", "--allow-empty", "-m", "empty"]);
     lib
 }
 

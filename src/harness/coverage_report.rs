@@ -1023,13 +1023,8 @@ impl PerTrial {
             }
             // What each trial is computed with, without text, must be the text's.
             if merged.device_lines.is_none() {
-                let mut parsed = lcov::parse_lcov(&ours, "the in-process lcov").map_err(|e| e.to_string())?;
-                let mut totals = lcov::Tallies::default();
-                for file in parsed.files.values() {
-                    totals += file.tallies();
-                }
-                parsed.retain_covered();
-                if loaded.covered(&keep) != (parsed, totals) {
+                let parsed = lcov::parse_lcov(&ours, "the in-process lcov").map_err(|e| e.to_string())?;
+                if loaded.covered(&keep) != covered_and_totals(parsed) {
                     return Err("its lcov, read without the text, differs from the text's on the merged profile".into());
                 }
             }
@@ -1057,17 +1052,6 @@ impl PerTrial {
     fn coverage(&self, merged: &Merged, r: &TrialResult, profdata: &Path) -> Result<TrialCoverage, Error> {
         let device = merged.device_lines.as_ref().and_then(|d| d.trials.get(&r.slug)).map(sass::to_lcov);
         let origin = || format!("the lcov of {}", profdata.display());
-        // The model's totals, as the merged report's, and only what ran:
-        // attribution reads nothing else, and at 800 trials the rest would
-        // be most of the report's memory.
-        let covered = |mut lcov: Lcov| {
-            let mut totals = lcov::Tallies::default();
-            for file in lcov.files.values() {
-                totals += file.tallies();
-            }
-            lcov.retain_covered();
-            (lcov, totals)
-        };
         let ((lcov, totals), regions) = match self {
             PerTrial::Mapping(mapping) => {
                 let counts = ProfileCounts::read(&merged.manifest.toolchain.llvm_profdata.path, profdata)?;
@@ -1076,7 +1060,7 @@ impl PerTrial {
                 // Device records add to the host's as lcov text does: only then is the text needed.
                 let lcov = match &device {
                     None => loaded.covered(&keep),
-                    Some(device) => covered(lcov::parse_lcov(&(loaded.lcov(&keep) + device), &origin())?),
+                    Some(device) => covered_and_totals(lcov::parse_lcov(&(loaded.lcov(&keep) + device), &origin())?),
                 };
                 (lcov, loaded.regions(&keep))
             }
@@ -1084,7 +1068,7 @@ impl PerTrial {
                 let inputs = merged.inputs.with_profdata(profdata.to_path_buf());
                 let text = inputs.lcov_text()? + device.as_deref().unwrap_or_default();
                 let regions = inputs.summary()?.totals().regions;
-                (covered(lcov::parse_lcov(&text, &origin())?), (regions.covered, regions.count))
+                (covered_and_totals(lcov::parse_lcov(&text, &origin())?), (regions.covered, regions.count))
             }
         };
         Ok(TrialCoverage {
@@ -1097,6 +1081,21 @@ impl PerTrial {
             regions,
         })
     }
+}
+
+/// `lcov`'s totals as the model counts them (the merged report's way), and
+/// only what ran: attribution reads nothing else, and at 800 trials the rest
+/// would be most of the report's memory ([`Loaded::covered`] gives the same
+/// without the text).
+///
+/// [`Loaded::covered`]: crate::coverage::mapping::Loaded::covered
+fn covered_and_totals(mut lcov: Lcov) -> (Lcov, lcov::Tallies) {
+    let mut totals = lcov::Tallies::default();
+    for file in lcov.files.values() {
+        totals += file.tallies();
+    }
+    lcov.retain_covered();
+    (lcov, totals)
 }
 
 /// The first line where two texts differ: its number and both versions.

@@ -14,6 +14,23 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `git -C dir <args>` as a fixed author, within a minute; its stdout (fails the test if git does).
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let mut cmd = Command::new("git");
+    cmd.arg("-C").arg(dir).args(args);
+    for (k, v) in [
+        ("GIT_AUTHOR_NAME", "t"),
+        ("GIT_AUTHOR_EMAIL", "t@t"),
+        ("GIT_COMMITTER_NAME", "t"),
+        ("GIT_COMMITTER_EMAIL", "t@t"),
+    ] {
+        cmd.env(k, v);
+    }
+    let out = output_within(cmd, Duration::from_secs(60));
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Copies the folder `from` to `to`, recursively (a fixture into a temporary repository).
 pub fn copy_tree(from: &Path, to: &Path) {
     fs::create_dir_all(to).unwrap();
