@@ -5,10 +5,12 @@
 //! into each caller's section. The line table has one sequence per kernel section, starting with
 //! `DW_LNE_set_address 0` that a `.rela.debug_line` entry (`R_CUDA_64` against the kernel's symbol)
 //! ties to its section. So an address alone does not say which function it is in: the relocation
-//! does. ptxas marks inlined code with vendor extended opcode 0x90 (operands: ULEB row number of
-//! the call site in the sequence, ULEB `.debug_str` offset of the callee; `0, 0` ends it); the
-//! plain row registers already hold the inlined code's own file and line, which is what line
-//! coverage wants, so those opcodes are skipped.
+//! does. ptxas marks inlined code with vendor extended opcode 0x90: its operands, two ULEBs, are
+//! the row number (from 1, counted within the sequence) of the call site and the `.debug_str`
+//! offset of the callee's name; `0, 0` ends the inlined code. The opcode sets a register that
+//! every following row of the sequence carries until the next 0x90 or the end of the sequence.
+//! A row's own file and line are the innermost frame; its call site, and that row's own call
+//! site in turn, are the frames around it: `nvdisasm -gi` prints the same chain.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -38,6 +40,10 @@ pub(crate) struct FileLine {
     pub(crate) line: u32,
 }
 
+/// The source positions of one instruction: the innermost frame (the inlined code's own line)
+/// first, then each call site it was inlined at, out to the kernel's own line. Never empty.
+pub(crate) type Frames = std::sync::Arc<[FileLine]>;
+
 /// The line rows of one kernel section.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct FunctionLines {
@@ -45,21 +51,22 @@ pub(crate) struct FunctionLines {
     pub(crate) size: u64,
     /// Rows sorted by offset; `None` marks an end of sequence: offsets from there on have no
     /// line until the next row. At one offset the last row wins, as in nvdisasm.
-    pub(crate) rows: Vec<(u64, Option<FileLine>)>,
+    pub(crate) rows: Vec<(u64, Option<Frames>)>,
 }
 
 impl FunctionLines {
-    /// The source line of the instruction at `offset`: the last row at or before it.
-    pub(crate) fn line_at(&self, offset: u64) -> Option<&FileLine> {
+    /// The frames of the instruction at `offset`: the last row at or before it; empty when it
+    /// has no line.
+    pub(crate) fn frames_at(&self, offset: u64) -> &[FileLine] {
         let after = self.rows.partition_point(|(row_offset, _)| *row_offset <= offset);
-        self.rows.get(after.checked_sub(1)?)?.1.as_ref()
+        after.checked_sub(1).and_then(|row| self.rows[row].1.as_deref()).unwrap_or_default()
     }
 
-    /// Every instruction offset of the function with its line, if it has one.
-    pub(crate) fn instructions(&self) -> impl Iterator<Item = (u64, Option<&FileLine>)> {
+    /// Every instruction offset of the function with its frames (empty without a line).
+    pub(crate) fn instructions(&self) -> impl Iterator<Item = (u64, &[FileLine])> {
         (0..self.size / INSTRUCTION_BYTES)
             .map(|index| index * INSTRUCTION_BYTES)
-            .map(|offset| (offset, self.line_at(offset)))
+            .map(|offset| (offset, self.frames_at(offset)))
     }
 }
 
@@ -80,11 +87,11 @@ impl CubinLines {
         parse_cubin(data).map_err(|error| error.context(format_args!("cubin {origin}")))
     }
 
-    /// Every line any instruction of any kernel maps to, launched or not: what device coverage
-    /// counts as instrumented.
+    /// Every line any frame of any instruction of any kernel maps to, launched or not: what
+    /// device coverage counts as instrumented.
     #[cfg(test)]
     pub(crate) fn instrumented_lines(&self) -> std::collections::BTreeSet<&FileLine> {
-        self.functions.values().flat_map(FunctionLines::instructions).filter_map(|(_, line)| line).collect()
+        self.functions.values().flat_map(FunctionLines::instructions).flat_map(|(_, frames)| frames).collect()
     }
 }
 
@@ -233,13 +240,11 @@ struct Sequence {
     section: Option<SectionIndex>,
     /// Start address (section-relative when relocated).
     start: u64,
-    rows: Vec<(u64, Option<FileLine>)>,
+    rows: Vec<(u64, Option<Frames>)>,
 }
 
 /// Runs every line program of `.debug_line` (a cubin has no `.debug_info` pointing at them, so
-/// they are read back to back). Vendor extended opcodes come back from gimli as
-/// `UnknownExtended` and change no row register, so rows of inlined code keep the inlined
-/// function's own file and line.
+/// they are read back to back).
 fn read_line_sequences(
     debug_line: &[u8],
     relocations: &LineRelocations,
@@ -297,35 +302,73 @@ impl<'data, 'relocations> Strings<'data, 'relocations> {
     }
 }
 
+/// NVIDIA's extended opcode for inlined code (`DW_LNE_lo_user` + 0x10); gimli hands it over as
+/// `UnknownExtended`, with its operands.
+const DW_LNE_NV_INLINED_CALL: gimli::DwLne = gimli::DwLne(0x90);
+
+/// Runs one line program with gimli's row state machine, instruction by instruction, so that
+/// the inlined-call opcode, which gimli leaves alone, is seen: each row's frames are its own
+/// line and the frames of the row it names as its call site.
 fn read_unit_sequences<'data, 'relocations>(
-    program: gimli::IncompleteLineProgram<LineReader<'data, 'relocations>>,
+    mut program: gimli::IncompleteLineProgram<LineReader<'data, 'relocations>>,
     strings: &Strings<'data, 'relocations>,
     relocations: &LineRelocations,
     sequences: &mut Vec<Sequence>,
 ) -> Result<()> {
     let mut paths: HashMap<u64, String> = HashMap::new();
-    let mut rows = program.rows();
-    let mut current: Option<(u64, Sequence)> = None;
-    while let Some((header, row)) = rows.next_row().map_err(|error| Error::new(format!("line program: {error}")))? {
+    let mut instructions = program.header().instructions();
+    let mut row = gimli::LineRow::new(program.header());
+    // The open sequence: its section tag, the sequence, and every row's frames in order, for
+    // the call sites that later rows name by number.
+    let mut current: Option<(u64, Sequence, Vec<Option<Frames>>)> = None;
+    // The inlined-call register: the call site's row number (from 1) in the open sequence.
+    let mut call_site: u64 = 0;
+    loop {
+        let Some(instruction) = instructions
+            .next_instruction(program.header())
+            .map_err(|error| Error::new(format!("line program: {error}")))?
+        else {
+            break;
+        };
+        match instruction {
+            gimli::LineInstruction::UnknownExtended(DW_LNE_NV_INLINED_CALL, mut operands) => {
+                let operand = |reader: &mut LineReader<'_, '_>| {
+                    reader.read_uleb128().map_err(|error| Error::new(format!("inlined-call opcode: {error}")))
+                };
+                call_site = operand(&mut operands)?;
+                // The callee's name (a .debug_str offset) is not needed for lines.
+                operand(&mut operands)?;
+                continue;
+            }
+            gimli::LineInstruction::SetAddress(address) if address < row.address() => {
+                bail!("DW_LNE_set_address {address:#x} goes back from {:#x}", row.address());
+            }
+            _ => {}
+        }
+        if !row.execute(instruction, &mut program).map_err(|error| Error::new(format!("line program: {error}")))? {
+            continue;
+        }
         let tag = row.address() >> SECTION_TAG_SHIFT;
         let address = if tag == 0 { row.address() } else { row.address() & OFFSET_MASK };
-        let (sequence_tag, sequence) = if let Some(open) = &mut current {
+        let (sequence_tag, sequence, frames) = if let Some(open) = &mut current {
             open
         } else {
             let section = tagged_section(tag, relocations)?;
-            current.insert((tag, Sequence { section, start: address, rows: Vec::new() }))
+            current.insert((tag, Sequence { section, start: address, rows: Vec::new() }, Vec::new()))
         };
         if *sequence_tag != tag {
             bail!("a sequence starting at {:#x} runs into another section", sequence.start);
         }
         if row.end_sequence() {
             sequence.rows.push((address, None));
-            if let Some((_, done)) = current.take() {
+            if let Some((_, done, _)) = current.take() {
                 sequences.push(done);
             }
+            call_site = 0;
+            row.reset(program.header());
             continue;
         }
-        let line = match row.line() {
+        let own = match row.line() {
             // Line 0 is DWARF's "no source line".
             None => None,
             Some(line) => {
@@ -335,17 +378,33 @@ fn read_unit_sequences<'data, 'relocations>(
                 let file = if let Some(path) = paths.get(&row.file_index()) {
                     path.clone()
                 } else {
-                    let path = file_path(header, row.file_index(), strings)?;
+                    let path = file_path(program.header(), row.file_index(), strings)?;
                     paths.insert(row.file_index(), path.clone());
                     path
                 };
                 Some(FileLine { file, line })
             }
         };
-        sequence.rows.push((address, line));
+        let outer: &[FileLine] = match call_site {
+            0 => &[],
+            site => match usize::try_from(site - 1).ok().and_then(|index| frames.get(index)) {
+                Some(outer) => outer.as_deref().unwrap_or_default(),
+                None => bail!(
+                    "row {} at {address:#x} is inlined at row {site}, which the sequence does not have before it",
+                    frames.len() + 1
+                ),
+            },
+        };
+        let chain: Option<Frames> = match (own, outer.is_empty()) {
+            (None, true) => None,
+            (own, _) => Some(own.into_iter().chain(outer.iter().cloned()).collect()),
+        };
+        frames.push(chain.clone());
+        sequence.rows.push((address, chain));
+        row.reset(program.header());
     }
     // A program cut short before its end_sequence still says where its rows are.
-    if let Some((_, open)) = current {
+    if let Some((_, open, _)) = current {
         sequences.push(open);
     }
     Ok(())
@@ -396,25 +455,34 @@ pub(crate) mod tests {
         CubinLines::parse(&std::fs::read(&path).unwrap(), &path).unwrap()
     }
 
-    type Disassembly = BTreeMap<String, Vec<(u64, Option<FileLine>)>>;
+    /// Each instruction's frames, innermost first, by function.
+    type Disassembly = BTreeMap<String, Vec<(u64, Vec<FileLine>)>>;
 
-    /// Reads `nvdisasm -g -c` output: each `//## File "...", line N` comment gives the line of
-    /// the instructions after it, up to the next comment or section.
-    fn parse_nvdisasm(text: &str) -> Disassembly {
+    /// Reads `nvdisasm -gi -c` output: before an instruction whose line changes, one
+    /// `//## File "...", line N[ inlined at "...", line M]` comment per frame, innermost first;
+    /// they hold for the instructions after it, up to the next comments or section. (`-g`
+    /// without `-i` prints the innermost frame alone.)
+    pub(crate) fn parse_nvdisasm(text: &str) -> Disassembly {
         let mut functions = Disassembly::new();
         let mut function = None;
-        let mut current = None;
+        let mut current = Vec::new();
+        let mut fresh = false;
         for line in text.lines().map(str::trim) {
             if let Some(rest) = line.strip_prefix(".section\t.text.") {
                 let name = rest.split(',').next().unwrap().to_owned();
                 functions.insert(name.clone(), Vec::new());
                 function = Some(name);
-                current = None;
+                current.clear();
             } else if let Some(rest) = line.strip_prefix("//## File \"") {
+                if !fresh {
+                    current.clear();
+                    fresh = true;
+                }
                 let (file, rest) = rest.split_once("\", line ").unwrap();
                 let line = rest.split(' ').next().unwrap().parse().unwrap();
-                current = Some(FileLine { file: file.to_owned(), line });
+                current.push(FileLine { file: file.to_owned(), line });
             } else if let Some(rest) = line.strip_prefix("/*") {
+                fresh = false;
                 let (offset, _) = rest.split_once("*/").unwrap();
                 let offset = u64::from_str_radix(offset, 16).unwrap();
                 functions.get_mut(function.as_ref().unwrap()).unwrap().push((offset, current.clone()));
@@ -423,17 +491,25 @@ pub(crate) mod tests {
         functions
     }
 
-    fn our_disassembly(cubin: &CubinLines) -> Disassembly {
+    /// Our frames of every instruction, or only the innermost (`-g`'s view).
+    pub(crate) fn our_disassembly(cubin: &CubinLines, every_frame: bool) -> Disassembly {
         cubin
             .functions
             .iter()
             .map(|(name, lines)| {
-                (name.clone(), lines.instructions().map(|(offset, line)| (offset, line.cloned())).collect())
+                let rows = lines
+                    .instructions()
+                    .map(|(offset, frames)| {
+                        let shown = if every_frame { frames } else { &frames[..frames.len().min(1)] };
+                        (offset, shown.to_vec())
+                    })
+                    .collect();
+                (name.clone(), rows)
             })
             .collect()
     }
 
-    fn assert_same_lines(ours: &Disassembly, theirs: &Disassembly, what: &str) {
+    pub(crate) fn assert_same_lines(ours: &Disassembly, theirs: &Disassembly, what: &str) {
         assert_eq!(ours.keys().collect::<Vec<_>>(), theirs.keys().collect::<Vec<_>>(), "{what}: functions");
         for (function, rows) in ours {
             let expected = &theirs[function];
@@ -458,26 +534,84 @@ pub(crate) mod tests {
             let text = std::fs::read_to_string(format!("{FIXTURES}/k.{arch}.nvdisasm.txt")).unwrap();
             let theirs = parse_nvdisasm(&text);
             assert_eq!(theirs.len(), 3, "{arch}");
-            assert_same_lines(&our_disassembly(&fixture_cubin(arch)), &theirs, arch);
+            assert_same_lines(&our_disassembly(&fixture_cubin(arch), false), &theirs, arch);
         }
     }
 
-    /// Runs nvdisasm when it is on PATH or named by `NVDISASM`; CI has none and skips.
+    #[test]
+    fn every_frame_matches_saved_nvdisasm_gi() {
+        for arch in ARCHES {
+            let text = std::fs::read_to_string(format!("{FIXTURES}/k.{arch}.nvdisasm-gi.txt")).unwrap();
+            let theirs = parse_nvdisasm(&text);
+            assert!(theirs.values().flatten().any(|(_, frames)| frames.len() > 1), "{arch}: no inlined code");
+            assert_same_lines(&our_disassembly(&fixture_cubin(arch), true), &theirs, arch);
+        }
+    }
+
+    /// NVIDIA's disassembler, where this machine has one: `NVDISASM`, else `nvdisasm` on
+    /// `PATH` (`scripts/install-deps` puts the `nvidia-cuda-nvdisasm` wheel's there), else a
+    /// Python environment's wheel (`nvidia/cu13/bin/nvdisasm` beside a `bin` on `PATH`).
+    pub(crate) fn nvdisasm() -> Option<std::path::PathBuf> {
+        if let Some(named) = std::env::var_os("NVDISASM") {
+            return Some(named.into());
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let dirs: Vec<std::path::PathBuf> = std::env::split_paths(&path).collect();
+        if let Some(found) = dirs.iter().map(|dir| dir.join("nvdisasm")).find(|p| p.is_file()) {
+            return Some(found);
+        }
+        dirs.iter().filter_map(|bin| bin.parent()).find_map(|prefix| {
+            let pythons = std::fs::read_dir(prefix.join("lib")).ok()?;
+            pythons
+                .flatten()
+                .map(|python| python.path().join("site-packages/nvidia/cu13/bin/nvdisasm"))
+                .find(|p| p.is_file())
+        })
+    }
+
+    /// `nvdisasm <flags> -c <cubin>`, parsed.
+    fn live_nvdisasm(nvdisasm: &std::path::Path, flags: &str, cubin: &str) -> Disassembly {
+        let output = std::process::Command::new(nvdisasm).args([flags, "-c", cubin]).output().unwrap();
+        assert!(output.status.success(), "{} {flags} failed on {cubin}", nvdisasm.display());
+        parse_nvdisasm(&String::from_utf8(output.stdout).unwrap())
+    }
+
+    /// Runs where nvdisasm is (see [`nvdisasm`]); without it, says so and checks nothing.
     #[test]
     fn every_instruction_matches_live_nvdisasm() {
-        let nvdisasm = std::env::var("NVDISASM").unwrap_or_else(|_| "nvdisasm".to_owned());
+        let Some(nvdisasm) = nvdisasm() else {
+            eprintln!("no nvdisasm: skipping the live comparison");
+            return;
+        };
         for arch in ARCHES {
             let path = format!("{FIXTURES}/k.{arch}.cubin");
-            let Ok(output) = std::process::Command::new(&nvdisasm).args(["-g", "-c", &path]).output() else {
-                eprintln!("no {nvdisasm}: skipping the live comparison");
-                return;
-            };
-            assert!(output.status.success(), "{nvdisasm} failed on {path}");
-            let live = parse_nvdisasm(&String::from_utf8(output.stdout).unwrap());
-            let saved = parse_nvdisasm(&std::fs::read_to_string(format!("{FIXTURES}/k.{arch}.nvdisasm.txt")).unwrap());
-            assert_eq!(live, saved, "{arch}: live nvdisasm against the saved output");
-            assert_same_lines(&our_disassembly(&fixture_cubin(arch)), &live, arch);
+            for (flags, saved, every_frame) in [("-g", "nvdisasm.txt", false), ("-gi", "nvdisasm-gi.txt", true)] {
+                let live = live_nvdisasm(&nvdisasm, flags, &path);
+                let saved = parse_nvdisasm(&std::fs::read_to_string(format!("{FIXTURES}/k.{arch}.{saved}")).unwrap());
+                assert_eq!(live, saved, "{arch}: live nvdisasm {flags} against the saved output");
+                assert_same_lines(&our_disassembly(&fixture_cubin(arch), every_frame), &live, arch);
+            }
         }
+    }
+
+    /// The cubins the H200 capture saved (the CUDA fixture's kernels, `tests/fixtures/cuda-capture`):
+    /// every instruction's frames, innermost to outermost, as `nvdisasm -gi` prints them.
+    #[test]
+    fn every_frame_of_the_captured_cubins_matches_live_nvdisasm_gi() {
+        let Some(nvdisasm) = nvdisasm() else {
+            eprintln!("no nvdisasm: skipping the live comparison");
+            return;
+        };
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cuda-capture/cubins");
+        let mut inlined = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path().display().to_string();
+            let cubin = CubinLines::parse(&std::fs::read(&path).unwrap(), &path).unwrap();
+            let theirs = live_nvdisasm(&nvdisasm, "-gi", &path);
+            inlined += theirs.values().flatten().filter(|(_, frames)| frames.len() > 1).count();
+            assert_same_lines(&our_disassembly(&cubin, true), &theirs, &path);
+        }
+        assert!(inlined > 100, "only {inlined} inlined instructions in the captured cubins");
     }
 
     #[test]
@@ -486,7 +620,7 @@ pub(crate) mod tests {
             let cubin = fixture_cubin(arch);
             for kernel in ["_Z12scale_floatsPKfPfif", "_Z10scale_intsPKiPii"] {
                 let lines: std::collections::BTreeSet<_> =
-                    cubin.functions[kernel].instructions().filter_map(|(_, line)| line.cloned()).collect();
+                    cubin.functions[kernel].instructions().filter_map(|(_, frames)| frames.first().cloned()).collect();
                 // scale_add's body is kmath.cuh lines 6-7; the float kernel fuses both into one FFMA.
                 let header_line = FileLine { file: HEADER.to_owned(), line: 7 };
                 assert!(lines.contains(&header_line), "{arch} {kernel}: {lines:?}");
@@ -508,10 +642,10 @@ pub(crate) mod tests {
 
     #[test]
     fn offsets_before_the_first_row_or_after_an_end_of_sequence_have_no_line() {
-        let line = FileLine { file: "a.cu".to_owned(), line: 3 };
+        let line: Frames = vec![FileLine { file: "a.cu".to_owned(), line: 3 }].into();
         let lines = FunctionLines { size: 0x40, rows: vec![(0x10, Some(line.clone())), (0x30, None)] };
         let found: Vec<_> = lines.instructions().collect();
-        assert_eq!(found, vec![(0, None), (0x10, Some(&line)), (0x20, Some(&line)), (0x30, None)]);
+        assert_eq!(found, vec![(0, &[][..]), (0x10, &line[..]), (0x20, &line[..]), (0x30, &[][..])]);
     }
 
     #[test]
@@ -538,10 +672,11 @@ pub(crate) mod tests {
         assert!(CubinLines::parse(b"\x7fELF garbage", "g").unwrap_err().to_string().starts_with("cubin g: "));
     }
 
-    /// A one-sequence line table in DWARF `version`, as nvcc lays it out, with a vendor
-    /// extended opcode in the middle. Returns the `.debug_line` bytes, the offset of the
-    /// `DW_LNE_set_address` operand and the `.debug_line_str` bytes.
-    fn line_table(version: u16) -> (Vec<u8>, usize, Vec<u8>) {
+    /// A one-sequence line table in DWARF `version`, as nvcc lays it out, with NVIDIA's
+    /// inlined-call opcode naming row `call_site` as the call site of the second row, and
+    /// ending the inlined code before the third. Returns the `.debug_line` bytes, the offset of
+    /// the `DW_LNE_set_address` operand and the `.debug_line_str` bytes.
+    fn line_table(version: u16, call_site: u8) -> (Vec<u8>, usize, Vec<u8>) {
         let mut header = Vec::new();
         header.extend([1, 1, 1, 0xfb, 14, 13]); // min length, max ops, is_stmt, line base -5, range, opcode base
         if version < 4 {
@@ -563,8 +698,10 @@ pub(crate) mod tests {
         let address_at = program.len();
         program.extend([0; 8]);
         program.extend([4, first_file, 3, 9, 1]); // set file, line 10, copy
-        program.extend([0, 3, 0x90, 0x03, 0x1b]); // NVIDIA inlined-call opcode
+        program.extend([0, 3, 0x90, call_site, 0x1b]); // inlined at row `call_site`, callee name at 0x1b
         program.extend([4, second_file, 3, 2, 2, 0x20, 1]); // set file, line 12, pc += 0x20, copy
+        program.extend([0, 3, 0x90, 0, 0]); // the inlined code ends
+        program.extend([2, 0x20, 1]); // pc += 0x20, copy
         program.extend([2, 0x20, 0, 1, 1]); // pc += 0x20, end_sequence
         let mut after_length = version.to_le_bytes().to_vec();
         if version >= 5 {
@@ -580,20 +717,27 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn reads_dwarf_2_to_5_line_tables_and_skips_vendor_opcodes() {
+    fn reads_dwarf_2_to_5_line_tables_with_their_inline_chains() {
         for version in 2..=5 {
-            let (table, address_at, line_str) = line_table(version);
+            let (table, address_at, line_str) = line_table(version, 1);
             let section = SectionIndex(7);
             let relocations =
                 LineRelocations { by_offset: HashMap::from([(address_at, (0, 0x100))]), sections: vec![section] };
             let sequences = read_line_sequences(&table, &relocations, &[], &line_str).unwrap();
             let first = if version >= 5 { "/comp/k.cu" } else { "/abs/k.cu" };
-            let at = |file: &str, line| Some(FileLine { file: file.to_owned(), line });
+            let at = |frames: &[(&str, u32)]| -> Option<Frames> {
+                Some(frames.iter().map(|(file, line)| FileLine { file: (*file).to_owned(), line: *line }).collect())
+            };
             assert_eq!(sequences.len(), 1, "version {version}");
             assert_eq!(sequences[0].section, Some(section), "version {version}");
             assert_eq!(
                 sequences[0].rows,
-                vec![(0x100, at(first, 10)), (0x120, at("/inc/h.cuh", 12)), (0x140, None)],
+                vec![
+                    (0x100, at(&[(first, 10)])),
+                    (0x120, at(&[("/inc/h.cuh", 12), (first, 10)])),
+                    (0x140, at(&[("/inc/h.cuh", 12)])),
+                    (0x160, None)
+                ],
                 "version {version}"
             );
             let unrelocated = read_line_sequences(&table, &LineRelocations::default(), &[], &line_str).unwrap();
@@ -601,6 +745,20 @@ pub(crate) mod tests {
             for length in 0..table.len() {
                 let _ = read_line_sequences(&table[..length], &relocations, &[], &line_str);
             }
+        }
+    }
+
+    #[test]
+    fn a_call_site_that_is_not_an_earlier_row_is_an_error() {
+        for call_site in [2, 3, 0x7f] {
+            let (table, _, line_str) = line_table(5, call_site);
+            let error = read_line_sequences(&table, &LineRelocations::default(), &[], &line_str).unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!(
+                    ".debug_line unit at 0x0: row 2 at 0x20 is inlined at row {call_site}, which the sequence does not have before it"
+                )
+            );
         }
     }
 }

@@ -118,8 +118,12 @@ pub(crate) fn read_cubin_dir(dir: &Path) -> Result<BTreeMap<u32, CubinLines>> {
 
 /// Line and function coverage of every kernel of `cubins` over all `records`.
 ///
-/// A line's count is the most any one of its instructions ran, summed over records: the count
-/// of its hottest instruction, so that a line is covered when any of its code ran.
+/// Every frame of an instruction's inline chain is a line of it: the inlined code's own line,
+/// and each call site out to the kernel's, as LLVM and gcov count the call site of an inlined
+/// function on the host. A file that appears twice in one chain (a helper inlined into another
+/// helper of the same header) has both lines. A line's count is the most any one of its
+/// instructions ran, summed over records: the count of its hottest instruction, so that a line
+/// is covered when any of its code ran.
 pub(crate) fn line_coverage(cubins: &BTreeMap<u32, CubinLines>, records: &[Record]) -> Result<DeviceCoverage> {
     let mut counts: BTreeMap<&InstructionKey, u64> = BTreeMap::new();
     for record in records {
@@ -130,20 +134,30 @@ pub(crate) fn line_coverage(cubins: &BTreeMap<u32, CubinLines>, records: &[Recor
         }
     }
     let mut coverage = DeviceCoverage::default();
+    // nvcc spells one header many ways; each spelling is normalized once.
+    let mut names: BTreeMap<&str, String> = BTreeMap::new();
+    fn file_of<'cubin>(names: &mut BTreeMap<&'cubin str, String>, file: &'cubin str) -> String {
+        names.entry(file).or_insert_with(|| normalized(file)).clone()
+    }
     for (&crc, cubin) in cubins {
         for (function, lines) in &cubin.functions {
             let count_at = |offset| {
                 let key = InstructionKey { crc, function: function.clone(), offset };
                 counts.get(&key).copied().unwrap_or(0)
             };
-            for (offset, line) in lines.instructions() {
-                let Some(line) = line else { continue };
-                let count =
-                    coverage.files.entry(normalized(&line.file)).or_default().lines.entry(line.line).or_default();
-                *count = (*count).max(count_at(offset));
+            for (offset, frames) in lines.instructions() {
+                if frames.is_empty() {
+                    continue;
+                }
+                let count = count_at(offset);
+                for frame in frames {
+                    let line = coverage.files.entry(file_of(&mut names, &frame.file)).or_default().lines.entry(frame.line).or_default();
+                    *line = (*line).max(count);
+                }
             }
-            let Some(entry) = lines.line_at(0) else { continue };
-            let functions = &mut coverage.files.entry(normalized(&entry.file)).or_default().functions;
+            // The kernel's own line is the outermost frame of its entry instruction.
+            let Some(entry) = lines.frames_at(0).last() else { continue };
+            let functions = &mut coverage.files.entry(file_of(&mut names, &entry.file)).or_default().functions;
             // A kernel in several cubins (one per architecture, say) adds up its launches.
             let function_coverage =
                 functions.entry(function.clone()).or_insert(FunctionCoverage { first_line: entry.line, hits: 0 });
