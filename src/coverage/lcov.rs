@@ -1,7 +1,8 @@
 //! The one coverage model every report reads: lcov's lines, functions and
 //! branches with their counts, per source file. llvm-cov's host export and
-//! NVIDIA's kernel lines (`sass::to_lcov`) both feed it, as lcov text, and
-//! records of one file add up: a union. Every total of lines, functions
+//! NVIDIA's kernel lines (`sass::to_lcov`) both feed it, as lcov text folded
+//! into one record per file ([`fold_in`]), and records of one file add up: a
+//! union. Every total of lines, functions
 //! and branches in every report format is [`FileCoverage::tallies`] of it
 //! (regions, which lcov cannot carry, are llvm-cov's: `model.rs`).
 
@@ -163,6 +164,107 @@ fn recount_record(record: &[&str], origin: &str, out: &mut String) -> Result<()>
     Ok(())
 }
 
+/// `host` lcov with the records of `extra` (NVIDIA's kernel lines) folded in: one record per
+/// source file, as genhtml, Codecov and Cobertura readers each merge two records of one file
+/// their own way. A file in both keeps its host record, line for line, with the extra record's
+/// functions after the host's and its lines among the host's, in line order; a line in both
+/// has the sum of its counts, so it is covered when either ran (the two count different things:
+/// host executions, and warp-level executions of the line's hottest instruction; the split
+/// stays in `summary-device.json`, `summary.md` and the device pages). Files only `extra` has
+/// follow as they were. The totals of a folded record are the host's: [`recount`] them.
+pub(crate) fn fold_in(host: &str, extra: &str, origin: &str) -> Result<String> {
+    let extra_model = parse_lcov(extra, origin)?;
+    let mut out = String::with_capacity(host.len() + extra.len());
+    let mut folded = std::collections::BTreeSet::new();
+    let mut record: Vec<&str> = Vec::new();
+    for line in host.split_inclusive('\n') {
+        record.push(line);
+        if line.trim_end() != "end_of_record" {
+            continue;
+        }
+        let file = record.iter().find_map(|l| l.trim_end().strip_prefix("SF:"));
+        match file.and_then(|f| extra_model.files.get(f).map(|coverage| (f, coverage))) {
+            Some((file, coverage)) => {
+                fold_record(&record, coverage, &mut out);
+                folded.insert(file);
+            }
+            None => out.extend(record.iter().copied()),
+        }
+        record.clear();
+    }
+    out.extend(record.drain(..));
+    // The records of `extra` for files the host has no record of, as they were.
+    for line in extra.split_inclusive('\n') {
+        record.push(line);
+        if line.trim_end() != "end_of_record" {
+            continue;
+        }
+        let file = record.iter().find_map(|l| l.trim_end().strip_prefix("SF:"));
+        if !file.is_some_and(|f| folded.contains(f)) {
+            out.extend(record.iter().copied());
+        }
+        record.clear();
+    }
+    out.extend(record);
+    Ok(out)
+}
+
+/// One host record (`SF` to `end_of_record`) with `extra`'s functions and lines of its file,
+/// in llvm-cov's order of record lines: `FN`, `FNDA`, `FNF`, `FNH`, `BRDA`, `BRF`, `BRH`,
+/// `DA`, `LF`, `LH`.
+fn fold_record(record: &[&str], extra: &FileCoverage, out: &mut String) {
+    const ORDER: [&str; 10] = ["FN", "FNDA", "FNF", "FNH", "BRDA", "BRF", "BRH", "DA", "LF", "LH"];
+    // Lines before the first of ORDER (TN, SF), each kind of ORDER, then anything else.
+    let mut head = Vec::new();
+    let mut groups: [Vec<String>; ORDER.len()] = Default::default();
+    let mut rest = Vec::new();
+    for line in record.iter().filter(|l| l.trim_end() != "end_of_record") {
+        let key = line.split_once(':').map_or("", |(key, _)| key);
+        match ORDER.iter().position(|k| *k == key) {
+            Some(i) => groups[i].push((*line).to_string()),
+            None if groups.iter().all(Vec::is_empty) => head.push((*line).to_string()),
+            None => rest.push((*line).to_string()),
+        }
+    }
+    let value = |line: &str| line.trim_end().split_once(':').map_or("", |(_, v)| v).to_string();
+    let named: std::collections::BTreeSet<String> =
+        groups[0].iter().filter_map(|l| value(l).rsplit_once(',').map(|(_, name)| name.to_string())).collect();
+    let new_functions = || extra.functions.iter().filter(|(name, _)| !named.contains(*name));
+    groups[0].extend(new_functions().map(|(name, (start, _))| format!("FN:{start},{name}\n")));
+    for line in &mut groups[1] {
+        if let Some((count, name)) = value(line).split_once(',')
+            && let Some((_, hits)) = extra.functions.get(name)
+        {
+            *line = format!("FNDA:{},{name}\n", parse_count(count).unwrap_or(0).saturating_add(*hits));
+        }
+    }
+    groups[1].extend(new_functions().map(|(name, (_, hits))| format!("FNDA:{hits},{name}\n")));
+    let mut extra_lines = extra.lines.clone();
+    let mut lines: Vec<(u32, String)> = groups[7]
+        .iter()
+        .map(|line| {
+            let v = value(line);
+            let mut fields = v.split(',');
+            let number = fields.next().and_then(|n| n.parse::<u32>().ok()).unwrap_or(u32::MAX);
+            match extra_lines.remove(&number) {
+                Some(hits) => {
+                    let host = fields.next().and_then(parse_count).unwrap_or(0);
+                    (number, format!("DA:{number},{}\n", host.saturating_add(hits)))
+                }
+                None => (number, line.clone()),
+            }
+        })
+        .collect();
+    lines.extend(extra_lines.into_iter().map(|(number, hits)| (number, format!("DA:{number},{hits}\n"))));
+    // Stable: host lines of one number keep their order.
+    lines.sort_by_key(|(number, _)| *number);
+    groups[7] = lines.into_iter().map(|(_, line)| line).collect();
+    out.extend(head);
+    out.extend(groups.into_iter().flatten());
+    out.extend(rest);
+    out.push_str("end_of_record\n");
+}
+
 /// Parses an lcov tracefile (`origin` names it in errors). Records of the
 /// same source file are added up; records lcov writes that are not about
 /// lines, functions or branches (totals, test names) are skipped.
@@ -281,5 +383,28 @@ mod tests {
         let bare = recount("SF:/s/b.cc\nDA:1,1\nend_of_record\n", "t").unwrap();
         assert_eq!(bare, "SF:/s/b.cc\nDA:1,1\nFNF:0\nFNH:0\nBRF:0\nBRH:0\nLF:1\nLH:1\nend_of_record\n");
         assert!(recount("SF:x\nDA:1\nend_of_record\n", "t").is_err());
+    }
+
+    #[test]
+    fn device_records_fold_into_the_host_record_of_their_file() {
+        let host = "TN:\nSF:/s/a.h\nFN:3,host_fn\nFNDA:2,host_fn\nFNF:1\nFNH:1\nBRDA:4,0,0,1\nBRDA:4,0,1,-\nBRF:2\nBRH:1\n\
+                    DA:3,2\nDA:4,2\nDA:9,0\nLF:3\nLH:2\nend_of_record\nSF:/s/b.cc\nDA:1,1\nLF:1\nLH:1\nend_of_record\n";
+        let device = "TN:\nSF:/s/a.h\nFN:7,kernel\nFNDA:5,kernel\nFNF:1\nFNH:1\nDA:4,5\nDA:7,5\nDA:9,5\nDA:12,0\nLF:4\nLH:3\nend_of_record\n\
+                      TN:\nSF:/s/k.cu\nDA:2,1\nLF:1\nLH:1\nend_of_record\n";
+        let folded = recount(&fold_in(host, device, "device").unwrap(), "folded").unwrap();
+        assert_eq!(
+            folded,
+            "TN:\nSF:/s/a.h\nFN:3,host_fn\nFN:7,kernel\nFNDA:2,host_fn\nFNDA:5,kernel\nFNF:2\nFNH:2\n\
+             BRDA:4,0,0,1\nBRDA:4,0,1,-\nBRF:2\nBRH:1\nDA:3,2\nDA:4,7\nDA:7,5\nDA:9,5\nDA:12,0\nLF:5\nLH:4\nend_of_record\n\
+             SF:/s/b.cc\nDA:1,1\nLF:1\nLH:1\nFNF:0\nFNH:0\nBRF:0\nBRH:0\nend_of_record\n\
+             TN:\nSF:/s/k.cu\nDA:2,1\nLF:1\nLH:1\nFNF:0\nFNH:0\nBRF:0\nBRH:0\nend_of_record\n"
+        );
+        // One record per file, and the model the same as the two records added up.
+        assert_eq!(folded.matches("SF:/s/a.h\n").count(), 1);
+        let two = parse_lcov(&format!("{host}{device}"), "two").unwrap();
+        assert_eq!(parse_lcov(&folded, "folded").unwrap(), two);
+        // Nothing to fold: the host text as it was.
+        assert_eq!(fold_in(host, "", "none").unwrap(), host);
+        assert!(fold_in(host, "SF:x\nDA:1\nend_of_record\n", "bad").is_err());
     }
 }

@@ -50,12 +50,12 @@ struct Attributed {
     summaries: Vec<TrialSummary>,
 }
 
-/// The model: the merged lcov as text (host records, then NVIDIA kernel
-/// lines) and parsed.
+/// The model: the merged lcov as text (host records with NVIDIA's kernel
+/// lines folded in, one record per file) and parsed.
 struct ModelText {
     text: String,
-    /// Where the host records end in `text`.
-    host_len: usize,
+    /// The host records alone, when kernel lines were folded into `text`.
+    host: Option<String>,
     model: Lcov,
 }
 
@@ -482,7 +482,7 @@ impl Shared {
                             .expect("totals serialize")
                             .as_bytes(),
                     )?;
-                    let host = lcov::parse_lcov(&model.text[..model.host_len], "the host lcov")?;
+                    let host = lcov::parse_lcov(model.host.as_deref().unwrap_or(&model.text), "the host lcov")?;
                     let host = merged.inputs.model_summary(&host)?.1;
                     return Ok(Summary { host: report::totals(&host), all, device: Some(device) });
                 }
@@ -534,17 +534,25 @@ impl Shared {
         let out = self.report_dir().join("coverage.lcov");
         self.lcov
             .get_or_init(|| {
-                let mut text = lcov::recount(&merged.inputs.lcov_text()?, "llvm-cov export -format=lcov")?;
-                let host_len = text.len();
-                // Device records of the same files add to the host's, as lcov merges.
-                if let Some(lines) = &merged.device_lines {
-                    text.push_str(&lcov::recount(&sass::to_lcov(&lines.all), "the NVIDIA kernel lines")?);
-                }
+                let host = lcov::recount(&merged.inputs.lcov_text()?, "llvm-cov export -format=lcov")?;
+                // Device lines of a host file join its record: one record per file.
+                let (text, host) = match &merged.device_lines {
+                    Some(lines) => {
+                        let folded = lcov::fold_in(&host, &sass::to_lcov(&lines.all), "the NVIDIA kernel lines")?;
+                        (lcov::recount(&folded, "the merged lcov")?, Some(host))
+                    }
+                    None => (host, None),
+                };
                 let model = lcov::parse_lcov(&text, "the merged lcov")?;
                 merged.inputs.ignore.check_kept(model.files.keys().map(String::as_str))?;
-                let written = report::relative_lcov(&text, &self.path_prefix(merged));
-                workspace::files::write_atomic(&out, written.as_bytes())?;
-                Ok(ModelText { text, host_len, model })
+                let prefix = self.path_prefix(merged);
+                workspace::files::write_atomic(&out, report::relative_lcov(&text, &prefix).as_bytes())?;
+                // The kernel lines alone, for checking them against NVIDIA's own tools.
+                if let Some(lines) = &merged.device_lines {
+                    let device = report::relative_lcov(&sass::to_lcov(&lines.all), &prefix);
+                    workspace::files::write_atomic(&self.report_dir().join("device.lcov"), device.as_bytes())?;
+                }
+                Ok(ModelText { text, host, model })
             })
             .as_ref()
             .map_err(|e| failed("the model (llvm-cov export -format=lcov)", e))
@@ -1005,7 +1013,8 @@ impl PerTrial {
             let keep = |f: &str| merged.inputs.ignore.keeps(f);
             let mut ours = loaded.lcov(&keep);
             if let Some(lines) = &merged.device_lines {
-                ours.push_str(&sass::to_lcov(&lines.all));
+                ours = lcov::fold_in(&ours, &sass::to_lcov(&lines.all), "the NVIDIA kernel lines")
+                    .map_err(|e| e.to_string())?;
             }
             if let Some((n, theirs, mine)) =
                 first_difference(&mapping::without_summaries(merged_lcov), &mapping::without_summaries(&ours))
