@@ -42,7 +42,7 @@ fn hip(rocm: &Path) -> DeviceConfig {
         target: Some("gfx942".into()),
         rocm_path: Some(rocm.display().to_string()),
         linker: true,
-        objects: Vec::new(),
+        ..DeviceConfig::default()
     }
 }
 

@@ -280,11 +280,49 @@ pub struct DeviceConfig {
     /// only while device coverage is on and only if they carry coverage mapping.
     #[serde(default)]
     pub objects: Vec<BuildTemplate>,
+    /// NVIDIA: which kernels CUPTI counts. Counting costs every executed
+    /// instruction, and a test program's own kernels (nccl-tests' data fill
+    /// and check) execute the most, for lines the report leaves out anyway.
+    #[serde(default)]
+    pub kernels: KernelSelection,
+    /// NVIDIA: count only each kernel's first this many launches in a
+    /// process; every launch when unset (the safe default: a later launch
+    /// can take paths the first ones did not).
+    #[serde(default, deserialize_with = "max_launches")]
+    pub max_launches: Option<u32>,
 }
 
 impl Default for DeviceConfig {
     fn default() -> Self {
-        DeviceConfig { mode: DeviceMode::Auto, target: None, rocm_path: None, linker: true, objects: Vec::new() }
+        DeviceConfig {
+            mode: DeviceMode::Auto,
+            target: None,
+            rocm_path: None,
+            linker: true,
+            objects: Vec::new(),
+            kernels: KernelSelection::Library,
+            max_launches: None,
+        }
+    }
+}
+
+/// Which NVIDIA kernels device coverage counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelSelection {
+    /// The kernels in the library's objects' cubins (`library.objects`).
+    #[default]
+    Library,
+    /// Every kernel a trial launches, the test programs' own too.
+    All,
+}
+
+fn max_launches<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    match Option::<u32>::deserialize(d)? {
+        Some(0) => Err(de::Error::custom(
+            "0 launches would count nothing: expected a number of launches from 1, or leave max_launches out to count every launch",
+        )),
+        n => Ok(n),
     }
 }
 

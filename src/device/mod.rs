@@ -59,6 +59,10 @@ pub enum Found {
         cupti_version: String,
         /// The injection library (`CUDA_INJECTION64_PATH`) built against it.
         collector: PathBuf,
+        /// Whether this CUPTI counts only the kernels it is told to (the probe
+        /// switched counting off for one kernel and on again for the next).
+        #[serde(default)]
+        selective: bool,
     },
 }
 
@@ -96,6 +100,12 @@ impl DeviceDecision {
             (Some(Found::Nvidia { collector, cupti, .. }), true) => Some((collector, cupti)),
             _ => None,
         }
+    }
+
+    /// Whether NVIDIA device coverage is on with a CUPTI that counts only the
+    /// kernels it is told to.
+    pub(crate) fn nvidia_selective(&self) -> bool {
+        matches!((&self.found, self.enabled), (Some(Found::Nvidia { selective: true, .. }), true))
     }
 }
 
@@ -325,10 +335,28 @@ pub(crate) fn build_env(decision: &DeviceDecision, inherited: Option<&str>) -> V
 
 /// What a trial's environment gains from device coverage: NVIDIA's
 /// collector, writing its records into the trial's `profile_dir` and the
-/// cubins once per build under the build's `cache_dir`.
-pub(crate) fn trial_env(decision: &DeviceDecision, profile_dir: &Path, cache_dir: &Path) -> Vec<(String, String)> {
+/// cubins once per build under the build's `cache_dir`, counting the kernels
+/// and launches `config` selects.
+pub(crate) fn trial_env(
+    decision: &DeviceDecision,
+    config: &DeviceConfig,
+    profile_dir: &Path,
+    cache_dir: &Path,
+) -> Vec<(String, String)> {
     match decision.nvidia() {
-        Some((collector, _)) => nvidia::trial_env(collector, profile_dir, &nvidia::cubins_dir(cache_dir)),
+        Some((collector, _)) => {
+            let selective = decision.nvidia_selective();
+            let list = nvidia::library_kernels_file(cache_dir);
+            let library = config.kernels == crate::config::KernelSelection::Library;
+            let kernels = (selective && library && list.is_file()).then_some(list);
+            nvidia::trial_env(
+                collector,
+                profile_dir,
+                &nvidia::cubins_dir(cache_dir),
+                kernels.as_deref(),
+                config.max_launches.filter(|_| selective),
+            )
+        }
         None => Vec::new(),
     }
 }
@@ -356,7 +384,7 @@ pub(crate) mod tests {
 
     /// No device target, mode AUTO.
     pub(crate) fn no_device() -> DeviceConfig {
-        DeviceConfig { mode: DeviceMode::Auto, target: None, rocm_path: None, linker: true, objects: Vec::new() }
+        DeviceConfig { mode: DeviceMode::Auto, linker: true, ..DeviceConfig::default() }
     }
 
     /// A clang 22 that is not there.
@@ -410,5 +438,43 @@ pub(crate) mod tests {
         assert_eq!(coverage_flags(&flags, &hip_on), flags);
         let cuda = DeviceDecision { target: Some("sm_90".into()), backend: Some(Backend::Nvidia), ..hip_off };
         assert_eq!(coverage_flags(&flags, &cuda), flags);
+    }
+
+    #[test]
+    fn trials_count_the_library_s_kernels_only_where_cupti_can_and_the_config_asks() {
+        let cache = tempfile::tempdir().unwrap();
+        let decision = |selective| DeviceDecision {
+            requested: DeviceMode::Auto,
+            enabled: true,
+            reason: String::new(),
+            target: Some("sm_90".into()),
+            backend: Some(Backend::Nvidia),
+            found: Some(Found::Nvidia {
+                cupti: "/c/libcupti.so.13".into(),
+                cupti_version: "13.4.92".into(),
+                collector: "/t/libccl_cov_cupti.so".into(),
+                selective,
+            }),
+        };
+        let env = |decision: &DeviceDecision, config: &DeviceConfig| -> Vec<(String, String)> {
+            trial_env(decision, config, Path::new("/ws/p"), cache.path())
+                .into_iter()
+                .filter(|(k, _)| k == "CCL_COV_SASS_KERNELS" || k == "CCL_COV_SASS_MAX_LAUNCHES")
+                .collect()
+        };
+        let library = DeviceConfig::default();
+        let first_two = DeviceConfig { max_launches: Some(2), ..DeviceConfig::default() };
+        let all = DeviceConfig { kernels: crate::config::KernelSelection::All, ..DeviceConfig::default() };
+        // No list yet (cuobjdump failed, an older build): every kernel.
+        assert!(env(&decision(true), &library).is_empty());
+        let list = nvidia::library_kernels_file(cache.path());
+        std::fs::write(&list, "k\n").unwrap();
+        let listed = ("CCL_COV_SASS_KERNELS".to_string(), list.display().to_string());
+        assert_eq!(env(&decision(true), &library), [listed.clone()]);
+        assert_eq!(env(&decision(true), &first_two), [listed, ("CCL_COV_SASS_MAX_LAUNCHES".into(), "2".into())]);
+        assert!(env(&decision(true), &all).is_empty());
+        // A CUPTI whose counting cannot be switched per kernel: every kernel, every launch.
+        assert!(env(&decision(false), &first_two).is_empty());
+        assert!(trial_env(&DeviceDecision { enabled: false, ..decision(true) }, &library, Path::new("/p"), cache.path()).is_empty());
     }
 }

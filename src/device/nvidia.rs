@@ -170,8 +170,8 @@ pub(super) fn check(
         return Ok(Err(Blocker::ProbeFailed { detail }));
     }
     let run = dir.join("probe-run");
-    let (recorded, api) = match run_probe(&probe, &collector, &run) {
-        Ok(found) => found,
+    let (recorded, api) = match run_probe(&probe, &collector, &run, None) {
+        Ok(found) => (found.recorded, found.api),
         Err(detail) => return Ok(Err(Blocker::ProbeFailed { detail })),
     };
     // A lone libcupti.so.13 names no release; CUPTI's own API version does.
@@ -189,13 +189,19 @@ pub(super) fn check(
             ),
         }));
     }
+    let selection = probe_selection(&dir, &probe, &collector);
+    let counts = match &selection {
+        Ok(()) => "only the library's kernels are counted when asked (coverage.device.kernels)".to_string(),
+        Err(why) => format!("every kernel is counted: switching counting per kernel does not work with it ({why})"),
+    };
     let detail = format!(
-        "{target} kernels are counted by CUPTI's SASS metrics: libcupti {version} ({}) patched {n} of {n} probe kernels; collector {}",
+        "{target} kernels are counted by CUPTI's SASS metrics: libcupti {version} ({}) patched {n} of {n} probe kernels; {counts}; collector {}",
         cupti.display(),
         collector.display(),
         n = PROBE_KERNELS.len()
     );
-    Ok(Ok(Available { found: Found::Nvidia { cupti, cupti_version: version, collector }, detail }))
+    let selective = selection.is_ok();
+    Ok(Ok(Available { found: Found::Nvidia { cupti, cupti_version: version, collector, selective }, detail }))
 }
 
 /// Builds the collector (with the host compiler, against CUPTI's C API) and
@@ -240,14 +246,44 @@ fn build(
     files::write_atomic(&done, b"").map_err(|e| e.to_string())
 }
 
-/// Runs the probe under the collector, with a time limit, and returns the
-/// probe kernels that have executed instructions in its record, and the
-/// CUPTI API version the collector read (`cuptiGetVersion`).
+/// What one probe run recorded.
+struct ProbeRun {
+    /// The probe kernels with executed instructions.
+    recorded: BTreeSet<&'static str>,
+    /// The CUPTI API version the collector read (`cuptiGetVersion`).
+    api: Option<String>,
+    record: Record,
+}
+
+/// The probe again, told to count k1 and k3 only (`CCL_COV_SASS_KERNELS`): it
+/// launches k1, k2, k3, k1, so counting goes off before k2 and on again before
+/// k3. Works when k1 and k3 ran, k2 was not counted, and nothing was dropped.
+fn probe_selection(dir: &Path, probe: &Path, collector: &Path) -> std::result::Result<(), String> {
+    let list = dir.join("probe-kernels.txt");
+    files::write_atomic(&list, b"_Z2k1Pii\n_Z2k3Pii\n").map_err(|e| e.to_string())?;
+    let run = run_probe(probe, collector, &dir.join("probe-run-selective"), Some(&list))?;
+    let wanted = BTreeSet::from([PROBE_KERNELS[0], PROBE_KERNELS[2]]);
+    let skipped = run.record.skipped.keys().any(|k| k.starts_with(PROBE_KERNELS[1]));
+    if run.recorded != wanted || !skipped || run.record.dropped > 0 {
+        return Err(format!(
+            "told to count k1 and k3, it recorded {:?}, k2 {}, {} records dropped (record {})",
+            run.recorded,
+            if skipped { "not counted" } else { "not named as uncounted" },
+            run.record.dropped,
+            run.record.origin
+        ));
+    }
+    Ok(())
+}
+
+/// Runs the probe under the collector (counting the kernels `kernels` lists,
+/// when given), with a time limit.
 fn run_probe(
     probe: &Path,
     collector: &Path,
     run: &Path,
-) -> std::result::Result<(BTreeSet<&'static str>, Option<String>), String> {
+    kernels: Option<&Path>,
+) -> std::result::Result<ProbeRun, String> {
     if run.exists() {
         std::fs::remove_dir_all(run).map_err(|e| format!("cannot empty {}: {e}", run.display()))?;
     }
@@ -256,7 +292,7 @@ fn run_probe(
     let out = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
     let mut command = std::process::Command::new(probe);
-    command.envs(trial_env(collector, run, run)).stdout(out).stderr(err).stdin(std::process::Stdio::null());
+    command.envs(trial_env(collector, run, run, kernels, None)).stdout(out).stderr(err).stdin(std::process::Stdio::null());
     let shown = format!("{} (under CUDA_INJECTION64_PATH={})", probe.display(), collector.display());
     let mut child = command.spawn().map_err(|e| format!("cannot start the NVIDIA probe {shown}: {e}"))?;
     let started = Instant::now();
@@ -303,7 +339,7 @@ fn run_probe(
         .copied()
         .filter(|k| record.executions.keys().any(|key| key.function.starts_with(k)))
         .collect();
-    Ok((recorded, record.cupti.map(|(api, _)| api)))
+    Ok(ProbeRun { recorded, api: record.cupti.clone().map(|(api, _)| api), record })
 }
 
 /// `NVCC_APPEND_FLAGS` with `-lineinfo`: the line tables that map SASS
@@ -320,14 +356,92 @@ pub(super) fn append_lineinfo(inherited: Option<&str>) -> (String, String) {
 /// The collector's environment: loaded by the CUDA driver in every process
 /// (and so in every rank: launchers forward the trial's environment),
 /// modules loaded eagerly (lazy loading hides kernels from CUPTI until they
-/// run), records into `records`, cubins into `cubins`.
-pub(super) fn trial_env(collector: &Path, records: &Path, cubins: &Path) -> Vec<(String, String)> {
-    vec![
+/// run), records into `records`, cubins into `cubins`; only the kernels
+/// `kernels` lists are counted when it names a list, and each kernel's first
+/// `max_launches` launches when it is set.
+pub(super) fn trial_env(
+    collector: &Path,
+    records: &Path,
+    cubins: &Path,
+    kernels: Option<&Path>,
+    max_launches: Option<u32>,
+) -> Vec<(String, String)> {
+    let mut env = vec![
         ("CUDA_INJECTION64_PATH".into(), collector.display().to_string()),
         ("CUDA_MODULE_LOADING".into(), "EAGER".into()),
         ("CCL_COV_SASS_DIR".into(), records.display().to_string()),
         ("CCL_COV_SASS_CUBINS".into(), cubins.display().to_string()),
-    ]
+    ];
+    if let Some(list) = kernels {
+        env.push(("CCL_COV_SASS_KERNELS".into(), list.display().to_string()));
+    }
+    if let Some(n) = max_launches {
+        env.push(("CCL_COV_SASS_MAX_LAUNCHES".into(), n.to_string()));
+    }
+    env
+}
+
+/// The list of the library's kernels a build writes beside its cubins, one
+/// mangled name a line: what `coverage.device.kernels: "library"` counts.
+pub(crate) fn library_kernels_file(cache_dir: &Path) -> PathBuf {
+    cache_dir.join("library-kernels.txt")
+}
+
+/// Writes [`library_kernels_file`]: the kernels of every cubin in the
+/// library's `objects`, extracted with the toolkit's `cuobjdump -xelf all`
+/// into `scratch` (emptied first). An object without device code adds none.
+/// On failure, why, and the file is not written: trials then count every
+/// kernel, which costs time, never coverage.
+pub(crate) fn write_library_kernels(
+    objects: &[PathBuf],
+    cache_dir: &Path,
+    scratch: &Path,
+    env: Lookup,
+) -> std::result::Result<usize, String> {
+    let cuobjdump = cuda_home(env).join("bin/cuobjdump");
+    if !cuobjdump.is_file() {
+        return Err(format!("{} does not exist", cuobjdump.display()));
+    }
+    let mut kernels = BTreeSet::new();
+    for (i, object) in objects.iter().enumerate() {
+        let dir = scratch.join(i.to_string());
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| format!("cannot empty {}: {e}", dir.display()))?;
+        }
+        files::create_dir(&dir).map_err(|e| e.to_string())?;
+        let extract = Cmd::new(cuobjdump.display().to_string()).args(["-xelf", "all"]).arg(object.display().to_string());
+        match extract.cwd(&dir).read() {
+            Ok(_) => {}
+            // cuobjdump fails on an object that holds no device code: nothing to count there.
+            Err(e) if e.to_string().contains("does not contain device code") => continue,
+            Err(e) => return Err(format!("cannot list the kernels of {}: {e}", object.display())),
+        }
+        let mut cubins: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "cubin"))
+            .collect();
+        cubins.sort();
+        for cubin in &cubins {
+            let data = std::fs::read(cubin).map_err(|e| format!("cannot read {}: {e}", cubin.display()))?;
+            kernels.extend(kernel_names(&data).map_err(|e| format!("{}: {e}", cubin.display()))?);
+        }
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("cannot delete {}: {e}", dir.display()))?;
+    }
+    let text: String = kernels.iter().map(|k| format!("{k}\n")).collect();
+    files::write_atomic(&library_kernels_file(cache_dir), text.as_bytes()).map_err(|e| e.to_string())?;
+    Ok(kernels.len())
+}
+
+/// The kernels of one cubin: each has a `.text.<mangled name>` section.
+fn kernel_names(cubin: &[u8]) -> std::result::Result<Vec<String>, String> {
+    use object::{Object, ObjectSection};
+    let elf = object::read::elf::ElfFile64::<object::LittleEndian>::parse(cubin).map_err(|e| e.to_string())?;
+    Ok(elf
+        .sections()
+        .filter_map(|section| section.name().ok().and_then(|n| n.strip_prefix(".text.")).map(str::to_owned))
+        .collect())
 }
 
 /// What a trial's record files say about device-coverage loss: `None` when
@@ -432,6 +546,50 @@ mod tests {
         assert_eq!(append_lineinfo(None).1, "-lineinfo");
         assert_eq!(append_lineinfo(Some("-O3")).1, "-O3 -lineinfo");
         assert_eq!(append_lineinfo(Some("-lineinfo -O3")).1, "-lineinfo -O3");
+    }
+
+    #[test]
+    fn kernel_names_are_the_cubins_text_sections() {
+        let cubin = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cuda-sass/k.sm_90.cubin")).unwrap();
+        assert_eq!(
+            kernel_names(&cubin).unwrap(),
+            ["_Z14never_launchedPi", "_Z10scale_intsPKiPii", "_Z12scale_floatsPKfPfif"]
+        );
+        assert!(kernel_names(b"not an ELF").is_err());
+    }
+
+    /// A fake `cuobjdump` that "extracts" the sass fixture's cubin, then one that fails: the
+    /// list is written from the cubins, and a failure writes none and says why.
+    #[test]
+    fn the_library_s_kernels_are_listed_from_its_cubins() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join("cuda/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cuda-sass/k.sm_90.cubin");
+        let fake = bin.join("cuobjdump");
+        let script = |body: &str| {
+            std::fs::write(&fake, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        script(&format!(
+            "case \"$3\" in *nodevice*) echo 'cuobjdump info    : File does not contain device code' >&2; exit 255;; esac; cp {fixture} lib.1.sm_90.cubin"
+        ));
+        let env = lookup(vec![("CUDA_HOME", root.path().join("cuda").display().to_string())]);
+        let cache = root.path().join("cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        let objects = [PathBuf::from("/x/libk.so"), PathBuf::from("/x/libnodevice.so")];
+        let scratch = cache.join("scratch");
+        assert_eq!(write_library_kernels(&objects, &cache, &scratch, &env), Ok(3));
+        let listed = std::fs::read_to_string(library_kernels_file(&cache)).unwrap();
+        assert_eq!(listed, "_Z10scale_intsPKiPii\n_Z12scale_floatsPKfPfif\n_Z14never_launchedPi\n");
+        std::fs::remove_file(library_kernels_file(&cache)).unwrap();
+        script("echo 'cuobjdump fatal   : Could not open input file' >&2; exit 1");
+        let error = write_library_kernels(&objects, &cache, &scratch, &env).unwrap_err();
+        assert!(error.starts_with("cannot list the kernels of /x/libk.so: ") && error.contains("Could not open"), "{error}");
+        assert!(!library_kernels_file(&cache).exists());
+        let none = lookup(vec![("CUDA_HOME", "/nonexistent/cuda".into())]);
+        assert_eq!(write_library_kernels(&objects, &cache, &scratch, &none), Err("/nonexistent/cuda/bin/cuobjdump does not exist".into()));
     }
 
     #[test]

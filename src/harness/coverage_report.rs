@@ -476,9 +476,10 @@ impl Shared {
                 let m = &merged.manifest;
                 if let Some(lines) = &merged.device_lines {
                     let device = device_totals(&lines.all);
+                    let summary = json!({"source": "cupti-sass", "totals": device, "not_counted": lines.not_counted});
                     workspace::files::write_atomic(
                         &dir.join("summary-device.json"),
-                        serde_json::to_string_pretty(&json!({"source": "cupti-sass", "totals": device}))
+                        serde_json::to_string_pretty(&summary)
                             .expect("totals serialize")
                             .as_bytes(),
                     )?;
@@ -629,6 +630,13 @@ impl Shared {
                 report::percent(lh, lf),
                 report::percent(fh, ff)
             ));
+            if !lines.not_counted.is_empty() {
+                let launches: u64 = lines.not_counted.values().sum();
+                md.push_str(&format!(
+                    "\nNot counted (not the library's kernels, or launches past `coverage.device.max_launches`): {} kernels, {launches} launches; `summary-device.json` names them.\n",
+                    lines.not_counted.len()
+                ));
+            }
         }
         match self.attributed(merged) {
             Ok(a) => md.push_str(&attribution::markdown(&a.summaries)),

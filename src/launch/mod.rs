@@ -257,7 +257,8 @@ fn harness_env(
         env.push((PROFILE_FILE.into(), profile_file.display().to_string()));
     }
     // The device collector's variables are the harness's too.
-    let device = crate::device::trial_env(&manifest.device, profile_dir, &manifest.cache_dir);
+    let device =
+        crate::device::trial_env(&manifest.device, &config.coverage.device, profile_dir, &manifest.cache_dir);
     env.retain(|(key, _)| !device.iter().any(|(k, _)| k == key));
     env.extend(device);
     env.push((TRIAL_TOKEN.into(), token.clone()));
@@ -654,6 +655,7 @@ mod tests {
                 cupti: "/c/libcupti.so.13".into(),
                 cupti_version: "13.4.92".into(),
                 collector: "/t/libccl_cov_cupti.so".into(),
+                selective: true,
             }),
         };
         let user = vec![("CUDA_MODULE_LOADING".to_string(), "LAZY".to_string())];

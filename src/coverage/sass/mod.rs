@@ -68,6 +68,9 @@ pub(crate) struct DeviceLines {
     pub(crate) all: DeviceCoverage,
     /// By trial slug.
     pub(crate) trials: BTreeMap<String, DeviceCoverage>,
+    /// Launches the collector did not count, by kernel, over every trial:
+    /// kernels that are not the library's, and launches past the limit.
+    pub(crate) not_counted: BTreeMap<String, u64>,
 }
 
 /// The coverage of each trial's records (`records`, by slug) over the
@@ -82,6 +85,10 @@ pub(crate) fn device_lines(
     for (slug, files) in records {
         let read = files.iter().map(|f| Record::read(f)).collect::<Result<Vec<_>>>()?;
         lines.trials.insert(slug.clone(), line_coverage(&cubins, &read)?);
+        for (kernel, launches) in read.iter().flat_map(|record| &record.skipped) {
+            let total = lines.not_counted.entry(kernel.clone()).or_default();
+            *total = total.saturating_add(*launches);
+        }
         every.extend(read);
     }
     lines.all = line_coverage(&cubins, &every)?;

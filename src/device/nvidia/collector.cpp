@@ -5,9 +5,9 @@
 //
 // Derived from nvidia/cupti_sass_injection.cpp, reduced to the one mode that
 // gives coverage with CUPTI >= 13.4 (docs: shared/spec/cupti-134/README.md):
-// SASS metrics configured once per device and enabled on every context when
-// it is created, with lazy patching (a function is patched at its first
-// launch); counts flushed when a context is destroyed and at exit. CUPTI
+// SASS metrics configured once per device and enabled on a context, with lazy
+// patching (a function is patched at its first launch in an enabled range);
+// counts flushed when a context is destroyed and at exit. CUPTI
 // before 13.4 (CUDA 13.0's CUPTI 2025.3.1) patches only the first kernel a
 // context launches, so the harness's capability probe (probe.cu) decides
 // whether the CUPTI it found is usable. The process should run with
@@ -33,6 +33,20 @@
 //                        file per process, sass-<host>-<pid>.tsv
 //   CCL_COV_SASS_CUBINS  folder where each distinct cubin is saved once, as
 //                        <crc hex>.cubin (default: CCL_COV_SASS_DIR)
+//   CCL_COV_SASS_KERNELS a file of kernel names (one mangled name a line):
+//                        only these are counted. Counting costs every
+//                        executed instruction, and a test program's own
+//                        kernels (nccl-tests' data fill and check) execute
+//                        the most, for lines the report leaves out anyway.
+//                        Unset: every kernel is counted.
+//   CCL_COV_SASS_MAX_LAUNCHES  count each kernel's first N launches in the
+//                        process, not the later ones (unset: every launch).
+//
+// Counting is switched per context at each kernel launch (the launch API's
+// entry callback): on before a kernel that is counted, off (flush, then
+// disable) before one that is not. With neither variable set it is on from
+// the context's creation, as it always was. A kernel launched through a CUDA
+// graph cannot be named at its launch: graphs are always counted.
 //
 // Record file: text, fields separated by tabs, written atomically (a
 // temporary file in the same folder, fsync, rename) when the library starts,
@@ -46,6 +60,7 @@
 //   event   <free text: enabled, flushes, errors>   (in order)
 //   dropped <records CUPTI dropped, in total>        (always; 0 when none)
 //   x       <crc hex>  <pc offset hex>  <count>  <function (mangled)>
+//   skipped <launches not counted>  <function (mangled)>   (version 3)
 //   end     <reason>
 // Counts of the same (cubin, function, offset) are summed over flushes; only
 // executed instructions (count > 0) are written. Free text has no tabs or
@@ -55,9 +70,11 @@
 #include <cuda.h>
 #include <cupti_activity.h>
 #include <cupti_callbacks.h>
+#include <cupti_driver_cbid.h>
 #include <cupti_pcsampling.h>
 #include <cupti_profiler_target.h>
 #include <cupti_result.h>
+#include <cupti_runtime_cbid.h>
 #include <cupti_sass_metrics.h>
 #include <cupti_target.h>
 #include <cupti_version.h>
@@ -96,6 +113,13 @@ struct State {
   std::map<uint32_t, size_t> cubins;         // crc -> bytes
   std::vector<std::string> pending_cubins;   // loaded, not yet named by CRC
   std::map<Key, uint64_t> executed;
+  // Counting only some kernels: their names (CCL_COV_SASS_KERNELS), and how
+  // many launches of each to count (CCL_COV_SASS_MAX_LAUNCHES; 0: all).
+  bool selective = false;
+  std::set<std::string> counted_kernels;
+  uint64_t max_launches = 0;
+  std::map<std::string, uint64_t> launches;   // counted launches by kernel
+  std::map<std::string, uint64_t> skipped;    // launches not counted, by kernel
   std::vector<std::string> events;
   uint64_t dropped = 0;
   bool ended = false;
@@ -211,7 +235,7 @@ void write_records(const char* end_reason) {
   State& s = state();
   if (s.path.empty() || getpid() != s.pid) return;
   settle_cubins();
-  std::string out = "ccl-coverage-sass\t2\n";
+  std::string out = "ccl-coverage-sass\t3\n";
   out += "host\t" + field(s.host) + "\n";
   out += "pid\t" + std::to_string((long)s.pid) + "\n";
   out += "cupti\t" + s.cupti_line + "\n";
@@ -227,6 +251,9 @@ void write_records(const char* end_reason) {
                   (unsigned long long)count);
     out += buf;
     out += field(std::get<1>(key)) + "\n";
+  }
+  for (const auto& [name, count] : s.skipped) {
+    out += "skipped\t" + std::to_string((unsigned long long)count) + "\t" + field(name) + "\n";
   }
   if (end_reason) out += std::string("end\t") + field(end_reason) + "\n";
   std::string why;
@@ -332,14 +359,112 @@ void disable(CUcontext ctx, const char* where) {
   s.enabled.erase(ctx);
 }
 
+// Waits for the work of the calling thread's current context, so that a
+// flush sees the counts of kernels still running. cuCtxSynchronize comes from
+// the driver that loaded us (no link against libcuda).
+void synchronize() {
+  using Sync = CUresult (*)();
+  static Sync sync = (Sync)dlsym(RTLD_DEFAULT, "cuCtxSynchronize");
+  if (!sync) {
+    event("error: cuCtxSynchronize not found; a flush may miss kernels still running");
+    return;
+  }
+  CUresult r = sync();
+  if (r != CUDA_SUCCESS) event("error cuCtxSynchronize: " + std::to_string((int)r));
+}
+
+// Before a launch on `ctx` of `kernel` (nullptr: a graph, whose kernels have
+// no name here): counting on for a kernel that is counted, else off.
+void before_launch(CUcontext ctx, const char* kernel) {
+  State& s = state();
+  if (!ctx || s.profiler_failed) return;
+  bool wanted = true;
+  std::string name = kernel ? kernel : "";
+  if (kernel && s.selective) {
+    wanted = s.counted_kernels.empty() || s.counted_kernels.count(name) > 0;
+    if (wanted && s.max_launches > 0 && s.launches[name] >= s.max_launches) wanted = false;
+  }
+  if (wanted) {
+    if (kernel) ++s.launches[name];
+    if (!s.enabled.count(ctx)) enable(ctx);
+    return;
+  }
+  ++s.skipped[name];
+  if (s.enabled.count(ctx)) {
+    synchronize();
+    flush(ctx, "launch of an uncounted kernel");
+    disable(ctx, "launch of an uncounted kernel");
+  }
+}
+
+bool is_launch(CUpti_CallbackDomain domain, CUpti_CallbackId id) {
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    switch (id) {
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunch:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice:
+        return true;
+      default:
+        return false;
+    }
+  }
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    switch (id) {
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
+        return true;
+      default:
+        return false;
+    }
+  }
+  return false;
+}
+
+bool is_graph_launch(CUpti_CallbackDomain domain, CUpti_CallbackId id) {
+  return (domain == CUPTI_CB_DOMAIN_DRIVER_API &&
+          (id == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch || id == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz)) ||
+         (domain == CUPTI_CB_DOMAIN_RUNTIME_API && (id == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 ||
+                                                   id == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000));
+}
+
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId id, const void* data) {
   State& s = state();
   std::lock_guard<std::recursive_mutex> lock(s.mu);
-  if (s.ended || domain != CUPTI_CB_DOMAIN_RESOURCE || !data) return;
+  if (s.ended || !data) return;
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API || domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    const CUpti_CallbackData* call = (const CUpti_CallbackData*)data;
+    if (call->callbackSite != CUPTI_API_ENTER) return;
+    try {
+      if (is_launch(domain, id)) {
+        before_launch(call->context, call->symbolName ? call->symbolName : "?");
+      } else if (is_graph_launch(domain, id)) {
+        before_launch(call->context, nullptr);
+      }
+    } catch (...) {
+      try {
+        event("error in a launch callback: an exception; records may be incomplete");
+      } catch (...) {
+      }
+    }
+    return;
+  }
+  if (domain != CUPTI_CB_DOMAIN_RESOURCE) return;
   try {
     const CUpti_ResourceData* resource = (const CUpti_ResourceData*)data;
     if (id == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
-      enable(resource->context);
+      // Counting only some kernels: on at the first launch of one of them.
+      if (!s.selective) enable(resource->context);
     } else if (id == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
       if (s.enabled.count(resource->context)) {
         flush(resource->context, "context destroy");
@@ -394,6 +519,39 @@ bool subscribe(State& s) {
              "cuptiEnableCallback(resource " + std::to_string((int)id) + ")") &&
           all;
   }
+  if (!s.selective) return all;
+  const CUpti_CallbackId driver[] = {
+      CUPTI_DRIVER_TRACE_CBID_cuLaunch,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice,
+      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz};
+  const CUpti_CallbackId runtime[] = {
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000};
+  for (CUpti_CallbackId id : driver) {
+    all = ok(cuptiEnableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id),
+             "cuptiEnableCallback(driver " + std::to_string((int)id) + ")") &&
+          all;
+  }
+  for (CUpti_CallbackId id : runtime) {
+    all = ok(cuptiEnableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id),
+             "cuptiEnableCallback(runtime " + std::to_string((int)id) + ")") &&
+          all;
+  }
   return all;
 }
 
@@ -405,6 +563,43 @@ std::string cupti_line() {
   line += "\t";
   line += dladdr((void*)&cuptiGetVersion, &info) != 0 && info.dli_fname ? field(info.dli_fname) : "?";
   return line;
+}
+
+// CCL_COV_SASS_KERNELS and CCL_COV_SASS_MAX_LAUNCHES. A list that cannot be
+// read counts every kernel, and says so: coverage is never narrowed by mistake.
+void read_selection(State& s) {
+  const char* list = std::getenv("CCL_COV_SASS_KERNELS");
+  const char* max = std::getenv("CCL_COV_SASS_MAX_LAUNCHES");
+  if (max && *max) {
+    char* end = nullptr;
+    unsigned long long n = std::strtoull(max, &end, 10);
+    if (end && *end == 0 && n > 0) {
+      s.max_launches = n;
+      s.selective = true;
+      event("counting the first " + std::to_string(n) + " launches of each kernel");
+    } else {
+      event("error: CCL_COV_SASS_MAX_LAUNCHES=" + field(max) + " is not a positive number; counting every launch");
+    }
+  }
+  if (!list || !*list) return;
+  FILE* f = std::fopen(list, "r");
+  if (!f) {
+    event("error opening the kernel list " + field(list) + ": " + std::strerror(errno) + "; counting every kernel");
+    return;
+  }
+  char line[4096];
+  while (std::fgets(line, sizeof line, f)) {
+    std::string name(line);
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+    if (!name.empty()) s.counted_kernels.insert(name);
+  }
+  std::fclose(f);
+  if (s.counted_kernels.empty()) {
+    event("the kernel list " + field(list) + " is empty; counting every kernel");
+    return;
+  }
+  s.selective = true;
+  event("counting only the " + std::to_string(s.counted_kernels.size()) + " kernels of " + field(list));
 }
 
 }  // namespace
@@ -435,6 +630,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
     s.path = s.dir + "/sass-" + s.host + "-" + std::to_string((long)s.pid) + ".tsv";
     s.cupti_line = cupti_line();
     event("collector started, built with CUPTI_API_VERSION " + std::to_string(CUPTI_API_VERSION));
+    read_selection(s);
     subscribe(s);
     if (s.subscriber) std::atexit(at_exit);
     write_records(nullptr);

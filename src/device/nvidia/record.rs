@@ -28,8 +28,9 @@ pub(crate) fn record_files(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     files.sort();
     Ok(files)
 }
-/// Version 1 files (the first collector) lack the `cupti` and `dropped` lines.
-const VERSIONS: std::ops::RangeInclusive<u32> = 1..=2;
+/// Version 1 files (the first collector) lack the `cupti` and `dropped` lines; `skipped`
+/// lines (kernels launched but not counted) came with version 3.
+const VERSIONS: std::ops::RangeInclusive<u32> = 1..=3;
 
 /// Where one SASS instruction is: CUPTI keys its counts by cubin CRC, kernel and PC offset.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -56,6 +57,9 @@ pub(crate) struct Record {
     pub(crate) dropped: u64,
     /// Executed count of each instruction, summed over repeated lines.
     pub(crate) executions: BTreeMap<InstructionKey, u64>,
+    /// Launches the collector did not count, by kernel: those outside the
+    /// kernels it was told to count, and launches past the limit.
+    pub(crate) skipped: BTreeMap<String, u64>,
     /// The reason the collector gave on its last line; `None` when the process did not flush.
     pub(crate) end: Option<String>,
 }
@@ -143,6 +147,16 @@ impl Record {
                 let count: u64 = parse_number(count, 10, "count")?;
                 let total = self.executions.entry(key).or_default();
                 *total = total.saturating_add(count);
+                Ok(())
+            }
+            "skipped" if self.version >= 3 => {
+                let [launches, function] = fields(rest)?;
+                if function.is_empty() {
+                    bail!("empty function name");
+                }
+                let launches: u64 = parse_number(launches, 10, "launch count")?;
+                let total = self.skipped.entry(function.to_owned()).or_default();
+                *total = total.saturating_add(launches);
                 Ok(())
             }
             "end" => {
@@ -252,9 +266,10 @@ pub(crate) mod tests {
         let cases = [
             (
                 "ccl-coverage-sass\t2",
-                "ccl-coverage-sass\t3",
-                "r.tsv:1: ccl-coverage-sass version 3 is not supported (only 1..=2)",
+                "ccl-coverage-sass\t4",
+                "r.tsv:1: ccl-coverage-sass version 4 is not supported (only 1..=3)",
             ),
+            ("x\tab\t10\t4\tk", "skipped\t3\tprepare", "r.tsv:6: unknown line tag \"skipped\""),
             (
                 "ccl-coverage-sass\t2",
                 "ccl-coverage\t2",
@@ -279,5 +294,15 @@ pub(crate) mod tests {
             assert_eq!(parse(&good.replace(from, to)).unwrap_err().to_string(), expected, "{to:?}");
         }
         assert_eq!(parse("").unwrap_err().to_string(), "r.tsv: empty, no ccl-coverage-sass header");
+    }
+
+    #[test]
+    fn version_3_names_the_kernels_it_did_not_count() {
+        let v3 = "ccl-coverage-sass\t3\nhost\th\npid\t7\ncubin\tab\t10\ndropped\t0\nx\tab\t10\t4\tk\n\
+                  skipped\t2\tprepare\nskipped\t1\tverify\nskipped\t1\tprepare\nend\texit\n";
+        let record = parse(v3).unwrap();
+        assert_eq!(record.skipped, BTreeMap::from([("prepare".to_owned(), 3), ("verify".to_owned(), 1)]));
+        assert_eq!(parse(&v3.replace("skipped\t2\t", "skipped\tx\t")).unwrap_err().to_string(), "r.tsv:7: launch count \"x\" is not a base-10 number");
+        assert_eq!(parse(&v3.replace("\tverify", "")).unwrap_err().to_string(), "r.tsv:8: 1 fields where 2 belong");
     }
 }
