@@ -594,17 +594,19 @@ pub(crate) mod tests {
         }
     }
 
-    /// The cubins the H200 capture saved (the CUDA fixture's kernels, `tests/fixtures/cuda-capture`):
-    /// every instruction's frames, innermost to outermost, as `nvdisasm -gi` prints them.
+    /// The cubins the H200 capture saved (the CUDA fixture's kernels, `tests/fixtures/cuda-capture`),
+    /// or those of the folder `CCL_COV_CUDA_CUBINS` names (NCCL's, on the GPU host): every
+    /// instruction's frames, innermost to outermost, as `nvdisasm -gi` prints them.
     #[test]
     fn every_frame_of_the_captured_cubins_matches_live_nvdisasm_gi() {
         let Some(nvdisasm) = nvdisasm() else {
             eprintln!("no nvdisasm: skipping the live comparison");
             return;
         };
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cuda-capture/cubins");
+        let dir = std::env::var("CCL_COV_CUDA_CUBINS")
+            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cuda-capture/cubins").to_owned());
         let mut inlined = 0;
-        for entry in std::fs::read_dir(dir).unwrap() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path().display().to_string();
             let cubin = CubinLines::parse(&std::fs::read(&path).unwrap(), &path).unwrap();
             let theirs = live_nvdisasm(&nvdisasm, "-gi", &path);

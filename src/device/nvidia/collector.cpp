@@ -444,13 +444,23 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId i
   if (s.ended || !data) return;
   if (domain == CUPTI_CB_DOMAIN_DRIVER_API || domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
     const CUpti_CallbackData* call = (const CUpti_CallbackData*)data;
-    if (call->callbackSite != CUPTI_API_ENTER) return;
-    try {
-      if (is_launch(domain, id)) {
-        before_launch(call->context, call->symbolName ? call->symbolName : "?");
-      } else if (is_graph_launch(domain, id)) {
-        before_launch(call->context, nullptr);
+    bool launch = is_launch(domain, id), graph = !launch && is_graph_launch(domain, id);
+    if (!launch && !graph) return;
+    // A runtime launch calls a driver launch: one launch, decided once, at the runtime's entry.
+    static thread_local int in_runtime_launch = 0;
+    if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+      if (call->callbackSite == CUPTI_API_EXIT) {
+        in_runtime_launch = 0;
+        return;
       }
+      // Without a current context yet, the driver launch inside decides.
+      if (!call->context) return;
+      in_runtime_launch = 1;
+    } else if (call->callbackSite != CUPTI_API_ENTER || in_runtime_launch) {
+      return;
+    }
+    try {
+      before_launch(call->context, launch ? (call->symbolName ? call->symbolName : "?") : nullptr);
     } catch (...) {
       try {
         event("error in a launch callback: an exception; records may be incomplete");

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# NVIDIA kernel lines as NVIDIA's own tools count them (issue #30,
+# docs/gpu-validation.md "Every frame of the inline chain"), on a host with
+# one GPU, through the harness itself.
+#
+# Usage, from the repository root: scripts/gpu-device-lines.sh <carry> <out> fixture|nccl
+# <carry> holds ccl-coverage.xz (the release binary), unit-tests.xz (the
+# crate's release unit-test binary), llvm19.tar.xz (clang, llvm-profdata,
+# llvm-cov of LLVM 19 with their libraries and the profile runtime),
+# libcupti.so.13.xz (the PyPI wheel nvidia-cuda-cupti 13.4.92's) and, for
+# `nccl`, nccl.tar.xz and nccl-tests.tar.xz (git archives).
+#
+# fixture: the CUDA fixture (configs/h200_cuda.json, 24 trials) with device
+#   coverage, then host-only; the capture for tests/fixtures/cuda-capture
+#   (cubins, records, the report's device.lcov); every trial again under
+#   Nsight Compute's source counters (scripts/ncu-source-lines.py run); the
+#   crate's unit tests on this run's capture (markers, nvdisasm -gi).
+# nccl: NCCL's one-rank kernel (configs/h200_nccl.json, `one` variant,
+#   1K/64M/1G) counting the library's kernels only, then every kernel, then
+#   host-only; each kernel's first launch only, untrimmed iterations.
+set -uo pipefail
+carry=$1 final=$2 phase=$3
+out=/tmp/gpu-out; rm -rf "$out"; mkdir -p "$out"
+started=$(date +%s)
+stamp() { echo "$1 $(($(date +%s) - started))s" | tee -a "$out/timings.txt"; }
+pack() {
+  tar -czf "$final/logs.tar.gz" -C /tmp gpu-out
+  cp "$out/timings.txt" "$final/" 2>/dev/null
+}
+trap pack EXIT
+tar -xJf "$carry/llvm19.tar.xz" -C /tmp
+mkdir -p /tmp/cupti /tmp/bin
+xz -dc "$carry/libcupti.so.13.xz" > /tmp/cupti/libcupti.so.13
+xz -dc "$carry/ccl-coverage.xz" > /tmp/bin/ccl-coverage && chmod +x /tmp/bin/ccl-coverage
+xz -dc "$carry/unit-tests.xz" > /tmp/bin/unit-tests && chmod +x /tmp/bin/unit-tests
+cov=/tmp/bin/ccl-coverage
+# The image sets CC/CXX to its gcc; the configs name clang.
+unset CC CXX
+export CCL_COV_LLVM_BIN=/tmp/llvm/bin LD_LIBRARY_PATH=/tmp/llvm/lib:${LD_LIBRARY_PATH:-} CUDA_HOME=/usr/local/cuda
+export NCCL_NVLS_ENABLE=0 CCL_COV_CUPTI=/tmp/cupti/libcupti.so.13 PATH=/usr/local/cuda/bin:$PATH
+{ date -u; nvidia-smi; nvcc --version | tail -2; ncu --version | tail -1; nvdisasm --version | tail -1; } > "$out/env.txt" 2>&1
+stamp unpacked
+
+# A copy of a config with `edit` (a Python statement on `c`) applied.
+config_with() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PY
+}
+
+if [ "$phase" = fixture ]; then
+  export CCL_COV_CONFIG=configs/h200_cuda.json
+  CCL_COV_WORKSPACE=/tmp/ws-dev $cov collectives > "$out/dev-collectives.log" 2>&1
+  echo "rc=$?" >> "$out/dev-collectives.log"
+  stamp dev-collectives
+  CCL_COV_WORKSPACE=/tmp/ws-dev $cov report > "$out/dev-report.log" 2>&1
+  echo "rc=$?" >> "$out/dev-report.log"
+  stamp dev-report
+  for line in common.cuh:27 common.cuh:65 reduce.cu:13; do
+    CCL_COV_WORKSPACE=/tmp/ws-dev $cov who-covers "$line" >> "$out/who-covers.txt" 2>&1
+  done
+  CCL_COV_DEVICE_COVERAGE=off CCL_COV_WORKSPACE=/tmp/ws-host $cov collectives > "$out/host-collectives.log" 2>&1
+  echo "rc=$?" >> "$out/host-collectives.log"
+  stamp host-collectives
+  # What CI tests the mapping and the reports on.
+  build=$(python3 -c 'import json;print(json.load(open("/tmp/ws-dev/build.json"))["cache_dir"])')
+  rm -rf /tmp/capture && mkdir -p /tmp/capture/trials
+  cp -r "$build/cubins" /tmp/capture/
+  for d in /tmp/ws-dev/profiles/*/; do
+    s=$(basename "$d"); mkdir -p "/tmp/capture/trials/$s"; cp "$d"sass-*.tsv "/tmp/capture/trials/$s/" 2>/dev/null
+  done
+  cp /tmp/ws-dev/report/device.lcov /tmp/ws-dev/build.json /tmp/capture/
+  mkdir -p /tmp/capture-extra
+  cp /tmp/ws-dev/report/coverage.lcov /tmp/ws-dev/report/summary.md /tmp/ws-dev/report/summary-device.json \
+    /tmp/ws-dev/report/meta.json /tmp/ws-dev/results/run.json /tmp/capture-extra/ 2>/dev/null
+  cp /tmp/ws-host/results/run.json /tmp/capture-extra/run-host.json
+  cp "$build/library-kernels.txt" /tmp/capture-extra/ 2>/dev/null
+  stamp capture
+  # Nsight Compute's source counters, every trial, the collector left out.
+  python3 scripts/ncu-source-lines.py run /tmp/ws-dev /tmp/ncu --budget 200 > "$out/ncu-run.log" 2>&1
+  echo "rc=$?" >> "$out/ncu-run.log"
+  stamp ncu
+  # The crate's own tests on this run's capture.
+  rm -rf tests/fixtures/cuda-capture/cubins tests/fixtures/cuda-capture/trials
+  cp -r /tmp/capture/cubins /tmp/capture/trials tests/fixtures/cuda-capture/
+  CCL_COV_CUDA_CAPTURE=/tmp/capture /tmp/bin/unit-tests coverage::sass > "$out/unit-tests.log" 2>&1
+  echo "rc=$?" >> "$out/unit-tests.log"
+  stamp unit-tests
+  tar -czf "$final/capture.tar.gz" -C /tmp capture capture-extra
+  tar -czf "$final/ncu.tar.gz" -C /tmp ncu
+  cp -r /tmp/ws-dev/logs "$out/dev-logs"; cp -r /tmp/ws-host/logs "$out/host-logs"
+fi
+
+if [ "$phase" = nccl ]; then
+  mkdir -p /tmp/src
+  tar -xJf "$carry/nccl.tar.xz" -C /tmp/src && tar -xJf "$carry/nccl-tests.tar.xz" -C /tmp/src
+  export NCCL_SRC=/tmp/src/nccl NCCL_TESTS_SRC=/tmp/src/nccl-tests
+  # One rank, average: NCCL's oneRankReduce kernel (a sum is a memcpy on one rank).
+  export NCCL_TESTS_DTYPE=float NCCL_TESTS_OP=avg NCCL_ONLY_FUNCS="AllReduce Sum f32 RING SIMPLE"
+  config_with configs/h200_nccl.json configs/.nccl-all.json 'c["name"] = "h200_nccl_all"; c["coverage"]["device"]["kernels"] = "all"'
+  config_with configs/h200_nccl.json configs/.nccl-n20.json 'c["name"] = "h200_nccl_n20"; c["iterations"] = {"iters": 20, "warmup": 5, "trim_under_coverage": False}'
+  config_with configs/h200_nccl.json configs/.nccl-n20-first.json 'c["name"] = "h200_nccl_n20_first"; c["iterations"] = {"iters": 20, "warmup": 5, "trim_under_coverage": False}; c["coverage"]["device"]["max_launches"] = 1'
+  run() { # name config [env...]
+    local name=$1 config=$2; shift 2
+    env "$@" CCL_COV_CONFIG=$config CCL_COV_WORKSPACE=/tmp/ws-$name $cov collectives --ignored --test-threads 1 AllReduce \
+      > "$out/$name-collectives.log" 2>&1
+    echo "rc=$?" >> "$out/$name-collectives.log"
+    CCL_COV_CONFIG=$config CCL_COV_WORKSPACE=/tmp/ws-$name $cov report > "$out/$name-report.log" 2>&1
+    echo "rc=$?" >> "$out/$name-report.log"
+    mkdir -p "$out/$name"
+    cp /tmp/ws-$name/results/run.json /tmp/ws-$name/report/summary-device.json /tmp/ws-$name/report/device.lcov \
+      /tmp/ws-$name/report/summary.md "$out/$name/" 2>/dev/null
+    stamp "$name"
+  }
+  run library configs/h200_nccl.json
+  run all configs/.nccl-all.json
+  build=$(python3 -c 'import json;print(json.load(open("/tmp/ws-library/build.json"))["cache_dir"])')
+  cp "$build/library-kernels.txt" "$out/" 2>/dev/null
+  tar -czf "$final/nccl-cubins.tar.gz" -C "$build" cubins
+  mkdir -p /tmp/nccl-records
+  for d in /tmp/ws-library/profiles/*/ /tmp/ws-all/profiles/*/; do
+    w=$(basename "$(dirname "$(dirname "$d")")"); mkdir -p "/tmp/nccl-records/$w/$(basename "$d")"
+    cp "$d"sass-*.tsv "/tmp/nccl-records/$w/$(basename "$d")/" 2>/dev/null
+  done
+  tar -czf "$final/nccl-records.tar.gz" -C /tmp nccl-records
+  if [ $(($(date +%s) - started)) -lt 330 ]; then
+    run n20 configs/.nccl-n20.json
+    run n20-first configs/.nccl-n20-first.json
+  fi
+  # Host-only, the same trials, for the cost (a build of its own: no -lineinfo).
+  CCL_COV_DEVICE_COVERAGE=off CCL_COV_WORKSPACE=/tmp/ws-host $cov collectives --ignored --test-threads 1 AllReduce \
+    > "$out/host-collectives.log" 2>&1
+  echo "rc=$?" >> "$out/host-collectives.log"
+  mkdir -p "$out/host"; cp /tmp/ws-host/results/run.json "$out/host/" 2>/dev/null
+  stamp host
+  # nvdisasm -gi against our reading of NCCL's cubins, frame by frame (the unit test, on these cubins).
+  CCL_COV_CUDA_CUBINS="$build/cubins" /tmp/bin/unit-tests --exact \
+    coverage::sass::cubin::tests::every_frame_of_the_captured_cubins_matches_live_nvdisasm_gi > "$out/nccl-nvdisasm.log" 2>&1
+  echo "rc=$?" >> "$out/nccl-nvdisasm.log"
+  stamp nvdisasm
+fi
+stamp done

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Nsight Compute's view of the device lines a suite executed: the independent
+check of ccl-coverage's NVIDIA kernel lines (issue #30, docs/gpu-validation.md).
+
+    ncu-source-lines.py run <workspace> <out> [--budget SECONDS]
+        Runs every trial of <workspace>/results/run.json again, as the harness
+        ran it (argv, environment, working directory) but without its CUPTI
+        collector, under `ncu --section SourceCounters`, and prints each
+        report's source page: <out>/<slug>.csv is
+        `ncu --import <slug>.ncu-rep --page source --print-source cuda,sass --csv`.
+
+    ncu-source-lines.py lines <out> > ncu-lines.tsv
+        Reduces those pages to `<slug> <file> <line> <instructions executed>`
+        (summed over the trial's kernel launches), one line each, sorted.
+
+    ncu-source-lines.py compare <ncu-lines.tsv> <device.lcov> [--prefix DIR]
+        Per file, the lines Nsight Compute saw executed (union over the
+        trials) against the covered lines of the harness's device.lcov
+        (whose paths are relative to DIR). Exit 1 when they differ.
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+COLLECTOR = ("CUDA_INJECTION64_PATH", "CCL_COV_SASS_DIR", "CCL_COV_SASS_CUBINS", "CCL_COV_SASS_KERNELS",
+             "CCL_COV_SASS_MAX_LAUNCHES")
+
+
+def run(workspace, out, budget):
+    os.makedirs(out, exist_ok=True)
+    trials = json.load(open(os.path.join(workspace, "results", "run.json")))["trials"]
+    scratch = tempfile.mkdtemp(prefix="ccl-cov-ncu-")
+    started = time.monotonic()
+    for trial in trials:
+        if time.monotonic() - started > budget:
+            print(f"budget of {budget}s spent: {trial['trial']} and later not run", flush=True)
+            break
+        env = dict(os.environ)
+        env.pop("__LLVM_PROFILE_RT_INIT_ONCE", None)
+        for key, value in trial["env"]:
+            env[key] = value
+        for key in COLLECTOR:
+            env.pop(key, None)
+        if "LLVM_PROFILE_FILE" in env:
+            env["LLVM_PROFILE_FILE"] = os.path.join(scratch, trial["slug"] + "-%p.profraw")
+        report = os.path.join(out, trial["slug"])
+        t0 = time.monotonic()
+        done = subprocess.run(["ncu", "--section", "SourceCounters", "--target-processes", "all", "-f", "-o", report,
+                               *trial["argv"]], cwd=trial["cwd"], env=env, capture_output=True, text=True)
+        with open(report + ".log", "w") as log:
+            log.write(done.stdout + done.stderr)
+        page = subprocess.run(["ncu", "--import", report + ".ncu-rep", "--page", "source", "--print-source",
+                               "cuda,sass", "--csv"], capture_output=True, text=True)
+        with open(report + ".csv", "w") as csv_file:
+            csv_file.write(page.stdout)
+        os.remove(report + ".ncu-rep")
+        print(f"{trial['trial']}: ncu rc {done.returncode}, page rc {page.returncode}, "
+              f"{time.monotonic() - t0:.1f}s, {len(page.stdout)} bytes", flush=True)
+
+
+def pages(path):
+    """The rows of one source page as dicts, one page (kernel launch) after another."""
+    with open(path, newline="") as f:
+        header = None
+        for row in csv.reader(f):
+            if not row:
+                continue
+            if header is None or row[0] == header[0] and row == header:
+                header = row
+                continue
+            if len(row) != len(header):
+                header = row
+                continue
+            yield dict(zip(header, row))
+
+
+def lines(out):
+    """`{(slug, file, line): executed}` over every page of every trial."""
+    counts = {}
+    for name in sorted(os.listdir(out)):
+        if not name.endswith(".csv"):
+            continue
+        slug = name[:-len(".csv")]
+        for row in pages(os.path.join(out, name)):
+            file = row.get("File") or row.get("Source File") or ""
+            line = row.get("Line") or row.get("#") or ""
+            executed = row.get("Instructions Executed", "")
+            if not file or not line.isdigit() or not executed.replace(",", "").isdigit():
+                continue
+            key = (slug, file, int(line))
+            counts[key] = counts.get(key, 0) + int(executed.replace(",", ""))
+    return counts
+
+
+def compare(tsv, lcov, prefix):
+    ncu = {}
+    for row in open(tsv):
+        slug, file, line, executed = row.rstrip("\n").split("\t")
+        if int(executed) > 0:
+            ncu.setdefault(file, set()).add(int(line))
+    ours, current = {}, None
+    for row in open(lcov):
+        row = row.strip()
+        if row.startswith("SF:"):
+            current = os.path.join(prefix, row[3:]) if prefix else row[3:]
+            ours.setdefault(current, set())
+        elif row.startswith("DA:"):
+            line, count = row[3:].split(",")[:2]
+            if int(count) > 0:
+                ours[current].add(int(line))
+    differ = 0
+    for file in sorted(set(ncu) | set(ours)):
+        theirs, mine = ncu.get(file, set()), ours.get(file, set())
+        if not mine and all(part in file for part in ("/usr/",)):
+            continue
+        same = "same" if theirs == mine else "DIFFERENT"
+        differ += theirs != mine
+        print(f"{same:>9}  ncu {len(theirs):4d}  ccl-coverage {len(mine):4d}  {file}")
+        if theirs != mine:
+            print(f"           only ncu: {sorted(theirs - mine)}; only ccl-coverage: {sorted(mine - theirs)}")
+    return 1 if differ else 0
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) >= 3 and args[0] == "run":
+        budget = float(args[args.index("--budget") + 1]) if "--budget" in args else 240.0
+        run(args[1], args[2], budget)
+    elif len(args) == 2 and args[0] == "lines":
+        for (slug, file, line), executed in sorted(lines(args[1]).items()):
+            print(f"{slug}\t{file}\t{line}\t{executed}")
+    elif len(args) >= 3 and args[0] == "compare":
+        prefix = args[args.index("--prefix") + 1] if "--prefix" in args else ""
+        sys.exit(compare(args[1], args[2], prefix))
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
