@@ -104,7 +104,10 @@ pub(crate) const KNOWN: &[Known] = &[
     known(TRIAL_TOKEN, Kind::Text, "internal: marks the processes of one trial"),
     known("CCL_COV_SASS_DIR", Kind::Text, "set for NVIDIA trials: where the collector writes kernel records"),
     known("CCL_COV_SASS_CUBINS", Kind::Text, "set for NVIDIA trials: where the collector saves cubins"),
+    known("CCL_COV_SASS_KERNELS", Kind::Text, "set for NVIDIA trials: the kernels the collector counts"),
+    known("CCL_COV_SASS_MAX_LAUNCHES", Kind::Text, "set for NVIDIA trials: the launches of each kernel it counts"),
     known("CCL_COV_CUDA_CAPTURE", Kind::Text, "a fresh H200 capture for the fixture-marker unit test"),
+    known("CCL_COV_CUDA_CUBINS", Kind::Text, "another cubin folder for the nvdisasm -gi unit test (NCCL's, on a GPU host)"),
 ];
 
 /// The known variable called `name`.

@@ -321,8 +321,7 @@ impl BuildPlan {
     /// time, never coverage.
     fn list_library_kernels(&self, objects: &[ObjectRecord]) {
         let paths: Vec<PathBuf> = objects.iter().map(|o| o.path.clone()).collect();
-        let scratch = self.cache_dir.join("cuobjdump");
-        match device::nvidia::write_library_kernels(&paths, &self.cache_dir, &scratch, &crate::config::process_env) {
+        match device::nvidia::write_library_kernels(&paths, &self.cache_dir, &crate::config::process_env) {
             Ok(n) => eprintln!(
                 "ccl-coverage: {n} kernels in the library's objects ({}): trials count only these unless coverage.device.kernels is \"all\"",
                 device::nvidia::library_kernels_file(&self.cache_dir).display()

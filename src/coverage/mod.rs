@@ -36,6 +36,7 @@ pub(crate) fn device_lines(
             for trial in lines.trials.values_mut() {
                 trial.retain_files(keep);
             }
+            lines.uncounted_library = lines.uncounted_library_kernels(keep).into_iter().map(str::to_owned).collect();
             Ok(Some((lines, checked)))
         }
         _ => Ok(None),

@@ -476,7 +476,12 @@ impl Shared {
                 let m = &merged.manifest;
                 if let Some(lines) = &merged.device_lines {
                     let device = device_totals(&lines.all);
-                    let summary = json!({"source": "cupti-sass", "totals": device, "not_counted": lines.not_counted});
+                    let summary = json!({
+                        "source": "cupti-sass",
+                        "totals": device,
+                        "not_counted": lines.not_counted,
+                        "beyond_max_launches": lines.beyond_max_launches,
+                    });
                     workspace::files::write_atomic(
                         &dir.join("summary-device.json"),
                         serde_json::to_string_pretty(&summary)
@@ -685,6 +690,15 @@ impl Shared {
             .as_ref()
             .ok_or_else(|| Failed::from("device coverage is on but the build recorded no device code object"))?;
         let functions = totals["functions"].as_str().unwrap_or("0/0");
+        if let Some(lines) = &merged.device_lines
+            && !lines.uncounted_library.is_empty()
+        {
+            return Err(Failed::from(format!(
+                "kernels of the library were launched and not counted: {}. The build's kernel list ({}) does not name them as CUPTI does; set coverage.device.kernels to \"all\" and report the names",
+                lines.uncounted_library.join(", "),
+                crate::device::nvidia::library_kernels_file(&merged.manifest.cache_dir).display()
+            )));
+        }
         if let Some(lines) = &merged.device_lines
             && lines.all.totals().0.0 == 0
         {

@@ -41,6 +41,18 @@ pub(crate) struct FunctionCoverage {
     pub(crate) hits: u64,
 }
 
+impl DeviceLines {
+    /// The kernels of files `keep` counts (the library's) that a trial launched and the
+    /// collector did not count: the build's kernel list does not name them as CUPTI does.
+    pub(crate) fn uncounted_library_kernels(&self, keep: &dyn Fn(&str) -> bool) -> Vec<&str> {
+        self.not_counted
+            .keys()
+            .filter(|kernel| self.kernel_files.get(*kernel).is_some_and(|file| keep(file)))
+            .map(String::as_str)
+            .collect()
+    }
+}
+
 impl DeviceCoverage {
     /// Keeps the files `keep` accepts: the report's ignore rules apply to
     /// device lines as to host lines.
@@ -69,8 +81,15 @@ pub(crate) struct DeviceLines {
     /// By trial slug.
     pub(crate) trials: BTreeMap<String, DeviceCoverage>,
     /// Launches the collector did not count, by kernel, over every trial:
-    /// kernels that are not the library's, and launches past the limit.
+    /// of kernels outside the library's list.
     pub(crate) not_counted: BTreeMap<String, u64>,
+    /// Launches past `coverage.device.max_launches`, by kernel, over every trial.
+    pub(crate) beyond_max_launches: BTreeMap<String, u64>,
+    /// The file of each kernel of the cubins (the outermost frame of its entry).
+    pub(crate) kernel_files: BTreeMap<String, String>,
+    /// Kernels of the library's own files that were launched and not counted
+    /// ([`DeviceLines::uncounted_library_kernels`], set by the report's rule).
+    pub(crate) uncounted_library: Vec<String>,
 }
 
 /// The coverage of each trial's records (`records`, by slug) over the
@@ -85,13 +104,22 @@ pub(crate) fn device_lines(
     for (slug, files) in records {
         let read = files.iter().map(|f| Record::read(f)).collect::<Result<Vec<_>>>()?;
         lines.trials.insert(slug.clone(), line_coverage(&cubins, &read)?);
-        for (kernel, launches) in read.iter().flat_map(|record| &record.skipped) {
-            let total = lines.not_counted.entry(kernel.clone()).or_default();
-            *total = total.saturating_add(*launches);
+        for record in &read {
+            for (map, counts) in [(&mut lines.not_counted, &record.skipped), (&mut lines.beyond_max_launches, &record.capped)] {
+                for (kernel, launches) in counts {
+                    let total = map.entry(kernel.clone()).or_default();
+                    *total = total.saturating_add(*launches);
+                }
+            }
         }
         every.extend(read);
     }
     lines.all = line_coverage(&cubins, &every)?;
+    for (function, function_lines) in cubins.values().flat_map(|cubin| &cubin.functions) {
+        if let Some(entry) = function_lines.frames_at(0).last() {
+            lines.kernel_files.insert(function.clone(), normalized(&entry.file));
+        }
+    }
     Ok(lines)
 }
 
@@ -276,6 +304,17 @@ mod tests {
         let instrumented: Vec<_> =
             cubin.instrumented_lines().into_iter().map(|line| (line.file.as_str(), line.line)).collect();
         assert_eq!(covered, instrumented);
+    }
+
+    #[test]
+    fn a_library_kernel_launched_and_not_counted_is_found() {
+        let lines = DeviceLines {
+            not_counted: BTreeMap::from([("libk".into(), 2), ("testk".into(), 3), ("unknown".into(), 1)]),
+            kernel_files: BTreeMap::from([("libk".into(), "/lib/a.cu".into()), ("testk".into(), "/tests/t.cu".into())]),
+            ..DeviceLines::default()
+        };
+        assert_eq!(lines.uncounted_library_kernels(&|f| f.starts_with("/lib/")), ["libk"]);
+        assert!(lines.uncounted_library_kernels(&|f| f.starts_with("/other/")).is_empty());
     }
 
     #[test]

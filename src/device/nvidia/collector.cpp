@@ -60,7 +60,8 @@
 //   event   <free text: enabled, flushes, errors>   (in order)
 //   dropped <records CUPTI dropped, in total>        (always; 0 when none)
 //   x       <crc hex>  <pc offset hex>  <count>  <function (mangled)>
-//   skipped <launches not counted>  <function (mangled)>   (version 3)
+//   skipped <launches not counted>  <function (mangled)>   (version 3: not listed)
+//   capped  <launches not counted>  <function (mangled)>   (version 3: past the limit)
 //   end     <reason>
 // Counts of the same (cubin, function, offset) are summed over flushes; only
 // executed instructions (count > 0) are written. Free text has no tabs or
@@ -110,6 +111,7 @@ struct State {
   bool profiler_failed = false;
   std::set<uint32_t> configured_devices;
   std::set<CUcontext> enabled;
+  std::set<CUcontext> paused;   // switched off before an uncounted kernel
   std::map<uint32_t, size_t> cubins;         // crc -> bytes
   std::vector<std::string> pending_cubins;   // loaded, not yet named by CRC
   std::map<Key, uint64_t> executed;
@@ -119,7 +121,8 @@ struct State {
   std::set<std::string> counted_kernels;
   uint64_t max_launches = 0;
   std::map<std::string, uint64_t> launches;   // counted launches by kernel
-  std::map<std::string, uint64_t> skipped;    // launches not counted, by kernel
+  std::map<std::string, uint64_t> skipped;    // launches of unlisted kernels, by kernel
+  std::map<std::string, uint64_t> capped;     // launches past the limit, by kernel
   std::vector<std::string> events;
   uint64_t dropped = 0;
   bool ended = false;
@@ -255,6 +258,9 @@ void write_records(const char* end_reason) {
   for (const auto& [name, count] : s.skipped) {
     out += "skipped\t" + std::to_string((unsigned long long)count) + "\t" + field(name) + "\n";
   }
+  for (const auto& [name, count] : s.capped) {
+    out += "capped\t" + std::to_string((unsigned long long)count) + "\t" + field(name) + "\n";
+  }
   if (end_reason) out += std::string("end\t") + field(end_reason) + "\n";
   std::string why;
   if (!write_atomically(s.path, out, &why)) {
@@ -378,23 +384,38 @@ void synchronize() {
 void before_launch(CUcontext ctx, const char* kernel) {
   State& s = state();
   if (!ctx || s.profiler_failed) return;
-  bool wanted = true;
+  bool listed = true, capped = false;
   std::string name = kernel ? kernel : "";
   if (kernel && s.selective) {
-    wanted = s.counted_kernels.empty() || s.counted_kernels.count(name) > 0;
-    if (wanted && s.max_launches > 0 && s.launches[name] >= s.max_launches) wanted = false;
+    listed = s.counted_kernels.empty() || s.counted_kernels.count(name) > 0;
+    capped = listed && s.max_launches > 0 && s.launches[name] >= s.max_launches;
   }
-  if (wanted) {
+  if (listed && !capped) {
     if (kernel) ++s.launches[name];
     if (!s.enabled.count(ctx)) enable(ctx);
+    if (s.enabled.count(ctx)) s.paused.erase(ctx);
     return;
   }
-  ++s.skipped[name];
+  ++(capped ? s.capped : s.skipped)[name];
   if (s.enabled.count(ctx)) {
     synchronize();
     flush(ctx, "launch of an uncounted kernel");
     disable(ctx, "launch of an uncounted kernel");
+    s.paused.insert(ctx);
   }
+}
+
+// A context switched off by the selection is switched on again before it is
+// destroyed and at exit, so that CUPTI tears down every context in the state
+// it does without a selection: CUPTI 13.4 crashed in its own exit handler
+// (a null dereference in libcuda) when a process ended with counting off on
+// a context it had counted on (docs/gpu-validation.md). Nothing is patched
+// again: patching is lazy, and no kernel launches after this.
+void resume(CUcontext ctx) {
+  State& s = state();
+  if (!s.paused.count(ctx)) return;
+  s.paused.erase(ctx);
+  enable(ctx);
 }
 
 bool is_launch(CUpti_CallbackDomain domain, CUpti_CallbackId id) {
@@ -476,6 +497,8 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId i
       // Counting only some kernels: on at the first launch of one of them.
       if (!s.selective) enable(resource->context);
     } else if (id == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
+      resume(resource->context);  // [resume]
+      s.paused.erase(resource->context);
       if (s.enabled.count(resource->context)) {
         flush(resource->context, "context destroy");
         disable(resource->context, "context destroy");
@@ -501,6 +524,8 @@ void at_exit() {
   std::lock_guard<std::recursive_mutex> lock(s.mu);
   if (s.ended || getpid() != s.pid) return;
   try {
+    std::vector<CUcontext> paused(s.paused.begin(), s.paused.end());
+    for (CUcontext ctx : paused) resume(ctx);  // [resume]
     std::vector<CUcontext> contexts(s.enabled.begin(), s.enabled.end());
     for (CUcontext ctx : contexts) {
       flush(ctx, "exit");

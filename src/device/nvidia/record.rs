@@ -57,9 +57,10 @@ pub(crate) struct Record {
     pub(crate) dropped: u64,
     /// Executed count of each instruction, summed over repeated lines.
     pub(crate) executions: BTreeMap<InstructionKey, u64>,
-    /// Launches the collector did not count, by kernel: those outside the
-    /// kernels it was told to count, and launches past the limit.
+    /// Launches the collector did not count, by kernel: of kernels outside
+    /// those it was told to count (`skipped`), and past the launch limit (`capped`).
     pub(crate) skipped: BTreeMap<String, u64>,
+    pub(crate) capped: BTreeMap<String, u64>,
     /// The reason the collector gave on its last line; `None` when the process did not flush.
     pub(crate) end: Option<String>,
 }
@@ -149,13 +150,14 @@ impl Record {
                 *total = total.saturating_add(count);
                 Ok(())
             }
-            "skipped" if self.version >= 3 => {
+            "skipped" | "capped" if self.version >= 3 => {
                 let [launches, function] = fields(rest)?;
                 if function.is_empty() {
                     bail!("empty function name");
                 }
                 let launches: u64 = parse_number(launches, 10, "launch count")?;
-                let total = self.skipped.entry(function.to_owned()).or_default();
+                let map = if tag == "skipped" { &mut self.skipped } else { &mut self.capped };
+                let total = map.entry(function.to_owned()).or_default();
                 *total = total.saturating_add(launches);
                 Ok(())
             }
@@ -299,9 +301,10 @@ pub(crate) mod tests {
     #[test]
     fn version_3_names_the_kernels_it_did_not_count() {
         let v3 = "ccl-coverage-sass\t3\nhost\th\npid\t7\ncubin\tab\t10\ndropped\t0\nx\tab\t10\t4\tk\n\
-                  skipped\t2\tprepare\nskipped\t1\tverify\nskipped\t1\tprepare\nend\texit\n";
+                  skipped\t2\tprepare\nskipped\t1\tverify\nskipped\t1\tprepare\ncapped\t19\tk\nend\texit\n";
         let record = parse(v3).unwrap();
         assert_eq!(record.skipped, BTreeMap::from([("prepare".to_owned(), 3), ("verify".to_owned(), 1)]));
+        assert_eq!(record.capped, BTreeMap::from([("k".to_owned(), 19)]));
         assert_eq!(parse(&v3.replace("skipped\t2\t", "skipped\tx\t")).unwrap_err().to_string(), "r.tsv:7: launch count \"x\" is not a base-10 number");
         assert_eq!(parse(&v3.replace("\tverify", "")).unwrap_err().to_string(), "r.tsv:8: 1 fields where 2 belong");
     }
