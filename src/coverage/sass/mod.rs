@@ -9,6 +9,8 @@
 pub(crate) mod cubin;
 #[cfg(test)]
 mod fixture_markers;
+#[cfg(test)]
+mod nsight;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -1,0 +1,113 @@
+//! The H200 capture's kernel lines against Nsight Compute's source view of the same trials
+//! (`tests/fixtures/cuda-capture/ncu-lines.tsv`: `scripts/ncu-source-lines.py` on the GPU
+//! host, every trial run again under `ncu --section SourceCounters`, its source page's
+//! "Instructions Executed" per CUDA line, summed over the trial's kernel launches).
+//!
+//! ccl-coverage credits an instruction to every frame of its inline chain, a call site inside
+//! the same file too, as host coverage does. Nsight Compute credits the innermost frame of each
+//! file, and some same-file call sites but not others (on this capture: `reduceElem`'s call of
+//! `applyOp` at `common.cuh:79` and `copyElems`' call of `aligned16` at `:95`, but not `applyOp`'s
+//! calls of `maxOf` and `minOf` at `:65` and `:67` in `allReduceSmallKernel`). So per trial its
+//! lines lie between the two: every innermost-of-its-file frame ccl-coverage saw run, and
+//! nothing ccl-coverage does not have. Over the suite they are the same lines.
+
+use super::cubin::FileLine;
+use super::{DeviceCoverage, line_coverage, normalized, read_cubin_dir};
+use crate::device::nvidia::record::{InstructionKey, Record, record_files};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+const CAPTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cuda-capture");
+
+type Lines = BTreeSet<(String, u32)>;
+
+/// Nsight Compute's executed lines by trial slug, CUDA's own headers left out as the report
+/// leaves them out.
+fn ncu_lines() -> BTreeMap<String, Lines> {
+    let mut trials: BTreeMap<String, Lines> = BTreeMap::new();
+    for row in std::fs::read_to_string(format!("{CAPTURE}/ncu-lines.tsv")).unwrap().lines() {
+        let [slug, file, line, executed] = row.split('\t').collect::<Vec<_>>()[..] else { panic!("{row:?}") };
+        let lines = trials.entry(slug.to_owned()).or_default();
+        if executed != "0" && !file.starts_with("/usr/") {
+            lines.insert((file.to_owned(), line.parse().unwrap()));
+        }
+    }
+    trials
+}
+
+fn records(slug: &str) -> Vec<Record> {
+    let dir = Path::new(CAPTURE).join("trials").join(slug);
+    record_files(&dir).unwrap().iter().map(|f| Record::read(f).unwrap()).collect()
+}
+
+fn covered(coverage: &DeviceCoverage) -> Lines {
+    coverage
+        .files
+        .iter()
+        .filter(|(file, _)| !file.starts_with("/usr/"))
+        .flat_map(|(file, c)| c.lines.iter().filter(|(_, n)| **n > 0).map(move |(line, _)| (file.clone(), *line)))
+        .collect()
+}
+
+/// The lines Nsight Compute's rule gives: of each executed instruction's chain, the innermost
+/// frame of each file.
+fn innermost_per_file(cubins: &BTreeMap<u32, super::cubin::CubinLines>, records: &[Record]) -> Lines {
+    let mut lines = Lines::new();
+    for (&crc, cubin) in cubins {
+        for (function, function_lines) in &cubin.functions {
+            for (offset, frames) in function_lines.instructions() {
+                let key = InstructionKey { crc, function: function.clone(), offset };
+                if !records.iter().any(|r| r.executions.get(&key).is_some_and(|n| *n > 0)) {
+                    continue;
+                }
+                let mut files = BTreeSet::new();
+                for FileLine { file, line } in frames {
+                    if files.insert(file.as_str()) && !file.starts_with("/usr/") {
+                        lines.insert((normalized(file), *line));
+                    }
+                }
+            }
+        }
+    }
+    lines
+}
+
+#[test]
+fn every_trial_s_nsight_compute_lines_lie_between_the_innermost_frames_of_each_file_and_every_frame() {
+    let cubins = read_cubin_dir(&Path::new(CAPTURE).join("cubins")).unwrap();
+    let ncu = ncu_lines();
+    assert_eq!(ncu.len(), 24, "configs/h200_cuda.json has 24 trials");
+    let mut call_sites = 0;
+    for (slug, theirs) in &ncu {
+        let records = records(slug);
+        let ours = covered(&line_coverage(&cubins, &records).unwrap());
+        let innermost = innermost_per_file(&cubins, &records);
+        let missing: Vec<_> = innermost.difference(theirs).collect();
+        assert!(missing.is_empty(), "{slug}: innermost frames Nsight Compute does not show run: {missing:?}");
+        let extra: Vec<_> = theirs.difference(&ours).collect();
+        assert!(extra.is_empty(), "{slug}: lines Nsight Compute saw run that ccl-coverage does not have: {extra:?}");
+        call_sites += ours.len() - theirs.len();
+    }
+    // Where the two part: same-file call sites (`return maxOf(a, b);`) in some trials.
+    assert!(call_sites > 0, "no trial has a call site inside the same file that Nsight Compute leaves out");
+}
+
+#[test]
+fn over_the_suite_the_lines_are_nsight_compute_s() {
+    let cubins = read_cubin_dir(&Path::new(CAPTURE).join("cubins")).unwrap();
+    let ncu = ncu_lines();
+    assert_eq!(ncu.len(), 24, "configs/h200_cuda.json has 24 trials");
+    let all: Vec<Record> = ncu.keys().flat_map(|slug| records(slug)).collect();
+    let ours = covered(&line_coverage(&cubins, &all).unwrap());
+    let theirs: Lines = ncu.values().flatten().cloned().collect();
+    // Per file, as the issue compares them.
+    let by_file = |lines: &Lines| -> BTreeMap<String, BTreeSet<u32>> {
+        let mut files: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+        for (file, line) in lines {
+            files.entry(file.clone()).or_default().insert(*line);
+        }
+        files
+    };
+    assert_eq!(by_file(&ours), by_file(&theirs));
+    assert_eq!(ours.len(), 82, "the capture's covered device lines");
+}
