@@ -3,7 +3,7 @@
 # docs/gpu-validation.md "Every frame of the inline chain"), on a host with
 # one GPU, through the harness itself.
 #
-# Usage, from the repository root: scripts/gpu-device-lines.sh <carry> <out> fixture|nccl
+# Usage, from the repository root: scripts/gpu-device-lines.sh <carry> <out> fixture|fixture-rest|cupti|nccl
 # <carry> holds ccl-coverage.xz (the release binary), unit-tests.xz (the
 # crate's release unit-test binary), llvm19.tar.xz (clang, llvm-profdata,
 # llvm-cov of LLVM 19 with their libraries and the profile runtime),
@@ -15,9 +15,15 @@
 #   (cubins, records, the report's device.lcov); every trial again under
 #   Nsight Compute's source counters (scripts/ncu-source-lines.py run); the
 #   crate's unit tests on this run's capture (markers, nvdisasm -gi).
+# fixture-rest: the fixture's Broadcast and ReduceScatter trials again, under
+#   Nsight Compute (the first run's budget ended before them).
+# cupti: the probe (k1, k2, k3, k1) under collectors that count some kernels:
+#   told to count k2 only, or each kernel's first launch, with and without
+#   switching a context back on before it is torn down (the `[resume]` lines).
 # nccl: NCCL's one-rank kernel (configs/h200_nccl.json, `one` variant,
 #   1K/64M/1G) counting the library's kernels only, then every kernel, then
 #   host-only; each kernel's first launch only, untrimmed iterations.
+# Phases can be joined with commas: cupti,nccl.
 set -uo pipefail
 carry=$1 final=$2 phase=$3
 out=/tmp/gpu-out; rm -rf "$out"; mkdir -p "$out"
@@ -51,7 +57,9 @@ json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
 }
 
-if [ "$phase" = fixture ]; then
+has() { case ",$phase," in *",$1,"*) return 0;; esac; return 1; }
+
+if has fixture; then
   export CCL_COV_CONFIG=configs/h200_cuda.json
   CCL_COV_WORKSPACE=/tmp/ws-dev $cov collectives > "$out/dev-collectives.log" 2>&1
   echo "rc=$?" >> "$out/dev-collectives.log"
@@ -94,7 +102,45 @@ if [ "$phase" = fixture ]; then
   cp -r /tmp/ws-dev/logs "$out/dev-logs"; cp -r /tmp/ws-host/logs "$out/host-logs"
 fi
 
-if [ "$phase" = nccl ]; then
+if has fixture-rest; then
+  export CCL_COV_CONFIG=configs/h200_cuda.json
+  CCL_COV_WORKSPACE=/tmp/ws-rest $cov collectives --skip AllReduce --skip AllGather > "$out/rest-collectives.log" 2>&1
+  echo "rc=$?" >> "$out/rest-collectives.log"
+  stamp rest-collectives
+  python3 scripts/ncu-source-lines.py run /tmp/ws-rest /tmp/ncu --budget 420 > "$out/ncu-run.log" 2>&1
+  echo "rc=$?" >> "$out/ncu-run.log"
+  stamp ncu
+  tar -czf "$final/ncu.tar.gz" -C /tmp ncu
+fi
+
+if has cupti; then
+  # The collector as the harness builds it, and without the [resume] lines.
+  mkdir -p /tmp/cupti-x && cd /tmp/cupti-x || exit 1
+  cp "$OLDPWD/src/device/nvidia/collector.cpp" resume.cpp
+  sed '/\[resume\]/d' resume.cpp > noresume.cpp
+  for v in resume noresume; do
+    g++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden $v.cpp -I/usr/local/cuda/include -L/tmp/cupti \
+      -l:libcupti.so.13 -Wl,-rpath,/tmp/cupti -ldl -o lib$v.so >> "$out/cupti.txt" 2>&1
+  done
+  nvcc -arch=sm_90 -lineinfo -o probe "$OLDPWD/src/device/nvidia/probe.cu" >> "$out/cupti.txt" 2>&1
+  printf '_Z2k2Piii\n' > k2.txt
+  for v in resume noresume; do
+    for mode in list first; do
+      rm -rf "run-$v-$mode" && mkdir "run-$v-$mode"
+      extra=(CCL_COV_SASS_KERNELS=/tmp/cupti-x/k2.txt)
+      [ $mode = first ] && extra=(CCL_COV_SASS_MAX_LAUNCHES=1)
+      env CUDA_INJECTION64_PATH=/tmp/cupti-x/lib$v.so CUDA_MODULE_LOADING=EAGER CCL_COV_SASS_DIR="/tmp/cupti-x/run-$v-$mode" \
+        "${extra[@]}" ./probe > "run-$v-$mode/probe.log" 2>&1
+      echo "== $v $mode: rc=$?" >> "$out/cupti.txt"
+      grep -hE "^(x|skipped|capped|end|dropped|event)" "run-$v-$mode"/sass-*.tsv | cut -f1-4 | sort | uniq -c >> "$out/cupti.txt"
+      tail -n 5 "run-$v-$mode/probe.log" >> "$out/cupti.txt"
+    done
+  done
+  cd "$OLDPWD" || exit 1
+  stamp cupti
+fi
+
+if has nccl; then
   mkdir -p /tmp/src
   tar -xJf "$carry/nccl.tar.xz" -C /tmp/src && tar -xJf "$carry/nccl-tests.tar.xz" -C /tmp/src
   export NCCL_SRC=/tmp/src/nccl NCCL_TESTS_SRC=/tmp/src/nccl-tests
@@ -131,10 +177,10 @@ if [ "$phase" = nccl ]; then
     run n20-first configs/.nccl-n20-first.json
   fi
   # Host-only, the same trials, for the cost (a build of its own: no -lineinfo).
-  CCL_COV_DEVICE_COVERAGE=off CCL_COV_WORKSPACE=/tmp/ws-host $cov collectives --ignored --test-threads 1 AllReduce \
+  CCL_COV_DEVICE_COVERAGE=off CCL_COV_WORKSPACE=/tmp/ws-nccl-host $cov collectives --ignored --test-threads 1 AllReduce \
     > "$out/host-collectives.log" 2>&1
   echo "rc=$?" >> "$out/host-collectives.log"
-  mkdir -p "$out/host"; cp /tmp/ws-host/results/run.json "$out/host/" 2>/dev/null
+  mkdir -p "$out/host"; cp /tmp/ws-nccl-host/results/run.json "$out/host/" 2>/dev/null
   stamp host
   # nvdisasm -gi against our reading of NCCL's cubins, frame by frame (the unit test, on these cubins).
   CCL_COV_CUDA_CUBINS="$build/cubins" /tmp/bin/unit-tests --exact \
