@@ -373,6 +373,37 @@ mod tests {
         assert!(error.ends_with("kernel.cubin: a cubin's name must be <crc-hex>.cubin"), "{error}");
     }
 
+    /// `device.lcov` beside the H200 capture is what the harness's report wrote for that run:
+    /// recomputed from the captured cubins and records, with the config's ignore rule, the test
+    /// programs' kernels left out and the paths made relative to the library's sources (as
+    /// `coverage::device_lines` and the report do), it must be the same text.
+    #[test]
+    fn the_captured_device_lcov_is_recomputed_from_its_cubins_and_records() {
+        let capture = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cuda-capture"));
+        let manifest = crate::build::fixture::BuildManifest::read(&capture.join("build.json")).unwrap();
+        let config = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/h200_cuda.json"));
+        let loaded = crate::config::load(config, &|name| match name {
+            "CCL_COV_LLVM_BIN" => Some("/usr/bin".into()),
+            _ => None,
+        })
+        .unwrap();
+        let ignore = crate::coverage::ignore::IgnoreRule::new(&loaded.config.report.ignore_filename_regex).unwrap();
+        let tests = manifest.tests_src.display().to_string();
+        let keep = |file: &str| ignore.keeps(file) && !file.starts_with(&tests);
+        let mut records = BTreeMap::new();
+        for entry in std::fs::read_dir(capture.join("trials")).unwrap() {
+            let dir = entry.unwrap().path();
+            let slug = dir.file_name().unwrap().to_string_lossy().into_owned();
+            records.insert(slug, crate::device::nvidia::record::record_files(&dir).unwrap());
+        }
+        let mut lines = device_lines(&capture.join("cubins"), &records).unwrap();
+        lines.all.retain_files(&keep);
+        let ours = crate::report::relative_lcov(&to_lcov(&lines.all), &manifest.library_src.display().to_string());
+        let written = std::fs::read_to_string(capture.join("device.lcov")).unwrap();
+        assert_eq!(ours, written);
+        assert!(written.contains("SF:src/device/common.cuh\n") && !written.contains("/usr/"), "{written}");
+    }
+
     /// The H200 capture through the report's path: each trial's lines and
     /// the union agree, lcov parses as the report's model reads it, and the
     /// ignore rule removes what it names.

@@ -367,10 +367,15 @@ void disable(CUcontext ctx, const char* where) {
 
 // Waits for the work of the calling thread's current context, so that a
 // flush sees the counts of kernels still running. cuCtxSynchronize comes from
-// the driver that loaded us (no link against libcuda).
+// the driver that loaded us (no link against libcuda): libcuda.so.1 is already
+// loaded, but not into the global scope, so it is looked up by its handle.
 void synchronize() {
   using Sync = CUresult (*)();
-  static Sync sync = (Sync)dlsym(RTLD_DEFAULT, "cuCtxSynchronize");
+  static Sync sync = [] {
+    void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void* found = driver ? dlsym(driver, "cuCtxSynchronize") : dlsym(RTLD_DEFAULT, "cuCtxSynchronize");
+    return (Sync)found;
+  }();
   if (!sync) {
     event("error: cuCtxSynchronize not found; a flush may miss kernels still running");
     return;
