@@ -107,7 +107,11 @@ pub(crate) const KNOWN: &[Known] = &[
     known("CCL_COV_SASS_KERNELS", Kind::Text, "set for NVIDIA trials: the kernels the collector counts"),
     known("CCL_COV_SASS_MAX_LAUNCHES", Kind::Text, "set for NVIDIA trials: the launches of each kernel it counts"),
     known("CCL_COV_CUDA_CAPTURE", Kind::Text, "a fresh H200 capture for the fixture-marker unit test"),
-    known("CCL_COV_CUDA_CUBINS", Kind::Text, "another cubin folder for the nvdisasm -gi unit test (NCCL's, on a GPU host)"),
+    known(
+        "CCL_COV_CUDA_CUBINS",
+        Kind::Text,
+        "another cubin folder for the nvdisasm -gi unit test (NCCL's, on a GPU host)",
+    ),
 ];
 
 /// The known variable called `name`.

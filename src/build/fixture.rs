@@ -953,7 +953,12 @@ mod tests {
         let mut device = test_manifest("b").device;
         device.enabled = true;
         device.backend = Some(Backend::Nvidia);
-        device.found = Some(Found::Nvidia { cupti: "/c".into(), cupti_version: "13.4".into(), collector: "/t".into(), selective: true });
+        device.found = Some(Found::Nvidia {
+            cupti: "/c".into(),
+            cupti_version: "13.4".into(),
+            collector: "/t".into(),
+            selective: true,
+        });
         let steps = vec![
             ("make".to_string(), Cmd::new("make")),
             ("own".to_string(), Cmd::new("make").env("NVCC_APPEND_FLAGS", "-O3")),

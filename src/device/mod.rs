@@ -470,11 +470,14 @@ pub(crate) mod tests {
         let list = nvidia::library_kernels_file(cache.path());
         std::fs::write(&list, "k\n").unwrap();
         let listed = ("CCL_COV_SASS_KERNELS".to_string(), list.display().to_string());
-        assert_eq!(env(&decision(true), &library), [listed.clone()]);
+        assert_eq!(env(&decision(true), &library), std::slice::from_ref(&listed));
         assert_eq!(env(&decision(true), &first_two), [listed, ("CCL_COV_SASS_MAX_LAUNCHES".into(), "2".into())]);
         assert!(env(&decision(true), &all).is_empty());
         // A CUPTI whose counting cannot be switched per kernel: every kernel, every launch.
         assert!(env(&decision(false), &first_two).is_empty());
-        assert!(trial_env(&DeviceDecision { enabled: false, ..decision(true) }, &library, Path::new("/p"), cache.path()).is_empty());
+        assert!(
+            trial_env(&DeviceDecision { enabled: false, ..decision(true) }, &library, Path::new("/p"), cache.path())
+                .is_empty()
+        );
     }
 }

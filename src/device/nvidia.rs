@@ -294,7 +294,11 @@ fn run_probe(
     let out = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
     let mut command = std::process::Command::new(probe);
-    command.envs(trial_env(collector, run, run, kernels, None)).stdout(out).stderr(err).stdin(std::process::Stdio::null());
+    command
+        .envs(trial_env(collector, run, run, kernels, None))
+        .stdout(out)
+        .stderr(err)
+        .stdin(std::process::Stdio::null());
     let shown = format!("{} (under CUDA_INJECTION64_PATH={})", probe.display(), collector.display());
     let mut child = command.spawn().map_err(|e| format!("cannot start the NVIDIA probe {shown}: {e}"))?;
     let started = Instant::now();
@@ -579,7 +583,10 @@ mod tests {
         std::fs::remove_file(library_kernels_file(&cache)).unwrap();
         script("echo 'cuobjdump fatal   : Could not open input file' >&2; exit 1");
         let error = write_library_kernels(&objects, &cache, &env).unwrap_err();
-        assert!(error.starts_with("cannot list the kernels of /x/libk.so: ") && error.contains("Could not open"), "{error}");
+        assert!(
+            error.starts_with("cannot list the kernels of /x/libk.so: ") && error.contains("Could not open"),
+            "{error}"
+        );
         assert!(!library_kernels_file(&cache).exists());
         let none = lookup(vec![("CUDA_HOME", "/nonexistent/cuda".into())]);
         assert_eq!(

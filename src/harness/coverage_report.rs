@@ -484,9 +484,7 @@ impl Shared {
                     });
                     workspace::files::write_atomic(
                         &dir.join("summary-device.json"),
-                        serde_json::to_string_pretty(&summary)
-                            .expect("totals serialize")
-                            .as_bytes(),
+                        serde_json::to_string_pretty(&summary).expect("totals serialize").as_bytes(),
                     )?;
                     let host = lcov::parse_lcov(model.host.as_deref().unwrap_or(&model.text), "the host lcov")?;
                     let host = merged.inputs.model_summary(&host)?.1;

@@ -257,8 +257,7 @@ fn harness_env(
         env.push((PROFILE_FILE.into(), profile_file.display().to_string()));
     }
     // The device collector's variables are the harness's too.
-    let device =
-        crate::device::trial_env(&manifest.device, &config.coverage.device, profile_dir, &manifest.cache_dir);
+    let device = crate::device::trial_env(&manifest.device, &config.coverage.device, profile_dir, &manifest.cache_dir);
     env.retain(|(key, _)| !device.iter().any(|(k, _)| k == key));
     env.extend(device);
     env.push((TRIAL_TOKEN.into(), token.clone()));

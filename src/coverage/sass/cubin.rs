@@ -323,13 +323,9 @@ fn read_unit_sequences<'data, 'relocations>(
     let mut current: Option<(u64, Sequence, Vec<Option<Frames>>)> = None;
     // The inlined-call register: the call site's row number (from 1) in the open sequence.
     let mut call_site: u64 = 0;
-    loop {
-        let Some(instruction) = instructions
-            .next_instruction(program.header())
-            .map_err(|error| Error::new(format!("line program: {error}")))?
-        else {
-            break;
-        };
+    while let Some(instruction) =
+        instructions.next_instruction(program.header()).map_err(|error| Error::new(format!("line program: {error}")))?
+    {
         match instruction {
             gimli::LineInstruction::UnknownExtended(DW_LNE_NV_INLINED_CALL, mut operands) => {
                 let operand = |reader: &mut LineReader<'_, '_>| {

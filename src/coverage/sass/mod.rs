@@ -107,7 +107,9 @@ pub(crate) fn device_lines(
         let read = files.iter().map(|f| Record::read(f)).collect::<Result<Vec<_>>>()?;
         lines.trials.insert(slug.clone(), line_coverage(&cubins, &read)?);
         for record in &read {
-            for (map, counts) in [(&mut lines.not_counted, &record.skipped), (&mut lines.beyond_max_launches, &record.capped)] {
+            for (map, counts) in
+                [(&mut lines.not_counted, &record.skipped), (&mut lines.beyond_max_launches, &record.capped)]
+            {
                 for (kernel, launches) in counts {
                     let total = map.entry(kernel.clone()).or_default();
                     *total = total.saturating_add(*launches);
@@ -171,11 +173,7 @@ pub(crate) fn line_coverage(cubins: &BTreeMap<u32, CubinLines>, records: &[Recor
         }
     }
     let mut coverage = DeviceCoverage::default();
-    // nvcc spells one header many ways; each spelling is normalized once.
     let mut names: BTreeMap<&str, String> = BTreeMap::new();
-    fn file_of<'cubin>(names: &mut BTreeMap<&'cubin str, String>, file: &'cubin str) -> String {
-        names.entry(file).or_insert_with(|| normalized(file)).clone()
-    }
     for (&crc, cubin) in cubins {
         for (function, lines) in &cubin.functions {
             let count_at = |offset| {
@@ -188,7 +186,13 @@ pub(crate) fn line_coverage(cubins: &BTreeMap<u32, CubinLines>, records: &[Recor
                 }
                 let count = count_at(offset);
                 for frame in frames {
-                    let line = coverage.files.entry(file_of(&mut names, &frame.file)).or_default().lines.entry(frame.line).or_default();
+                    let line = coverage
+                        .files
+                        .entry(file_of(&mut names, &frame.file))
+                        .or_default()
+                        .lines
+                        .entry(frame.line)
+                        .or_default();
                     *line = (*line).max(count);
                 }
             }
@@ -202,6 +206,11 @@ pub(crate) fn line_coverage(cubins: &BTreeMap<u32, CubinLines>, records: &[Recor
         }
     }
     Ok(coverage)
+}
+
+/// `file` normalized, once per spelling: nvcc spells one header many ways.
+fn file_of<'cubin>(names: &mut BTreeMap<&'cubin str, String>, file: &'cubin str) -> String {
+    names.entry(file).or_insert_with(|| normalized(file)).clone()
 }
 
 /// `dir/./a/../b.h` as `dir/b.h`: nvcc writes include paths as they were

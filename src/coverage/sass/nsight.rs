@@ -7,7 +7,7 @@
 //! the same file too, as host coverage does. Nsight Compute credits the innermost frame of each
 //! file, and some same-file call sites but not others (on this capture: `reduceElem`'s call of
 //! `applyOp` at `common.cuh:79` and `copyElems`' call of `aligned16` at `:95`, but not `applyOp`'s
-//! calls of `maxOf` and `minOf` at `:65` and `:67` in `allReduceSmallKernel`). So per trial its
+//! calls of `maxOf` and `minOf` at `:65` and `:67` in the small kernels and `reduceDirectKernel`, 8 trials). So per trial its
 //! lines lie between the two: every innermost-of-its-file frame ccl-coverage saw run, and
 //! nothing ccl-coverage does not have. Over the suite they are the same lines.
 

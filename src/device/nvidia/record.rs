@@ -305,7 +305,10 @@ pub(crate) mod tests {
         let record = parse(v3).unwrap();
         assert_eq!(record.skipped, BTreeMap::from([("prepare".to_owned(), 3), ("verify".to_owned(), 1)]));
         assert_eq!(record.capped, BTreeMap::from([("k".to_owned(), 19)]));
-        assert_eq!(parse(&v3.replace("skipped\t2\t", "skipped\tx\t")).unwrap_err().to_string(), "r.tsv:7: launch count \"x\" is not a base-10 number");
+        assert_eq!(
+            parse(&v3.replace("skipped\t2\t", "skipped\tx\t")).unwrap_err().to_string(),
+            "r.tsv:7: launch count \"x\" is not a base-10 number"
+        );
         assert_eq!(parse(&v3.replace("\tverify", "")).unwrap_err().to_string(), "r.tsv:8: 1 fields where 2 belong");
     }
 }
