@@ -106,10 +106,22 @@ impl BuildManifest {
         })
     }
 
+    /// The cached build's manifest at `path` (a regular file, not followed).
     pub fn read(path: &Path) -> Result<BuildManifest> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
-        serde_json::from_str(&text).map_err(|e| Error::new(format!("{} is not a build manifest: {e}", path.display())))
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut files::open_regular(path)?, &mut text)
+            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+        Self::parse(&text, path)
+    }
+
+    /// The workspace's `build.json`, read through its handle.
+    pub(crate) fn read_in(ws: &Workspace) -> Result<BuildManifest> {
+        let path = ws.build_manifest();
+        Self::parse(&ws.read_to_string(&path)?, &path)
+    }
+
+    fn parse(text: &str, path: &Path) -> Result<BuildManifest> {
+        serde_json::from_str(text).map_err(|e| Error::new(format!("{} is not a build manifest: {e}", path.display())))
     }
 
     fn write(&self, path: &Path) -> Result<()> {
@@ -707,9 +719,9 @@ fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
 /// to its key, with its profiles gone.
 pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
     ws.create()?;
-    let lock = files::open_lock_file(&ws.lock_file())?;
+    let lock = ws.open_lock(&ws.lock_file())?;
     lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", ws.lock_file().display())))?;
-    let previous = BuildManifest::read(&ws.build_manifest()).ok();
+    let previous = BuildManifest::read_in(ws).ok();
     match previous {
         Some(p) if p.build_id == manifest.build_id => return Ok(()),
         Some(p) => {
@@ -725,7 +737,8 @@ pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
         }
         None => {}
     }
-    manifest.write(&ws.build_manifest())
+    let text = serde_json::to_string_pretty(manifest).expect("manifest serializes");
+    ws.write(&ws.build_manifest(), text.as_bytes())
 }
 
 fn build_vars(loaded: &LoadedConfig, resolved: &Resolved, jobs: usize) -> Vars {
@@ -878,7 +891,7 @@ mod tests {
         adopt(&ws, &test_manifest("bbbb")).unwrap();
         assert!(!profile.exists() && !report.exists(), "profiles of the old build were kept");
         assert!(log.exists(), "logs are not the harness's to delete");
-        assert_eq!(BuildManifest::read(&ws.build_manifest()).unwrap().build_id, "bbbb");
+        assert_eq!(BuildManifest::read_in(&ws).unwrap().build_id, "bbbb");
     }
 
     #[test]

@@ -14,9 +14,10 @@
 use crate::bail;
 use crate::device::amdgpu::DEVICE_PROFILE_PREFIX;
 use crate::device::nvidia::record::record_files;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exec::process::Cmd;
 use crate::toolchain::Toolchain;
+use crate::workspace::confined::Kind;
 use crate::workspace::{self, Area, Workspace};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -43,24 +44,18 @@ pub struct TrialMerge {
     pub(crate) sha256: Option<String>,
 }
 
-/// The raw `.profraw` files directly in `dir`, sorted: the host's
-/// (`<pattern>`) and the device's, which the host collector names
-/// `<target>.<pattern>` with the target ID's colons
-/// (`amdgcn-amd-amdhsa.gfx942:xnack-.0.<pattern>`).
-pub fn raw_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    match std::fs::read_dir(dir) {
-        Ok(entries) => {
-            for entry in entries.flatten() {
-                let path = entry.path();
-                if path.extension().is_some_and(|e| e == "profraw") && path.is_file() {
-                    files.push(path);
-                }
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::new(format!("cannot list {}: {e}", dir.display()))),
-    }
+/// The raw `.profraw` files directly in `dir` (a folder of the workspace,
+/// listed through its handle), sorted: the host's (`<pattern>`) and the
+/// device's, which the host collector names `<target>.<pattern>` with the
+/// target ID's colons (`amdgcn-amd-amdhsa.gfx942:xnack-.0.<pattern>`). Only
+/// regular files: a link or a FIFO named like a profile is not one.
+pub fn raw_files(ws: &Workspace, dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = ws
+        .list(dir)?
+        .into_iter()
+        .filter(|(name, kind)| *kind == Kind::File && Path::new(name).extension().is_some_and(|e| e == "profraw"))
+        .map(|(name, _)| dir.join(name))
+        .collect();
     files.sort();
     Ok(files)
 }
@@ -109,7 +104,7 @@ pub fn finish_trial(
     keep_raw: bool,
 ) -> MergeOutcome {
     let dir = ws.trial_profiles(slug);
-    let files = raw_files(&dir).unwrap_or_default();
+    let files = raw_files(ws, &dir).unwrap_or_default();
     let (raw, writers) = (files.len(), writers(&files, pattern));
     let mut outcome = MergeOutcome { dir: dir.clone(), raw, writers, ..MergeOutcome::default() };
     if incremental && raw > 0 {
@@ -118,11 +113,11 @@ pub fn finish_trial(
             Err(e) => outcome.error = Some(e.to_string()),
         }
     }
-    match raw_checksums(&dir) {
+    match raw_checksums(ws, &dir) {
         Ok(sums) => outcome.raw_sha256 = sums,
         Err(e) => outcome.error = Some(e.to_string()),
     }
-    match record_files(&dir).and_then(|files| checksums(&files)) {
+    match record_files(&dir).and_then(|files| checksums(ws, &files)) {
         Ok(sums) => outcome.device_sha256 = sums,
         Err(e) => outcome.error = Some(e.to_string()),
     }
@@ -261,16 +256,16 @@ fn match_name(tokens: &[Token], name: &str, parts: &mut NameParts) -> bool {
 }
 
 /// SHA-256 of each raw profile left in `dir`, by file name.
-pub(crate) fn raw_checksums(dir: &Path) -> Result<BTreeMap<String, String>> {
-    checksums(&raw_files(dir)?)
+pub(crate) fn raw_checksums(ws: &Workspace, dir: &Path) -> Result<BTreeMap<String, String>> {
+    checksums(ws, &raw_files(ws, dir)?)
 }
 
-/// SHA-256 of each of `files`, by file name.
-fn checksums(files: &[PathBuf]) -> Result<BTreeMap<String, String>> {
+/// SHA-256 of each of `files` (of the workspace), by file name.
+fn checksums(ws: &Workspace, files: &[PathBuf]) -> Result<BTreeMap<String, String>> {
     let mut sums = BTreeMap::new();
     for file in files {
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        sums.insert(name, workspace::files::sha256_file(file)?);
+        sums.insert(name, ws.sha256(file)?);
     }
     Ok(sums)
 }
@@ -313,15 +308,13 @@ fn trust_or_quarantine(
     recorded: Option<&String>,
     quarantined: &mut Vec<Quarantined>,
 ) -> Result<bool> {
-    let actual = workspace::files::sha256_file(file)?;
+    let actual = ws.sha256(file)?;
     let why = match recorded {
         Some(sum) if *sum == actual => return Ok(true),
         Some(sum) => format!("altered after its trial wrote it (sha256 recorded {sum}, now {actual})"),
         None => format!("not recorded by trial {trial} (no checksum), so not trusted"),
     };
-    let dir = ws.trial_quarantine(slug);
-    workspace::files::create_dir(&dir)?;
-    let to = quarantine_path(&dir, file);
+    let to = quarantine_path(&ws.trial_quarantine(slug), file);
     ws.rename(file, &to)?;
     quarantined.push(Quarantined { file: to, reason: why });
     Ok(false)
@@ -359,13 +352,13 @@ pub(crate) fn verified_inputs(ws: &Workspace, trials: &[Recorded]) -> Result<Ver
         let slug = result.slug;
         let merged = trial_profdata(ws, slug);
         let recorded_merge = result.merge.filter(|m| m.profdata.is_some());
-        let checks: Vec<(PathBuf, Option<&String>)> = if merged.is_file() {
+        let checks: Vec<(PathBuf, Option<&String>)> = if ws.kind(&merged)?.is_some() {
             vec![(merged.clone(), recorded_merge.and_then(|m| m.sha256.as_ref()))]
         } else {
             if recorded_merge.is_some() {
                 verified.missing.push(format!("{}: its merged profile {} is gone", result.trial, merged.display()));
             }
-            let raw = raw_files(&ws.trial_profiles(slug))?;
+            let raw = raw_files(ws, &ws.trial_profiles(slug))?;
             if raw.is_empty() && recorded_merge.is_none() && !result.raw_sha256.is_empty() {
                 verified.missing.push(format!(
                     "{}: its {} raw profiles in {} are gone",
@@ -400,7 +393,7 @@ fn quarantine_path(dir: &Path, file: &Path) -> PathBuf {
 /// quarantining unreadable ones; removes the raw files unless `keep_raw`.
 pub(crate) fn merge_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, keep_raw: bool) -> Result<TrialMerge> {
     let started = Instant::now();
-    let raw = raw_files(&ws.trial_profiles(slug))?;
+    let raw = raw_files(ws, &ws.trial_profiles(slug))?;
     let output = trial_profdata(ws, slug);
     let list = ws.trial_profiles(slug).join("inputs.list");
     let quarantine_dir = ws.trial_quarantine(slug);
@@ -408,12 +401,10 @@ pub(crate) fn merge_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, kee
     ws.remove(Area::Profiles, &list)?;
     if !keep_raw && merged > 0 {
         for file in &raw {
-            if file.exists() {
-                ws.remove(Area::Profiles, file)?;
-            }
+            ws.remove(Area::Profiles, file)?;
         }
     }
-    let sha256 = if merged > 0 { Some(workspace::files::sha256_file(&output)?) } else { None };
+    let sha256 = if merged > 0 { Some(ws.sha256(&output)?) } else { None };
     Ok(TrialMerge {
         profdata: (merged > 0).then_some(output),
         merged,
@@ -438,7 +429,7 @@ pub(crate) fn merge_checked(
     if inputs.is_empty() {
         return Ok((0, Vec::new()));
     }
-    let first = merge(toolchain, inputs, list_file, output);
+    let first = merge(ws, toolchain, inputs, list_file, output);
     if first.is_ok() {
         return Ok((inputs.len(), Vec::new()));
     }
@@ -448,9 +439,7 @@ pub(crate) fn merge_checked(
         match check(toolchain, input) {
             Ok(()) => good.push(input.clone()),
             Err(why) if input.extension().is_some_and(|e| e == "profraw") => {
-                let dir = quarantine_for(input);
-                workspace::files::create_dir(&dir)?;
-                let to = quarantine_path(&dir, input);
+                let to = quarantine_path(&quarantine_for(input), input);
                 ws.rename(input, &to)?;
                 quarantined.push(Quarantined { file: to, reason: why });
             }
@@ -461,7 +450,7 @@ pub(crate) fn merge_checked(
     if good.is_empty() {
         return Ok((0, quarantined));
     }
-    merge(toolchain, &good, list_file, output)
+    merge(ws, toolchain, &good, list_file, output)
         .map_err(|e| e.context(format!("merging the {} readable profiles", good.len())))?;
     Ok((good.len(), quarantined))
 }
@@ -479,10 +468,20 @@ fn check(toolchain: &Toolchain, input: &Path) -> std::result::Result<(), String>
         })
 }
 
-/// Merges `inputs` into the indexed profile `output`.
-pub(crate) fn merge(toolchain: &Toolchain, inputs: &[PathBuf], list_file: &Path, output: &Path) -> Result<()> {
+/// Merges `inputs` into the indexed profile `output` (both in the
+/// workspace). llvm-profdata writes `output` by its path, so whatever lies
+/// there first goes, through the workspace's handle: a link planted there is
+/// refused, never written through.
+pub(crate) fn merge(
+    ws: &Workspace,
+    toolchain: &Toolchain,
+    inputs: &[PathBuf],
+    list_file: &Path,
+    output: &Path,
+) -> Result<()> {
     let list: String = inputs.iter().map(|p| format!("{}\n", p.display())).collect();
-    workspace::files::write_atomic(list_file, list.as_bytes())?;
+    ws.write(list_file, list.as_bytes())?;
+    ws.clear_for_tool(output)?;
     Cmd::new(&toolchain.llvm_profdata.path)
         .args(["merge", "-sparse"])
         .arg(format!("--input-files={}", list_file.display()))

@@ -290,11 +290,7 @@ impl Shared {
         let staged = self.report_dir();
         let report = ws.report_dir();
         let discard = || -> Result<(), Error> {
-            if staged.exists() {
-                ws.clear(Area::ReportStaging, &staged)?;
-                std::fs::remove_dir(&staged)
-                    .map_err(|e| Error::new(format!("cannot delete {}: {e}", staged.display())))?;
-            }
+            ws.remove(Area::ReportStaging, &staged)?;
             Ok(())
         };
         match self.merged.get() {
@@ -342,7 +338,7 @@ impl Shared {
 
     fn merge(&self) -> Result<Merge, Error> {
         let ws = &self.ctx.workspace;
-        let manifest = BuildManifest::read(&ws.build_manifest()).map_err(|e| {
+        let manifest = BuildManifest::read_in(ws).map_err(|e| {
             Error::new(format!(
                 "no build recorded in {} ({e}); run `cargo test --test collectives` first, with the same CCL_COV_CONFIG and CCL_COV_WORKSPACE",
                 ws.root().display()
@@ -388,10 +384,10 @@ impl Shared {
         // Checked before anything is written: the report is installed there.
         ws.check_area(Area::Report)?;
         // What a killed report process left staged is of no use.
-        for entry in std::fs::read_dir(ws.area(Area::ReportStaging)).into_iter().flatten().flatten() {
-            let pid = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok());
+        for (name, _) in ws.list(&ws.area(Area::ReportStaging))? {
+            let pid = name.to_str().and_then(|n| n.parse::<u32>().ok());
             if pid.is_some_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists()) {
-                ws.remove(Area::ReportStaging, &entry.path())?;
+                ws.remove(Area::ReportStaging, &ws.area(Area::ReportStaging).join(name))?;
             }
         }
         let report_dir = self.report_dir();
@@ -441,7 +437,7 @@ impl Shared {
         let mut health = Health::new(&results, quarantined, missing);
         health.damaged_results = damaged_results;
         let meta = ReportMeta::new(&manifest, &results, merged_inputs, &health);
-        workspace::files::write_atomic(
+        self.ctx.workspace.write(
             &report_dir.join("meta.json"),
             serde_json::to_string_pretty(&meta).expect("meta serializes").as_bytes(),
         )?;
@@ -472,11 +468,11 @@ impl Shared {
             .get_or_init(|| {
                 let dir = self.report_dir();
                 let (text, all) = merged.inputs.model_summary(&model.model)?;
-                workspace::files::write_atomic(&dir.join("summary.json"), text.as_bytes())?;
+                self.ctx.workspace.write(&dir.join("summary.json"), text.as_bytes())?;
                 let m = &merged.manifest;
                 if let Some(lines) = &merged.device_lines {
                     let device = device_totals(&lines.all);
-                    workspace::files::write_atomic(
+                    self.ctx.workspace.write(
                         &dir.join("summary-device.json"),
                         serde_json::to_string_pretty(&json!({"source": "cupti-sass", "totals": device}))
                             .expect("totals serialize")
@@ -492,11 +488,11 @@ impl Shared {
                 let host = merged
                     .inputs
                     .with_objects(m.instrumented_objects())
-                    .summary_json(&dir.join("summary-host.json"))?;
+                    .summary_json(&self.ctx.workspace, &dir.join("summary-host.json"))?;
                 let device = merged
                     .inputs
                     .with_objects(m.llvm_device_objects())
-                    .summary_json(&dir.join("summary-device.json"))?;
+                    .summary_json(&self.ctx.workspace, &dir.join("summary-device.json"))?;
                 Ok(Summary { host: report::totals(&host), device: Some(report::totals(&device)), all })
             })
             .as_ref()
@@ -508,7 +504,9 @@ impl Shared {
         let model = self.model(merged)?;
         let text = merged.inputs.json(&model.model).map_err(|e| failed("llvm-cov export -format=text", &e))?;
         let text = report::relative_json(&text, &self.path_prefix(merged));
-        workspace::files::write_atomic(&self.report_dir().join("coverage.json"), text.as_bytes())
+        self.ctx
+            .workspace
+            .write(&self.report_dir().join("coverage.json"), text.as_bytes())
             .map_err(|e| failed("writing coverage.json", &e))
     }
 
@@ -543,7 +541,7 @@ impl Shared {
                 let model = lcov::parse_lcov(&text, "the merged lcov")?;
                 merged.inputs.ignore.check_kept(model.files.keys().map(String::as_str))?;
                 let written = report::relative_lcov(&text, &self.path_prefix(merged));
-                workspace::files::write_atomic(&out, written.as_bytes())?;
+                self.ctx.workspace.write(&out, written.as_bytes())?;
                 Ok(ModelText { text, host_len, model })
             })
             .as_ref()
@@ -552,23 +550,30 @@ impl Shared {
 
     fn cobertura(&self, merged: &Merged) -> Result<(), Failed> {
         let lcov = self.lcov(merged)?;
-        report::cobertura(lcov, &merged.manifest.library_src, &self.report_dir().join("cobertura.xml"))
-            .map_err(|e| failed("Cobertura conversion", &e))
+        report::cobertura(
+            &self.ctx.workspace,
+            lcov,
+            &merged.manifest.library_src,
+            &self.report_dir().join("cobertura.xml"),
+        )
+        .map_err(|e| failed("Cobertura conversion", &e))
     }
 
     fn html(&self, merged: &Merged) -> Result<(), Failed> {
         let dir = self.report_dir().join("html");
+        self.ctx.workspace.clear_for_tool(&dir).map_err(|e| failed("preparing html/", &e))?;
         let shown = merged.inputs.html(&dir).map_err(|e| failed("llvm-cov show -format=html", &e));
         let device = match (&shown, &merged.device_lines) {
             (Ok(_), Some(lines)) => {
                 let title = format!("ccl-coverage: {} (build {})", self.ctx.config().name, merged.manifest.build_id);
-                Some(report::device_pages::write(&dir.join("device"), &title, &lines.all))
+                Some(report::device_pages::write(&self.ctx.workspace, &dir.join("device"), &title, &lines.all))
             }
             _ => None,
         };
         // llvm-cov makes its folders with modes of its own, also when it fails.
         if dir.exists() {
-            workspace::files::normalize_modes(&dir).map_err(|e| failed("setting the report's modes", &e))?;
+            (self.ctx.workspace.beneath().and_then(|b| b.set_modes(&dir)))
+                .map_err(|e| failed("setting the report's modes", &e))?;
         }
         let index = shown?;
         // llvm-cov's index gives its own totals: the model's replaces it.
@@ -590,8 +595,9 @@ impl Shared {
                 page: &page,
             },
         );
-        workspace::files::write_atomic(&index, html.as_bytes()).map_err(|e| failed("writing the index", &e))?;
-        attribution_pages::link_from_llvm_cov_index(&index).map_err(|e| failed("linking the attribution pages", &e))?;
+        self.ctx.workspace.write(&index, html.as_bytes()).map_err(|e| failed("writing the index", &e))?;
+        attribution_pages::link_from_llvm_cov_index(&self.ctx.workspace, &index)
+            .map_err(|e| failed("linking the attribution pages", &e))?;
         if let Some(device) = device {
             let device = device.map_err(|e| failed("writing the device pages", &e))?;
             eprintln!("ccl-coverage: device HTML report: {}", self.shown(&device).display());
@@ -605,7 +611,9 @@ impl Shared {
         let m = &merged.manifest;
         let roots = [m.library_src.as_path(), m.tests_src.as_path()];
         let text = report::summary_text(&self.summary()?.all, &roots);
-        workspace::files::write_atomic(&self.report_dir().join("summary.txt"), text.as_bytes())
+        self.ctx
+            .workspace
+            .write(&self.report_dir().join("summary.txt"), text.as_bytes())
             .map_err(|e| failed("writing summary.txt", &e))
     }
 
@@ -630,7 +638,7 @@ impl Shared {
             )),
         }
         let out = self.report_dir().join("summary.md");
-        workspace::files::write_atomic(&out, md.as_bytes()).map_err(|e| failed("writing summary.md", &e))?;
+        self.ctx.workspace.write(&out, md.as_bytes()).map_err(|e| failed("writing summary.md", &e))?;
         if let Some(step_summary) = process_env("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {
             use std::io::Write;
             std::fs::OpenOptions::new()
@@ -744,8 +752,10 @@ impl Shared {
     fn first_snapshot(&self, name: &str, value: &Value, adopted: &Path) -> Result<Completion, Failed> {
         let dir = self.report_dir().join("snapshot");
         let file = dir.join(format!("{name}.snap"));
-        workspace::files::create_dir(&dir)
-            .and_then(|()| workspace::files::write_atomic(&file, report::snapshot_text(value).as_bytes()))
+        self.ctx
+            .workspace
+            .create_dir(&dir)
+            .and_then(|()| self.ctx.workspace.write(&file, report::snapshot_text(value).as_bytes()))
             .map_err(|e| failed("writing the new snapshot", &e))?;
         let shown = self.shown(&file);
         eprintln!(
@@ -787,18 +797,18 @@ impl Shared {
                 let mut jobs = Vec::new();
                 for r in &merged.results {
                     let profdata = profiles::trial_profdata(ws, &r.slug);
-                    if profdata.is_file() {
+                    if ws.kind(&profdata)? == Some(workspace::confined::Kind::File) {
                         jobs.push((r, profdata));
                         continue;
                     }
-                    let raw = profiles::raw_files(&ws.trial_profiles(&r.slug))?;
+                    let raw = profiles::raw_files(ws, &ws.trial_profiles(&r.slug))?;
                     if raw.is_empty() {
                         continue;
                     }
                     let dir = self.report_dir().join("trials");
-                    workspace::files::create_dir(&dir)?;
+                    self.ctx.workspace.create_dir(&dir)?;
                     let out = dir.join(format!("{}.profdata", r.slug));
-                    profiles::merge(&merged.manifest.toolchain, &raw, &dir.join(format!("{}.list", r.slug)), &out)?;
+                    profiles::merge(ws, &merged.manifest.toolchain, &raw, &dir.join(format!("{}.list", r.slug)), &out)?;
                     jobs.push((r, out));
                 }
                 let regions = self
@@ -846,14 +856,16 @@ impl Shared {
         let dir = self.report_dir();
         let attribution = Attribution::new(&a.all, &a.trials);
         let write = |name: &str, json: String| {
-            workspace::files::write_atomic(&dir.join(name), json.as_bytes())
+            self.ctx
+                .workspace
+                .write(&dir.join(name), json.as_bytes())
                 .map_err(|e| failed(&format!("writing {name}"), &e))
         };
         // One line: at ~800 trials the ranges would be mostly indentation.
         write("attribution.json", serde_json::to_string(&attribution).expect("attribution serializes"))?;
         write("trials.json", serde_json::to_string_pretty(&a.summaries).expect("trials serialize"))?;
         let pages_dir = dir.join("attribution");
-        workspace::files::create_dir(&pages_dir).map_err(|e| failed("creating report/attribution", &e))?;
+        self.ctx.workspace.create_dir(&pages_dir).map_err(|e| failed("creating report/attribution", &e))?;
         let m = &merged.manifest;
         let roots = [m.library_src.as_path(), m.tests_src.as_path()];
         let sources = attribution_pages::Sources {
@@ -863,7 +875,9 @@ impl Shared {
         };
         let pages = attribution_pages::pages(&attribution, &sources);
         for (name, html) in pages {
-            workspace::files::write_atomic(&pages_dir.join(&name), html.as_bytes())
+            self.ctx
+                .workspace
+                .write(&pages_dir.join(&name), html.as_bytes())
                 .map_err(|e| failed(&format!("writing attribution/{name}"), &e))?;
         }
         eprintln!(
@@ -880,11 +894,13 @@ impl Shared {
             plan.iter().map(|t| minimal_suite::Planned { name: &t.name, ignored: t.ignored }).collect();
         let full_s: f64 = merged.results.iter().map(|r| r.duration_s.max(0.0)).sum();
         let suite = minimal_suite::minimal_suite(&a.trials, &planned, merged.results.len(), full_s);
-        workspace::files::write_atomic(
-            &self.report_dir().join("minimal-suite.json"),
-            serde_json::to_string_pretty(&suite).expect("minimal suite serializes").as_bytes(),
-        )
-        .map_err(|e| failed("writing minimal-suite.json", &e))?;
+        self.ctx
+            .workspace
+            .write(
+                &self.report_dir().join("minimal-suite.json"),
+                serde_json::to_string_pretty(&suite).expect("minimal suite serializes").as_bytes(),
+            )
+            .map_err(|e| failed("writing minimal-suite.json", &e))?;
         // The command (one `--skip` per trial left out) is in the file.
         eprintln!(
             "ccl-coverage: minimal equivalent suite (the same lines, functions and branches): {} of {} trials, {:.2} of {:.2} trial-seconds (its cargo test and nextest commands are in {})",
@@ -906,12 +922,14 @@ impl Shared {
         let report = diff_coverage::diff_report(&base, &changes, &a.all);
         let dir = self.report_dir();
         let md = report.markdown();
-        workspace::files::write_atomic(
-            &dir.join("diff.json"),
-            serde_json::to_string_pretty(&report).expect("diff report serializes").as_bytes(),
-        )
-        .and_then(|()| workspace::files::write_atomic(&dir.join("diff.md"), md.as_bytes()))
-        .map_err(|e| failed("writing diff.json and diff.md", &e))?;
+        self.ctx
+            .workspace
+            .write(
+                &dir.join("diff.json"),
+                serde_json::to_string_pretty(&report).expect("diff report serializes").as_bytes(),
+            )
+            .and_then(|()| self.ctx.workspace.write(&dir.join("diff.md"), md.as_bytes()))
+            .map_err(|e| failed("writing diff.json and diff.md", &e))?;
         eprintln!("ccl-coverage: {}", md.lines().next().unwrap_or_default().trim_start_matches("### "));
         let bar = process_env("CCL_COV_FAIL_UNDER_DIFF");
         match diff_coverage::check_diff_bar(&report, bar.as_deref()).map_err(|e| failed("reading the bar", &e))? {
@@ -937,12 +955,14 @@ impl Shared {
         let report = diff_coverage::baseline_report(&path, &before, &a.all);
         let dir = self.report_dir();
         let md = report.markdown();
-        workspace::files::write_atomic(
-            &dir.join("baseline.json"),
-            serde_json::to_string_pretty(&report).expect("baseline report serializes").as_bytes(),
-        )
-        .and_then(|()| workspace::files::write_atomic(&dir.join("baseline.md"), md.as_bytes()))
-        .map_err(|e| failed("writing baseline.json and baseline.md", &e))?;
+        self.ctx
+            .workspace
+            .write(
+                &dir.join("baseline.json"),
+                serde_json::to_string_pretty(&report).expect("baseline report serializes").as_bytes(),
+            )
+            .and_then(|()| self.ctx.workspace.write(&dir.join("baseline.md"), md.as_bytes()))
+            .map_err(|e| failed("writing baseline.json and baseline.md", &e))?;
         eprintln!("ccl-coverage: {} lines lost baseline coverage (LBC) against {}", report.lost_lines, path.display());
         let fail_on_lost =
             crate::env_names::switch("CCL_COV_FAIL_ON_LOST", &process_env("CCL_COV_FAIL_ON_LOST").unwrap_or_default())

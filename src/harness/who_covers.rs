@@ -39,10 +39,9 @@ fn run(args: &[String]) -> Result<(String, bool)> {
     let (file, line) = parse_query(query)?;
     let ctx = crate::context::Context::from_env()?;
     let path = ctx.workspace.report_dir().join("attribution.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
+    let text = ctx.workspace.read_to_string(&path).map_err(|e| {
         Error::new(format!(
-            "cannot read {}: {e}; run `cargo test --test coverage_report` (its report::attribution step) on this workspace first",
-            path.display()
+            "{e}; run `cargo test --test coverage_report` (its report::attribution step) on this workspace first"
         ))
     })?;
     let attribution: Attribution = serde_json::from_str(&text)

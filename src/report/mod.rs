@@ -118,10 +118,10 @@ impl ReportInputs {
 
     /// The model's summary over these objects (their lcov export, and the
     /// summary export's regions), written to `out` and read as types.
-    pub fn summary_json(&self, out: &Path) -> Result<SummaryExport> {
+    pub fn summary_json(&self, ws: &workspace::Workspace, out: &Path) -> Result<SummaryExport> {
         let model = lcov::parse_lcov(&self.lcov_text()?, "llvm-cov export -format=lcov")?;
         let (text, summary) = self.model_summary(&model)?;
-        workspace::files::write_atomic(out, text.as_bytes())?;
+        ws.write(out, text.as_bytes())?;
         Ok(summary)
     }
 
@@ -224,13 +224,13 @@ fn counts_json(counts: &Counts) -> Value {
 /// Cobertura XML (GitLab, Jenkins) converted from the lcov export.
 /// `lcov` (the model's text, absolute paths) as Cobertura XML, its file
 /// names relative to `base_dir`.
-pub(crate) fn cobertura(lcov: &str, base_dir: &Path, out: &Path) -> Result<()> {
+pub(crate) fn cobertura(ws: &workspace::Workspace, lcov: &str, base_dir: &Path, out: &Path) -> Result<()> {
     let data = lcov2cobertura::parse_lines(std::io::BufRead::lines(lcov.as_bytes()), base_dir, &[])
         .map_err(|e| Error::new(format!("cannot read {} as lcov: {e}", out.display())))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let xml = lcov2cobertura::coverage_to_string(&data, now, lcov2cobertura::NullDemangler::new())
         .map_err(|e| Error::new(format!("cannot convert to Cobertura XML ({}): {e}", out.display())))?;
-    workspace::files::write_atomic(out, xml.as_bytes())
+    ws.write(out, xml.as_bytes())
 }
 
 /// `prefix` as it starts a file name: ending in `/`; empty keeps paths.

@@ -262,14 +262,17 @@ impl TrialResult {
     /// Writes `results/<slug>.json`, redacted whatever the caller filled in.
     pub(crate) fn write(&self, ws: &Workspace) -> Result<()> {
         let text = serde_json::to_string_pretty(&self.redacted()).expect("result serializes");
-        workspace::files::write_atomic(&ws.trial_result(&self.slug), text.as_bytes())
+        ws.write(&ws.trial_result(&self.slug), text.as_bytes())
     }
 }
+
+/// The trials of the config's plan, by name, with their file names.
+pub(crate) type Planned = std::collections::BTreeMap<String, String>;
 
 /// The trial results in the workspace recorded for build `build_id`, of the
 /// trials named in `planned` (results of trials the config no longer has are
 /// left out).
-pub(crate) fn load_all(ws: &Workspace, build_id: &str, planned: &BTreeSet<String>) -> Result<Vec<TrialResult>> {
+pub(crate) fn load_all(ws: &Workspace, build_id: &str, planned: &Planned) -> Result<Vec<TrialResult>> {
     Ok(load_checked(ws, build_id, planned)?.results)
 }
 
@@ -278,36 +281,45 @@ pub(crate) fn load_all(ws: &Workspace, build_id: &str, planned: &BTreeSet<String
 pub(crate) struct Loaded {
     /// The records of this build's planned trials, by trial name.
     pub(crate) results: Vec<TrialResult>,
-    /// Records that cannot be read as a trial's result, and why: a damaged
-    /// record must be named, not skipped.
+    /// Records that cannot be read as a trial's result, or are not the
+    /// record their file name says, and why: a damaged record must be
+    /// named, not skipped.
     pub(crate) damaged: Vec<(PathBuf, String)>,
     /// Records of another build, with its id: never counted. A build change
     /// deletes them (`fixture::adopt`); one found anyway is named.
     pub(crate) other_builds: Vec<(PathBuf, String)>,
 }
 
-/// Like [`load_all`], with the records it leaves out and why.
-pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &BTreeSet<String>) -> Result<Loaded> {
+/// Like [`load_all`], with the records it leaves out and why. Each entry is
+/// read only if it is a regular file (through the workspace's handle, so a
+/// FIFO cannot hang the read nor a link lead elsewhere), and trusted only as
+/// the record of the trial its file name says: a copy of `one.json` saved as
+/// `two.json` would count `one` twice.
+pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &Planned) -> Result<Loaded> {
     let dir = ws.results_dir();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
-        Err(e) => return Err(Error::new(format!("cannot list {}: {e}", dir.display()))),
-    };
     let mut results = Vec::new();
     let mut damaged = Vec::new();
     let mut other_builds = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        let json = Path::new(name).extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
-        if !json || name == "run.json" {
+    for (name, kind) in ws.list(&dir)? {
+        let name = name.to_string_lossy().into_owned();
+        let path = dir.join(&name);
+        let json = Path::new(&name).extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        // A name with a leading dot is no trial's (`check_slug`): a write in progress.
+        if !json || name == "run.json" || name.starts_with('.') {
             continue;
         }
-        let read = std::fs::read_to_string(&path).map_err(|e| e.to_string());
-        match read.and_then(|text| serde_json::from_str::<TrialResult>(&text).map_err(|e| e.to_string())) {
+        let stem = &name[..name.len() - ".json".len()];
+        let read = match kind {
+            workspace::confined::Kind::File => ws
+                .read_opt(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| bytes.ok_or_else(|| "it vanished while it was read".to_string())),
+            other => Err(format!("it is {}, not a regular file", other.describe())),
+        };
+        let parsed = read.and_then(|bytes| serde_json::from_slice::<TrialResult>(&bytes).map_err(|e| e.to_string()));
+        match parsed.and_then(|result| trusted_as(result, stem, planned)) {
             Ok(result) if result.build_id != build_id => other_builds.push((path, result.build_id)),
-            Ok(result) if planned.contains(&result.trial) => results.push(result),
+            Ok(result) if planned.contains_key(&result.trial) => results.push(result),
             Ok(_) => {}
             Err(why) => damaged.push((path, why)),
         }
@@ -316,6 +328,24 @@ pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &BTreeSet<St
     damaged.sort();
     other_builds.sort();
     Ok(Loaded { results, damaged, other_builds })
+}
+
+/// `result`, read from `<stem>.json`, if it is that file's record: its slug
+/// is the file's name and, for a trial of the plan, the plan's slug for it.
+fn trusted_as(result: TrialResult, stem: &str, planned: &Planned) -> std::result::Result<TrialResult, String> {
+    if result.slug != stem {
+        return Err(format!(
+            "it is the record of trial {} (results/{}.json), not of {stem}: a copied or moved record is not trusted",
+            result.trial, result.slug
+        ));
+    }
+    match planned.get(&result.trial) {
+        Some(slug) if *slug != result.slug => Err(format!(
+            "it names trial {}, whose record is results/{slug}.json, not {stem}.json: not trusted",
+            result.trial
+        )),
+        _ => Ok(result),
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -459,7 +489,7 @@ pub(crate) struct RunInfo {
     pub(crate) gpus: Vec<String>,
     pub(crate) library_git_sha: Option<String>,
     /// Every trial of the config's plan, ignored ones included.
-    pub(crate) planned: BTreeSet<String>,
+    pub(crate) planned: Planned,
     /// The trials the name filter selected that this run does not run
     /// because they are ignored; those the filter left out are not here.
     pub(crate) ignored: Vec<Ignored>,
@@ -536,7 +566,7 @@ impl RunWriter {
         let interval = {
             let mut state = shared.lock();
             if state.writers.is_none() {
-                let file = open_lock(&shared.ws.writers_lock_file())?;
+                let file = shared.ws.open_lock(&shared.ws.writers_lock_file())?;
                 file.lock_shared().map_err(|e| lock_error(&shared.ws.writers_lock_file(), e))?;
                 state.writers = Some(file);
             }
@@ -594,9 +624,9 @@ impl WriterShared {
     /// How long until `run.json` is `interval` old (it may have been rebuilt
     /// by another process of the run).
     fn until_due(&self, interval: Duration) -> Duration {
-        let age = std::fs::metadata(self.ws.results_dir().join("run.json"))
-            .and_then(|m| m.modified())
-            .ok()
+        let age = (self.ws.open_read(&self.ws.results_dir().join("run.json")).ok())
+            .and_then(|f| f.metadata().ok())
+            .and_then(|m| m.modified().ok())
             .and_then(|t| t.elapsed().ok());
         age.map_or(Duration::ZERO, |age| interval.saturating_sub(age))
     }
@@ -636,22 +666,13 @@ impl WriterShared {
     }
 }
 
-fn open_lock(path: &Path) -> Result<File> {
-    File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(|e| Error::new(format!("cannot create {}: {e}", path.display())))
-}
-
 fn lock_error(path: &Path, e: std::io::Error) -> Error {
     Error::new(format!("cannot lock {}: {e}", path.display()))
 }
 
 /// The workspace's `.lock`, held while `run.json` is rebuilt.
 fn lock_workspace(ws: &Workspace) -> Result<File> {
-    let lock = open_lock(&ws.lock_file())?;
+    let lock = ws.open_lock(&ws.lock_file())?;
     lock.lock().map_err(|e| lock_error(&ws.lock_file(), e))?;
     Ok(lock)
 }
@@ -698,8 +719,8 @@ fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result
         ignored,
     };
     let json = serde_json::to_string_pretty(&record).expect("run record serializes");
-    workspace::files::write_atomic(&ws.results_dir().join("run.json"), json.as_bytes())?;
-    workspace::files::write_atomic(&ws.results_dir().join("junit.xml"), junit(&record)?.as_bytes())
+    ws.write(&ws.results_dir().join("run.json"), json.as_bytes())?;
+    ws.write(&ws.results_dir().join("junit.xml"), junit(&record)?.as_bytes())
 }
 
 fn junit(record: &RunRecord) -> Result<String> {
@@ -765,7 +786,7 @@ mod tests {
             host: "h".into(),
             gpus: Vec::new(),
             library_git_sha: None,
-            planned: (0..100).map(trial_name).collect(),
+            planned: (0..100).map(|i| (trial_name(i), format!("T.{i}"))).collect(),
             ignored: Vec::new(),
             run_id: "r".into(),
         };

@@ -24,6 +24,7 @@ use crate::verdict::perf::PerfReport;
 use crate::verdict::{self as outcome, Case, Status, Verdict};
 use crate::workspace::Area;
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// How a trial ended, for the harness to say.
@@ -236,7 +237,7 @@ impl Suite {
             let launch =
                 launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices()), held.hosts()).map_err(fail)?;
             let timeout = launch.timeout.as_secs();
-            let execution = run::execute(launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
+            let execution = run::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
                 eprintln!(
                     "ccl-coverage: {} still running after {}s (timeout {timeout}s)",
                     spec.name,
@@ -250,7 +251,7 @@ impl Suite {
         // one's profiles merge.
         let merged = merged.unwrap_or_else(finish);
         let output = TrialOutput::read(&log);
-        let (verdict, cases, perf) = judge(spec, &execution, &output);
+        let (verdict, cases, perf) = judge(ws, spec, &execution, &output);
         let mut verdict = outcome::judge_leftovers(verdict, execution.finished.leftovers);
         if let Some(cut) = output.cut.as_ref().filter(|_| execution.finished.output_cut > 0) {
             eprintln!("ccl-coverage: {}: its output was cut: {}", spec.name, cut.trim_start_matches('['));
@@ -313,9 +314,9 @@ impl Suite {
             let Some(launch) = launch::prepare_rerun(ctx, manifest, spec, &profile_dir)? else { return Ok(None) };
             eprintln!("ccl-coverage: {} failed: running it once more with its rerun_env_variables", spec.name);
             let log = ws.trial_rerun_log(&spec.slug);
-            let execution = run::execute(launch, &log, &ctx.supervisor, ctx.heartbeat, &|_| {})?;
+            let execution = run::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|_| {})?;
             let output = TrialOutput::read(&log);
-            let (verdict, cases, _) = judge(spec, &execution, &output);
+            let (verdict, cases, _) = judge(ws, spec, &execution, &output);
             Ok(Some(Rerun::new(&execution, &verdict, cases)))
         };
         run().unwrap_or_else(|e| {
@@ -326,20 +327,25 @@ impl Suite {
 }
 
 /// The verdict of a trial's run by its kind, the test cases it ran, and its
-/// perf table (empty unless it is a perf binary).
-fn judge(spec: &TrialSpec, execution: &run::Execution, output: &TrialOutput) -> (Verdict, Vec<Case>, PerfReport) {
+/// perf table (empty unless it is a perf binary). Its own reports are read
+/// from `cases/<trial>/` through the workspace's handle: regular files only.
+fn judge(
+    ws: &crate::workspace::Workspace,
+    spec: &TrialSpec,
+    execution: &run::Execution,
+    output: &TrialOutput,
+) -> (Verdict, Vec<Case>, PerfReport) {
     let launch = &execution.launch;
     let reports = |ext: &str| -> Vec<String> {
         let Some(dir) = &launch.cases_dir else { return Vec::new() };
-        let mut files: Vec<_> = std::fs::read_dir(dir)
+        ws.list(dir)
+            .unwrap_or_default()
             .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == ext))
-            .collect();
-        files.sort();
-        files.iter().filter_map(|p| std::fs::read_to_string(p).ok()).collect()
+            .filter(|(name, kind)| {
+                *kind == crate::workspace::confined::Kind::File && Path::new(name).extension().is_some_and(|e| e == ext)
+            })
+            .filter_map(|(name, _)| ws.read_to_string(&dir.join(name)).ok())
+            .collect()
     };
     match launch.kind {
         TrialKind::Perf => {
@@ -369,7 +375,7 @@ fn not_interrupted() -> Result<(), String> {
     }
 }
 
-fn git_sha(dir: &std::path::Path) -> Option<String> {
+fn git_sha(dir: &Path) -> Option<String> {
     crate::exec::process::Cmd::new("git")
         .args(["-C", &dir.display().to_string(), "rev-parse", "HEAD"])
         .read()
