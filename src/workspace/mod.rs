@@ -253,6 +253,9 @@ impl Workspace {
 
     /// The bytes of the regular file `path`; `None` when it does not exist.
     pub(crate) fn read_opt(&self, path: &Path) -> Result<Option<Vec<u8>>> {
+        if fs::symlink_metadata(&self.root).is_err() {
+            return Ok(None);
+        }
         let Some(mut file) = self.beneath()?.open_read_opt(path)? else { return Ok(None) };
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut file, &mut bytes)
@@ -344,13 +347,16 @@ impl Workspace {
                 false
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let unwritable = |e: &dyn std::fmt::Display| {
+                    Error::new(format!("the workspace {} is not writable: cannot create it: {e}", self.root.display()))
+                };
                 if let Some(parent) = self.root.parent() {
-                    files::create_dir(parent)?;
+                    fs::create_dir_all(parent).map_err(|e| unwritable(&e))?;
                 }
                 match fs::create_dir(&self.root) {
                     Ok(()) => true,
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
-                    Err(e) => bail!("cannot create {}: {e}", self.root.display()),
+                    Err(e) => return Err(unwritable(&e)),
                 }
             }
             Err(e) => bail!("cannot inspect the workspace {}: {e}", self.root.display()),
