@@ -131,6 +131,10 @@ pub(crate) struct Writers {
     pub(crate) complete: usize,
     /// The others: `host:pid (k of n modules)`.
     pub(crate) partial: Vec<String>,
+    /// Host profiles whose names do not follow the pattern: written (and
+    /// merged) under another `LLVM_PROFILE_FILE` than the harness's, so their
+    /// processes cannot be told apart or counted.
+    pub(crate) unmatched: Vec<String>,
 }
 
 /// Which processes wrote the raw profiles `files`, told apart by the `%h`
@@ -148,9 +152,10 @@ pub(crate) fn writers(files: &[PathBuf], pattern: &str) -> Writers {
     // The files are listed by name; a pattern with folders names them last.
     let pattern = pattern.rsplit('/').next().unwrap_or(pattern);
     let Some(tokens) = pattern_tokens(pattern).filter(|t| t.contains(&Token::Pid)) else {
-        return Writers { complete: files.len(), partial: Vec::new() };
+        return Writers { complete: files.len(), ..Writers::default() };
     };
     let mut modules_of: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    let mut unmatched = Vec::new();
     for file in files {
         let Some(name) = file.file_name().and_then(|n| n.to_str()) else { continue };
         if name.starts_with(DEVICE_PROFILE_PREFIX) {
@@ -159,10 +164,12 @@ pub(crate) fn writers(files: &[PathBuf], pattern: &str) -> Writers {
         let mut parts = NameParts::default();
         if match_name(&tokens, name, &mut parts) {
             modules_of.entry(parts.process.join(":")).or_default().insert(parts.module);
+        } else {
+            unmatched.push(name.to_string());
         }
     }
     let all: std::collections::BTreeSet<&String> = modules_of.values().flatten().collect();
-    let mut writers = Writers::default();
+    let mut writers = Writers { unmatched, ..Writers::default() };
     for (process, modules) in &modules_of {
         if modules.len() == all.len() {
             writers.complete += 1;
@@ -289,7 +296,7 @@ pub(crate) fn verified_device_records(
         let mut kept = Vec::new();
         for file in files {
             let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            if trust_or_quarantine(ws, slug, trial, &file, recorded.get(&name), &mut verified.quarantined)? {
+            if trust_or_quarantine(ws, slug, trial, &file, recorded.get(&name), None, &mut verified.quarantined)? {
                 kept.push(file);
             }
         }
@@ -299,23 +306,34 @@ pub(crate) fn verified_device_records(
 }
 
 /// Whether `file` has the checksum its trial recorded; if not, it moves to
-/// the trial's quarantine folder with the reason.
+/// the trial's quarantine folder with the reason (`unrecorded`, when given,
+/// says why the trial recorded none). Something that is not a regular file
+/// (a link, a FIFO) is never opened: it is quarantined as it is.
 fn trust_or_quarantine(
     ws: &Workspace,
     slug: &str,
     trial: &str,
     file: &Path,
     recorded: Option<&String>,
+    unrecorded: Option<String>,
     quarantined: &mut Vec<Quarantined>,
 ) -> Result<bool> {
-    let actual = ws.sha256(file)?;
-    let why = match recorded {
-        Some(sum) if *sum == actual => return Ok(true),
-        Some(sum) => format!("altered after its trial wrote it (sha256 recorded {sum}, now {actual})"),
-        None => format!("not recorded by trial {trial} (no checksum), so not trusted"),
+    let why = match ws.kind(file)? {
+        Some(Kind::File) => {
+            let actual = ws.sha256(file)?;
+            match recorded {
+                Some(sum) if *sum == actual => return Ok(true),
+                Some(sum) => format!("altered after its trial wrote it (sha256 recorded {sum}, now {actual})"),
+                None => {
+                    unrecorded.unwrap_or_else(|| format!("not recorded by trial {trial} (no checksum), so not trusted"))
+                }
+            }
+        }
+        Some(kind) => format!("it is {}, not a profile file", kind.describe()),
+        None => return Ok(false),
     };
     let to = quarantine_path(&ws.trial_quarantine(slug), file);
-    ws.rename(file, &to)?;
+    ws.beneath()?.rename_any(file, &to)?;
     quarantined.push(Quarantined { file: to, reason: why });
     Ok(false)
 }
@@ -340,6 +358,8 @@ pub(crate) struct Recorded<'a> {
     pub(crate) merge: Option<&'a TrialMerge>,
     /// Checksums of the raw profiles it left unmerged, by file name.
     pub(crate) raw_sha256: &'a BTreeMap<String, String>,
+    /// Why its merge failed, when it did: what is left of the output is no profile.
+    pub(crate) merge_error: Option<&'a str>,
 }
 
 /// Every profile input of `trials`, checked: a profile whose content differs
@@ -374,8 +394,19 @@ pub(crate) fn verified_inputs(ws: &Workspace, trials: &[Recorded]) -> Result<Ver
                 })
                 .collect()
         };
+        let unrecorded = result
+            .merge_error
+            .map(|e| format!("left by trial {}'s merge, which failed ({e}), so not a whole profile", result.trial));
         for (file, recorded) in checks {
-            if trust_or_quarantine(ws, slug, result.trial, &file, recorded, &mut verified.quarantined)? {
+            if trust_or_quarantine(
+                ws,
+                slug,
+                result.trial,
+                &file,
+                recorded,
+                unrecorded.clone(),
+                &mut verified.quarantined,
+            )? {
                 verified.inputs.push(file);
             }
         }
@@ -519,7 +550,10 @@ mod tests {
         assert_eq!(count(pattern, &two_nodes), 2);
         // A rank that lost the library's profile but wrote the plugin's.
         let lost = writers(&[names[0], names[1], "vm-20959-9280116824611981399_0.profraw"].map(PathBuf::from), pattern);
-        assert_eq!(lost, Writers { complete: 1, partial: vec!["vm:20959 (1 of 2 modules)".into()] });
+        assert_eq!(
+            lost,
+            Writers { complete: 1, partial: vec!["vm:20959 (1 of 2 modules)".into()], unmatched: Vec::new() }
+        );
         // Device profiles of a process that wrote its host profile too.
         assert_eq!(count(pattern, &["vm-7-1_0.profraw", "amdgcn-amd-amdhsa.gfx942:xnack-.0.vm-7-2_0.profraw"]), 1);
     }

@@ -41,6 +41,9 @@ struct Shared {
     /// The merged lcov, absolute paths: the model every later step reads.
     lcov: OnceLock<Result<ModelText, Error>>,
     attributed: OnceLock<Result<Attributed, Error>>,
+    /// Set once a step said why the merge failed: the others refer to it,
+    /// so one cause is named once, not by every step.
+    merge_failure_said: std::sync::atomic::AtomicBool,
 }
 
 /// The merged report's lcov and each trial's coverage on its own.
@@ -133,6 +136,7 @@ pub fn main_with(mut args: Arguments) -> ExitCode {
         summary: OnceLock::new(),
         lcov: OnceLock::new(),
         attributed: OnceLock::new(),
+        merge_failure_said: std::sync::atomic::AtomicBool::new(false),
     });
     let trials = steps
         .into_iter()
@@ -227,7 +231,12 @@ impl Shared {
         match self.merged.get_or_init(|| self.merge()) {
             Ok(Merge::Off(reason)) => Ok(Completion::ignored_with(reason)),
             Ok(Merge::Done(merged)) => step(merged),
-            Err(e) => Err(failed("merging profiles", e)),
+            Err(e) if !self.merge_failure_said.swap(true, std::sync::atomic::Ordering::SeqCst) => {
+                Err(failed("merging profiles", e))
+            }
+            Err(_) => Err(Failed::from(
+                "not run: merging the profiles failed (the cause is named once, by the first step that failed)",
+            )),
         }
     }
 
@@ -269,6 +278,9 @@ impl Shared {
         .collect();
         let roots = [m.library_src.as_path(), m.tests_src.as_path()];
         eprint!("{}", report::screen::table(&summary.all, &summary.host, device, &roots, &pages));
+        if let Some(changed) = &merged.health.sources_changed {
+            eprintln!("ccl-coverage: warning: this report is not of the sources as they are now: {changed}");
+        }
     }
 
     /// `path` inside the staged report, as it will be named once installed.
@@ -350,6 +362,19 @@ impl Shared {
                 manifest.build_id
             )));
         }
+        // llvm-cov would read a damaged object as `malformed coverage data`, in every step.
+        let damaged = manifest.damaged_objects();
+        if !damaged.is_empty() {
+            return Err(Error::new(format!(
+                "build {}'s objects are damaged, so no report is made from them: {}; run `cargo test --test collectives` again (it rebuilds a damaged cached build), then the report",
+                manifest.build_id,
+                damaged.join("; ")
+            )));
+        }
+        let sources_changed = crate::build::fixture::sources_changed(&manifest, self.ctx.config());
+        if let Some(changed) = &sources_changed {
+            eprintln!("ccl-coverage: warning: {changed}");
+        }
         let loaded = results::load_checked(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
         let (results, damaged) = (loaded.results, loaded.damaged);
         if !loaded.other_builds.is_empty() {
@@ -374,6 +399,17 @@ impl Shared {
         let recorded: Vec<_> = results.iter().map(TrialResult::recorded_profiles).collect();
         let verified = profiles::verified_inputs(ws, &recorded)?;
         let inputs = verified.inputs;
+        if inputs.is_empty() && (!verified.quarantined.is_empty() || !verified.missing.is_empty()) {
+            let mut named: Vec<String> =
+                verified.quarantined.iter().map(|q| format!("{}: {}", q.file.display(), q.reason)).collect();
+            named.extend(verified.missing.iter().cloned());
+            return Err(Error::new(format!(
+                "no usable profile for build {}: all {} of its trials' profiles are damaged or gone (the damaged ones were moved to quarantine):\n    {}",
+                manifest.build_id,
+                named.len(),
+                named.join("\n    ")
+            )));
+        }
         if inputs.is_empty() {
             return Err(Error::new(format!(
                 "no profiles for build {} under {}; run `cargo test --test collectives` first",
@@ -436,6 +472,7 @@ impl Shared {
         }
         let mut health = Health::new(&results, quarantined, missing);
         health.damaged_results = damaged_results;
+        health.sources_changed = sources_changed;
         let meta = ReportMeta::new(&manifest, &results, merged_inputs, &health);
         self.ctx.workspace.write(
             &report_dir.join("meta.json"),
@@ -595,6 +632,10 @@ impl Shared {
                 page: &page,
             },
         );
+        let html = match &merged.health.sources_changed {
+            Some(changed) => with_warning(&html, &format!("Sources changed after the build: {changed}.")),
+            None => html,
+        };
         self.ctx.workspace.write(&index, html.as_bytes()).map_err(|e| failed("writing the index", &e))?;
         attribution_pages::link_from_llvm_cov_index(&self.ctx.workspace, &index)
             .map_err(|e| failed("linking the attribution pages", &e))?;
@@ -610,7 +651,10 @@ impl Shared {
     fn text(&self, merged: &Merged) -> Result<(), Failed> {
         let m = &merged.manifest;
         let roots = [m.library_src.as_path(), m.tests_src.as_path()];
-        let text = report::summary_text(&self.summary()?.all, &roots);
+        let mut text = report::summary_text(&self.summary()?.all, &roots);
+        if let Some(changed) = &merged.health.sources_changed {
+            text = format!("warning: {changed}\n\n{text}");
+        }
         self.ctx
             .workspace
             .write(&self.report_dir().join("summary.txt"), text.as_bytes())
@@ -916,6 +960,10 @@ impl Shared {
     /// `CCL_COV_DIFF_BASE`: changed-line coverage, failed below `CCL_COV_FAIL_UNDER_DIFF`.
     fn diff(&self, merged: &Merged) -> Result<Completion, Failed> {
         let Some(base) = set("CCL_COV_DIFF_BASE") else { return Ok(Completion::ignored_with(NO_DIFF_BASE)) };
+        // The diff's line numbers are of the sources now, the coverage's of the sources built.
+        if let Some(changed) = &merged.health.sources_changed {
+            return Err(Failed::from(format!("changed-line coverage refused: {changed}")));
+        }
         let a = self.attributed(merged)?;
         let changes =
             diff_coverage::git_changes(&merged.manifest.library_src, &base).map_err(|e| failed("git diff", &e))?;
@@ -983,6 +1031,16 @@ impl Shared {
             )));
         }
         Ok(Completion::Completed)
+    }
+}
+
+/// `html` with a warning at the top of its body.
+fn with_warning(html: &str, warning: &str) -> String {
+    let escaped = warning.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let banner = format!("<p class='warning' style='color:#a00;font-weight:bold'>{escaped}</p>");
+    match html.find("<body>").map(|at| at + "<body>".len()) {
+        Some(at) => format!("{}{banner}{}", &html[..at], &html[at..]),
+        None => format!("{banner}{html}"),
     }
 }
 

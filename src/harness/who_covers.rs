@@ -38,6 +38,12 @@ fn run(args: &[String]) -> Result<(String, bool)> {
     };
     let (file, line) = parse_query(query)?;
     let ctx = crate::context::Context::from_env()?;
+    // A line number is of the sources now; the attribution, of the sources built.
+    if let Ok(manifest) = crate::build::fixture::BuildManifest::read_in(&ctx.workspace)
+        && let Some(changed) = crate::build::fixture::sources_changed(&manifest, ctx.config())
+    {
+        return Err(Error::new(format!("refused: {changed}")));
+    }
     let path = ctx.workspace.report_dir().join("attribution.json");
     let text = ctx.workspace.read_to_string(&path).map_err(|e| {
         Error::new(format!(

@@ -155,6 +155,57 @@ fn device_counters_lost(manifest: &BuildManifest, execution: &Execution, verdict
 }
 
 impl TrialResult {
+    /// The record of a trial that did not run because its run's shared
+    /// build failed: `FAILED` with the build's error, counted in `run.json`
+    /// and JUnit like any failure. `build_id` is the key of the build that
+    /// failed (empty when not even its plan could be made).
+    pub(crate) fn unrun(spec: &TrialSpec, config: &Config, build_id: &str, run_id: &str, reason: &str) -> TrialResult {
+        TrialResult {
+            trial: spec.name.clone(),
+            slug: spec.slug.clone(),
+            collective: match spec.upstream() {
+                Some(u) => u.test.suite.clone(),
+                None => spec.collective(config).map(|c| c.name.to_string()).unwrap_or_default(),
+            },
+            size: spec.size().to_string(),
+            variant: match spec.upstream() {
+                Some(u) => Some(u.test.name.clone()),
+                None => spec.variant(config).map(|v| v.name.to_string()),
+            },
+            kind: spec.upstream().map_or(TrialKind::Perf, |u| u.test.kind),
+            build_id: build_id.to_string(),
+            run_id: run_id.to_string(),
+            status: Status::Failed,
+            reason: reason.to_string(),
+            exit_code: None,
+            signal: None,
+            started_at: crate::exec::host::now(),
+            started_unix_ms: crate::exec::host::unix_ms(),
+            duration_s: 0.0,
+            timeout_s: 0,
+            launcher: spec.launcher.clone(),
+            ranks: spec.ranks,
+            command: String::new(),
+            argv: Vec::new(),
+            env: Vec::new(),
+            cwd: PathBuf::new(),
+            log: PathBuf::new(),
+            profile_dir: PathBuf::new(),
+            profiles: 0,
+            no_profile: false,
+            merge: None,
+            merge_error: None,
+            device_counters_lost: None,
+            raw_sha256: std::collections::BTreeMap::new(),
+            device_sha256: std::collections::BTreeMap::new(),
+            leftovers: 0,
+            output_cut_bytes: 0,
+            perf: PerfReport::default(),
+            cases: Vec::new(),
+            rerun: None,
+        }
+    }
+
     /// The record of a finished trial, from every stage's output.
     pub fn new(
         id: TrialIdentity,
@@ -256,6 +307,7 @@ impl TrialResult {
             slug: &self.slug,
             merge: self.merge.as_ref(),
             raw_sha256: &self.raw_sha256,
+            merge_error: self.merge_error.as_deref(),
         }
     }
 
@@ -443,6 +495,17 @@ impl Runs {
     }
 }
 
+/// The build a run's records are of.
+#[derive(Debug, Clone)]
+pub(crate) enum RunBuild {
+    Built(BuildManifest),
+    /// The build failed: its planned manifest, when it had a plan, and why.
+    Failed {
+        planned: Option<BuildManifest>,
+        error: String,
+    },
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct RunRecord {
     pub(crate) schema_version: u32,
@@ -453,7 +516,13 @@ pub(crate) struct RunRecord {
     /// One line per GPU (`nvidia-smi -L` or `rocm-smi --showproductname`), if any.
     pub(crate) gpus: Vec<String>,
     pub(crate) library_git_sha: Option<String>,
-    pub(crate) build: BuildManifest,
+    /// The build the records are of; `null` only when a failed build had
+    /// not even a plan (then `build_error` says why).
+    pub(crate) build: Option<BuildManifest>,
+    /// Why this run's shared build failed, when it did: its trials are
+    /// recorded as failed, not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) build_error: Option<String>,
     /// This run's id (also in each of its trials' records).
     pub(crate) run_id: String,
     /// When this run's first trial started.
@@ -483,6 +552,8 @@ pub(crate) struct Ignored {
 /// Static facts of a run that every rewrite of `run.json` repeats.
 #[derive(Clone)]
 pub(crate) struct RunInfo {
+    /// This run's config (a cached build may have been made by another one).
+    pub(crate) config: String,
     pub(crate) config_path: PathBuf,
     pub(crate) description: String,
     pub(crate) host: String,
@@ -538,7 +609,7 @@ struct WriterShared {
 #[derive(Default)]
 struct WriterState {
     /// The build and run facts, from the first trial recorded.
-    run: Option<Arc<(BuildManifest, RunInfo)>>,
+    run: Option<Arc<(RunBuild, RunInfo)>>,
     /// Records written since the views were last rebuilt.
     dirty: bool,
     interval: Duration,
@@ -560,7 +631,7 @@ impl RunWriter {
     }
 
     /// Writes `results/<slug>.json` and schedules `run.json` and `junit.xml`.
-    pub(crate) fn record(&self, result: &TrialResult, manifest: &BuildManifest, info: &RunInfo) -> Result<()> {
+    pub(crate) fn record(&self, result: &TrialResult, build: RunBuild, info: &RunInfo) -> Result<()> {
         let shared = &self.shared;
         result.write(&shared.ws)?;
         let interval = {
@@ -571,7 +642,7 @@ impl RunWriter {
                 state.writers = Some(file);
             }
             if state.run.is_none() {
-                state.run = Some(Arc::new((manifest.clone(), info.clone())));
+                state.run = Some(Arc::new((build, info.clone())));
             }
             state.dirty = true;
             state.interval
@@ -678,13 +749,17 @@ fn lock_workspace(ws: &Workspace) -> Result<File> {
 }
 
 /// Rewrites `results/run.json` and `results/junit.xml` from the trial records
-/// of the current build; the caller holds the workspace's `.lock`.
-fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result<()> {
+/// of the run's build; the caller holds the workspace's `.lock`.
+fn write_run(ws: &Workspace, run_build: &RunBuild, info: &RunInfo) -> Result<()> {
+    let (manifest, build_error) = match run_build {
+        RunBuild::Built(manifest) => (Some(manifest), None),
+        RunBuild::Failed { planned, error } => (planned.as_ref(), Some(error.clone())),
+    };
+    let build_id = manifest.map_or("", |m| m.build_id.as_str());
     // Records written by an older harness may predate redaction.
-    let trials: Vec<TrialResult> =
-        load_all(ws, &manifest.build_id, &info.planned)?.iter().map(TrialResult::redacted).collect();
-    let mut build = manifest.clone();
-    for step in &mut build.steps {
+    let trials: Vec<TrialResult> = load_all(ws, build_id, &info.planned)?.iter().map(TrialResult::redacted).collect();
+    let mut build = manifest.cloned();
+    for step in build.iter_mut().flat_map(|b| &mut b.steps) {
         step.command = redact::shell_line(&step.command);
     }
     let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
@@ -695,13 +770,14 @@ fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result
     let ignored = info.ignored.iter().filter(|i| !recorded.contains(i.trial.as_str())).cloned().collect();
     let record = RunRecord {
         schema_version: 2,
-        config: manifest.config.clone(),
+        config: info.config.clone(),
         config_path: info.config_path.clone(),
         description: info.description.clone(),
         host: info.host.clone(),
         gpus: info.gpus.clone(),
         library_git_sha: info.library_git_sha.clone(),
         build,
+        build_error,
         run_id: info.run_id.clone(),
         started_at: this.as_ref().map(|r| r.started_at.clone()),
         finished_at: crate::exec::host::now(),
@@ -781,6 +857,7 @@ mod tests {
         let ws = Workspace::new(&dir.path().join("ws")).unwrap();
         ws.create().unwrap();
         let info = RunInfo {
+            config: "t".into(),
             config_path: "/c.json".into(),
             description: String::new(),
             host: "h".into(),
@@ -852,10 +929,10 @@ mod tests {
     fn views_are_rebuilt_at_once_then_at_most_every_interval_and_at_the_end() {
         let (_d, ws, manifest, info) = setup();
         let writer = RunWriter::new(ws.clone());
-        writer.record(&trial(0), &manifest, &info).unwrap();
+        writer.record(&trial(0), RunBuild::Built(manifest.clone()), &info).unwrap();
         assert_eq!(trials_in_views(&ws), Some(1), "the first trial is in run.json at once");
         for i in 1..50 {
-            writer.record(&trial(i), &manifest, &info).unwrap();
+            writer.record(&trial(i), RunBuild::Built(manifest.clone()), &info).unwrap();
         }
         let shown = trials_in_views(&ws).unwrap();
         assert!(shown < 50, "run.json was rewritten after every trial");
@@ -866,7 +943,7 @@ mod tests {
             assert!(Instant::now() < deadline, "run.json never caught up");
             std::thread::sleep(Duration::from_millis(50));
         }
-        writer.record(&trial(50), &manifest, &info).unwrap();
+        writer.record(&trial(50), RunBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         assert_eq!(trials_in_views(&ws), Some(51), "complete at the end");
     }
@@ -876,8 +953,8 @@ mod tests {
         let (_d, ws, manifest, info) = setup();
         // Two writers lock like two processes: an flock belongs to an open file.
         let (a, b) = (RunWriter::new(ws.clone()), RunWriter::new(ws.clone()));
-        a.record(&trial(0), &manifest, &info).unwrap();
-        b.record(&trial(1), &manifest, &info).unwrap();
+        a.record(&trial(0), RunBuild::Built(manifest.clone()), &info).unwrap();
+        b.record(&trial(1), RunBuild::Built(manifest.clone()), &info).unwrap();
         std::fs::remove_file(ws.results_dir().join("run.json")).unwrap();
         a.finish().unwrap();
         assert_eq!(trials_in_views(&ws), None, "b still runs, so a leaves run.json to it");
@@ -897,7 +974,7 @@ mod tests {
         at(1, "r0", 1).write(&ws).unwrap();
         at(2, "r1", 2).write(&ws).unwrap();
         let writer = RunWriter::new(ws.clone());
-        writer.record(&at(3, "r", 3), &manifest, &info).unwrap();
+        writer.record(&at(3, "r", 3), RunBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         let run: Value =
             serde_json::from_str(&std::fs::read_to_string(ws.results_dir().join("run.json")).unwrap()).unwrap();
@@ -930,7 +1007,7 @@ mod tests {
         info.ignored = vec![ignored(1), ignored(2)];
         trial(2).write(&ws).unwrap();
         let writer = RunWriter::new(ws.clone());
-        writer.record(&trial(0), &manifest, &info).unwrap();
+        writer.record(&trial(0), RunBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         let junit = std::fs::read_to_string(ws.results_dir().join("junit.xml")).unwrap();
         assert!(junit.contains("tests=\"3\" skipped=\"1\""), "{junit}");

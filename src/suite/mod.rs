@@ -16,7 +16,7 @@ use crate::launch;
 use crate::launch::allocation::{Allocation, Want};
 use crate::launch::slots::Slots;
 use crate::plan::{self, TrialSpec};
-use crate::results::{Ignored, Rerun, RunInfo, RunWriter, TrialIdentity, TrialResult};
+use crate::results::{Ignored, Rerun, RunBuild, RunInfo, RunWriter, TrialIdentity, TrialResult};
 use crate::trial as run;
 use crate::upstream::TrialKind;
 use crate::verdict::output::TrialOutput;
@@ -43,6 +43,9 @@ pub(crate) struct Suite {
     pub(crate) ctx: Context,
     run_id: String,
     fixture: OnceLock<Result<BuildManifest, Error>>,
+    /// The manifest the build was planned to have, once it had a plan: a
+    /// failed build's trials are recorded against its key.
+    planned: OnceLock<BuildManifest>,
     info: OnceLock<RunInfo>,
     /// The hostfile's, Slurm allocation's or config's nodes, read once.
     allocation: OnceLock<Result<Option<Allocation>, Error>>,
@@ -62,6 +65,7 @@ impl Suite {
             results: RunWriter::new(ctx.workspace.clone()),
             ctx,
             fixture: OnceLock::new(),
+            planned: OnceLock::new(),
             info: OnceLock::new(),
             allocation: OnceLock::new(),
             shared_fs: Mutex::new(HashMap::new()),
@@ -122,6 +126,9 @@ impl Suite {
         );
         let build_failed = |e: Error| Error::new(format!("the shared build failed, so this trial did not run:\n{e}"));
         let plan = BuildPlan::new(ctx).map_err(build_failed)?;
+        if let Ok(planned) = plan.planned_manifest(ctx) {
+            let _ = self.planned.set(planned);
+        }
         eprintln!("ccl-coverage: device coverage: {}", plan.device.summary());
         let manifest = plan.build(ctx).map_err(build_failed)?;
         // The build is fine; what fails here is the workspace (full, read-only).
@@ -137,6 +144,7 @@ impl Suite {
 
     fn run_info(&self) -> &RunInfo {
         self.info.get_or_init(|| RunInfo {
+            config: self.ctx.config().name.to_string(),
             config_path: self.ctx.loaded.path.clone(),
             description: self.ctx.config().description.clone(),
             host: host::hostname(),
@@ -213,7 +221,7 @@ impl Suite {
             eprintln!("ccl-coverage: {} ignored: {reason}", spec.name);
             return Ok(Outcome::Ignored(reason));
         }
-        let manifest = self.fixture()?;
+        let manifest = self.fixture().inspect_err(|message| self.record_unbuilt(spec, message))?;
         self.shared_filesystem(spec, manifest)?;
         let ws = &ctx.workspace;
         let fail = |e: Error| e.to_string();
@@ -268,6 +276,8 @@ impl Suite {
             let evidence = outcome::ProfileEvidence {
                 writers: merged.writers.complete,
                 partial: &merged.writers.partial,
+                unmatched: &merged.writers.unmatched,
+                pattern: &ctx.config().coverage.profile_pattern,
                 expected,
                 dir: &merged.dir,
                 merge_error: merged.error.as_deref(),
@@ -290,7 +300,7 @@ impl Suite {
         if verdict.status == Status::Failed && ctx.rerun_failed {
             result.rerun = self.rerun(spec, manifest, &slots, want).map(Box::new);
         }
-        self.results.record(&result, manifest, self.run_info()).map_err(fail)?;
+        self.results.record(&result, RunBuild::Built(manifest.clone()), self.run_info()).map_err(fail)?;
         match result.failure_message(&output.tail()) {
             None => Ok(Outcome::Passed),
             Some(message) => Ok(Outcome::Failed(result.status, message)),
@@ -299,6 +309,19 @@ impl Suite {
 }
 
 impl Suite {
+    /// Records `spec` as failed, not run, because this run's shared build
+    /// failed with `message`: the run's failure must be in `run.json` and
+    /// JUnit, not only on the screen (they would keep an earlier run's tally).
+    fn record_unbuilt(&self, spec: &TrialSpec, message: &str) {
+        let planned = self.planned.get();
+        let build_id = planned.map_or("", |m| m.build_id.as_str());
+        let result = TrialResult::unrun(spec, self.ctx.config(), build_id, &self.run_id, message);
+        let build = RunBuild::Failed { planned: planned.cloned(), error: message.to_string() };
+        if let Err(e) = self.results.record(&result, build, self.run_info()) {
+            eprintln!("ccl-coverage: {}: cannot record that the build failed: {e}", spec.name);
+        }
+    }
+
     /// A failed upstream trial once more, with its `rerun_env_variables`, for
     /// diagnostics (upstream's `--rerun-failed`). Its profiles go to a folder
     /// of their own and are not merged: the verdict is the first attempt's.

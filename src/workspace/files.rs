@@ -38,31 +38,37 @@ pub(crate) fn sha256_of(mut file: fs::File, path: &Path) -> Result<String> {
 }
 
 /// What a file was when it was recorded, to tell later whether it still is:
-/// size and modification time first (cheap), the hash only when the time
-/// differs (a copy or a `touch` changes it without changing the bytes).
+/// size, modification and change times first (cheap), the hash only when a
+/// time differs (a copy or a `touch` changes one without changing the
+/// bytes). The change time cannot be set back the way the modification time
+/// can (`touch -d`), so a file overwritten in place with its modification
+/// time put back is hashed, and found.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct FileSum {
     pub(crate) bytes: u64,
     pub(crate) mtime_ns: u64,
+    /// 0 in records of older versions: such a file is always hashed.
+    #[serde(default)]
+    pub(crate) ctime_ns: u64,
     pub(crate) sha256: String,
 }
 
 impl FileSum {
     pub(crate) fn of(path: &Path) -> Result<FileSum> {
-        let (bytes, mtime_ns) = size_and_mtime(path)?;
-        Ok(FileSum { bytes, mtime_ns, sha256: sha256_file(path)? })
+        let (bytes, mtime_ns, ctime_ns) = size_and_times(path)?;
+        Ok(FileSum { bytes, mtime_ns, ctime_ns, sha256: sha256_file(path)? })
     }
 
     /// Why `path` is not the file recorded; `None` when it is.
     pub(crate) fn differs(&self, path: &Path) -> Option<String> {
-        let (bytes, mtime_ns) = match size_and_mtime(path) {
+        let (bytes, mtime_ns, ctime_ns) = match size_and_times(path) {
             Ok(found) => found,
             Err(e) => return Some(e.to_string()),
         };
         if bytes != self.bytes {
             return Some(format!("{} has {bytes} bytes, not the {} it was built with", path.display(), self.bytes));
         }
-        if mtime_ns == self.mtime_ns {
+        if mtime_ns == self.mtime_ns && ctime_ns == self.ctime_ns && ctime_ns != 0 {
             return None;
         }
         match sha256_file(path) {
@@ -75,14 +81,12 @@ impl FileSum {
     }
 }
 
-fn size_and_mtime(path: &Path) -> Result<(u64, u64)> {
+/// Size, modification time and change time (nanoseconds) of the file at `path`.
+fn size_and_times(path: &Path) -> Result<(u64, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
     let meta = fs::metadata(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
-    let mtime = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    Ok((meta.len(), mtime))
+    let ns = |s: i64, n: i64| u64::try_from(s).unwrap_or(0).saturating_mul(1_000_000_000).saturating_add(n as u64);
+    Ok((meta.len(), ns(meta.mtime(), meta.mtime_nsec()), ns(meta.ctime(), meta.ctime_nsec())))
 }
 
 /// A log's text, with bytes that are not UTF-8 replaced: a program may print
