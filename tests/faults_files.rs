@@ -321,7 +321,7 @@ fn a_record_that_is_not_of_its_file_name_is_named_and_quarantined() {
             "AllReduce",
             &["1K"],
             json!([{"name": "one", "ranks": 1}, {"name": "two", "ranks": 1}, {"name": "three", "ranks": 1}]),
-        )
+        );
     });
     assert!(harness(&s, "collectives", &[], LIMIT).success);
     let results = s.ws.join("results");

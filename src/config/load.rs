@@ -40,7 +40,7 @@ impl LoadedConfig {
 }
 
 /// The most a config (or an overlay) may hold. The largest shipped config
-/// is a few KiB and an upstream test_runner config some hundreds; a file of
+/// is a few KiB and an upstream `test_runner` config some hundreds; a file of
 /// hundreds of MiB is some other file, and parsing it took minutes and GiB.
 pub(crate) const MAX_CONFIG_BYTES: u64 = 4 << 20;
 
@@ -52,7 +52,7 @@ pub(crate) fn read_text(path: &Path, what: &str) -> std::io::Result<String> {
     let mut bytes = Vec::new();
     file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        let size = std::fs::metadata(path).ok().filter(|m| m.is_file()).map(|m| m.len());
+        let size = std::fs::metadata(path).ok().filter(std::fs::Metadata::is_file).map(|m| m.len());
         let size = size.map_or_else(|| "more than 4 MiB".to_string(), |n| format!("{n} bytes"));
         return Err(std::io::Error::new(
             std::io::ErrorKind::FileTooLarge,

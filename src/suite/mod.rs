@@ -310,15 +310,16 @@ impl Suite {
 
 impl Suite {
     /// Records `spec` as failed, not run, because this run's shared build
-    /// failed with `message`: the run's failure must be in `run.json` and
-    /// JUnit, not only on the screen (they would keep an earlier run's tally).
+    /// failed (or could not be recorded in the workspace) with `message`: the
+    /// run's failure must be in `run.json` and JUnit, not only on the screen
+    /// (they would keep an earlier run's tally).
     fn record_unbuilt(&self, spec: &TrialSpec, message: &str) {
         let planned = self.planned.get();
         let build_id = planned.map_or("", |m| m.build_id.as_str());
         let result = TrialResult::unrun(spec, self.ctx.config(), build_id, &self.run_id, message);
         let build = RunBuild::Failed { planned: planned.cloned(), error: message.to_string() };
         if let Err(e) = self.results.record(&result, build, self.run_info()) {
-            eprintln!("ccl-coverage: {}: cannot record that the build failed: {e}", spec.name);
+            eprintln!("ccl-coverage: {}: cannot record that it did not run: {e}", spec.name);
         }
     }
 

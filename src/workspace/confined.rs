@@ -668,6 +668,9 @@ mod tests {
         (dir, Beneath::open(&root).unwrap(), outside)
     }
 
+    /// One way of reaching a path, and its verb in the refusal.
+    type Case<'a> = (&'a str, &'a dyn Fn(&Path) -> Result<()>);
+
     /// Both ways of resolving: `openat2` and the walk.
     fn both(test: impl Fn()) {
         test();
@@ -708,7 +711,7 @@ mod tests {
             symlink(&outside, b.root.join("profiles")).unwrap();
             symlink(&outside, b.root.join("results/T")).unwrap();
             symlink(outside.join("keep"), b.root.join("results/run.json")).unwrap();
-            let cases: [(&str, &dyn Fn(&Path) -> Result<()>); 6] = [
+            let cases: [Case; 6] = [
                 ("write", &|p| b.write_atomic(p, b"x")),
                 ("write", &|p| b.write_new(p, b"x")),
                 ("create", &|p| b.create_dir_all(p)),
