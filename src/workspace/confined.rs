@@ -5,8 +5,8 @@
 //! during it) and nothing resolves outside the folder; the last step (create,
 //! unlink, rename) is made relative to the handle of the folder that holds
 //! it. A link is refused and named, never followed. Kernels without
-//! `openat2` (before 5.6, or a seccomp filter that answers `ENOSYS`) get the
-//! same walk, one component at a time with `O_NOFOLLOW`.
+//! `openat2` (before 5.6, or a seccomp filter that answers `ENOSYS` or
+//! `EPERM`) get the same walk, one component at a time with `O_NOFOLLOW`.
 //!
 //! A file the harness reads is opened `O_NONBLOCK` (a FIFO planted in place
 //! of a record must not hang the open) and must then be a regular file.
@@ -148,8 +148,9 @@ impl Beneath {
         if !NO_OPENAT2.load(Ordering::Relaxed) {
             match rfs::openat2(&self.fd, rel, flags, mode, resolve_flags()) {
                 Err(Errno::NOSYS) => NO_OPENAT2.store(true, Ordering::Relaxed),
-                // openat2 retries itself only with RESOLVE_CACHED; a rename elsewhere can make it answer EAGAIN.
-                Err(Errno::AGAIN) => return self.walk(rel, flags, mode),
+                // EAGAIN: a rename elsewhere raced the lookup. EPERM: an older container
+                // seccomp profile that denies calls it does not know; the walk then decides.
+                Err(Errno::AGAIN | Errno::PERM) => return self.walk(rel, flags, mode),
                 other => return other,
             }
         }
