@@ -204,6 +204,10 @@ fn check_env(vars: impl IntoIterator<Item = (OsString, OsString)>, referenced: &
         let checked = match known.kind {
             Kind::Text => Ok(()),
             Kind::Switch => env_names::switch(&name, value).map(drop),
+            // Empty is what an unset CI secret or variable gives: the bar would vanish silently.
+            Kind::Percent if value.is_empty() => Err(Error::new(format!(
+                "{name} is set but empty (as an unset CI secret or variable gives it): its check would be skipped silently; set a percentage from 0 to 100, or unset {name}"
+            ))),
             Kind::Percent => env_names::percent(&name, value).map(drop),
             Kind::Positive => env_names::positive(&name, value).map(drop),
             Kind::Globs => redact::Rules::with(value).map(drop),
@@ -268,6 +272,8 @@ mod tests {
         );
         assert!(check(&[("CCL_COV_FAIL_ON_LOST", "yes")], &[]).unwrap_err().to_string().contains("not a switch"));
         assert!(check(&[("CCL_COV_REDACT", "[x")], &[]).unwrap_err().to_string().contains("not a glob pattern"));
-        assert!(check(&[("CCL_COV_FAIL_UNDER_DIFF", ""), ("CCL_COV_TRIAL_TOKEN", "1-2-3")], &[]).is_ok());
+        assert!(check(&[("CCL_COV_DIFF_BASE", ""), ("CCL_COV_TRIAL_TOKEN", "1-2-3")], &[]).is_ok());
+        let err = check(&[("CCL_COV_FAIL_UNDER_LINES", "")], &[]).unwrap_err().to_string();
+        assert!(err.starts_with("CCL_COV_FAIL_UNDER_LINES is set but empty"), "an empty bar is refused: {err}");
     }
 }

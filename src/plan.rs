@@ -271,9 +271,10 @@ pub fn check(loaded: &LoadedConfig) -> Result<()> {
     Ok(())
 }
 
-/// The names of every trial of the config, ignored ones included.
-pub(crate) fn names(config: &Config) -> BTreeSet<String> {
-    plan(config).into_iter().map(|t| t.name).collect()
+/// The names of every trial of the config, ignored ones included, each
+/// with its file name (`slug`): a record is trusted only under its own.
+pub(crate) fn names(config: &Config) -> std::collections::BTreeMap<String, String> {
+    plan(config).into_iter().map(|t| (t.name, t.slug)).collect()
 }
 
 #[cfg(test)]

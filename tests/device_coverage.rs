@@ -381,11 +381,14 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
         ignore: ccl_coverage::coverage::ignore::IgnoreRule::default(),
         title: "device".into(),
     };
-    let all = inputs.summary_json(&d.join("summary.json")).unwrap().file_names().join("\n");
+    let out = Workspace::new(d).unwrap();
+    let all = inputs.summary_json(&out, &d.join("summary.json")).unwrap().file_names().join("\n");
     assert!(all.contains("kernel.hip"), "the device source is reported: {all}");
-    let device_totals = report::totals(&inputs.with_objects(vec![elf]).summary_json(&d.join("device.json")).unwrap());
+    let device_totals =
+        report::totals(&inputs.with_objects(vec![elf]).summary_json(&out, &d.join("device.json")).unwrap());
     assert_eq!(device_totals["functions"], "0/1", "the kernel never ran on this machine");
-    let host_totals = report::totals(&inputs.with_objects(vec![host]).summary_json(&d.join("host.json")).unwrap());
+    let host_totals =
+        report::totals(&inputs.with_objects(vec![host]).summary_json(&out, &d.join("host.json")).unwrap());
     assert_eq!(host_totals["functions"], "2/2");
 }
 
@@ -481,7 +484,7 @@ fn host_and_device_raw_profiles_merge_and_report_apart() {
         .env("LLVM_PROFILE_FILE", trial.join("%h-%p-%m.profraw").display().to_string())
         .read()
         .unwrap();
-    let raw = profiles::raw_files(&trial).unwrap();
+    let raw = profiles::raw_files(&ws, &trial).unwrap();
     let names: Vec<String> = raw.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
     assert_eq!(names.len(), 2, "{names:?}");
     let (device_raw, host_raw) = (&names[0], &names[1]);
@@ -509,7 +512,7 @@ fn host_and_device_raw_profiles_merge_and_report_apart() {
     let quarantined: Vec<String> =
         merge.quarantined.iter().map(|q| q.file.file_name().unwrap().to_string_lossy().into_owned()).collect();
     assert_eq!(quarantined, [format!("amdgcn-amd-amdhsa.gfx942%3Axnack-.1.{host_raw}")]);
-    assert!(profiles::raw_files(&trial).unwrap().is_empty(), "merged raw profiles are removed");
+    assert!(profiles::raw_files(&ws, &trial).unwrap().is_empty(), "merged raw profiles are removed");
 
     let inputs = ReportInputs {
         llvm_cov: toolchain.llvm_cov.path.clone(),
@@ -519,12 +522,13 @@ fn host_and_device_raw_profiles_merge_and_report_apart() {
         ignore: ccl_coverage::coverage::ignore::IgnoreRule::default(),
         title: "host+device".into(),
     };
-    let all = inputs.summary_json(&d.join("summary.json")).unwrap();
+    let out = Workspace::new(d).unwrap();
+    let all = inputs.summary_json(&out, &d.join("summary.json")).unwrap();
     let files = all.file_names().join("\n");
     assert!(files.contains("collector.c") && files.contains("kernel.hip"), "{files}");
     assert_eq!(report::totals(&all)["functions"], "2/2");
-    let host = report::totals(&inputs.with_objects(vec![collector]).summary_json(&d.join("host.json")).unwrap());
-    let device = report::totals(&inputs.with_objects(vec![elf]).summary_json(&d.join("device.json")).unwrap());
+    let host = report::totals(&inputs.with_objects(vec![collector]).summary_json(&out, &d.join("host.json")).unwrap());
+    let device = report::totals(&inputs.with_objects(vec![elf]).summary_json(&out, &d.join("device.json")).unwrap());
     assert_eq!(host["functions"], "1/1", "the collector's main");
     assert_eq!(device["functions"], "1/1", "the kernel, from the device profile");
     assert_eq!(device["lines"], "1/1", "{device}");

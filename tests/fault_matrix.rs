@@ -565,9 +565,12 @@ impl Drop for Unmount {
 #[test]
 fn a_full_disk_is_named_as_the_cause() {
     let _shared = shared();
-    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([])));
-    mount_tmpfs(&s.ws, "size=256k");
-    let _unmount = Unmount(s.ws.clone());
+    let mut s = setup(|v| only(v, "AllReduce", &["1K"], json!([])));
+    // A mount point itself is refused as a workspace: the workspace is a folder on the small disk.
+    let disk = s.dir.path().join("disk");
+    mount_tmpfs(&disk, "size=256k");
+    let _unmount = Unmount(disk.clone());
+    s.ws = disk.join("ws");
     let claim = harness(&s, "collectives", &["--exact", "NoSuch::trial"], LIMIT);
     assert!(claim.success, "{}", claim.text());
     // Fill what is left (the write stops at ENOSPC).
@@ -583,21 +586,24 @@ fn a_full_disk_is_named_as_the_cause() {
 #[test]
 fn a_read_only_workspace_is_named_as_the_cause() {
     let _shared = shared();
-    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([])));
-    mount_tmpfs(&s.ws, "size=1m,ro");
-    let _unmount = Unmount(s.ws.clone());
+    let mut s = setup(|v| only(v, "AllReduce", &["1K"], json!([])));
+    let disk = s.dir.path().join("disk");
+    mount_tmpfs(&disk, "size=1m,ro");
+    let _unmount = Unmount(disk.clone());
+    s.ws = disk.join("ws");
     let ran = harness(&s, "collectives", &[], LIMIT);
     assert_eq!(ran.code, Some(2), "{}", ran.text());
     assert!(ran.text().contains(&format!("the workspace {} is not writable", s.ws.display())), "{}", ran.text());
     assert!(ran.text().contains("Read-only file system"), "{}", ran.text());
     // A marked workspace that became read-only says so too.
-    let marked = s.dir.path().join("marked");
-    mount_tmpfs(&marked, "size=8m");
-    let _unmount_marked = Unmount(marked.clone());
+    let marked_disk = s.dir.path().join("marked");
+    mount_tmpfs(&marked_disk, "size=8m");
+    let _unmount_marked = Unmount(marked_disk.clone());
+    let marked = marked_disk.join("ws");
     let mut cmd = command(&s, "collectives", &["--exact", "NoSuch::trial"]);
     cmd.env("CCL_COV_WORKSPACE", &marked);
     assert!(spawn(&s, cmd).wait(LIMIT).success);
-    let status = Command::new("mount").args(["-o", "remount,ro"]).arg(&marked).status().unwrap();
+    let status = Command::new("mount").args(["-o", "remount,ro"]).arg(&marked_disk).status().unwrap();
     assert!(status.success());
     let mut cmd = command(&s, "collectives", &[]);
     cmd.env("CCL_COV_WORKSPACE", &marked);

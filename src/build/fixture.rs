@@ -45,6 +45,23 @@ pub struct ObjectRecord {
     pub(crate) backend: Option<Backend>,
 }
 
+/// A program a build made that trials run (a test binary of `tests.bin_dir`),
+/// and what it was when the build finished: a truncated one would make every
+/// trial die of SIGSEGV or SIGBUS.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ProgramRecord {
+    pub(crate) path: PathBuf,
+    pub(crate) sum: FileSum,
+}
+
+/// The SHA-256 trees (`hash_tree`) of the sources a build was made from, for
+/// the report to tell whether the sources it shows are still those.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SourceSums {
+    pub(crate) library: String,
+    pub(crate) tests: String,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct StepRecord {
     pub(crate) name: String,
@@ -79,6 +96,13 @@ pub struct BuildManifest {
     pub(crate) coverage_link_flags: Vec<String>,
     pub(crate) steps: Vec<StepRecord>,
     pub(crate) built_at: String,
+    /// The test binaries trials run, checked like the objects before a
+    /// cached build is reused; empty in records of older versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) programs: Vec<ProgramRecord>,
+    /// What the sources were; `None` in records of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) sources: Option<SourceSums>,
 }
 
 impl BuildManifest {
@@ -96,20 +120,53 @@ impl BuildManifest {
             .collect()
     }
 
-    /// Why this cached build's objects are not what it built; `None` when
-    /// every one still is. A record without checksums (an older harness)
-    /// cannot be checked, so it is not trusted either.
+    /// Why this cached build's objects or test binaries are not what it
+    /// built; `None` when every one still is. A record without checksums (an
+    /// older harness) cannot be checked, so it is not trusted either.
     fn damage(&self) -> Option<String> {
-        self.objects.iter().chain(&self.device_objects).find_map(|o| match &o.sum {
+        let objects = self.objects.iter().chain(&self.device_objects).find_map(|o| match &o.sum {
             Some(sum) => sum.differs(&o.path),
             None => Some(format!("it records no checksum of {} (an older ccl-coverage made it)", o.path.display())),
-        })
+        });
+        let programs = || {
+            if self.programs.is_empty() {
+                return Some(format!(
+                    "it records no checksum of the test binaries in {} (an older ccl-coverage made it)",
+                    self.bin_dir.display()
+                ));
+            }
+            self.programs.iter().find_map(|p| p.sum.differs(&p.path))
+        };
+        objects.or_else(programs)
     }
 
+    /// Why an object the report reads is not what the build made (its
+    /// coverage mapping would be read as `malformed coverage data` by every
+    /// step): each object with a recorded checksum, damaged or not.
+    pub(crate) fn damaged_objects(&self) -> Vec<String> {
+        self.objects
+            .iter()
+            .chain(&self.device_objects)
+            .filter_map(|o| o.sum.as_ref().and_then(|sum| sum.differs(&o.path)))
+            .collect()
+    }
+
+    /// The cached build's manifest at `path` (a regular file, not followed).
     pub fn read(path: &Path) -> Result<BuildManifest> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
-        serde_json::from_str(&text).map_err(|e| Error::new(format!("{} is not a build manifest: {e}", path.display())))
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut files::open_regular(path)?, &mut text)
+            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+        Self::parse(&text, path)
+    }
+
+    /// The workspace's `build.json`, read through its handle.
+    pub(crate) fn read_in(ws: &Workspace) -> Result<BuildManifest> {
+        let path = ws.build_manifest();
+        Self::parse(&ws.read_to_string(&path)?, &path)
+    }
+
+    fn parse(text: &str, path: &Path) -> Result<BuildManifest> {
+        serde_json::from_str(text).map_err(|e| Error::new(format!("{} is not a build manifest: {e}", path.display())))
     }
 
     fn write(&self, path: &Path) -> Result<()> {
@@ -136,6 +193,9 @@ pub(crate) struct BuildPlan {
     pub(crate) steps: Vec<(String, Cmd)>,
     /// Objects of an existing build, already inspected.
     existing_objects: Option<Vec<ObjectRecord>>,
+    /// The source trees' hashes the key was made from (library, tests);
+    /// `None` for a part an existing build stands for.
+    source_sums: (Option<String>, Option<String>),
     /// Why an existing build (`CCL_COV_BUILD_DIR`, `CCL_COV_TESTS_DIR`)
     /// cannot be used: the dry run still shows the whole plan and names
     /// them, [`Self::build`] fails with them. The key then stands for no build.
@@ -152,7 +212,7 @@ impl BuildPlan {
             Resolved::new(config, ctx.coverage, ctx.device_mode, tools.as_deref(), &crate::config::process_env)?;
         let mut vars = build_vars(loaded, &resolved, ctx.jobs);
         let mut problems = Vec::new();
-        let (key, existing_objects) = build_key(ctx, &resolved, &mut vars, &mut problems)?;
+        let (key, existing_objects, source_sums) = build_key(ctx, &resolved, &mut vars, &mut problems)?;
         let cache_dir = ctx.state_dir.join("builds").join(&key);
         let build_dir = ctx.existing_build.clone().unwrap_or_else(|| cache_dir.clone());
         vars.set("build_dir", build_dir.display().to_string());
@@ -172,6 +232,7 @@ impl BuildPlan {
             vars,
             steps,
             existing_objects,
+            source_sums,
             problems,
         })
     }
@@ -230,7 +291,25 @@ impl BuildPlan {
             coverage_link_flags: self.coverage_link_flags.clone(),
             steps,
             built_at: crate::exec::host::now(),
+            programs: Vec::new(),
+            sources: None,
         }
+    }
+
+    /// The sources' hashes for the manifest: those the key was made from,
+    /// the others (a part an existing build stands for) hashed now.
+    fn source_sums(&self, ctx: &Context) -> Option<SourceSums> {
+        let config = &ctx.loaded.config;
+        let (library, tests) = &self.source_sums;
+        let library = match library {
+            Some(sum) => sum.clone(),
+            None => hash_tree(&ctx.loaded.library_src(), &config.library.hash_exclude).ok()?,
+        };
+        let tests = match tests {
+            Some(sum) => sum.clone(),
+            None => hash_tree(&ctx.loaded.tests_src(), &config.tests.hash_exclude).ok()?,
+        };
+        Some(SourceSums { library, tests })
     }
 
     /// Whether a finished build with this key is already cached.
@@ -310,6 +389,8 @@ impl BuildPlan {
         for object in manifest.objects.iter_mut().chain(&mut manifest.device_objects) {
             object.sum = Some(FileSum::of(&object.path)?);
         }
+        manifest.programs = programs(&self.bin_dir)?;
+        manifest.sources = self.source_sums(ctx);
         manifest.write(&self.manifest_path())?;
         eprintln!("ccl-coverage: build {} ready in {:.1}s", self.key, started.elapsed().as_secs_f64());
         Ok(manifest)
@@ -503,12 +584,9 @@ impl BuildKey {
 /// sources, or the identity of existing builds. Existing objects are
 /// inspected on the way and returned; why an existing build cannot be used
 /// goes to `problems`.
-fn build_key(
-    ctx: &Context,
-    resolved: &Resolved,
-    vars: &mut Vars,
-    problems: &mut Vec<Error>,
-) -> Result<(String, Option<Vec<ObjectRecord>>)> {
+type KeyParts = (String, Option<Vec<ObjectRecord>>, (Option<String>, Option<String>));
+
+fn build_key(ctx: &Context, resolved: &Resolved, vars: &mut Vars, problems: &mut Vec<Error>) -> Result<KeyParts> {
     let loaded = &ctx.loaded;
     let config = &loaded.config;
     let tc = &resolved.toolchain;
@@ -518,6 +596,7 @@ fn build_key(
     key.feed("cxx", &format!("{} {}", tc.cxx.path.display(), tc.cxx.version));
     key.feed("coverage", &format!("{} {}", ctx.coverage, resolved.coverage_flags.join(" ")));
     key.feed("device", &resolved.device.enabled.to_string());
+    let mut sums = (None, None);
     let existing_objects = if let Some(dir) = &ctx.existing_build {
         vars.set("build_dir", dir.display().to_string());
         let inspected = inspect_existing(ctx, vars, dir).and_then(|objects| {
@@ -535,7 +614,9 @@ fn build_key(
         for object in &config.library.objects {
             key.feed("object", &vars.render(object)?);
         }
-        key.feed("library_src", &hash_tree(&loaded.library_src(), &config.library.hash_exclude)?);
+        let sum = hash_tree(&loaded.library_src(), &config.library.hash_exclude)?;
+        key.feed("library_src", &sum);
+        sums.0 = Some(sum);
         None
     };
     if let Some(dir) = &ctx.existing_tests {
@@ -548,9 +629,11 @@ fn build_key(
             key.feed("tests step", &step_cmd(step, vars, resolved.rccl)?.display());
         }
         key.feed("bin_dir", &vars.render(&config.tests.bin_dir)?);
-        key.feed("tests_src", &hash_tree(&loaded.tests_src(), &config.tests.hash_exclude)?);
+        let sum = hash_tree(&loaded.tests_src(), &config.tests.hash_exclude)?;
+        key.feed("tests_src", &sum);
+        sums.1 = Some(sum);
     }
-    Ok((key.finish(), existing_objects))
+    Ok((key.finish(), existing_objects, sums))
 }
 
 /// The build steps to run, library first (none for a part that an existing
@@ -664,6 +747,24 @@ fn dir_identity(dir: &Path) -> Result<String> {
     Ok(format!("{} {}", dir.display(), entries.join(";")))
 }
 
+/// The programs directly in `bin_dir` (regular files with an execute bit:
+/// the test binaries trials run, not a build tool's folders and objects),
+/// each with its checksum.
+fn programs(bin_dir: &Path) -> Result<Vec<ProgramRecord>> {
+    use std::os::unix::fs::PermissionsExt;
+    let entries =
+        std::fs::read_dir(bin_dir).map_err(|e| Error::new(format!("cannot list {}: {e}", bin_dir.display())))?;
+    let mut programs = Vec::new();
+    for entry in entries.flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+            programs.push(ProgramRecord { path: entry.path(), sum: FileSum::of(&entry.path())? });
+        }
+    }
+    programs.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(programs)
+}
+
 /// Files matching `pattern`, whose last component may hold `*`, `?` and
 /// `[…]` (matched by `globset`, never across a `/`).
 fn glob_files(pattern: &Path) -> Result<Vec<PathBuf>> {
@@ -727,9 +828,9 @@ fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
 /// to its key, with its profiles gone.
 pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
     ws.create()?;
-    let lock = files::open_lock_file(&ws.lock_file())?;
+    let lock = ws.open_lock(&ws.lock_file())?;
     lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", ws.lock_file().display())))?;
-    let previous = BuildManifest::read(&ws.build_manifest()).ok();
+    let previous = BuildManifest::read_in(ws).ok();
     match previous {
         Some(p) if p.build_id == manifest.build_id => return Ok(()),
         Some(p) => {
@@ -745,7 +846,8 @@ pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
         }
         None => {}
     }
-    manifest.write(&ws.build_manifest())
+    let text = serde_json::to_string_pretty(manifest).expect("manifest serializes");
+    ws.write(&ws.build_manifest(), text.as_bytes())
 }
 
 fn build_vars(loaded: &LoadedConfig, resolved: &Resolved, jobs: usize) -> Vars {
@@ -822,6 +924,36 @@ pub(crate) fn hash_tree(root: &Path, exclude: &[String]) -> Result<String> {
     Ok(files::hex(&hasher.finalize()))
 }
 
+/// Why the sources a report would show are not those `manifest`'s build was
+/// made from (a line number would point at other code); `None` when they
+/// are, or when the record has no hashes (an older ccl-coverage made it).
+pub(crate) fn sources_changed(manifest: &BuildManifest, config: &crate::config::Config) -> Option<String> {
+    let recorded = manifest.sources.as_ref()?;
+    let parts = [
+        ("library", &manifest.library_src, &config.library.hash_exclude, &recorded.library),
+        ("test", &manifest.tests_src, &config.tests.hash_exclude, &recorded.tests),
+    ];
+    let changed: Vec<String> = parts
+        .iter()
+        .filter_map(|(what, dir, exclude, sum)| {
+            let now = hash_tree(dir, exclude).unwrap_or_else(|e| e.to_string());
+            (now != **sum).then(|| {
+                format!(
+                    "the {what} sources in {} changed after build {} was made from them",
+                    dir.display(),
+                    manifest.build_id
+                )
+            })
+        })
+        .collect();
+    (!changed.is_empty()).then(|| {
+        format!(
+            "{}: the report's lines and counts are of the sources as they were built, not as they are now; run `cargo test --test collectives` to build and run them again",
+            changed.join("; ")
+        )
+    })
+}
+
 /// A manifest for unit tests of later stages.
 #[cfg(test)]
 pub(crate) fn test_manifest(build_id: &str) -> BuildManifest {
@@ -857,6 +989,8 @@ pub(crate) fn test_manifest(build_id: &str) -> BuildManifest {
         coverage_link_flags: Vec::new(),
         steps: Vec::new(),
         built_at: String::new(),
+        programs: Vec::new(),
+        sources: None,
     }
 }
 
@@ -898,7 +1032,7 @@ mod tests {
         adopt(&ws, &test_manifest("bbbb")).unwrap();
         assert!(!profile.exists() && !report.exists(), "profiles of the old build were kept");
         assert!(log.exists(), "logs are not the harness's to delete");
-        assert_eq!(BuildManifest::read(&ws.build_manifest()).unwrap().build_id, "bbbb");
+        assert_eq!(BuildManifest::read_in(&ws).unwrap().build_id, "bbbb");
     }
 
     #[test]

@@ -39,10 +39,33 @@ impl LoadedConfig {
     }
 }
 
+/// The most a config (or an overlay) may hold. The largest shipped config
+/// is a few KiB and an upstream `test_runner` config some hundreds; a file of
+/// hundreds of MiB is some other file, and parsing it took minutes and GiB.
+pub(crate) const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
+/// The text of the config file at `path`, refused past [`MAX_CONFIG_BYTES`]
+/// before it is read whole (a FIFO or `/dev/zero` is read only that far).
+pub(crate) fn read_text(path: &Path, what: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        let size = std::fs::metadata(path).ok().filter(std::fs::Metadata::is_file).map(|m| m.len());
+        let size = size.map_or_else(|| "more than 4 MiB".to_string(), |n| format!("{n} bytes"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("{what} is {size}: expected at most {MAX_CONFIG_BYTES} bytes (4 MiB); is it the right file?"),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 /// Loads the config at `path`, or the embedded default's text if `path` is
 /// the default location and does not exist there.
 pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match read_text(path, "the config") {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && path.ends_with(DEFAULT_CONFIG_PATH) => {
             DEFAULT_CONFIG_TEXT.to_string()
@@ -50,6 +73,7 @@ pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedC
         Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
             bail!("{}: not valid JSON: the file is not UTF-8 text ({e})", path.display())
         }
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => bail!("{}: {e}", path.display()),
         Err(e) => {
             bail!("cannot read config {}: {e} (set CCL_COV_CONFIG to an existing configs/*.json)", path.display())
         }
@@ -62,7 +86,7 @@ pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedC
 /// overlay at `overlay`; anything else is ccl-coverage's own format.
 pub(crate) fn load_any(path: &Path, overlay: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
     // `load` says why an unreadable file cannot be read.
-    let Ok(text) = std::fs::read_to_string(path) else { return load(path, env) };
+    let Ok(text) = read_text(path, "the config") else { return load(path, env) };
     match serde_json::from_str::<Value>(&text) {
         Ok(value) if crate::upstream::is_upstream(&value) => overlay::load_upstream(path, &text, overlay, env),
         _ => load_str(&text, path, env),

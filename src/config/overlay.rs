@@ -270,7 +270,7 @@ fn upstream_mpirun(resolved: &Resolved) -> String {
 /// Reads, expands and checks the overlay at `path`.
 pub(crate) fn load_overlay(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Overlay> {
     let at = |json_path: &str, msg: &dyn std::fmt::Display| error_at(path, json_path, msg);
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let text = super::load::read_text(path, "the overlay").map_err(|e| {
         Error::new(format!(
             "cannot read the overlay {}: {e} (set CCL_COV_OVERLAY to ccl-coverage's settings for an upstream config, \
              e.g. configs/rccl-overlay.json)",

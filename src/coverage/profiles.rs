@@ -14,9 +14,10 @@
 use crate::bail;
 use crate::device::amdgpu::DEVICE_PROFILE_PREFIX;
 use crate::device::nvidia::record::record_files;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exec::process::Cmd;
 use crate::toolchain::Toolchain;
+use crate::workspace::confined::Kind;
 use crate::workspace::{self, Area, Workspace};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -43,24 +44,18 @@ pub struct TrialMerge {
     pub(crate) sha256: Option<String>,
 }
 
-/// The raw `.profraw` files directly in `dir`, sorted: the host's
-/// (`<pattern>`) and the device's, which the host collector names
-/// `<target>.<pattern>` with the target ID's colons
-/// (`amdgcn-amd-amdhsa.gfx942:xnack-.0.<pattern>`).
-pub fn raw_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    match std::fs::read_dir(dir) {
-        Ok(entries) => {
-            for entry in entries.flatten() {
-                let path = entry.path();
-                if path.extension().is_some_and(|e| e == "profraw") && path.is_file() {
-                    files.push(path);
-                }
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::new(format!("cannot list {}: {e}", dir.display()))),
-    }
+/// The raw `.profraw` files directly in `dir` (a folder of the workspace,
+/// listed through its handle), sorted: the host's (`<pattern>`) and the
+/// device's, which the host collector names `<target>.<pattern>` with the
+/// target ID's colons (`amdgcn-amd-amdhsa.gfx942:xnack-.0.<pattern>`). Only
+/// regular files: a link or a FIFO named like a profile is not one.
+pub fn raw_files(ws: &Workspace, dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = ws
+        .list(dir)?
+        .into_iter()
+        .filter(|(name, kind)| *kind == Kind::File && Path::new(name).extension().is_some_and(|e| e == "profraw"))
+        .map(|(name, _)| dir.join(name))
+        .collect();
     files.sort();
     Ok(files)
 }
@@ -109,7 +104,7 @@ pub fn finish_trial(
     keep_raw: bool,
 ) -> MergeOutcome {
     let dir = ws.trial_profiles(slug);
-    let files = raw_files(&dir).unwrap_or_default();
+    let files = raw_files(ws, &dir).unwrap_or_default();
     let (raw, writers) = (files.len(), writers(&files, pattern));
     let mut outcome = MergeOutcome { dir: dir.clone(), raw, writers, ..MergeOutcome::default() };
     if incremental && raw > 0 {
@@ -118,11 +113,11 @@ pub fn finish_trial(
             Err(e) => outcome.error = Some(e.to_string()),
         }
     }
-    match raw_checksums(&dir) {
+    match raw_checksums(ws, &dir) {
         Ok(sums) => outcome.raw_sha256 = sums,
         Err(e) => outcome.error = Some(e.to_string()),
     }
-    match record_files(&dir).and_then(|files| checksums(&files)) {
+    match record_files(&dir).and_then(|files| checksums(ws, &files)) {
         Ok(sums) => outcome.device_sha256 = sums,
         Err(e) => outcome.error = Some(e.to_string()),
     }
@@ -136,6 +131,10 @@ pub(crate) struct Writers {
     pub(crate) complete: usize,
     /// The others: `host:pid (k of n modules)`.
     pub(crate) partial: Vec<String>,
+    /// Host profiles whose names do not follow the pattern: written (and
+    /// merged) under another `LLVM_PROFILE_FILE` than the harness's, so their
+    /// processes cannot be told apart or counted.
+    pub(crate) unmatched: Vec<String>,
 }
 
 /// Which processes wrote the raw profiles `files`, told apart by the `%h`
@@ -153,9 +152,10 @@ pub(crate) fn writers(files: &[PathBuf], pattern: &str) -> Writers {
     // The files are listed by name; a pattern with folders names them last.
     let pattern = pattern.rsplit('/').next().unwrap_or(pattern);
     let Some(tokens) = pattern_tokens(pattern).filter(|t| t.contains(&Token::Pid)) else {
-        return Writers { complete: files.len(), partial: Vec::new() };
+        return Writers { complete: files.len(), ..Writers::default() };
     };
     let mut modules_of: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    let mut unmatched = Vec::new();
     for file in files {
         let Some(name) = file.file_name().and_then(|n| n.to_str()) else { continue };
         if name.starts_with(DEVICE_PROFILE_PREFIX) {
@@ -164,10 +164,12 @@ pub(crate) fn writers(files: &[PathBuf], pattern: &str) -> Writers {
         let mut parts = NameParts::default();
         if match_name(&tokens, name, &mut parts) {
             modules_of.entry(parts.process.join(":")).or_default().insert(parts.module);
+        } else {
+            unmatched.push(name.to_string());
         }
     }
     let all: std::collections::BTreeSet<&String> = modules_of.values().flatten().collect();
-    let mut writers = Writers::default();
+    let mut writers = Writers { unmatched, ..Writers::default() };
     for (process, modules) in &modules_of {
         if modules.len() == all.len() {
             writers.complete += 1;
@@ -261,16 +263,16 @@ fn match_name(tokens: &[Token], name: &str, parts: &mut NameParts) -> bool {
 }
 
 /// SHA-256 of each raw profile left in `dir`, by file name.
-pub(crate) fn raw_checksums(dir: &Path) -> Result<BTreeMap<String, String>> {
-    checksums(&raw_files(dir)?)
+pub(crate) fn raw_checksums(ws: &Workspace, dir: &Path) -> Result<BTreeMap<String, String>> {
+    checksums(ws, &raw_files(ws, dir)?)
 }
 
-/// SHA-256 of each of `files`, by file name.
-fn checksums(files: &[PathBuf]) -> Result<BTreeMap<String, String>> {
+/// SHA-256 of each of `files` (of the workspace), by file name.
+fn checksums(ws: &Workspace, files: &[PathBuf]) -> Result<BTreeMap<String, String>> {
     let mut sums = BTreeMap::new();
     for file in files {
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        sums.insert(name, workspace::files::sha256_file(file)?);
+        sums.insert(name, ws.sha256(file)?);
     }
     Ok(sums)
 }
@@ -294,7 +296,7 @@ pub(crate) fn verified_device_records(
         let mut kept = Vec::new();
         for file in files {
             let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            if trust_or_quarantine(ws, slug, trial, &file, recorded.get(&name), &mut verified.quarantined)? {
+            if trust_or_quarantine(ws, slug, trial, &file, recorded.get(&name), None, &mut verified.quarantined)? {
                 kept.push(file);
             }
         }
@@ -304,25 +306,34 @@ pub(crate) fn verified_device_records(
 }
 
 /// Whether `file` has the checksum its trial recorded; if not, it moves to
-/// the trial's quarantine folder with the reason.
+/// the trial's quarantine folder with the reason (`unrecorded`, when given,
+/// says why the trial recorded none). Something that is not a regular file
+/// (a link, a FIFO) is never opened: it is quarantined as it is.
 fn trust_or_quarantine(
     ws: &Workspace,
     slug: &str,
     trial: &str,
     file: &Path,
     recorded: Option<&String>,
+    unrecorded: Option<String>,
     quarantined: &mut Vec<Quarantined>,
 ) -> Result<bool> {
-    let actual = workspace::files::sha256_file(file)?;
-    let why = match recorded {
-        Some(sum) if *sum == actual => return Ok(true),
-        Some(sum) => format!("altered after its trial wrote it (sha256 recorded {sum}, now {actual})"),
-        None => format!("not recorded by trial {trial} (no checksum), so not trusted"),
+    let why = match ws.kind(file)? {
+        Some(Kind::File) => {
+            let actual = ws.sha256(file)?;
+            match recorded {
+                Some(sum) if *sum == actual => return Ok(true),
+                Some(sum) => format!("altered after its trial wrote it (sha256 recorded {sum}, now {actual})"),
+                None => {
+                    unrecorded.unwrap_or_else(|| format!("not recorded by trial {trial} (no checksum), so not trusted"))
+                }
+            }
+        }
+        Some(kind) => format!("it is {}, not a profile file", kind.describe()),
+        None => return Ok(false),
     };
-    let dir = ws.trial_quarantine(slug);
-    workspace::files::create_dir(&dir)?;
-    let to = quarantine_path(&dir, file);
-    ws.rename(file, &to)?;
+    let to = quarantine_path(&ws.trial_quarantine(slug), file);
+    ws.beneath()?.rename_any(file, &to)?;
     quarantined.push(Quarantined { file: to, reason: why });
     Ok(false)
 }
@@ -347,6 +358,8 @@ pub(crate) struct Recorded<'a> {
     pub(crate) merge: Option<&'a TrialMerge>,
     /// Checksums of the raw profiles it left unmerged, by file name.
     pub(crate) raw_sha256: &'a BTreeMap<String, String>,
+    /// Why its merge failed, when it did: what is left of the output is no profile.
+    pub(crate) merge_error: Option<&'a str>,
 }
 
 /// Every profile input of `trials`, checked: a profile whose content differs
@@ -359,13 +372,13 @@ pub(crate) fn verified_inputs(ws: &Workspace, trials: &[Recorded]) -> Result<Ver
         let slug = result.slug;
         let merged = trial_profdata(ws, slug);
         let recorded_merge = result.merge.filter(|m| m.profdata.is_some());
-        let checks: Vec<(PathBuf, Option<&String>)> = if merged.is_file() {
+        let checks: Vec<(PathBuf, Option<&String>)> = if ws.kind(&merged)?.is_some() {
             vec![(merged.clone(), recorded_merge.and_then(|m| m.sha256.as_ref()))]
         } else {
             if recorded_merge.is_some() {
                 verified.missing.push(format!("{}: its merged profile {} is gone", result.trial, merged.display()));
             }
-            let raw = raw_files(&ws.trial_profiles(slug))?;
+            let raw = raw_files(ws, &ws.trial_profiles(slug))?;
             if raw.is_empty() && recorded_merge.is_none() && !result.raw_sha256.is_empty() {
                 verified.missing.push(format!(
                     "{}: its {} raw profiles in {} are gone",
@@ -381,8 +394,19 @@ pub(crate) fn verified_inputs(ws: &Workspace, trials: &[Recorded]) -> Result<Ver
                 })
                 .collect()
         };
+        let unrecorded = result
+            .merge_error
+            .map(|e| format!("left by trial {}'s merge, which failed ({e}), so not a whole profile", result.trial));
         for (file, recorded) in checks {
-            if trust_or_quarantine(ws, slug, result.trial, &file, recorded, &mut verified.quarantined)? {
+            if trust_or_quarantine(
+                ws,
+                slug,
+                result.trial,
+                &file,
+                recorded,
+                unrecorded.clone(),
+                &mut verified.quarantined,
+            )? {
                 verified.inputs.push(file);
             }
         }
@@ -400,7 +424,7 @@ fn quarantine_path(dir: &Path, file: &Path) -> PathBuf {
 /// quarantining unreadable ones; removes the raw files unless `keep_raw`.
 pub(crate) fn merge_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, keep_raw: bool) -> Result<TrialMerge> {
     let started = Instant::now();
-    let raw = raw_files(&ws.trial_profiles(slug))?;
+    let raw = raw_files(ws, &ws.trial_profiles(slug))?;
     let output = trial_profdata(ws, slug);
     let list = ws.trial_profiles(slug).join("inputs.list");
     let quarantine_dir = ws.trial_quarantine(slug);
@@ -408,12 +432,10 @@ pub(crate) fn merge_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, kee
     ws.remove(Area::Profiles, &list)?;
     if !keep_raw && merged > 0 {
         for file in &raw {
-            if file.exists() {
-                ws.remove(Area::Profiles, file)?;
-            }
+            ws.remove(Area::Profiles, file)?;
         }
     }
-    let sha256 = if merged > 0 { Some(workspace::files::sha256_file(&output)?) } else { None };
+    let sha256 = if merged > 0 { Some(ws.sha256(&output)?) } else { None };
     Ok(TrialMerge {
         profdata: (merged > 0).then_some(output),
         merged,
@@ -438,7 +460,7 @@ pub(crate) fn merge_checked(
     if inputs.is_empty() {
         return Ok((0, Vec::new()));
     }
-    let first = merge(toolchain, inputs, list_file, output);
+    let first = merge(ws, toolchain, inputs, list_file, output);
     if first.is_ok() {
         return Ok((inputs.len(), Vec::new()));
     }
@@ -448,9 +470,7 @@ pub(crate) fn merge_checked(
         match check(toolchain, input) {
             Ok(()) => good.push(input.clone()),
             Err(why) if input.extension().is_some_and(|e| e == "profraw") => {
-                let dir = quarantine_for(input);
-                workspace::files::create_dir(&dir)?;
-                let to = quarantine_path(&dir, input);
+                let to = quarantine_path(&quarantine_for(input), input);
                 ws.rename(input, &to)?;
                 quarantined.push(Quarantined { file: to, reason: why });
             }
@@ -461,7 +481,7 @@ pub(crate) fn merge_checked(
     if good.is_empty() {
         return Ok((0, quarantined));
     }
-    merge(toolchain, &good, list_file, output)
+    merge(ws, toolchain, &good, list_file, output)
         .map_err(|e| e.context(format!("merging the {} readable profiles", good.len())))?;
     Ok((good.len(), quarantined))
 }
@@ -479,10 +499,20 @@ fn check(toolchain: &Toolchain, input: &Path) -> std::result::Result<(), String>
         })
 }
 
-/// Merges `inputs` into the indexed profile `output`.
-pub(crate) fn merge(toolchain: &Toolchain, inputs: &[PathBuf], list_file: &Path, output: &Path) -> Result<()> {
+/// Merges `inputs` into the indexed profile `output` (both in the
+/// workspace). llvm-profdata writes `output` by its path, so whatever lies
+/// there first goes, through the workspace's handle: a link planted there is
+/// refused, never written through.
+pub(crate) fn merge(
+    ws: &Workspace,
+    toolchain: &Toolchain,
+    inputs: &[PathBuf],
+    list_file: &Path,
+    output: &Path,
+) -> Result<()> {
     let list: String = inputs.iter().map(|p| format!("{}\n", p.display())).collect();
-    workspace::files::write_atomic(list_file, list.as_bytes())?;
+    ws.write(list_file, list.as_bytes())?;
+    ws.clear_for_tool(output)?;
     Cmd::new(&toolchain.llvm_profdata.path)
         .args(["merge", "-sparse"])
         .arg(format!("--input-files={}", list_file.display()))
@@ -520,7 +550,10 @@ mod tests {
         assert_eq!(count(pattern, &two_nodes), 2);
         // A rank that lost the library's profile but wrote the plugin's.
         let lost = writers(&[names[0], names[1], "vm-20959-9280116824611981399_0.profraw"].map(PathBuf::from), pattern);
-        assert_eq!(lost, Writers { complete: 1, partial: vec!["vm:20959 (1 of 2 modules)".into()] });
+        assert_eq!(
+            lost,
+            Writers { complete: 1, partial: vec!["vm:20959 (1 of 2 modules)".into()], unmatched: Vec::new() }
+        );
         // Device profiles of a process that wrote its host profile too.
         assert_eq!(count(pattern, &["vm-7-1_0.profraw", "amdgcn-amd-amdhsa.gfx942:xnack-.0.vm-7-2_0.profraw"]), 1);
     }

@@ -25,6 +25,7 @@ use crate::exec::process::Cmd;
 use crate::exec::proctree::{self, ChildrenRecord, Tree};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
@@ -96,9 +97,12 @@ impl Supervised {
             log_cap,
             children: children.clone(),
         };
+        // The harness wrote the log's head through the workspace's handle; a
+        // link put in its place since is not followed (`O_NOFOLLOW`).
         let err = std::fs::File::options()
             .create(true)
             .append(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(log)
             .map_err(|e| Error::new(format!("cannot open {}: {e}", log.display())))?;
         let mut command = Command::new(exe);
@@ -302,7 +306,7 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     // SAFETY: getpid cannot fail.
     let me = unsafe { libc::getpid() };
     let tree = Tree::new(me, &token).with_descendants_of(me);
-    let log = match std::fs::File::options().create(true).append(true).open(&spec.log) {
+    let log = match std::fs::File::options().create(true).append(true).custom_flags(libc::O_NOFOLLOW).open(&spec.log) {
         Ok(log) => log,
         Err(e) => return spawn_failed(format!("cannot open {}: {e}", spec.log.display())),
     };

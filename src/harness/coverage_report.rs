@@ -41,6 +41,9 @@ struct Shared {
     /// The merged lcov, absolute paths: the model every later step reads.
     lcov: OnceLock<Result<ModelText, Error>>,
     attributed: OnceLock<Result<Attributed, Error>>,
+    /// Set once a step said why the merge failed: the others refer to it,
+    /// so one cause is named once, not by every step.
+    merge_failure_said: std::sync::atomic::AtomicBool,
 }
 
 /// The merged report's lcov and each trial's coverage on its own.
@@ -133,6 +136,7 @@ pub fn main_with(mut args: Arguments) -> ExitCode {
         summary: OnceLock::new(),
         lcov: OnceLock::new(),
         attributed: OnceLock::new(),
+        merge_failure_said: std::sync::atomic::AtomicBool::new(false),
     });
     let trials = steps
         .into_iter()
@@ -227,7 +231,12 @@ impl Shared {
         match self.merged.get_or_init(|| self.merge()) {
             Ok(Merge::Off(reason)) => Ok(Completion::ignored_with(reason)),
             Ok(Merge::Done(merged)) => step(merged),
-            Err(e) => Err(failed("merging profiles", e)),
+            Err(e) if !self.merge_failure_said.swap(true, std::sync::atomic::Ordering::SeqCst) => {
+                Err(failed("merging profiles", e))
+            }
+            Err(_) => Err(Failed::from(
+                "not run: merging the profiles failed (the cause is named once, by the first step that failed)",
+            )),
         }
     }
 
@@ -269,6 +278,9 @@ impl Shared {
         .collect();
         let roots = [m.library_src.as_path(), m.tests_src.as_path()];
         eprint!("{}", report::screen::table(&summary.all, &summary.host, device, &roots, &pages));
+        if let Some(changed) = &merged.health.sources_changed {
+            eprintln!("ccl-coverage: warning: this report is not of the sources as they are now: {changed}");
+        }
     }
 
     /// `path` inside the staged report, as it will be named once installed.
@@ -290,11 +302,7 @@ impl Shared {
         let staged = self.report_dir();
         let report = ws.report_dir();
         let discard = || -> Result<(), Error> {
-            if staged.exists() {
-                ws.clear(Area::ReportStaging, &staged)?;
-                std::fs::remove_dir(&staged)
-                    .map_err(|e| Error::new(format!("cannot delete {}: {e}", staged.display())))?;
-            }
+            ws.remove(Area::ReportStaging, &staged)?;
             Ok(())
         };
         match self.merged.get() {
@@ -342,7 +350,7 @@ impl Shared {
 
     fn merge(&self) -> Result<Merge, Error> {
         let ws = &self.ctx.workspace;
-        let manifest = BuildManifest::read(&ws.build_manifest()).map_err(|e| {
+        let manifest = BuildManifest::read_in(ws).map_err(|e| {
             Error::new(format!(
                 "no build recorded in {} ({e}); run `cargo test --test collectives` first, with the same CCL_COV_CONFIG and CCL_COV_WORKSPACE",
                 ws.root().display()
@@ -353,6 +361,19 @@ impl Shared {
                 "build {} was made without coverage (CCL_COV_COVERAGE=off): there is nothing to report",
                 manifest.build_id
             )));
+        }
+        // llvm-cov would read a damaged object as `malformed coverage data`, in every step.
+        let damaged = manifest.damaged_objects();
+        if !damaged.is_empty() {
+            return Err(Error::new(format!(
+                "build {}'s objects are damaged, so no report is made from them: {}; run `cargo test --test collectives` again (it rebuilds a damaged cached build), then the report",
+                manifest.build_id,
+                damaged.join("; ")
+            )));
+        }
+        let sources_changed = crate::build::fixture::sources_changed(&manifest, self.ctx.config());
+        if let Some(changed) = &sources_changed {
+            eprintln!("ccl-coverage: warning: {changed}");
         }
         let loaded = results::load_checked(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
         let (results, damaged) = (loaded.results, loaded.damaged);
@@ -378,6 +399,17 @@ impl Shared {
         let recorded: Vec<_> = results.iter().map(TrialResult::recorded_profiles).collect();
         let verified = profiles::verified_inputs(ws, &recorded)?;
         let inputs = verified.inputs;
+        if inputs.is_empty() && (!verified.quarantined.is_empty() || !verified.missing.is_empty()) {
+            let mut named: Vec<String> =
+                verified.quarantined.iter().map(|q| format!("{}: {}", q.file.display(), q.reason)).collect();
+            named.extend(verified.missing.iter().cloned());
+            return Err(Error::new(format!(
+                "no usable profile for build {}: all {} of its trials' profiles are damaged or gone (the damaged ones were moved to quarantine):\n    {}",
+                manifest.build_id,
+                named.len(),
+                named.join("\n    ")
+            )));
+        }
         if inputs.is_empty() {
             return Err(Error::new(format!(
                 "no profiles for build {} under {}; run `cargo test --test collectives` first",
@@ -388,10 +420,10 @@ impl Shared {
         // Checked before anything is written: the report is installed there.
         ws.check_area(Area::Report)?;
         // What a killed report process left staged is of no use.
-        for entry in std::fs::read_dir(ws.area(Area::ReportStaging)).into_iter().flatten().flatten() {
-            let pid = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok());
+        for (name, _) in ws.list(&ws.area(Area::ReportStaging))? {
+            let pid = name.to_str().and_then(|n| n.parse::<u32>().ok());
             if pid.is_some_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists()) {
-                ws.remove(Area::ReportStaging, &entry.path())?;
+                ws.remove(Area::ReportStaging, &ws.area(Area::ReportStaging).join(name))?;
             }
         }
         let report_dir = self.report_dir();
@@ -440,8 +472,9 @@ impl Shared {
         }
         let mut health = Health::new(&results, quarantined, missing);
         health.damaged_results = damaged_results;
+        health.sources_changed = sources_changed;
         let meta = ReportMeta::new(&manifest, &results, merged_inputs, &health);
-        workspace::files::write_atomic(
+        self.ctx.workspace.write(
             &report_dir.join("meta.json"),
             serde_json::to_string_pretty(&meta).expect("meta serializes").as_bytes(),
         )?;
@@ -472,7 +505,7 @@ impl Shared {
             .get_or_init(|| {
                 let dir = self.report_dir();
                 let (text, all) = merged.inputs.model_summary(&model.model)?;
-                workspace::files::write_atomic(&dir.join("summary.json"), text.as_bytes())?;
+                self.ctx.workspace.write(&dir.join("summary.json"), text.as_bytes())?;
                 let m = &merged.manifest;
                 if let Some(lines) = &merged.device_lines {
                     let device = device_totals(&lines.all);
@@ -482,7 +515,7 @@ impl Shared {
                         "not_counted": lines.not_counted,
                         "beyond_max_launches": lines.beyond_max_launches,
                     });
-                    workspace::files::write_atomic(
+                    self.ctx.workspace.write(
                         &dir.join("summary-device.json"),
                         serde_json::to_string_pretty(&summary).expect("totals serialize").as_bytes(),
                     )?;
@@ -496,11 +529,11 @@ impl Shared {
                 let host = merged
                     .inputs
                     .with_objects(m.instrumented_objects())
-                    .summary_json(&dir.join("summary-host.json"))?;
+                    .summary_json(&self.ctx.workspace, &dir.join("summary-host.json"))?;
                 let device = merged
                     .inputs
                     .with_objects(m.llvm_device_objects())
-                    .summary_json(&dir.join("summary-device.json"))?;
+                    .summary_json(&self.ctx.workspace, &dir.join("summary-device.json"))?;
                 Ok(Summary { host: report::totals(&host), device: Some(report::totals(&device)), all })
             })
             .as_ref()
@@ -512,7 +545,9 @@ impl Shared {
         let model = self.model(merged)?;
         let text = merged.inputs.json(&model.model).map_err(|e| failed("llvm-cov export -format=text", &e))?;
         let text = report::relative_json(&text, &self.path_prefix(merged));
-        workspace::files::write_atomic(&self.report_dir().join("coverage.json"), text.as_bytes())
+        self.ctx
+            .workspace
+            .write(&self.report_dir().join("coverage.json"), text.as_bytes())
             .map_err(|e| failed("writing coverage.json", &e))
     }
 
@@ -550,11 +585,11 @@ impl Shared {
                 let model = lcov::parse_lcov(&text, "the merged lcov")?;
                 merged.inputs.ignore.check_kept(model.files.keys().map(String::as_str))?;
                 let prefix = self.path_prefix(merged);
-                workspace::files::write_atomic(&out, report::relative_lcov(&text, &prefix).as_bytes())?;
+                self.ctx.workspace.write(&out, report::relative_lcov(&text, &prefix).as_bytes())?;
                 // The kernel lines alone, for checking them against NVIDIA's own tools.
                 if let Some(lines) = &merged.device_lines {
                     let device = report::relative_lcov(&sass::to_lcov(&lines.all), &prefix);
-                    workspace::files::write_atomic(&self.report_dir().join("device.lcov"), device.as_bytes())?;
+                    self.ctx.workspace.write(&self.report_dir().join("device.lcov"), device.as_bytes())?;
                 }
                 Ok(ModelText { text, host, model })
             })
@@ -564,23 +599,30 @@ impl Shared {
 
     fn cobertura(&self, merged: &Merged) -> Result<(), Failed> {
         let lcov = self.lcov(merged)?;
-        report::cobertura(lcov, &merged.manifest.library_src, &self.report_dir().join("cobertura.xml"))
-            .map_err(|e| failed("Cobertura conversion", &e))
+        report::cobertura(
+            &self.ctx.workspace,
+            lcov,
+            &merged.manifest.library_src,
+            &self.report_dir().join("cobertura.xml"),
+        )
+        .map_err(|e| failed("Cobertura conversion", &e))
     }
 
     fn html(&self, merged: &Merged) -> Result<(), Failed> {
         let dir = self.report_dir().join("html");
+        self.ctx.workspace.clear_for_tool(&dir).map_err(|e| failed("preparing html/", &e))?;
         let shown = merged.inputs.html(&dir).map_err(|e| failed("llvm-cov show -format=html", &e));
         let device = match (&shown, &merged.device_lines) {
             (Ok(_), Some(lines)) => {
                 let title = format!("ccl-coverage: {} (build {})", self.ctx.config().name, merged.manifest.build_id);
-                Some(report::device_pages::write(&dir.join("device"), &title, &lines.all))
+                Some(report::device_pages::write(&self.ctx.workspace, &dir.join("device"), &title, &lines.all))
             }
             _ => None,
         };
         // llvm-cov makes its folders with modes of its own, also when it fails.
         if dir.exists() {
-            workspace::files::normalize_modes(&dir).map_err(|e| failed("setting the report's modes", &e))?;
+            (self.ctx.workspace.beneath().and_then(|b| b.set_modes(&dir)))
+                .map_err(|e| failed("setting the report's modes", &e))?;
         }
         let index = shown?;
         // llvm-cov's index gives its own totals: the model's replaces it.
@@ -602,8 +644,13 @@ impl Shared {
                 page: &page,
             },
         );
-        workspace::files::write_atomic(&index, html.as_bytes()).map_err(|e| failed("writing the index", &e))?;
-        attribution_pages::link_from_llvm_cov_index(&index).map_err(|e| failed("linking the attribution pages", &e))?;
+        let html = match &merged.health.sources_changed {
+            Some(changed) => with_warning(&html, &format!("Sources changed after the build: {changed}.")),
+            None => html,
+        };
+        self.ctx.workspace.write(&index, html.as_bytes()).map_err(|e| failed("writing the index", &e))?;
+        attribution_pages::link_from_llvm_cov_index(&self.ctx.workspace, &index)
+            .map_err(|e| failed("linking the attribution pages", &e))?;
         if let Some(device) = device {
             let device = device.map_err(|e| failed("writing the device pages", &e))?;
             eprintln!("ccl-coverage: device HTML report: {}", self.shown(&device).display());
@@ -616,8 +663,13 @@ impl Shared {
     fn text(&self, merged: &Merged) -> Result<(), Failed> {
         let m = &merged.manifest;
         let roots = [m.library_src.as_path(), m.tests_src.as_path()];
-        let text = report::summary_text(&self.summary()?.all, &roots);
-        workspace::files::write_atomic(&self.report_dir().join("summary.txt"), text.as_bytes())
+        let mut text = report::summary_text(&self.summary()?.all, &roots);
+        if let Some(changed) = &merged.health.sources_changed {
+            text = format!("warning: {changed}\n\n{text}");
+        }
+        self.ctx
+            .workspace
+            .write(&self.report_dir().join("summary.txt"), text.as_bytes())
             .map_err(|e| failed("writing summary.txt", &e))
     }
 
@@ -649,7 +701,7 @@ impl Shared {
             )),
         }
         let out = self.report_dir().join("summary.md");
-        workspace::files::write_atomic(&out, md.as_bytes()).map_err(|e| failed("writing summary.md", &e))?;
+        self.ctx.workspace.write(&out, md.as_bytes()).map_err(|e| failed("writing summary.md", &e))?;
         if let Some(step_summary) = process_env("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {
             use std::io::Write;
             std::fs::OpenOptions::new()
@@ -772,8 +824,10 @@ impl Shared {
     fn first_snapshot(&self, name: &str, value: &Value, adopted: &Path) -> Result<Completion, Failed> {
         let dir = self.report_dir().join("snapshot");
         let file = dir.join(format!("{name}.snap"));
-        workspace::files::create_dir(&dir)
-            .and_then(|()| workspace::files::write_atomic(&file, report::snapshot_text(value).as_bytes()))
+        self.ctx
+            .workspace
+            .create_dir(&dir)
+            .and_then(|()| self.ctx.workspace.write(&file, report::snapshot_text(value).as_bytes()))
             .map_err(|e| failed("writing the new snapshot", &e))?;
         let shown = self.shown(&file);
         eprintln!(
@@ -815,18 +869,18 @@ impl Shared {
                 let mut jobs = Vec::new();
                 for r in &merged.results {
                     let profdata = profiles::trial_profdata(ws, &r.slug);
-                    if profdata.is_file() {
+                    if ws.kind(&profdata)? == Some(workspace::confined::Kind::File) {
                         jobs.push((r, profdata));
                         continue;
                     }
-                    let raw = profiles::raw_files(&ws.trial_profiles(&r.slug))?;
+                    let raw = profiles::raw_files(ws, &ws.trial_profiles(&r.slug))?;
                     if raw.is_empty() {
                         continue;
                     }
                     let dir = self.report_dir().join("trials");
-                    workspace::files::create_dir(&dir)?;
+                    self.ctx.workspace.create_dir(&dir)?;
                     let out = dir.join(format!("{}.profdata", r.slug));
-                    profiles::merge(&merged.manifest.toolchain, &raw, &dir.join(format!("{}.list", r.slug)), &out)?;
+                    profiles::merge(ws, &merged.manifest.toolchain, &raw, &dir.join(format!("{}.list", r.slug)), &out)?;
                     jobs.push((r, out));
                 }
                 let regions = self
@@ -874,14 +928,16 @@ impl Shared {
         let dir = self.report_dir();
         let attribution = Attribution::new(&a.all, &a.trials);
         let write = |name: &str, json: String| {
-            workspace::files::write_atomic(&dir.join(name), json.as_bytes())
+            self.ctx
+                .workspace
+                .write(&dir.join(name), json.as_bytes())
                 .map_err(|e| failed(&format!("writing {name}"), &e))
         };
         // One line: at ~800 trials the ranges would be mostly indentation.
         write("attribution.json", serde_json::to_string(&attribution).expect("attribution serializes"))?;
         write("trials.json", serde_json::to_string_pretty(&a.summaries).expect("trials serialize"))?;
         let pages_dir = dir.join("attribution");
-        workspace::files::create_dir(&pages_dir).map_err(|e| failed("creating report/attribution", &e))?;
+        self.ctx.workspace.create_dir(&pages_dir).map_err(|e| failed("creating report/attribution", &e))?;
         let m = &merged.manifest;
         let roots = [m.library_src.as_path(), m.tests_src.as_path()];
         let sources = attribution_pages::Sources {
@@ -891,7 +947,9 @@ impl Shared {
         };
         let pages = attribution_pages::pages(&attribution, &sources);
         for (name, html) in pages {
-            workspace::files::write_atomic(&pages_dir.join(&name), html.as_bytes())
+            self.ctx
+                .workspace
+                .write(&pages_dir.join(&name), html.as_bytes())
                 .map_err(|e| failed(&format!("writing attribution/{name}"), &e))?;
         }
         eprintln!(
@@ -908,11 +966,13 @@ impl Shared {
             plan.iter().map(|t| minimal_suite::Planned { name: &t.name, ignored: t.ignored }).collect();
         let full_s: f64 = merged.results.iter().map(|r| r.duration_s.max(0.0)).sum();
         let suite = minimal_suite::minimal_suite(&a.trials, &planned, merged.results.len(), full_s);
-        workspace::files::write_atomic(
-            &self.report_dir().join("minimal-suite.json"),
-            serde_json::to_string_pretty(&suite).expect("minimal suite serializes").as_bytes(),
-        )
-        .map_err(|e| failed("writing minimal-suite.json", &e))?;
+        self.ctx
+            .workspace
+            .write(
+                &self.report_dir().join("minimal-suite.json"),
+                serde_json::to_string_pretty(&suite).expect("minimal suite serializes").as_bytes(),
+            )
+            .map_err(|e| failed("writing minimal-suite.json", &e))?;
         // The command (one `--skip` per trial left out) is in the file.
         eprintln!(
             "ccl-coverage: minimal equivalent suite (the same lines, functions and branches): {} of {} trials, {:.2} of {:.2} trial-seconds (its cargo test and nextest commands are in {})",
@@ -928,18 +988,24 @@ impl Shared {
     /// `CCL_COV_DIFF_BASE`: changed-line coverage, failed below `CCL_COV_FAIL_UNDER_DIFF`.
     fn diff(&self, merged: &Merged) -> Result<Completion, Failed> {
         let Some(base) = set("CCL_COV_DIFF_BASE") else { return Ok(Completion::ignored_with(NO_DIFF_BASE)) };
+        // The diff's line numbers are of the sources now, the coverage's of the sources built.
+        if let Some(changed) = &merged.health.sources_changed {
+            return Err(Failed::from(format!("changed-line coverage refused: {changed}")));
+        }
         let a = self.attributed(merged)?;
         let changes =
             diff_coverage::git_changes(&merged.manifest.library_src, &base).map_err(|e| failed("git diff", &e))?;
         let report = diff_coverage::diff_report(&base, &changes, &a.all);
         let dir = self.report_dir();
         let md = report.markdown();
-        workspace::files::write_atomic(
-            &dir.join("diff.json"),
-            serde_json::to_string_pretty(&report).expect("diff report serializes").as_bytes(),
-        )
-        .and_then(|()| workspace::files::write_atomic(&dir.join("diff.md"), md.as_bytes()))
-        .map_err(|e| failed("writing diff.json and diff.md", &e))?;
+        self.ctx
+            .workspace
+            .write(
+                &dir.join("diff.json"),
+                serde_json::to_string_pretty(&report).expect("diff report serializes").as_bytes(),
+            )
+            .and_then(|()| self.ctx.workspace.write(&dir.join("diff.md"), md.as_bytes()))
+            .map_err(|e| failed("writing diff.json and diff.md", &e))?;
         eprintln!("ccl-coverage: {}", md.lines().next().unwrap_or_default().trim_start_matches("### "));
         let bar = process_env("CCL_COV_FAIL_UNDER_DIFF");
         match diff_coverage::check_diff_bar(&report, bar.as_deref()).map_err(|e| failed("reading the bar", &e))? {
@@ -965,12 +1031,14 @@ impl Shared {
         let report = diff_coverage::baseline_report(&path, &before, &a.all);
         let dir = self.report_dir();
         let md = report.markdown();
-        workspace::files::write_atomic(
-            &dir.join("baseline.json"),
-            serde_json::to_string_pretty(&report).expect("baseline report serializes").as_bytes(),
-        )
-        .and_then(|()| workspace::files::write_atomic(&dir.join("baseline.md"), md.as_bytes()))
-        .map_err(|e| failed("writing baseline.json and baseline.md", &e))?;
+        self.ctx
+            .workspace
+            .write(
+                &dir.join("baseline.json"),
+                serde_json::to_string_pretty(&report).expect("baseline report serializes").as_bytes(),
+            )
+            .and_then(|()| self.ctx.workspace.write(&dir.join("baseline.md"), md.as_bytes()))
+            .map_err(|e| failed("writing baseline.json and baseline.md", &e))?;
         eprintln!("ccl-coverage: {} lines lost baseline coverage (LBC) against {}", report.lost_lines, path.display());
         let fail_on_lost =
             crate::env_names::switch("CCL_COV_FAIL_ON_LOST", &process_env("CCL_COV_FAIL_ON_LOST").unwrap_or_default())
@@ -991,6 +1059,16 @@ impl Shared {
             )));
         }
         Ok(Completion::Completed)
+    }
+}
+
+/// `html` with a warning at the top of its body.
+fn with_warning(html: &str, warning: &str) -> String {
+    let escaped = warning.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let banner = format!("<p class='warning' style='color:#a00;font-weight:bold'>{escaped}</p>");
+    match html.find("<body>").map(|at| at + "<body>".len()) {
+        Some(at) => format!("{}{banner}{}", &html[..at], &html[at..]),
+        None => format!("{banner}{html}"),
     }
 }
 

@@ -52,10 +52,11 @@ fn clean_all(builds: bool) -> Result<()> {
     let ctx = Context::from_env()?;
     let ws = &ctx.workspace;
     if ws.root().exists() {
-        let _lock = super::take_workspace(&ctx, Access::Report)
+        let lock = super::take_workspace(&ctx, Access::Report)
             .map_err(|_| Error::new(format!("{} was not deleted", ws.root().display())))?;
-        ws.delete_all()?;
-        eprintln!("ccl-coverage: deleted the workspace {}", ws.root().display());
+        let cleaned = ws.clean()?;
+        drop(lock);
+        ws.finish_clean(&cleaned)?;
     } else {
         eprintln!("ccl-coverage: no workspace at {}", ws.root().display());
     }
@@ -93,7 +94,7 @@ pub fn report_dir() -> Option<std::path::PathBuf> {
 pub fn print_run_line() {
     let Ok(ctx) = Context::from_env() else { return };
     let read = |path: std::path::PathBuf| -> Option<serde_json::Value> {
-        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+        serde_json::from_slice(&ctx.workspace.read_opt(&path).ok()??).ok()
     };
     let Some(run) = read(ctx.workspace.results_dir().join("run.json")) else { return };
     let n = |key: &str| run["summary"][key].as_u64().unwrap_or(0);

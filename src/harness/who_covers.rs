@@ -38,11 +38,16 @@ fn run(args: &[String]) -> Result<(String, bool)> {
     };
     let (file, line) = parse_query(query)?;
     let ctx = crate::context::Context::from_env()?;
+    // A line number is of the sources now; the attribution, of the sources built.
+    if let Ok(manifest) = crate::build::fixture::BuildManifest::read_in(&ctx.workspace)
+        && let Some(changed) = crate::build::fixture::sources_changed(&manifest, ctx.config())
+    {
+        return Err(Error::new(format!("refused: {changed}")));
+    }
     let path = ctx.workspace.report_dir().join("attribution.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
+    let text = ctx.workspace.read_to_string(&path).map_err(|e| {
         Error::new(format!(
-            "cannot read {}: {e}; run `cargo test --test coverage_report` (its report::attribution step) on this workspace first",
-            path.display()
+            "{e}; run `cargo test --test coverage_report` (its report::attribution step) on this workspace first"
         ))
     })?;
     let attribution: Attribution = serde_json::from_str(&text)

@@ -247,9 +247,8 @@ fn file_page(
 
 /// The link from llvm-cov's `html/index.html` to these pages, after its
 /// heading (or at the top of the body), once.
-pub(crate) fn link_from_llvm_cov_index(index: &Path) -> crate::error::Result<()> {
-    let text = std::fs::read_to_string(index)
-        .map_err(|e| crate::error::Error::new(format!("cannot read {}: {e}", index.display())))?;
+pub(crate) fn link_from_llvm_cov_index(ws: &crate::workspace::Workspace, index: &Path) -> crate::error::Result<()> {
+    let text = ws.read_to_string(index)?;
     let link = "<p><a href='../attribution/index.html'>Which trial covered which line</a> (per-trial attribution, \
                 and the lines only one trial covers)</p>";
     if text.contains(link) {
@@ -259,7 +258,7 @@ pub(crate) fn link_from_llvm_cov_index(index: &Path) -> crate::error::Result<()>
         Some(at) => format!("{}{link}{}", &text[..at], &text[at..]),
         None => format!("{link}{text}"),
     };
-    crate::workspace::files::write_atomic(index, linked.as_bytes())
+    ws.write(index, linked.as_bytes())
 }
 
 #[cfg(test)]
@@ -306,10 +305,11 @@ mod tests {
     #[test]
     fn llvm_cov_s_index_links_to_the_pages_once() {
         let dir = tempfile::tempdir().unwrap();
+        let ws = crate::workspace::Workspace::new(dir.path()).unwrap();
         let index = dir.path().join("index.html");
         std::fs::write(&index, "<html><body><h1>t</h1><h2>Coverage Report</h2><table></table></body></html>").unwrap();
-        link_from_llvm_cov_index(&index).unwrap();
-        link_from_llvm_cov_index(&index).unwrap();
+        link_from_llvm_cov_index(&ws, &index).unwrap();
+        link_from_llvm_cov_index(&ws, &index).unwrap();
         let text = std::fs::read_to_string(&index).unwrap();
         assert_eq!(text.matches("../attribution/index.html").count(), 1, "{text}");
         assert!(text.contains("</h2><p><a href='../attribution/index.html'>"), "{text}");

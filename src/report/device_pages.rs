@@ -4,7 +4,6 @@
 
 use crate::coverage::sass::DeviceCoverage;
 use crate::error::Result;
-use crate::workspace::files;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -20,7 +19,12 @@ const STYLE: &str = "body{font-family:sans-serif}table{border-collapse:collapse}
 pre{margin:0}.hit{background:#dfd}.miss{background:#fdd}.num{text-align:right;color:#666}";
 
 /// Writes the pages into `dir` and returns the index's path.
-pub(crate) fn write(dir: &Path, title: &str, coverage: &DeviceCoverage) -> Result<PathBuf> {
+pub(crate) fn write(
+    ws: &crate::workspace::Workspace,
+    dir: &Path,
+    title: &str,
+    coverage: &DeviceCoverage,
+) -> Result<PathBuf> {
     let ((lh, lf), (fh, ff)) = coverage.totals();
     let mut index = format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t}: device</title><style>{STYLE}</style></head><body>\
@@ -65,10 +69,10 @@ pub(crate) fn write(dir: &Path, title: &str, coverage: &DeviceCoverage) -> Resul
             );
         }
         body.push_str("</table></body></html>\n");
-        files::write_atomic(&dir.join(&page), body.as_bytes())?;
+        ws.write(&dir.join(&page), body.as_bytes())?;
     }
     index.push_str("</table></body></html>\n");
     let path = dir.join("index.html");
-    files::write_atomic(&path, index.as_bytes())?;
+    ws.write(&path, index.as_bytes())?;
     Ok(path)
 }

@@ -118,10 +118,10 @@ impl ReportInputs {
 
     /// The model's summary over these objects (their lcov export, and the
     /// summary export's regions), written to `out` and read as types.
-    pub fn summary_json(&self, out: &Path) -> Result<SummaryExport> {
+    pub fn summary_json(&self, ws: &workspace::Workspace, out: &Path) -> Result<SummaryExport> {
         let model = lcov::parse_lcov(&self.lcov_text()?, "llvm-cov export -format=lcov")?;
         let (text, summary) = self.model_summary(&model)?;
-        workspace::files::write_atomic(out, text.as_bytes())?;
+        ws.write(out, text.as_bytes())?;
         Ok(summary)
     }
 
@@ -224,13 +224,13 @@ fn counts_json(counts: &Counts) -> Value {
 /// Cobertura XML (GitLab, Jenkins) converted from the lcov export.
 /// `lcov` (the model's text, absolute paths) as Cobertura XML, its file
 /// names relative to `base_dir`.
-pub(crate) fn cobertura(lcov: &str, base_dir: &Path, out: &Path) -> Result<()> {
+pub(crate) fn cobertura(ws: &workspace::Workspace, lcov: &str, base_dir: &Path, out: &Path) -> Result<()> {
     let data = lcov2cobertura::parse_lines(std::io::BufRead::lines(lcov.as_bytes()), base_dir, &[])
         .map_err(|e| Error::new(format!("cannot read {} as lcov: {e}", out.display())))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let xml = lcov2cobertura::coverage_to_string(&data, now, lcov2cobertura::NullDemangler::new())
         .map_err(|e| Error::new(format!("cannot convert to Cobertura XML ({}): {e}", out.display())))?;
-    workspace::files::write_atomic(out, xml.as_bytes())
+    ws.write(out, xml.as_bytes())
 }
 
 /// `prefix` as it starts a file name: ending in `/`; empty keeps paths.
@@ -369,6 +369,9 @@ pub(crate) struct Health {
     pub(crate) device_counters_lost: Vec<String>,
     /// Trial records that could not be read, moved to quarantine: `file (why)`.
     pub(crate) damaged_results: Vec<String>,
+    /// Why the sources are no longer those the build was made from
+    /// (`fixture::sources_changed`): every format says so.
+    pub(crate) sources_changed: Option<String>,
 }
 
 impl Health {
@@ -458,6 +461,10 @@ pub(crate) struct ReportMeta {
     #[serde(default)]
     pub(crate) device_counters_lost: Vec<String>,
     pub(crate) exited_0_without_profile: Vec<String>,
+    /// Set when the sources changed after the build: the report's lines are
+    /// of the sources as they were built.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) sources_changed: Option<String>,
     /// The report's own pages and files beside llvm-cov's, by what they hold.
     #[serde(default)]
     pub(crate) pages: std::collections::BTreeMap<String, String>,
@@ -505,6 +512,7 @@ impl ReportMeta {
             no_coverage_from: health.no_coverage.clone(),
             device_counters_lost: health.device_counters_lost.clone(),
             exited_0_without_profile: health.no_profile.clone(),
+            sources_changed: health.sources_changed.clone(),
             pages: PAGES.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect(),
         }
     }
@@ -520,6 +528,9 @@ pub(crate) fn markdown(
     health: &Health,
 ) -> String {
     let mut md = format!("## Coverage: {config} (build {})\n\n", manifest.build_id);
+    if let Some(changed) = &health.sources_changed {
+        md.push_str(&format!("**Sources changed after the build:** {changed}.\n\n"));
+    }
     md.push_str("| | covered | total | % |\n|---|---:|---:|---:|\n");
     for (metric, covered, count) in summary.totals().rows() {
         md.push_str(&format!("| {metric} | {covered} | {count} | {:.2} |\n", percent(covered, count)));

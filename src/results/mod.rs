@@ -155,6 +155,57 @@ fn device_counters_lost(manifest: &BuildManifest, execution: &Execution, verdict
 }
 
 impl TrialResult {
+    /// The record of a trial that did not run because its run's shared
+    /// build failed: `FAILED` with the build's error, counted in `run.json`
+    /// and JUnit like any failure. `build_id` is the key of the build that
+    /// failed (empty when not even its plan could be made).
+    pub(crate) fn unrun(spec: &TrialSpec, config: &Config, build_id: &str, run_id: &str, reason: &str) -> TrialResult {
+        TrialResult {
+            trial: spec.name.clone(),
+            slug: spec.slug.clone(),
+            collective: match spec.upstream() {
+                Some(u) => u.test.suite.clone(),
+                None => spec.collective(config).map(|c| c.name.to_string()).unwrap_or_default(),
+            },
+            size: spec.size().to_string(),
+            variant: match spec.upstream() {
+                Some(u) => Some(u.test.name.clone()),
+                None => spec.variant(config).map(|v| v.name.to_string()),
+            },
+            kind: spec.upstream().map_or(TrialKind::Perf, |u| u.test.kind),
+            build_id: build_id.to_string(),
+            run_id: run_id.to_string(),
+            status: Status::Failed,
+            reason: reason.to_string(),
+            exit_code: None,
+            signal: None,
+            started_at: crate::exec::host::now(),
+            started_unix_ms: crate::exec::host::unix_ms(),
+            duration_s: 0.0,
+            timeout_s: 0,
+            launcher: spec.launcher.clone(),
+            ranks: spec.ranks,
+            command: String::new(),
+            argv: Vec::new(),
+            env: Vec::new(),
+            cwd: PathBuf::new(),
+            log: PathBuf::new(),
+            profile_dir: PathBuf::new(),
+            profiles: 0,
+            no_profile: false,
+            merge: None,
+            merge_error: None,
+            device_counters_lost: None,
+            raw_sha256: std::collections::BTreeMap::new(),
+            device_sha256: std::collections::BTreeMap::new(),
+            leftovers: 0,
+            output_cut_bytes: 0,
+            perf: PerfReport::default(),
+            cases: Vec::new(),
+            rerun: None,
+        }
+    }
+
     /// The record of a finished trial, from every stage's output.
     pub fn new(
         id: TrialIdentity,
@@ -256,20 +307,24 @@ impl TrialResult {
             slug: &self.slug,
             merge: self.merge.as_ref(),
             raw_sha256: &self.raw_sha256,
+            merge_error: self.merge_error.as_deref(),
         }
     }
 
     /// Writes `results/<slug>.json`, redacted whatever the caller filled in.
     pub(crate) fn write(&self, ws: &Workspace) -> Result<()> {
         let text = serde_json::to_string_pretty(&self.redacted()).expect("result serializes");
-        workspace::files::write_atomic(&ws.trial_result(&self.slug), text.as_bytes())
+        ws.write(&ws.trial_result(&self.slug), text.as_bytes())
     }
 }
+
+/// The trials of the config's plan, by name, with their file names.
+pub(crate) type Planned = std::collections::BTreeMap<String, String>;
 
 /// The trial results in the workspace recorded for build `build_id`, of the
 /// trials named in `planned` (results of trials the config no longer has are
 /// left out).
-pub(crate) fn load_all(ws: &Workspace, build_id: &str, planned: &BTreeSet<String>) -> Result<Vec<TrialResult>> {
+pub(crate) fn load_all(ws: &Workspace, build_id: &str, planned: &Planned) -> Result<Vec<TrialResult>> {
     Ok(load_checked(ws, build_id, planned)?.results)
 }
 
@@ -278,36 +333,45 @@ pub(crate) fn load_all(ws: &Workspace, build_id: &str, planned: &BTreeSet<String
 pub(crate) struct Loaded {
     /// The records of this build's planned trials, by trial name.
     pub(crate) results: Vec<TrialResult>,
-    /// Records that cannot be read as a trial's result, and why: a damaged
-    /// record must be named, not skipped.
+    /// Records that cannot be read as a trial's result, or are not the
+    /// record their file name says, and why: a damaged record must be
+    /// named, not skipped.
     pub(crate) damaged: Vec<(PathBuf, String)>,
     /// Records of another build, with its id: never counted. A build change
     /// deletes them (`fixture::adopt`); one found anyway is named.
     pub(crate) other_builds: Vec<(PathBuf, String)>,
 }
 
-/// Like [`load_all`], with the records it leaves out and why.
-pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &BTreeSet<String>) -> Result<Loaded> {
+/// Like [`load_all`], with the records it leaves out and why. Each entry is
+/// read only if it is a regular file (through the workspace's handle, so a
+/// FIFO cannot hang the read nor a link lead elsewhere), and trusted only as
+/// the record of the trial its file name says: a copy of `one.json` saved as
+/// `two.json` would count `one` twice.
+pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &Planned) -> Result<Loaded> {
     let dir = ws.results_dir();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
-        Err(e) => return Err(Error::new(format!("cannot list {}: {e}", dir.display()))),
-    };
     let mut results = Vec::new();
     let mut damaged = Vec::new();
     let mut other_builds = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        let json = Path::new(name).extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
-        if !json || name == "run.json" {
+    for (name, kind) in ws.list(&dir)? {
+        let name = name.to_string_lossy().into_owned();
+        let path = dir.join(&name);
+        let json = Path::new(&name).extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        // A name with a leading dot is no trial's (`check_slug`): a write in progress.
+        if !json || name == "run.json" || name.starts_with('.') {
             continue;
         }
-        let read = std::fs::read_to_string(&path).map_err(|e| e.to_string());
-        match read.and_then(|text| serde_json::from_str::<TrialResult>(&text).map_err(|e| e.to_string())) {
+        let stem = &name[..name.len() - ".json".len()];
+        let read = match kind {
+            workspace::confined::Kind::File => ws
+                .read_opt(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| bytes.ok_or_else(|| "it vanished while it was read".to_string())),
+            other => Err(format!("it is {}, not a regular file", other.describe())),
+        };
+        let parsed = read.and_then(|bytes| serde_json::from_slice::<TrialResult>(&bytes).map_err(|e| e.to_string()));
+        match parsed.and_then(|result| trusted_as(result, stem, planned)) {
             Ok(result) if result.build_id != build_id => other_builds.push((path, result.build_id)),
-            Ok(result) if planned.contains(&result.trial) => results.push(result),
+            Ok(result) if planned.contains_key(&result.trial) => results.push(result),
             Ok(_) => {}
             Err(why) => damaged.push((path, why)),
         }
@@ -316,6 +380,24 @@ pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &BTreeSet<St
     damaged.sort();
     other_builds.sort();
     Ok(Loaded { results, damaged, other_builds })
+}
+
+/// `result`, read from `<stem>.json`, if it is that file's record: its slug
+/// is the file's name and, for a trial of the plan, the plan's slug for it.
+fn trusted_as(result: TrialResult, stem: &str, planned: &Planned) -> std::result::Result<TrialResult, String> {
+    if result.slug != stem {
+        return Err(format!(
+            "it is the record of trial {} (results/{}.json), not of {stem}: a copied or moved record is not trusted",
+            result.trial, result.slug
+        ));
+    }
+    match planned.get(&result.trial) {
+        Some(slug) if *slug != result.slug => Err(format!(
+            "it names trial {}, whose record is results/{slug}.json, not {stem}.json: not trusted",
+            result.trial
+        )),
+        _ => Ok(result),
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -413,6 +495,17 @@ impl Runs {
     }
 }
 
+/// The build a run's records are of.
+#[derive(Debug, Clone)]
+pub(crate) enum RunBuild {
+    Built(BuildManifest),
+    /// The build failed: its planned manifest, when it had a plan, and why.
+    Failed {
+        planned: Option<BuildManifest>,
+        error: String,
+    },
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct RunRecord {
     pub(crate) schema_version: u32,
@@ -423,7 +516,13 @@ pub(crate) struct RunRecord {
     /// One line per GPU (`nvidia-smi -L` or `rocm-smi --showproductname`), if any.
     pub(crate) gpus: Vec<String>,
     pub(crate) library_git_sha: Option<String>,
-    pub(crate) build: BuildManifest,
+    /// The build the records are of; `null` only when a failed build had
+    /// not even a plan (then `build_error` says why).
+    pub(crate) build: Option<BuildManifest>,
+    /// Why this run's shared build failed, when it did: its trials are
+    /// recorded as failed, not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) build_error: Option<String>,
     /// This run's id (also in each of its trials' records).
     pub(crate) run_id: String,
     /// When this run's first trial started.
@@ -453,13 +552,15 @@ pub(crate) struct Ignored {
 /// Static facts of a run that every rewrite of `run.json` repeats.
 #[derive(Clone)]
 pub(crate) struct RunInfo {
+    /// This run's config (a cached build may have been made by another one).
+    pub(crate) config: String,
     pub(crate) config_path: PathBuf,
     pub(crate) description: String,
     pub(crate) host: String,
     pub(crate) gpus: Vec<String>,
     pub(crate) library_git_sha: Option<String>,
     /// Every trial of the config's plan, ignored ones included.
-    pub(crate) planned: BTreeSet<String>,
+    pub(crate) planned: Planned,
     /// The trials the name filter selected that this run does not run
     /// because they are ignored; those the filter left out are not here.
     pub(crate) ignored: Vec<Ignored>,
@@ -508,7 +609,7 @@ struct WriterShared {
 #[derive(Default)]
 struct WriterState {
     /// The build and run facts, from the first trial recorded.
-    run: Option<Arc<(BuildManifest, RunInfo)>>,
+    run: Option<Arc<(RunBuild, RunInfo)>>,
     /// Records written since the views were last rebuilt.
     dirty: bool,
     interval: Duration,
@@ -530,18 +631,18 @@ impl RunWriter {
     }
 
     /// Writes `results/<slug>.json` and schedules `run.json` and `junit.xml`.
-    pub(crate) fn record(&self, result: &TrialResult, manifest: &BuildManifest, info: &RunInfo) -> Result<()> {
+    pub(crate) fn record(&self, result: &TrialResult, build: RunBuild, info: &RunInfo) -> Result<()> {
         let shared = &self.shared;
         result.write(&shared.ws)?;
         let interval = {
             let mut state = shared.lock();
             if state.writers.is_none() {
-                let file = open_lock(&shared.ws.writers_lock_file())?;
+                let file = shared.ws.open_lock(&shared.ws.writers_lock_file())?;
                 file.lock_shared().map_err(|e| lock_error(&shared.ws.writers_lock_file(), e))?;
                 state.writers = Some(file);
             }
             if state.run.is_none() {
-                state.run = Some(Arc::new((manifest.clone(), info.clone())));
+                state.run = Some(Arc::new((build, info.clone())));
             }
             state.dirty = true;
             state.interval
@@ -594,9 +695,9 @@ impl WriterShared {
     /// How long until `run.json` is `interval` old (it may have been rebuilt
     /// by another process of the run).
     fn until_due(&self, interval: Duration) -> Duration {
-        let age = std::fs::metadata(self.ws.results_dir().join("run.json"))
-            .and_then(|m| m.modified())
-            .ok()
+        let age = (self.ws.open_read(&self.ws.results_dir().join("run.json")).ok())
+            .and_then(|f| f.metadata().ok())
+            .and_then(|m| m.modified().ok())
             .and_then(|t| t.elapsed().ok());
         age.map_or(Duration::ZERO, |age| interval.saturating_sub(age))
     }
@@ -636,34 +737,29 @@ impl WriterShared {
     }
 }
 
-fn open_lock(path: &Path) -> Result<File> {
-    File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(|e| Error::new(format!("cannot create {}: {e}", path.display())))
-}
-
 fn lock_error(path: &Path, e: std::io::Error) -> Error {
     Error::new(format!("cannot lock {}: {e}", path.display()))
 }
 
 /// The workspace's `.lock`, held while `run.json` is rebuilt.
 fn lock_workspace(ws: &Workspace) -> Result<File> {
-    let lock = open_lock(&ws.lock_file())?;
+    let lock = ws.open_lock(&ws.lock_file())?;
     lock.lock().map_err(|e| lock_error(&ws.lock_file(), e))?;
     Ok(lock)
 }
 
 /// Rewrites `results/run.json` and `results/junit.xml` from the trial records
-/// of the current build; the caller holds the workspace's `.lock`.
-fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result<()> {
+/// of the run's build; the caller holds the workspace's `.lock`.
+fn write_run(ws: &Workspace, run_build: &RunBuild, info: &RunInfo) -> Result<()> {
+    let (manifest, build_error) = match run_build {
+        RunBuild::Built(manifest) => (Some(manifest), None),
+        RunBuild::Failed { planned, error } => (planned.as_ref(), Some(error.clone())),
+    };
+    let build_id = manifest.map_or("", |m| m.build_id.as_str());
     // Records written by an older harness may predate redaction.
-    let trials: Vec<TrialResult> =
-        load_all(ws, &manifest.build_id, &info.planned)?.iter().map(TrialResult::redacted).collect();
-    let mut build = manifest.clone();
-    for step in &mut build.steps {
+    let trials: Vec<TrialResult> = load_all(ws, build_id, &info.planned)?.iter().map(TrialResult::redacted).collect();
+    let mut build = manifest.cloned();
+    for step in build.iter_mut().flat_map(|b| &mut b.steps) {
         step.command = redact::shell_line(&step.command);
     }
     let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
@@ -674,13 +770,14 @@ fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result
     let ignored = info.ignored.iter().filter(|i| !recorded.contains(i.trial.as_str())).cloned().collect();
     let record = RunRecord {
         schema_version: 2,
-        config: manifest.config.clone(),
+        config: info.config.clone(),
         config_path: info.config_path.clone(),
         description: info.description.clone(),
         host: info.host.clone(),
         gpus: info.gpus.clone(),
         library_git_sha: info.library_git_sha.clone(),
         build,
+        build_error,
         run_id: info.run_id.clone(),
         started_at: this.as_ref().map(|r| r.started_at.clone()),
         finished_at: crate::exec::host::now(),
@@ -698,8 +795,8 @@ fn write_run(ws: &Workspace, manifest: &BuildManifest, info: &RunInfo) -> Result
         ignored,
     };
     let json = serde_json::to_string_pretty(&record).expect("run record serializes");
-    workspace::files::write_atomic(&ws.results_dir().join("run.json"), json.as_bytes())?;
-    workspace::files::write_atomic(&ws.results_dir().join("junit.xml"), junit(&record)?.as_bytes())
+    ws.write(&ws.results_dir().join("run.json"), json.as_bytes())?;
+    ws.write(&ws.results_dir().join("junit.xml"), junit(&record)?.as_bytes())
 }
 
 fn junit(record: &RunRecord) -> Result<String> {
@@ -760,12 +857,13 @@ mod tests {
         let ws = Workspace::new(&dir.path().join("ws")).unwrap();
         ws.create().unwrap();
         let info = RunInfo {
+            config: "t".into(),
             config_path: "/c.json".into(),
             description: String::new(),
             host: "h".into(),
             gpus: Vec::new(),
             library_git_sha: None,
-            planned: (0..100).map(trial_name).collect(),
+            planned: (0..100).map(|i| (trial_name(i), format!("T.{i}"))).collect(),
             ignored: Vec::new(),
             run_id: "r".into(),
         };
@@ -831,10 +929,10 @@ mod tests {
     fn views_are_rebuilt_at_once_then_at_most_every_interval_and_at_the_end() {
         let (_d, ws, manifest, info) = setup();
         let writer = RunWriter::new(ws.clone());
-        writer.record(&trial(0), &manifest, &info).unwrap();
+        writer.record(&trial(0), RunBuild::Built(manifest.clone()), &info).unwrap();
         assert_eq!(trials_in_views(&ws), Some(1), "the first trial is in run.json at once");
         for i in 1..50 {
-            writer.record(&trial(i), &manifest, &info).unwrap();
+            writer.record(&trial(i), RunBuild::Built(manifest.clone()), &info).unwrap();
         }
         let shown = trials_in_views(&ws).unwrap();
         assert!(shown < 50, "run.json was rewritten after every trial");
@@ -845,7 +943,7 @@ mod tests {
             assert!(Instant::now() < deadline, "run.json never caught up");
             std::thread::sleep(Duration::from_millis(50));
         }
-        writer.record(&trial(50), &manifest, &info).unwrap();
+        writer.record(&trial(50), RunBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         assert_eq!(trials_in_views(&ws), Some(51), "complete at the end");
     }
@@ -855,8 +953,8 @@ mod tests {
         let (_d, ws, manifest, info) = setup();
         // Two writers lock like two processes: an flock belongs to an open file.
         let (a, b) = (RunWriter::new(ws.clone()), RunWriter::new(ws.clone()));
-        a.record(&trial(0), &manifest, &info).unwrap();
-        b.record(&trial(1), &manifest, &info).unwrap();
+        a.record(&trial(0), RunBuild::Built(manifest.clone()), &info).unwrap();
+        b.record(&trial(1), RunBuild::Built(manifest.clone()), &info).unwrap();
         std::fs::remove_file(ws.results_dir().join("run.json")).unwrap();
         a.finish().unwrap();
         assert_eq!(trials_in_views(&ws), None, "b still runs, so a leaves run.json to it");
@@ -876,7 +974,7 @@ mod tests {
         at(1, "r0", 1).write(&ws).unwrap();
         at(2, "r1", 2).write(&ws).unwrap();
         let writer = RunWriter::new(ws.clone());
-        writer.record(&at(3, "r", 3), &manifest, &info).unwrap();
+        writer.record(&at(3, "r", 3), RunBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         let run: Value =
             serde_json::from_str(&std::fs::read_to_string(ws.results_dir().join("run.json")).unwrap()).unwrap();
@@ -909,7 +1007,7 @@ mod tests {
         info.ignored = vec![ignored(1), ignored(2)];
         trial(2).write(&ws).unwrap();
         let writer = RunWriter::new(ws.clone());
-        writer.record(&trial(0), &manifest, &info).unwrap();
+        writer.record(&trial(0), RunBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         let junit = std::fs::read_to_string(ws.results_dir().join("junit.xml")).unwrap();
         assert!(junit.contains("tests=\"3\" skipped=\"1\""), "{junit}");

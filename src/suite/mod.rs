@@ -16,7 +16,7 @@ use crate::launch;
 use crate::launch::allocation::{Allocation, Want};
 use crate::launch::slots::Slots;
 use crate::plan::{self, TrialSpec};
-use crate::results::{Ignored, Rerun, RunInfo, RunWriter, TrialIdentity, TrialResult};
+use crate::results::{Ignored, Rerun, RunBuild, RunInfo, RunWriter, TrialIdentity, TrialResult};
 use crate::trial as run;
 use crate::upstream::TrialKind;
 use crate::verdict::output::TrialOutput;
@@ -24,6 +24,7 @@ use crate::verdict::perf::PerfReport;
 use crate::verdict::{self as outcome, Case, Status, Verdict};
 use crate::workspace::Area;
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// How a trial ended, for the harness to say.
@@ -42,6 +43,9 @@ pub(crate) struct Suite {
     pub(crate) ctx: Context,
     run_id: String,
     fixture: OnceLock<Result<BuildManifest, Error>>,
+    /// The manifest the build was planned to have, once it had a plan: a
+    /// failed build's trials are recorded against its key.
+    planned: OnceLock<BuildManifest>,
     info: OnceLock<RunInfo>,
     /// The hostfile's, Slurm allocation's or config's nodes, read once.
     allocation: OnceLock<Result<Option<Allocation>, Error>>,
@@ -61,6 +65,7 @@ impl Suite {
             results: RunWriter::new(ctx.workspace.clone()),
             ctx,
             fixture: OnceLock::new(),
+            planned: OnceLock::new(),
             info: OnceLock::new(),
             allocation: OnceLock::new(),
             shared_fs: Mutex::new(HashMap::new()),
@@ -121,6 +126,9 @@ impl Suite {
         );
         let build_failed = |e: Error| Error::new(format!("the shared build failed, so this trial did not run:\n{e}"));
         let plan = BuildPlan::new(ctx).map_err(build_failed)?;
+        if let Ok(planned) = plan.planned_manifest(ctx) {
+            let _ = self.planned.set(planned);
+        }
         eprintln!("ccl-coverage: device coverage: {}", plan.device.summary());
         let manifest = plan.build(ctx).map_err(build_failed)?;
         // The build is fine; what fails here is the workspace (full, read-only).
@@ -136,6 +144,7 @@ impl Suite {
 
     fn run_info(&self) -> &RunInfo {
         self.info.get_or_init(|| RunInfo {
+            config: self.ctx.config().name.to_string(),
             config_path: self.ctx.loaded.path.clone(),
             description: self.ctx.config().description.clone(),
             host: host::hostname(),
@@ -212,7 +221,7 @@ impl Suite {
             eprintln!("ccl-coverage: {} ignored: {reason}", spec.name);
             return Ok(Outcome::Ignored(reason));
         }
-        let manifest = self.fixture()?;
+        let manifest = self.fixture().inspect_err(|message| self.record_unbuilt(spec, message))?;
         self.shared_filesystem(spec, manifest)?;
         let ws = &ctx.workspace;
         let fail = |e: Error| e.to_string();
@@ -236,7 +245,7 @@ impl Suite {
             let launch =
                 launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices()), held.hosts()).map_err(fail)?;
             let timeout = launch.timeout.as_secs();
-            let execution = run::execute(launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
+            let execution = run::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
                 eprintln!(
                     "ccl-coverage: {} still running after {}s (timeout {timeout}s)",
                     spec.name,
@@ -250,7 +259,7 @@ impl Suite {
         // one's profiles merge.
         let merged = merged.unwrap_or_else(finish);
         let output = TrialOutput::read(&log);
-        let (verdict, cases, perf) = judge(spec, &execution, &output);
+        let (verdict, cases, perf) = judge(ws, spec, &execution, &output);
         let mut verdict = outcome::judge_leftovers(verdict, execution.finished.leftovers);
         if let Some(cut) = output.cut.as_ref().filter(|_| execution.finished.output_cut > 0) {
             eprintln!("ccl-coverage: {}: its output was cut: {}", spec.name, cut.trim_start_matches('['));
@@ -267,6 +276,8 @@ impl Suite {
             let evidence = outcome::ProfileEvidence {
                 writers: merged.writers.complete,
                 partial: &merged.writers.partial,
+                unmatched: &merged.writers.unmatched,
+                pattern: &ctx.config().coverage.profile_pattern,
                 expected,
                 dir: &merged.dir,
                 merge_error: merged.error.as_deref(),
@@ -289,7 +300,7 @@ impl Suite {
         if verdict.status == Status::Failed && ctx.rerun_failed {
             result.rerun = self.rerun(spec, manifest, &slots, want).map(Box::new);
         }
-        self.results.record(&result, manifest, self.run_info()).map_err(fail)?;
+        self.results.record(&result, RunBuild::Built(manifest.clone()), self.run_info()).map_err(fail)?;
         match result.failure_message(&output.tail()) {
             None => Ok(Outcome::Passed),
             Some(message) => Ok(Outcome::Failed(result.status, message)),
@@ -298,6 +309,20 @@ impl Suite {
 }
 
 impl Suite {
+    /// Records `spec` as failed, not run, because this run's shared build
+    /// failed (or could not be recorded in the workspace) with `message`: the
+    /// run's failure must be in `run.json` and JUnit, not only on the screen
+    /// (they would keep an earlier run's tally).
+    fn record_unbuilt(&self, spec: &TrialSpec, message: &str) {
+        let planned = self.planned.get();
+        let build_id = planned.map_or("", |m| m.build_id.as_str());
+        let result = TrialResult::unrun(spec, self.ctx.config(), build_id, &self.run_id, message);
+        let build = RunBuild::Failed { planned: planned.cloned(), error: message.to_string() };
+        if let Err(e) = self.results.record(&result, build, self.run_info()) {
+            eprintln!("ccl-coverage: {}: cannot record that it did not run: {e}", spec.name);
+        }
+    }
+
     /// A failed upstream trial once more, with its `rerun_env_variables`, for
     /// diagnostics (upstream's `--rerun-failed`). Its profiles go to a folder
     /// of their own and are not merged: the verdict is the first attempt's.
@@ -313,9 +338,9 @@ impl Suite {
             let Some(launch) = launch::prepare_rerun(ctx, manifest, spec, &profile_dir)? else { return Ok(None) };
             eprintln!("ccl-coverage: {} failed: running it once more with its rerun_env_variables", spec.name);
             let log = ws.trial_rerun_log(&spec.slug);
-            let execution = run::execute(launch, &log, &ctx.supervisor, ctx.heartbeat, &|_| {})?;
+            let execution = run::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|_| {})?;
             let output = TrialOutput::read(&log);
-            let (verdict, cases, _) = judge(spec, &execution, &output);
+            let (verdict, cases, _) = judge(ws, spec, &execution, &output);
             Ok(Some(Rerun::new(&execution, &verdict, cases)))
         };
         run().unwrap_or_else(|e| {
@@ -326,20 +351,25 @@ impl Suite {
 }
 
 /// The verdict of a trial's run by its kind, the test cases it ran, and its
-/// perf table (empty unless it is a perf binary).
-fn judge(spec: &TrialSpec, execution: &run::Execution, output: &TrialOutput) -> (Verdict, Vec<Case>, PerfReport) {
+/// perf table (empty unless it is a perf binary). Its own reports are read
+/// from `cases/<trial>/` through the workspace's handle: regular files only.
+fn judge(
+    ws: &crate::workspace::Workspace,
+    spec: &TrialSpec,
+    execution: &run::Execution,
+    output: &TrialOutput,
+) -> (Verdict, Vec<Case>, PerfReport) {
     let launch = &execution.launch;
     let reports = |ext: &str| -> Vec<String> {
         let Some(dir) = &launch.cases_dir else { return Vec::new() };
-        let mut files: Vec<_> = std::fs::read_dir(dir)
+        ws.list(dir)
+            .unwrap_or_default()
             .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == ext))
-            .collect();
-        files.sort();
-        files.iter().filter_map(|p| std::fs::read_to_string(p).ok()).collect()
+            .filter(|(name, kind)| {
+                *kind == crate::workspace::confined::Kind::File && Path::new(name).extension().is_some_and(|e| e == ext)
+            })
+            .filter_map(|(name, _)| ws.read_to_string(&dir.join(name)).ok())
+            .collect()
     };
     match launch.kind {
         TrialKind::Perf => {
@@ -369,7 +399,7 @@ fn not_interrupted() -> Result<(), String> {
     }
 }
 
-fn git_sha(dir: &std::path::Path) -> Option<String> {
+fn git_sha(dir: &Path) -> Option<String> {
     crate::exec::process::Cmd::new("git")
         .args(["-C", &dir.display().to_string(), "rev-parse", "HEAD"])
         .read()

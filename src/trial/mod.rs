@@ -66,17 +66,18 @@ impl Execution {
     }
 }
 
-/// Writes the command line at the head of `log`, runs the trial (see
-/// [`run`]), and records when it started.
+/// Writes the command line at the head of `log` (a file of the workspace
+/// `ws`, written through its handle: a planted link is refused), runs the
+/// trial (see [`run`]), and records when it started.
 pub(crate) fn execute(
+    ws: &crate::workspace::Workspace,
     launch: TrialLaunch,
     log: &Path,
     supervisor_exe: &Path,
     heartbeat_every: Duration,
     heartbeat: &dyn Fn(Duration),
 ) -> Result<Execution> {
-    std::fs::write(log, format!("$ {}\n", launch.cmd.display()))
-        .map_err(|e| Error::new(format!("cannot write {}: {e}", log.display())))?;
+    ws.write_new(log, format!("$ {}\n", launch.cmd.display()).as_bytes())?;
     let started_at = crate::exec::host::now();
     let started_unix_ms = crate::exec::host::unix_ms();
     let finished = run(&launch, log, supervisor_exe, heartbeat_every, heartbeat)?;

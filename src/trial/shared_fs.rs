@@ -40,10 +40,10 @@ pub(crate) fn check(
     let token = crate::exec::proctree::new_token();
     let content = format!("ccl-coverage shared filesystem check {token} {}", random_hex()?);
     let dir = ws.area(Area::Profiles);
-    workspace::files::create_dir(&dir)?;
-    workspace::files::create_dir(&ws.logs_dir())?;
+    ws.create_dir(&dir)?;
+    ws.create_dir(&ws.logs_dir())?;
     let marker = dir.join(format!(".shared-filesystem-check-{token}"));
-    workspace::files::write_atomic(&marker, content.as_bytes())?;
+    ws.write(&marker, content.as_bytes())?;
     let probe = Probe { ws, launcher, args, marker: &marker, content: &content, supervisor, grace };
     let checked = nodes.iter().try_for_each(|node| probe.read_back(node));
     ws.remove(Area::Profiles, &marker)?;
@@ -72,8 +72,7 @@ impl Probe<'_> {
         let cmd = cmd.env(TRIAL_TOKEN, &token).env_remove(PROFILE_INIT_ONCE);
         let log = ws.logs_dir().join(format!(".shared-filesystem.{}.log", workspace::portable_name(&node.name)));
         let display = cmd.display();
-        std::fs::write(&log, format!("$ {display}\n"))
-            .map_err(|e| Error::new(format!("cannot write {}: {e}", log.display())))?;
+        ws.write_new(&log, format!("$ {display}\n").as_bytes())?;
         let probe = TrialLaunch {
             cmd,
             env: vec![(TRIAL_TOKEN.into(), token.clone())],
@@ -87,7 +86,7 @@ impl Probe<'_> {
             cases_dir: None,
         };
         let finished = run::run(&probe, &log, supervisor, LIMIT, &|_| {})?;
-        let text = workspace::files::read_lossy(&log);
+        let text = ws.read_lossy(&log);
         let printed = text.split_once('\n').map_or("", |(_, rest)| rest);
         let saw = match &finished.ending {
             Ending::Exited(status) if status.success() && printed.lines().any(|l| l.trim_end() == content) => {

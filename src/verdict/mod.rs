@@ -355,6 +355,11 @@ pub(crate) struct ProfileEvidence<'a> {
     pub(crate) writers: usize,
     /// Processes that wrote profiles for only some modules.
     pub(crate) partial: &'a [String],
+    /// Profiles in the folder not named as the harness's `LLVM_PROFILE_FILE`
+    /// says (`profiles::Writers::unmatched`).
+    pub(crate) unmatched: &'a [String],
+    /// The name the harness gave the profiles (`coverage.profile_pattern`).
+    pub(crate) pattern: &'a str,
     /// Processes of the instrumented program that should each have written one.
     pub(crate) expected: usize,
     pub(crate) dir: &'a std::path::Path,
@@ -367,6 +372,15 @@ pub(crate) struct ProfileEvidence<'a> {
     pub(crate) free_bytes: Option<u64>,
 }
 
+/// The first few of `names`, and how many more.
+fn preview(names: &[String]) -> String {
+    let shown = names.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+    match names.len().saturating_sub(3) {
+        0 => shown,
+        more => format!("{shown}, and {more} more"),
+    }
+}
+
 /// Under coverage, a trial that lost coverage does not pass: its profiles
 /// were not written, some rank's is missing, or they could not be merged.
 /// A failed verdict keeps its own reason.
@@ -375,7 +389,14 @@ pub(crate) fn judge_coverage(verdict: Verdict, evidence: &ProfileEvidence) -> Ve
         return verdict;
     }
     let dir = evidence.dir.display();
-    let reason = if evidence.writers == 0 {
+    let reason = if evidence.writers == 0 && !evidence.unmatched.is_empty() {
+        format!(
+            "coverage lost: the trial passed and wrote {} coverage profile(s) in {dir} ({}), but not under the name the harness gave them (LLVM_PROFILE_FILE={dir}/{}): something in the trial set LLVM_PROFILE_FILE itself, so its processes cannot be counted",
+            evidence.unmatched.len(),
+            preview(evidence.unmatched),
+            evidence.pattern
+        )
+    } else if evidence.writers == 0 {
         format!(
             "coverage lost: the trial passed but wrote no coverage profile in {dir} (a process that ends through _exit writes none; is the instrumented library the one loaded? check LD_LIBRARY_PATH)"
         )
@@ -572,6 +593,8 @@ mod tests {
         ProfileEvidence {
             writers,
             partial: &[],
+            unmatched: &[],
+            pattern: "%h-%p-%m.profraw",
             expected,
             dir: std::path::Path::new("/ws/profiles/T"),
             merge_error: None,
@@ -588,6 +611,15 @@ mod tests {
         let none = judge_coverage(passed(), &evidence(0, 1));
         assert_eq!(none.status, Status::Failed);
         assert!(none.reason.contains("wrote no coverage profile in /ws/profiles/T"), "{}", none.reason);
+        let other = ["mine.profraw".to_string()];
+        let renamed = judge_coverage(passed(), &ProfileEvidence { unmatched: &other, ..evidence(0, 1) });
+        assert!(
+            renamed.reason.starts_with(
+                "coverage lost: the trial passed and wrote 1 coverage profile(s) in /ws/profiles/T (mine.profraw), but not under the name"
+            ),
+            "{}",
+            renamed.reason
+        );
         let some = judge_coverage(passed(), &evidence(2, 3));
         assert!(some.reason.contains("only 2 of 3 ranks"), "{}", some.reason);
         let merge = ProfileEvidence { merge_error: Some("llvm-profdata: boom"), ..evidence(3, 3) };

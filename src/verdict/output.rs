@@ -32,9 +32,10 @@ pub(crate) struct TrialOutput {
 
 impl TrialOutput {
     /// The log at `path`; one that cannot be read is an empty one (the
-    /// verdict then says the trial reported nothing).
+    /// verdict then says the trial reported nothing), and so is one that is
+    /// not a regular file (opened without following a link or blocking).
     pub(crate) fn read(path: &Path) -> TrialOutput {
-        match std::fs::File::open(path) {
+        match crate::workspace::confined::open_regular(path) {
             Ok(file) => Self::scan(std::io::BufReader::with_capacity(1 << 16, file)),
             Err(_) => TrialOutput::default(),
         }

@@ -7,15 +7,23 @@ use std::fs;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+pub(crate) use super::confined::open_regular;
+
 pub(crate) fn create_dir(dir: &Path) -> Result<()> {
     fs::create_dir_all(dir).map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))
 }
 
 /// The SHA-256 of a file, in hex: recorded when a profile is written and
-/// checked before a report uses it.
+/// checked before a report uses it. Only a regular file is read
+/// ([`open_regular`]); files of the workspace are read
+/// through it instead ([`super::Workspace::sha256`]).
 pub(crate) fn sha256_file(path: &Path) -> Result<String> {
+    sha256_of(open_regular(path)?, path)
+}
+
+/// The SHA-256 of what `file` (opened from `path`) holds, in hex.
+pub(crate) fn sha256_of(mut file: fs::File, path: &Path) -> Result<String> {
     use sha2::{Digest, Sha256};
-    let mut file = fs::File::open(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];
     loop {
@@ -30,31 +38,37 @@ pub(crate) fn sha256_file(path: &Path) -> Result<String> {
 }
 
 /// What a file was when it was recorded, to tell later whether it still is:
-/// size and modification time first (cheap), the hash only when the time
-/// differs (a copy or a `touch` changes it without changing the bytes).
+/// size, modification and change times first (cheap), the hash only when a
+/// time differs (a copy or a `touch` changes one without changing the
+/// bytes). The change time cannot be set back the way the modification time
+/// can (`touch -d`), so a file overwritten in place with its modification
+/// time put back is hashed, and found.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct FileSum {
     pub(crate) bytes: u64,
     pub(crate) mtime_ns: u64,
+    /// 0 in records of older versions: such a file is always hashed.
+    #[serde(default)]
+    pub(crate) ctime_ns: u64,
     pub(crate) sha256: String,
 }
 
 impl FileSum {
     pub(crate) fn of(path: &Path) -> Result<FileSum> {
-        let (bytes, mtime_ns) = size_and_mtime(path)?;
-        Ok(FileSum { bytes, mtime_ns, sha256: sha256_file(path)? })
+        let (bytes, mtime_ns, ctime_ns) = size_and_times(path)?;
+        Ok(FileSum { bytes, mtime_ns, ctime_ns, sha256: sha256_file(path)? })
     }
 
     /// Why `path` is not the file recorded; `None` when it is.
     pub(crate) fn differs(&self, path: &Path) -> Option<String> {
-        let (bytes, mtime_ns) = match size_and_mtime(path) {
+        let (bytes, mtime_ns, ctime_ns) = match size_and_times(path) {
             Ok(found) => found,
             Err(e) => return Some(e.to_string()),
         };
         if bytes != self.bytes {
             return Some(format!("{} has {bytes} bytes, not the {} it was built with", path.display(), self.bytes));
         }
-        if mtime_ns == self.mtime_ns {
+        if mtime_ns == self.mtime_ns && ctime_ns == self.ctime_ns && ctime_ns != 0 {
             return None;
         }
         match sha256_file(path) {
@@ -67,14 +81,12 @@ impl FileSum {
     }
 }
 
-fn size_and_mtime(path: &Path) -> Result<(u64, u64)> {
+/// Size, modification time and change time (nanoseconds) of the file at `path`.
+fn size_and_times(path: &Path) -> Result<(u64, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
     let meta = fs::metadata(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
-    let mtime = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    Ok((meta.len(), mtime))
+    let ns = |s: i64, n: i64| u64::try_from(s).unwrap_or(0).saturating_mul(1_000_000_000).saturating_add(n as u64);
+    Ok((meta.len(), ns(meta.mtime(), meta.mtime_nsec()), ns(meta.ctime(), meta.ctime_nsec())))
 }
 
 /// A log's text, with bytes that are not UTF-8 replaced: a program may print
@@ -97,6 +109,11 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// trials create: the user's umask, always with group and world write.
 static UMASK: AtomicU32 = AtomicU32::new(0o022);
 
+/// The bits taken away from every mode the harness creates.
+pub(crate) fn umask_bits() -> u32 {
+    UMASK.load(Ordering::SeqCst)
+}
+
 /// Adds group and world write to the process umask (keeping whatever else it
 /// takes away), so that no file or folder of the workspace, the build or a
 /// trial is world-writable whatever the umask the harness started with.
@@ -107,37 +124,6 @@ pub(crate) fn restrict_umask() {
     // SAFETY: as above.
     unsafe { libc::umask(mask) };
     UMASK.store(mask, Ordering::SeqCst);
-}
-
-/// Gives every folder and file under `dir` the modes the harness's own get
-/// (folders `0777`, files `0666`, less the umask): tools such as `llvm-cov`
-/// create theirs with modes of their own.
-pub(crate) fn normalize_modes(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mask = UMASK.load(Ordering::SeqCst);
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o777 & !mask))
-        .map_err(|e| Error::new(format!("cannot set the mode of {}: {e}", dir.display())))?;
-    normalize_modes_under(dir, mask)
-}
-
-fn normalize_modes_under(dir: &Path, mask: u32) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let entries = fs::read_dir(dir).map_err(|e| Error::new(format!("cannot list {}: {e}", dir.display())))?;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let meta =
-            fs::symlink_metadata(&path).map_err(|e| Error::new(format!("cannot inspect {}: {e}", path.display())))?;
-        if meta.file_type().is_symlink() {
-            continue;
-        }
-        let mode = if meta.is_dir() { 0o777 & !mask } else { 0o666 & !mask };
-        fs::set_permissions(&path, fs::Permissions::from_mode(mode))
-            .map_err(|e| Error::new(format!("cannot set the mode of {}: {e}", path.display())))?;
-        if meta.is_dir() {
-            normalize_modes_under(&path, mask)?;
-        }
-    }
-    Ok(())
 }
 
 /// Opens (creating it if needed, never truncating) a file that is only ever

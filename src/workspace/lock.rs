@@ -14,7 +14,7 @@
 
 use crate::bail;
 use crate::error::{Error, Result};
-use crate::workspace::{self, Workspace};
+use crate::workspace::Workspace;
 use serde::{Deserialize, Serialize};
 use std::fs::{File, TryLockError};
 use std::path::PathBuf;
@@ -57,6 +57,7 @@ impl Holder {
 #[derive(Debug)]
 pub(crate) struct WorkspaceLock {
     file: File,
+    ws: Workspace,
     /// `.owner.guard`, taken again for the release.
     guard: PathBuf,
     record: PathBuf,
@@ -73,7 +74,7 @@ impl WorkspaceLock {
     pub(crate) fn acquire_as(ws: &Workspace, run_id: Option<String>) -> Result<WorkspaceLock> {
         // The first file a run writes in a workspace it already owns.
         let open = |name: &str| {
-            workspace::files::open_lock_file(&ws.root().join(name))
+            ws.open_lock(&ws.root().join(name))
                 .map_err(|e| e.context(format!("the workspace {} is not writable", ws.root().display())))
         };
         let guard_path = ws.root().join(".owner.guard");
@@ -82,7 +83,7 @@ impl WorkspaceLock {
         let file = open(".owner.lock")?;
         let record = ws.root().join(".owner.json");
         let previous: Option<Holder> =
-            std::fs::read_to_string(&record).ok().and_then(|text| serde_json::from_str(&text).ok());
+            ws.read_opt(&record).ok().flatten().and_then(|bytes| serde_json::from_slice(&bytes).ok());
         match file.try_lock() {
             Ok(()) => {
                 if let Some(prev) = previous.filter(|p| p.pid != std::process::id() && !p.alive()) {
@@ -94,7 +95,7 @@ impl WorkspaceLock {
                 }
                 let me = Holder::me(run_id.clone());
                 let text = serde_json::to_string_pretty(&me).expect("holder serializes");
-                workspace::files::write_atomic(&record, text.as_bytes())?;
+                ws.write(&record, text.as_bytes())?;
                 let exclusive = run_id.is_none();
                 if !exclusive {
                     // Under the guard nobody can slip in between the two calls.
@@ -102,12 +103,12 @@ impl WorkspaceLock {
                         Error::new(format!("cannot share the lock {}: {e}", ws.root().join(".owner.lock").display()))
                     })?;
                 }
-                Ok(WorkspaceLock { file, guard: guard_path, record, exclusive })
+                Ok(WorkspaceLock { file, ws: ws.clone(), guard: guard_path, record, exclusive })
             }
             Err(TryLockError::WouldBlock) => {
                 let same_run = run_id.is_some() && previous.as_ref().is_some_and(|p| p.run_id == run_id);
                 if same_run && file.try_lock_shared().is_ok() {
-                    return Ok(WorkspaceLock { file, guard: guard_path, record, exclusive: false });
+                    return Ok(WorkspaceLock { file, ws: ws.clone(), guard: guard_path, record, exclusive: false });
                 }
                 let holder = previous.map_or_else(|| "another process".to_string(), |p| p.describe());
                 bail!(
@@ -128,12 +129,13 @@ impl Drop for WorkspaceLock {
     /// is the last when it can take the lock alone; under the guard no
     /// process joins meanwhile, and the record goes before the lock does.
     fn drop(&mut self) {
-        let guard = workspace::files::open_lock_file(&self.guard);
+        // `clean` may have emptied the workspace: no guard is made again then.
+        let guard = self.ws.beneath().and_then(|b| b.open_read(&self.guard));
         if let Ok(guard) = &guard {
             let _ = guard.lock();
         }
         if self.exclusive || self.file.try_lock().is_ok() {
-            let _ = std::fs::remove_file(&self.record);
+            let _ = self.ws.beneath().and_then(|b| b.remove(&self.record));
         }
         let _ = self.file.unlock();
     }

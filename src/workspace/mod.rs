@@ -13,15 +13,20 @@
 //! A workspace is a folder the harness created and marked as its own
 //! ([`MARKER`]): an existing folder that is not empty and carries no marker is
 //! refused, and so are `/`, `$HOME` and any folder that holds the project, the
-//! config or the sources ([`Workspace::claim`]). Deletion is confined to
-//! `profiles/`, `quarantine/` and `report/` of a marked workspace, never
-//! follows a symlink, and refuses a workspace whose folders are symlinks.
+//! config or the sources, folders the whole system shares (`/tmp`,
+//! `/var/tmp`, `/dev/shm`, `/run`, …) and mount points ([`Workspace::claim`]).
+//! Deletion is confined to `profiles/`, `quarantine/`, `cases/` and `report/`
+//! of a marked workspace. Every create, write, read, rename and delete goes
+//! through a handle on the workspace folder that follows no link at any step
+//! ([`confined`]): a planted link is refused and named.
 
+pub(crate) mod confined;
 pub(crate) mod files;
 pub(crate) mod lock;
 
 use crate::bail;
 use crate::error::{Error, Result};
+use confined::{Beneath, Kind};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
@@ -39,6 +44,10 @@ pub(crate) struct Marker {
     pub(crate) config: String,
     pub(crate) config_path: PathBuf,
     pub(crate) created_at: String,
+    /// Whether the harness created the folder itself (rather than adopting
+    /// an empty one): `clean` removes the folder only then.
+    #[serde(default)]
+    pub(crate) created_root: bool,
 }
 
 /// A folder the workspace must not hold, and (for sources, whose hash keys
@@ -216,46 +225,151 @@ impl Workspace {
         self.root.join(MARKER)
     }
 
+    /// Every create, write, read, rename and delete under the workspace goes
+    /// through this handle on its folder ([`confined`]): no link is followed.
+    pub(crate) fn beneath(&self) -> Result<Beneath> {
+        Beneath::open(&self.root)
+    }
+
+    /// Writes `contents` to `path` (under the workspace) atomically.
+    pub(crate) fn write(&self, path: &Path, contents: &[u8]) -> Result<()> {
+        self.beneath()?.write_atomic(path, contents)
+    }
+
+    /// Creates or empties the file `path` and writes `contents`: a log's head.
+    pub(crate) fn write_new(&self, path: &Path, contents: &[u8]) -> Result<()> {
+        self.beneath()?.write_new(path, contents)
+    }
+
+    /// Creates the folder `path` (under the workspace) and the ones above it.
+    pub(crate) fn create_dir(&self, path: &Path) -> Result<()> {
+        self.beneath()?.create_dir_all(path)
+    }
+
+    /// The regular file `path`, opened for reading (see [`Beneath::open_read`]).
+    pub(crate) fn open_read(&self, path: &Path) -> Result<fs::File> {
+        self.beneath()?.open_read(path)
+    }
+
+    /// The bytes of the regular file `path`; `None` when it does not exist.
+    pub(crate) fn read_opt(&self, path: &Path) -> Result<Option<Vec<u8>>> {
+        if fs::symlink_metadata(&self.root).is_err() {
+            return Ok(None);
+        }
+        let Some(mut file) = self.beneath()?.open_read_opt(path)? else { return Ok(None) };
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut bytes)
+            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+        Ok(Some(bytes))
+    }
+
+    /// The text of the regular file `path`.
+    pub(crate) fn read_to_string(&self, path: &Path) -> Result<String> {
+        let bytes = self
+            .read_opt(path)?
+            .ok_or_else(|| Error::new(format!("cannot read {}: it does not exist", path.display())))?;
+        String::from_utf8(bytes)
+            .map_err(|e| Error::new(format!("cannot read {}: it is not UTF-8 text ({e})", path.display())))
+    }
+
+    /// A log's text, bytes that are not UTF-8 replaced; empty when it cannot
+    /// be read (see [`files::read_lossy`]).
+    pub(crate) fn read_lossy(&self, path: &Path) -> String {
+        self.read_opt(path).ok().flatten().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+    }
+
+    /// The SHA-256 of the regular file `path`, in hex.
+    pub(crate) fn sha256(&self, path: &Path) -> Result<String> {
+        files::sha256_of(self.open_read(path)?, path)
+    }
+
+    /// Opens (creating it, never truncating) a lock file of the workspace.
+    pub(crate) fn open_lock(&self, path: &Path) -> Result<fs::File> {
+        self.beneath()?.open_lock(path)
+    }
+
+    /// Makes `path` ready for a tool that writes it by its path
+    /// (llvm-profdata's `-o`, llvm-cov's `-output-dir`): its folders are
+    /// created as real folders and whatever lies there is removed; a link
+    /// there is refused, never written through.
+    pub(crate) fn clear_for_tool(&self, path: &Path) -> Result<()> {
+        let beneath = self.beneath()?;
+        if let Some(parent) = path.parent() {
+            beneath.create_dir_all(parent)?;
+        }
+        match beneath.kind(path)? {
+            Some(Kind::Link) => bail!(
+                "refusing to write {}: it is a symlink, not a file the harness wrote; the harness follows no link in its workspace (remove it)",
+                path.display()
+            ),
+            Some(_) => beneath.remove(path),
+            None => Ok(()),
+        }
+    }
+
+    /// What `path` is, not followed; `None` when nothing is there.
+    pub(crate) fn kind(&self, path: &Path) -> Result<Option<Kind>> {
+        self.beneath()?.kind(path)
+    }
+
+    /// The entries of the folder `path`, and what each is (not followed).
+    pub(crate) fn list(&self, path: &Path) -> Result<Vec<(std::ffi::OsString, Kind)>> {
+        Ok(self.beneath()?.list(path)?.unwrap_or_default())
+    }
+
     /// Makes sure the workspace is ours to write in, creating and marking it
     /// if it is new (or an empty folder). Refused: a symlink, `/`, a folder
-    /// that holds or lies inside one of `protected` (what, path), a non-empty
-    /// folder without the marker, and a workspace of another config.
+    /// the whole system shares or a mount point, a folder that holds or lies
+    /// inside one of `protected` (what, path), a non-empty folder without the
+    /// marker, and a workspace of another config.
     pub(crate) fn claim(&self, config: &str, config_path: &Path, protected: &[Protected]) -> Result<()> {
         self.check_place(protected)?;
-        match fs::symlink_metadata(&self.root) {
+        let created_root = match fs::symlink_metadata(&self.root) {
             Ok(meta) if !meta.is_dir() => bail!("CCL_COV_WORKSPACE={} is not a folder", self.root.display()),
             Ok(_) => {
                 if let Some(marker) = self.read_marker()? {
                     return self.check_config(&marker, config, config_path);
-                } else {
-                    let entries = self.entries()?;
-                    let legacy =
-                        entries.iter().all(|e| LEGACY_ENTRIES.contains(&e.as_str())) && self.has_build_record();
-                    if legacy {
-                        eprintln!(
-                            "ccl-coverage: adopting {} as a workspace: it holds only what an older ccl-coverage wrote there",
-                            self.root.display()
-                        );
-                    } else if !entries.is_empty() {
-                        bail!(
-                            "refusing to use {} as the workspace: the folder is not empty ({}) and ccl-coverage did not create it (it has no {MARKER} marker); the harness deletes inside its workspace, so point CCL_COV_WORKSPACE at a new or empty folder",
-                            self.root.display(),
-                            preview(&entries)
-                        );
-                    }
+                }
+                let entries = self.entries()?;
+                let legacy = entries.iter().all(|e| LEGACY_ENTRIES.contains(&e.as_str())) && self.has_build_record();
+                if legacy {
+                    eprintln!(
+                        "ccl-coverage: adopting {} as a workspace: it holds only what an older ccl-coverage wrote there",
+                        self.root.display()
+                    );
+                } else if !entries.is_empty() {
+                    bail!(
+                        "refusing to use {} as the workspace: the folder is not empty ({}) and ccl-coverage did not create it (it has no {MARKER} marker); the harness deletes inside its workspace, so point CCL_COV_WORKSPACE at a new or empty folder",
+                        self.root.display(),
+                        preview(&entries)
+                    );
+                }
+                false
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let unwritable = |e: &dyn std::fmt::Display| {
+                    Error::new(format!("the workspace {} is not writable: cannot create it: {e}", self.root.display()))
+                };
+                if let Some(parent) = self.root.parent() {
+                    fs::create_dir_all(parent).map_err(|e| unwritable(&e))?;
+                }
+                match fs::create_dir(&self.root) {
+                    Ok(()) => true,
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+                    Err(e) => return Err(unwritable(&e)),
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => files::create_dir(&self.root)?,
             Err(e) => bail!("cannot inspect the workspace {}: {e}", self.root.display()),
-        }
+        };
         let marker = Marker {
             tool: "ccl-coverage".into(),
             config: config.into(),
             config_path: config_path.to_path_buf(),
             created_at: crate::exec::host::now(),
+            created_root,
         };
         let text = serde_json::to_string_pretty(&marker).expect("marker serializes");
-        files::write_atomic(&self.marker_file(), text.as_bytes())
+        self.write(&self.marker_file(), text.as_bytes())
             .map_err(|e| e.context(format!("the workspace {} is not writable", self.root.display())))?;
         self.create().map_err(|e| e.context(format!("the workspace {} is not writable", self.root.display())))
     }
@@ -283,6 +397,13 @@ impl Workspace {
                 "refusing to use {} as the workspace: it is a symlink (to {}); point CCL_COV_WORKSPACE at the real folder",
                 self.root.display(),
                 root.display()
+            );
+        }
+        if let Some(why) = shared_folder(&root) {
+            bail!(
+                "refusing to use {} as the workspace: {why}; the harness deletes inside its workspace, so point CCL_COV_WORKSPACE at a folder of its own inside it (e.g. {})",
+                self.root.display(),
+                root.join("ccl-coverage").display()
             );
         }
         for p in protected {
@@ -323,20 +444,20 @@ impl Workspace {
 
     /// Whether `build.json` is a build record (older versions wrote one first).
     fn has_build_record(&self) -> bool {
-        fs::read_to_string(self.build_manifest())
+        self.read_opt(&self.build_manifest())
             .ok()
-            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .flatten()
+            .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
             .is_some_and(|v| v.get("build_id").is_some_and(serde_json::Value::is_string))
     }
 
     fn read_marker(&self) -> Result<Option<Marker>> {
         let path = self.marker_file();
-        match fs::read_to_string(&path) {
-            Ok(text) => serde_json::from_str(&text)
+        match self.read_opt(&path)? {
+            Some(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
                 .map_err(|e| Error::new(format!("{} is not a ccl-coverage workspace marker: {e}", path.display()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => bail!("cannot read {}: {e}", path.display()),
+            None => Ok(None),
         }
     }
 
@@ -350,42 +471,91 @@ impl Workspace {
         Ok(names)
     }
 
-    /// Creates the workspace folders.
+    /// Creates the workspace folders (and the workspace, if it is not there).
     pub fn create(&self) -> Result<()> {
+        if fs::symlink_metadata(&self.root).is_err() {
+            files::create_dir(&self.root)?;
+        }
+        let beneath = self.beneath()?;
         for dir in [self.area(Area::Profiles), self.logs_dir(), self.results_dir()] {
-            files::create_dir(&dir)?;
+            beneath.create_dir_all(&dir)?;
         }
         Ok(())
     }
 
     /// Empties `path`, which must be `area` itself or inside it; the folder
-    /// itself stays (or is created). Symlinks inside are removed, never followed.
+    /// itself stays (or is created). No link on the way is followed: one is
+    /// refused; links inside are unlinked, their targets untouched.
     pub(crate) fn clear(&self, area: Area, path: &Path) -> Result<()> {
-        let Some(path) = self.confined(area, path)? else { return files::create_dir(&normalize(path)) };
-        for entry in fs::read_dir(&path).map_err(|e| Error::new(format!("cannot list {}: {e}", path.display())))? {
-            let entry = entry.map_err(|e| Error::new(format!("cannot list {}: {e}", path.display())))?;
-            remove_no_follow(&entry.path())?;
+        let path = self.in_area(area, path)?;
+        let beneath = self.beneath()?;
+        match beneath.kind(&path)? {
+            None => beneath.create_dir_all(&path),
+            Some(_) => beneath.empty(&path),
         }
-        Ok(())
     }
 
-    /// Deletes the whole workspace, for `ccl-coverage clean`: only after
-    /// [`Self::check_claimed`] found the harness's marker, under the lock.
-    pub(crate) fn delete_all(&self) -> Result<()> {
-        remove_no_follow(&self.root)
+    /// Deletes what the harness made in the workspace, for `ccl-coverage
+    /// clean`: only after [`Self::check_claimed`] found the harness's marker,
+    /// under the lock. What it did not make stays, and is named; the lock
+    /// files go in [`Self::finish_clean`], once the lock is let go.
+    pub(crate) fn clean(&self) -> Result<Cleaned> {
+        let marker = self.read_marker()?.ok_or_else(|| {
+            Error::new(format!("refusing to clean {}: it has no {MARKER} marker", self.root.display()))
+        })?;
+        let beneath = self.beneath()?;
+        let mut kept = Vec::new();
+        for name in self.entries()? {
+            if name == MARKER || LOCK_ENTRIES.contains(&name.as_str()) {
+                continue;
+            }
+            if OWN_ENTRIES.contains(&name.as_str()) {
+                beneath.remove(&self.root.join(&name))?;
+            } else {
+                kept.push(name);
+            }
+        }
+        beneath.remove(&self.marker_file())?;
+        Ok(Cleaned { kept, created_root: marker.created_root })
+    }
+
+    /// After [`Self::clean`] and the lock's release: the lock files, then
+    /// the folder itself when the harness created it and nothing else is
+    /// left in it. Says what happened.
+    pub(crate) fn finish_clean(&self, cleaned: &Cleaned) -> Result<()> {
+        let beneath = self.beneath()?;
+        for name in LOCK_ENTRIES {
+            beneath.remove(&self.root.join(name))?;
+        }
+        let root = self.root.display();
+        if !cleaned.kept.is_empty() {
+            eprintln!(
+                "ccl-coverage: deleted what ccl-coverage made in the workspace {root}; kept {} and the folder: ccl-coverage did not make {}",
+                preview(&cleaned.kept),
+                if cleaned.kept.len() == 1 { "it" } else { "them" }
+            );
+        } else if cleaned.created_root {
+            fs::remove_dir(&self.root).map_err(|e| Error::new(format!("cannot delete {root}: {e}")))?;
+            eprintln!("ccl-coverage: deleted the workspace {root}");
+        } else {
+            eprintln!(
+                "ccl-coverage: deleted what ccl-coverage made in the workspace {root}; kept the folder itself: it existed before ccl-coverage used it"
+            );
+        }
+        Ok(())
     }
 
     /// An error unless `area` is a real folder of the workspace, or absent:
     /// a symlink would have the harness write and delete elsewhere.
     pub(crate) fn check_area(&self, area: Area) -> Result<()> {
         let dir = self.area(area);
-        match fs::symlink_metadata(&dir) {
-            Ok(m) if m.file_type().is_symlink() => bail!(
-                "refusing to use {}: it is a symlink (the workspace's own folders must be real folders)",
-                dir.display()
+        match self.kind(&dir)? {
+            Some(Kind::Dir) | None => Ok(()),
+            Some(kind) => bail!(
+                "refusing to use {}: it is {} (the workspace's own folders must be real folders)",
+                dir.display(),
+                kind.describe()
             ),
-            Ok(m) if !m.is_dir() => bail!("refusing to use {}: it is not a folder", dir.display()),
-            _ => Ok(()),
         }
     }
 
@@ -395,44 +565,29 @@ impl Workspace {
     /// then deleted. Only where the filesystem cannot exchange, two renames,
     /// undone if the second fails.
     pub(crate) fn install_report(&self, staged: &Path) -> Result<()> {
-        use std::os::unix::ffi::OsStrExt;
         let report = self.area(Area::Report);
         self.check_area(Area::ReportStaging)?;
         self.check_area(Area::Report)?;
-        if !fs::symlink_metadata(staged).is_ok_and(|m| m.is_dir()) {
+        let staged = self.in_area(Area::ReportStaging, staged)?;
+        let beneath = self.beneath()?;
+        if beneath.kind(&staged)? != Some(Kind::Dir) {
             bail!("cannot install the report: {} is not there", staged.display());
         }
-        let moved = |from: &Path, to: &Path| {
-            fs::rename(from, to)
-                .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", from.display(), to.display())))
-        };
-        if !report.exists() {
-            return moved(staged, &report);
+        if beneath.kind(&report)?.is_none() {
+            return beneath.rename(&staged, &report);
         }
-        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).expect("paths hold no NUL");
-        let (from, to) = (c(staged), c(&report));
-        // SAFETY: two NUL-terminated paths, relative to no directory fd.
-        let exchanged = unsafe {
-            libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_EXCHANGE)
-        };
-        if exchanged == 0 {
-            return remove_no_follow(staged);
-        }
-        let error = std::io::Error::last_os_error();
-        if !matches!(error.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)) {
-            bail!("cannot exchange {} with {}: {error}", staged.display(), report.display());
+        if beneath.exchange(&staged, &report)? {
+            return beneath.remove(&staged);
         }
         let old = self.root.join("report.old");
-        if old.exists() {
-            remove_no_follow(&old)?;
-        }
-        moved(&report, &old)?;
-        if let Err(e) = moved(staged, &report) {
+        beneath.remove(&old)?;
+        beneath.rename(&report, &old)?;
+        if let Err(e) = beneath.rename(&staged, &report) {
             // The last good report goes back where it was.
-            moved(&old, &report)?;
+            beneath.rename(&old, &report)?;
             return Err(e);
         }
-        remove_no_follow(&old)
+        beneath.remove(&old)
     }
 
     /// Moves each top-level entry of `staged` into `report/`, replacing its
@@ -441,44 +596,47 @@ impl Workspace {
     pub(crate) fn install_report_entries(&self, staged: &Path) -> Result<()> {
         let report = self.area(Area::Report);
         self.check_area(Area::Report)?;
-        files::create_dir(&report)?;
-        for entry in fs::read_dir(staged).map_err(|e| Error::new(format!("cannot list {}: {e}", staged.display())))? {
-            let entry = entry.map_err(|e| Error::new(format!("cannot list {}: {e}", staged.display())))?;
-            let to = report.join(entry.file_name());
-            if fs::symlink_metadata(&to).is_ok() {
-                remove_no_follow(&to)?;
-            }
-            fs::rename(entry.path(), &to)
-                .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", entry.path().display(), to.display())))?;
+        let staged = self.in_area(Area::ReportStaging, staged)?;
+        let beneath = self.beneath()?;
+        beneath.create_dir_all(&report)?;
+        for (name, _) in beneath.list(&staged)?.unwrap_or_default() {
+            let to = report.join(&name);
+            beneath.remove(&to)?;
+            beneath.rename(&staged.join(&name), &to)?;
         }
         Ok(())
     }
 
-    /// Removes one file (or symlink) inside `area`; a missing file is fine.
+    /// Removes one file or folder inside `area`; a missing one is fine. A
+    /// link there is refused, as a link on the way is.
     pub(crate) fn remove(&self, area: Area, path: &Path) -> Result<()> {
-        match self.confined(area, path)? {
-            Some(path) => remove_no_follow(&path),
-            None => Ok(()),
+        let path = self.in_area(area, path)?;
+        let beneath = self.beneath()?;
+        match beneath.kind(&path)? {
+            Some(Kind::Link) => bail!(
+                "refusing to delete {}: it is a symlink, not a file the harness wrote; the harness follows no link in its workspace (remove it)",
+                path.display()
+            ),
+            _ => beneath.remove(&path),
         }
     }
 
-    /// Moves a damaged trial record, `results/<slug>.json`, to
-    /// `quarantine/<slug>/result.json`: the one move out of `results/`,
-    /// whose records the harness itself wrote. Neither `results/` nor the
-    /// record may be a symlink.
+    /// Moves what lies at `results/<slug>.json` (a record that cannot be
+    /// trusted, or something that is not a record at all) to
+    /// `quarantine/<slug>/result.json`: the one move out of `results/`.
+    /// The move never opens it; a folder there is refused.
     pub(crate) fn quarantine_result(&self, slug: &str, file: &Path) -> Result<PathBuf> {
         let results = self.results_dir();
-        let real = |p: &Path, dir: bool| {
-            fs::symlink_metadata(p).is_ok_and(|m| if dir { m.file_type().is_dir() } else { m.file_type().is_file() })
-        };
-        if file.parent() != Some(results.as_path()) || !real(&results, true) || !real(file, false) {
+        let file = normalize(file);
+        if file.parent() != Some(results.as_path()) || matches!(self.kind(&file)?, Some(Kind::Dir) | None) {
             bail!("refusing to move {}: it is not a trial record in {}", file.display(), results.display());
         }
-        let dir = self.trial_quarantine(slug);
-        files::create_dir(&dir)?;
-        let to = dir.join("result.json");
-        fs::rename(file, &to)
-            .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", file.display(), to.display())))?;
+        let to = self.trial_quarantine(slug).join("result.json");
+        let beneath = self.beneath()?;
+        beneath.remove(&to)?;
+        beneath.create_dir_all(&self.trial_quarantine(slug))?;
+        // A link moves as the link (never followed): the quarantine holds what was there.
+        beneath.rename_any(&file, &to)?;
         Ok(to)
     }
 
@@ -493,47 +651,141 @@ impl Workspace {
                 to.display()
             );
         }
-        let source = match self.confined(Area::Profiles, from) {
-            Ok(found) => found,
-            Err(_) => self.confined(Area::Quarantine, from)?,
-        };
-        let Some(source) = source else { bail!("cannot move {}: it does not exist", from.display()) };
-        fs::rename(&source, to)
-            .map_err(|e| Error::new(format!("cannot move {} to {}: {e}", source.display(), to.display())))
+        self.beneath()?.rename(from, to)
     }
 
-    /// `path` normalised, if it is `area` or inside it and every folder from
-    /// the workspace root down to it is a real folder (a symlinked
-    /// `profiles/` would make deletion leave the workspace). `None` if it
-    /// does not exist.
-    fn confined(&self, area: Area, path: &Path) -> Result<Option<PathBuf>> {
+    /// `path` normalised, if it is `area` or inside it (the folders on the
+    /// way are checked by every operation: a symlinked `profiles/` would
+    /// make deletion leave the workspace).
+    fn in_area(&self, area: Area, path: &Path) -> Result<PathBuf> {
         let area_dir = self.area(area);
         let path = normalize(path);
         if !path.starts_with(&area_dir) {
             bail!("refusing to delete {}: only {} may be cleaned", path.display(), area_dir.display());
         }
-        let mut walk = self.root.clone();
-        let parts: Vec<_> = path.strip_prefix(&self.root).expect("checked above").components().collect();
-        for (i, part) in parts.iter().enumerate() {
-            walk.push(part);
-            match fs::symlink_metadata(&walk) {
-                Ok(meta) if meta.file_type().is_symlink() && i + 1 < parts.len() => bail!(
-                    "refusing to clean {}: {} is a symlink (the workspace's own folders must be real folders)",
-                    path.display(),
-                    walk.display()
-                ),
-                Ok(meta) if meta.file_type().is_symlink() && walk == area_dir => bail!(
-                    "refusing to clean {}: {} is a symlink (the workspace's own folders must be real folders)",
-                    path.display(),
-                    walk.display()
-                ),
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => bail!("cannot inspect {}: {e}", walk.display()),
-            }
-        }
-        Ok(Some(path))
+        Ok(path)
     }
+}
+
+/// What `clean` left of a workspace.
+#[derive(Debug, Clone)]
+pub(crate) struct Cleaned {
+    /// Entries of the folder the harness did not make, kept.
+    pub(crate) kept: Vec<String>,
+    pub(crate) created_root: bool,
+}
+
+/// What the harness makes at the top of a workspace (besides its marker and
+/// lock files): what `clean` deletes.
+const OWN_ENTRIES: [&str; 13] = [
+    "build.json",
+    "profiles",
+    "quarantine",
+    "logs",
+    "results",
+    "report",
+    "report.new",
+    "report.old",
+    "cases",
+    ".lock",
+    ".writers.lock",
+    ".owner.json",
+    "shared-fs",
+];
+
+/// The lock files of [`lock`], which `clean` removes once it let go of them.
+const LOCK_ENTRIES: [&str; 2] = [".owner.lock", ".owner.guard"];
+
+/// Folders the whole system shares: never a workspace, which the harness
+/// empties (nor their usual children below `/run` and `/var`).
+const SHARED_FOLDERS: &[&str] = &[
+    "/tmp",
+    "/var/tmp",
+    "/dev/shm",
+    "/run",
+    "/run/lock",
+    "/run/shm",
+    "/run/user",
+    "/var",
+    "/var/lib",
+    "/var/cache",
+    "/var/log",
+    "/dev",
+    "/proc",
+    "/sys",
+    "/usr",
+    "/usr/local",
+    "/etc",
+    "/home",
+    "/opt",
+    "/srv",
+    "/mnt",
+    "/media",
+    "/boot",
+    "/root",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib64",
+];
+
+/// Why `root` (resolved) is not a folder a workspace may be: a folder the
+/// whole system shares, the temporary or runtime folder of this session,
+/// or a mount point (a file system of its own, often one other programs use).
+fn shared_folder(root: &Path) -> Option<String> {
+    if SHARED_FOLDERS.iter().any(|f| root == Path::new(f)) {
+        return Some("it is a folder the whole system shares (other programs keep their files there)".into());
+    }
+    let session = [("TMPDIR", "the temporary folder"), ("XDG_RUNTIME_DIR", "your session's runtime folder")];
+    for (var, what) in session {
+        if std::env::var_os(var).is_some_and(|d| !d.is_empty() && canonical(Path::new(&d)) == root) {
+            return Some(format!("it is {what} (${var}), which other programs share"));
+        }
+    }
+    if root.parent().is_some_and(|p| p == Path::new("/run/user")) {
+        return Some("it is a session's runtime folder, which other programs share".into());
+    }
+    if is_mount_point(root) {
+        return Some(format!(
+            "it is a mount point (a file system of its own is mounted at {}), which is not the harness's to empty",
+            root.display()
+        ));
+    }
+    None
+}
+
+/// Whether a file system is mounted at `dir`: listed in
+/// `/proc/self/mountinfo` (bind mounts too), or on another device than its parent.
+fn is_mount_point(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = fs::metadata(dir) else { return false };
+    if let Ok(info) = fs::read_to_string("/proc/self/mountinfo") {
+        // Field 5 is the mount point, with spaces and the like as `\040` octal escapes.
+        let listed = info.lines().filter_map(|l| l.split(' ').nth(4)).any(|p| Path::new(&unescape_octal(p)) == dir);
+        if listed {
+            return true;
+        }
+    }
+    dir.parent().and_then(|p| fs::metadata(p).ok()).is_some_and(|parent| parent.dev() != meta.dev())
+}
+
+/// `/proc/self/mountinfo`'s `\NNN` escapes undone.
+fn unescape_octal(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escape =
+            bytes.get(i + 1..i + 4).filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        if let Some(d) = escape {
+            out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `path` with symlinks resolved as far as it exists, the rest appended.
@@ -558,13 +810,6 @@ fn preview(entries: &[String]) -> String {
     let shown: Vec<&str> = entries.iter().take(3).map(String::as_str).collect();
     let more = entries.len().saturating_sub(shown.len());
     if more > 0 { format!("{}, and {more} more", shown.join(", ")) } else { shown.join(", ") }
-}
-
-/// Removes a file, a symlink (not its target) or a folder tree.
-fn remove_no_follow(path: &Path) -> Result<()> {
-    let meta = fs::symlink_metadata(path).map_err(|e| Error::new(format!("cannot inspect {}: {e}", path.display())))?;
-    let result = if meta.is_dir() { fs::remove_dir_all(path) } else { fs::remove_file(path) };
-    result.map_err(|e| Error::new(format!("cannot delete {}: {e}", path.display())))
 }
 
 /// Removes `.` and `..` lexically, so `starts_with` checks cannot be fooled

@@ -16,12 +16,13 @@ pub(crate) fn record_files(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::new(format!("cannot list {}: {e}", dir.display()))),
     };
+    // The entry's own type, not its target's: a link named like a record is not one.
     let mut files: Vec<std::path::PathBuf> = entries
         .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .map(|e| e.path())
         .filter(|p| {
-            p.is_file()
-                && p.extension().is_some_and(|x| x == "tsv")
+            p.extension().is_some_and(|x| x == "tsv")
                 && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("sass-"))
         })
         .collect();
@@ -68,7 +69,10 @@ pub(crate) struct Record {
 impl Record {
     pub(crate) fn read(path: &Path) -> Result<Self> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|error| Error::new(format!("{origin}: {error}")))?;
+        // A regular file only, opened without following a link or blocking on a FIFO.
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut crate::workspace::files::open_regular(path)?, &mut text)
+            .map_err(|error| Error::new(format!("{origin}: {error}")))?;
         Self::parse(&text, &origin)
     }
 
