@@ -23,7 +23,7 @@ pub(crate) const PROFILE_FILE: &str = "LLVM_PROFILE_FILE";
 pub const SUPERVISE: &str = "CCL_COV_SUPERVISE";
 
 /// Set by nextest for every test process of one run: they share a workspace
-/// (`workspace_lock.rs`).
+/// (`workspace/lock.rs`).
 pub(crate) const NEXTEST_RUN_ID: &str = "NEXTEST_RUN_ID";
 
 /// Extra glob patterns of secret variable names, comma-separated; read by

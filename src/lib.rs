@@ -8,7 +8,7 @@
 //! (`docs/architecture.md` is the plan, and `tests/layering.rs` keeps the
 //! code to it): exec and workspace below everything; then upstream, config,
 //! plan, toolchain, device, context, build, launch, trial, verdict, coverage,
-//! results, report; `harness` wires them into the two test binaries.
+//! results, suite, report; `harness` wires them into the two test binaries.
 
 pub mod env_names;
 pub mod error;

@@ -1,6 +1,6 @@
 //! Configs (`configs/*.json`): typed, strict, and explained when wrong.
 //!
-//! Loading (`load.rs`) is three steps, each with errors that name the file
+//! Loading (`load.rs`) is four steps, each with errors that name the file
 //! and the JSON path: parse JSON; expand `${VAR}` in every string value
 //! (`expand.rs`); deserialize into the structs of `types.rs` (unknown keys
 //! rejected), whose values check themselves (`values.rs`, and the bounded

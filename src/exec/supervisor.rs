@@ -14,7 +14,7 @@
 //! - once the trial's main process has exited, kills what it left behind and
 //!   reports, as one JSON line on its stdout, how the trial ended.
 //!
-//! [`Supervised`] is the harness's side: trials (`run.rs`) and build steps
+//! [`Supervised`] is the harness's side: trials (`trial/mod.rs`) and build steps
 //! (`fixture.rs`) both run through it.
 
 use crate::bail;
