@@ -320,6 +320,7 @@ fn defines(defined: &BTreeSet<String>, name: &str) -> bool {
 /// one; `None` when it does, or when it names something else (a command, another project's
 /// item: `CoverageMapping::load` is LLVM's).
 fn dangling(span: &str, files: &[PathBuf], sources: &Sources) -> Option<String> {
+    static ITEM_PATH: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z_]\w*(::[A-Za-z_]\w*…?)+$").unwrap());
     let span = span.trim();
     if let Some(path) = span.strip_suffix(".rs").or_else(|| span.rsplit_once(".rs:").map(|(p, _)| p)) {
         if path.contains(['*', ' ', '<', '{']) || path.starts_with("http") {
@@ -333,7 +334,6 @@ fn dangling(span: &str, files: &[PathBuf], sources: &Sources) -> Option<String> 
         };
         return (!exists).then(|| format!("no file {file}"));
     }
-    static ITEM_PATH: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z_]\w*(::[A-Za-z_]\w*…?)+$").unwrap());
     if !ITEM_PATH.is_match(span) {
         return None;
     }
