@@ -17,7 +17,6 @@ use crate::device::{self, Backend, DeviceDecision};
 use crate::error::{Error, Result};
 use crate::exec::interrupt;
 use crate::exec::process::Cmd;
-use crate::exec::proctree;
 use crate::exec::supervisor::Supervised;
 use crate::toolchain::objects::{self, Instrumentation};
 use crate::toolchain::{self, Toolchain};
@@ -671,7 +670,7 @@ fn glob_files(pattern: &Path) -> Result<Vec<PathBuf>> {
 /// compiler running, and the cache, which has no manifest yet, is never used
 /// half-built.
 fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
-    let token = proctree::new_token();
+    let token = crate::exec::owner::new_token();
     let cmd = cmd.clone().env(crate::env_names::TRIAL_TOKEN, token.clone());
     let grace = std::time::Duration::from_secs(ctx.config().timeouts.grace);
     let children = ctx.children_dir();

@@ -125,6 +125,10 @@ pub fn main_with(args: Arguments) -> ExitCode {
     shared.suite.select(selected);
     let conclusion = libtest_mimic::run(&args, trials);
     let written = shared.suite.finish().inspect_err(|e| eprintln!("ccl-coverage: {e}"));
+    // Every trial and its supervisor ended: nothing of this run is left to sweep.
+    if let Some(owner) = crate::exec::owner::Owner::get() {
+        owner.unregister();
+    }
     if let Some(code) = interrupt::exit_code() {
         eprintln!(
             "ccl-coverage: interrupted by {}: results of the trials that ended are in {}",

@@ -252,6 +252,12 @@ impl Suite {
         let output = TrialOutput::read(&log);
         let (verdict, cases, perf) = judge(spec, &execution, &output);
         let mut verdict = outcome::judge_leftovers(verdict, execution.finished.leftovers);
+        if let Some(why) = &execution.finished.no_cgroup
+            && crate::exec::cgroup::Mode::from_env() != crate::exec::cgroup::Mode::Off
+            && crate::exec::cgroup::available().is_ok()
+        {
+            eprintln!("ccl-coverage: {}: ran without a cgroup of its own: {why}", spec.name);
+        }
         if let Some(cut) = output.cut.as_ref().filter(|_| execution.finished.output_cut > 0) {
             eprintln!("ccl-coverage: {}: its output was cut: {}", spec.name, cut.trim_start_matches('['));
             if verdict.status != Status::Passed {
