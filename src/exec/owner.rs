@@ -76,6 +76,10 @@ impl Owner {
         OWNER.get()
     }
 
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
     /// A new trial token: `<owner id>-<n>`.
     pub(crate) fn token(&self) -> String {
         token_of(&self.id)

@@ -41,7 +41,9 @@ pub(crate) enum Outcome {
 pub(crate) struct Suite {
     pub(crate) ctx: Context,
     run_id: String,
-    fixture: OnceLock<Result<BuildManifest, Error>>,
+    /// The build, held (`BuildInUse`) until the run ends, so that no
+    /// `clean --builds` deletes it under the trials.
+    fixture: OnceLock<Result<(BuildManifest, fixture::BuildInUse), Error>>,
     info: OnceLock<RunInfo>,
     /// The hostfile's, Slurm allocation's or config's nodes, read once.
     allocation: OnceLock<Result<Option<Allocation>, Error>>,
@@ -108,10 +110,10 @@ impl Suite {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare_fixture()))
                 .unwrap_or_else(|p| Err(Error::new(format!("the build panicked: {}", panic_text(&*p)))))
         });
-        built.as_ref().map_err(ToString::to_string)
+        built.as_ref().map(|(manifest, _)| manifest).map_err(ToString::to_string)
     }
 
-    fn prepare_fixture(&self) -> Result<BuildManifest, Error> {
+    fn prepare_fixture(&self) -> Result<(BuildManifest, fixture::BuildInUse), Error> {
         let ctx = &self.ctx;
         eprintln!(
             "ccl-coverage: config {} ({}), workspace {}",
@@ -122,7 +124,7 @@ impl Suite {
         let build_failed = |e: Error| Error::new(format!("the shared build failed, so this trial did not run:\n{e}"));
         let plan = BuildPlan::new(ctx).map_err(build_failed)?;
         eprintln!("ccl-coverage: device coverage: {}", plan.device.summary());
-        let manifest = plan.build(ctx).map_err(build_failed)?;
+        let (manifest, in_use) = plan.build(ctx).map_err(build_failed)?;
         // The build is fine; what fails here is the workspace (full, read-only).
         fixture::adopt(&ctx.workspace, &manifest).map_err(|e| {
             Error::new(format!(
@@ -131,7 +133,7 @@ impl Suite {
                 ctx.workspace.root().display()
             ))
         })?;
-        Ok(manifest)
+        Ok((manifest, in_use))
     }
 
     fn run_info(&self) -> &RunInfo {
