@@ -202,6 +202,11 @@ impl ChildrenRecord {
         }
     }
 
+    /// The record at `path`, if there is a readable one.
+    pub(crate) fn read(path: &Path) -> Option<ChildrenRecord> {
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+    }
+
     /// The lock its supervisor holds, beside the record at `record`.
     pub(crate) fn lock_path(record: &Path) -> PathBuf {
         record.with_extension("lock")
@@ -231,10 +236,7 @@ pub(crate) fn sweep_records(dir: &Path) -> Vec<Orphan> {
 /// only by being born in it: a daemon that forks a new process every moment
 /// stays in the session of the recorded one).
 pub(crate) fn sweep_record(path: &Path) -> Vec<Orphan> {
-    let Some(record) = std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str::<ChildrenRecord>(&t).ok())
-    else {
-        return Vec::new();
-    };
+    let Some(record) = ChildrenRecord::read(path) else { return Vec::new() };
     let Liveness::Gone(gone) = owner::liveness(&ChildrenRecord::lock_path(path)) else { return Vec::new() };
     let mut killed = Vec::new();
     let mut left = false;

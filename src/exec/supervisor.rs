@@ -252,6 +252,7 @@ impl Supervised {
         let mut backstop = Tree::new(self.child.id() as libc::pid_t, &self.token).wait_gone(REAP_LIMIT, &mut || {});
         // A supervisor that died leaves its record: what dropped the marker
         // and left the session (or is in the trial's cgroup) is known only there.
+        let had_cgroup = self.children.as_deref().and_then(ChildrenRecord::read).is_some_and(|r| r.cgroup.is_some());
         if let (None, Some(record)) = (&report, &self.children) {
             let killed = proctree::sweep_record(record);
             for o in &killed {
@@ -272,7 +273,8 @@ impl Supervised {
                     )
                 });
                 eprintln!("ccl-coverage: {}: {why}; see {}", self.display, self.log.display());
-                Report { lost: Some(why), ..Report::default() }
+                let containment = if had_cgroup { Containment::Cgroup } else { Containment::ProcessTree };
+                Report { lost: Some(why), containment, ..Report::default() }
             }
         };
         if let Some(why) = &report.spawn_error {
