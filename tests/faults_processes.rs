@@ -416,16 +416,20 @@ fn a_trial_that_stops_or_kills_its_supervisor_is_recorded_as_failed() {
 }
 
 /// A daemon (its own session, every variable dropped) that starts a new
-/// process every 0.3 s, left when its supervisor and the harness are both
-/// SIGKILLed: the next run kills all of it, the processes started after the
-/// supervisor's last look included (by the trial's cgroup; without one, by
-/// the session of the recorded daemon).
+/// process every 0.3 s, each orphaned at once (so no process's descendant),
+/// left when its supervisor and the harness are both SIGKILLed: the next run
+/// kills all of it, the processes started after the supervisor's last look
+/// included (by the trial's cgroup; without one, by the session of the
+/// recorded daemon).
 fn a_forking_daemon_is_swept_whole(mechanism: Mechanism) {
     let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     let chain = mark(631);
     let binary = dir.path().join("forker.sh");
-    script(&binary, &format!("(setsid env -i sh -c 'while :; do sleep {chain} & sleep 0.3; done' &)\nexec sleep 600"));
+    script(
+        &binary,
+        &format!("(setsid env -i sh -c 'while :; do (sleep {chain} &); sleep 0.3; done' &)\nexec sleep 600"),
+    );
     let mut s = setup(|v| {
         only(v, "AllReduce", &["1K"], json!([{"name": "forker", "ranks": 1}]));
         v["collectives"][0]["binary"] = json!(binary.display().to_string());

@@ -220,10 +220,16 @@ pub(crate) fn sweep_records(dir: &Path) -> Vec<Orphan> {
     let mut killed = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();
-        if path.extension().is_none_or(|e| e != "json") {
-            continue;
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("json") => killed.extend(sweep_record(&path)),
+            // A supervisor that died before it wrote its record left nothing to sweep.
+            Some("lock") if !path.with_extension("json").exists() => {
+                if let Liveness::Gone(gone) = owner::liveness(&path) {
+                    gone.remove();
+                }
+            }
+            _ => {}
         }
-        killed.extend(sweep_record(&path));
     }
     killed
 }
