@@ -520,7 +520,8 @@ fn the_run_says_which_mechanism_held_its_trials() {
     );
     assert_eq!(run_json(&off)["containment"], json!({"process_tree": 1}));
 
-    let default = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 1}])));
+    let mut default = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 1}])));
+    default.env.push(("CCL_COV_CGROUP".into(), "auto".into()));
     let ran = harness(&default, "collectives", &[], LIMIT);
     assert!(ran.success, "{}", ran.text());
     let r = result(&default, "AllReduce.1K.one");

@@ -801,6 +801,9 @@ fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
         Supervised::spawn(&ctx.supervisor, &cmd, &token, log, grace, ctx.config().logs.max_bytes(), Some(&children))?;
     let (status, _) = step.wait(None, None)?;
     let (report, _) = step.finish(status)?;
+    if let Some(why) = &report.lost {
+        bail!("{} ended unknown: {why}; the build is not cached", cmd.display());
+    }
     if report.stopped.is_some() {
         bail!(
             "interrupted by {}: {} was stopped; the build is not cached and resumes on the next run",

@@ -23,8 +23,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// What every trial cgroup's name starts with; nothing else is ever killed
-/// or removed through [`Cgroup::existing`].
+/// What every trial cgroup's name starts with (then the trial's token).
 const PREFIX: &str = "ccl-coverage-";
 
 /// The magic number of a cgroup v2 filesystem (`statfs`).
@@ -78,10 +77,12 @@ impl Cgroup {
         Ok(cgroup)
     }
 
-    /// The trial cgroup at `path`, if it is one: under a cgroup v2 mount,
-    /// named as [`Cgroup::create`] names them.
-    pub(crate) fn existing(path: &Path) -> Option<Cgroup> {
-        let named = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(PREFIX));
+    /// The cgroup at `path`, if it is the one [`Cgroup::create`] made for
+    /// `name` (a trial's token, as its record is named): a folder on a cgroup
+    /// v2 mount called `ccl-coverage-<name>`. A record cannot send a sweep
+    /// to any other cgroup.
+    pub(crate) fn existing(path: &Path, name: &str) -> Option<Cgroup> {
+        let named = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n == format!("{PREFIX}{name}"));
         let meta = std::fs::symlink_metadata(path).ok()?;
         let on_cgroup2 = rustix::fs::statfs(path).is_ok_and(|s| s.f_type as u64 == CGROUP2_SUPER_MAGIC);
         (named && meta.is_dir() && on_cgroup2).then(|| Cgroup { path: path.to_path_buf() })
@@ -238,12 +239,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fake = dir.path().join(format!("{PREFIX}x"));
         std::fs::create_dir(&fake).unwrap();
-        assert_eq!(Cgroup::existing(&fake), None, "not on cgroup2");
-        assert_eq!(Cgroup::existing(Path::new("/sys/fs/cgroup")), None);
+        assert_eq!(Cgroup::existing(&fake, "x"), None, "not on cgroup2");
+        assert_eq!(Cgroup::existing(Path::new("/sys/fs/cgroup"), "x"), None);
         if let Ok(base) = available() {
-            assert_eq!(Cgroup::existing(base), None, "the harness's own cgroup is not a trial's");
-            let made = Cgroup::create(&format!("unit-{}", std::process::id())).unwrap();
-            assert_eq!(Cgroup::existing(made.path()).as_ref(), Some(&made));
+            assert_eq!(Cgroup::existing(base, ""), None, "the harness's own cgroup is not a trial's");
+            let name = format!("unit-{}", std::process::id());
+            let made = Cgroup::create(&name).unwrap();
+            assert_eq!(Cgroup::existing(made.path(), &name).as_ref(), Some(&made));
+            assert_eq!(Cgroup::existing(made.path(), "another-trial"), None, "only the record's own trial's");
             assert!(!made.populated());
             assert!(made.remove());
         }

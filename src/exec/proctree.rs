@@ -246,7 +246,7 @@ pub(crate) fn sweep_record(path: &Path) -> Vec<Orphan> {
     let Liveness::Gone(gone) = owner::liveness(&ChildrenRecord::lock_path(path)) else { return Vec::new() };
     let mut killed = Vec::new();
     let mut left = false;
-    if let Some(cgroup) = record.cgroup.as_deref().and_then(Cgroup::existing) {
+    if let Some(cgroup) = record.cgroup.as_deref().and_then(|c| Cgroup::existing(c, &stem_of(path))) {
         let members = cgroup.members();
         cgroup.kill();
         killed.extend(members.into_iter().map(|pid| Orphan {
@@ -333,6 +333,11 @@ fn kill_recorded(record: &ChildrenRecord) -> (Vec<Orphan>, bool) {
         }
         std::thread::sleep(POLL);
     }
+}
+
+/// A record's file name without `.json`: its trial's token, as a file name.
+fn stem_of(record: &Path) -> String {
+    record.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 fn command_of(pid: libc::pid_t) -> String {
