@@ -252,8 +252,9 @@ impl Supervised {
         let mut backstop = Tree::new(self.child.id() as libc::pid_t, &self.token).wait_gone(REAP_LIMIT, &mut || {});
         // A supervisor that died leaves its record: what dropped the marker
         // and left the session (or is in the trial's cgroup) is known only there.
-        let had_cgroup = self.children.as_deref().and_then(ChildrenRecord::read).is_some_and(|r| r.cgroup.is_some());
+        let mut had_cgroup = false;
         if let (None, Some(record)) = (&report, &self.children) {
+            had_cgroup = ChildrenRecord::read(record).is_some_and(|r| r.cgroup.is_some());
             let killed = proctree::sweep_record(record);
             for o in &killed {
                 eprintln!(
