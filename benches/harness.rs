@@ -6,6 +6,8 @@
 //!   cargo bench --bench harness -- trimming   # `-n 1 -w 0` under coverage vs the configured iterations
 //!   cargo bench --bench harness -- handover   # rank slots: release → next waiter running
 //!   cargo bench --bench harness -- flood      # a trial writing 2 GB (`FLOOD_BYTES`): time, harness RSS, log size
+//!   cargo bench --profile dev --bench harness -- flood-lines   # the same in 2-byte lines (`y`, as `yes`
+//!                                             # writes), with the debug harness `cargo test` runs
 //!
 //! Each measurement uses its own temporary workspace; the fixture build is
 //! shared with the test suite through the on-disk cache (build it first with
@@ -259,15 +261,16 @@ fn handover(dir: &Path) -> Value {
 
 /// A trial that writes `FLOOD_BYTES` (default 2 GB) to stdout and then runs
 /// the real perf binary: the harness's wall time, its own peak RSS (`VmHWM`,
-/// sampled from /proc while it runs), and the log's size on disk.
-fn flood(dir: &Path) -> Value {
+/// sampled from /proc while it runs), and the log's size on disk. With
+/// `lines`, the flood is `y` lines (as `yes` writes: the capped log then
+/// holds 33.5 M lines), else one line of `x`.
+fn flood(dir: &Path, lines: bool) -> Value {
     let bytes: u64 = std::env::var("FLOOD_BYTES").ok().and_then(|b| b.parse().ok()).unwrap_or(2_000_000_000);
-    let wrapper = dir.join("flood.sh");
-    fs::write(
-        &wrapper,
-        format!("#!/bin/sh\nhead -c {bytes} /dev/zero | tr '\\0' x\necho\nexec \"$REAL_BINARY\" \"$@\"\n"),
-    )
-    .unwrap();
+    let name = if lines { "flood-lines" } else { "flood" };
+    let wrapper = dir.join(format!("{name}.sh"));
+    let source = if lines { "yes" } else { "tr '\\0' x < /dev/zero" };
+    fs::write(&wrapper, format!("#!/bin/sh\n{source} | head -c {bytes}\necho\nexec \"$REAL_BINARY\" \"$@\"\n"))
+        .unwrap();
     fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let config = config(dir, |v| {
         let keep: Vec<Value> =
@@ -277,7 +280,7 @@ fn flood(dir: &Path) -> Value {
         v["sizes"] = json!(["1K"]);
         v["variants"] = json!([{"name": "flood", "ranks": 2, "env": {"REAL_BINARY": "{bin_dir}/all_reduce_perf"}}]);
     });
-    let ws = dir.join("ws-flood");
+    let ws = dir.join(format!("ws-{name}"));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
     cmd.arg("collectives")
         .env("CCL_COV_CONFIG", &config)
@@ -288,7 +291,10 @@ fn flood(dir: &Path) -> Value {
     let started = Instant::now();
     let mut child = cmd.spawn().unwrap();
     let status = format!("/proc/{}/status", child.id());
-    let mut peak_kib = 0u64;
+    let stat = format!("/proc/{}/stat", child.id());
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let (mut peak_kib, mut cpu_s) = (0u64, 0.0);
     let ok = loop {
         if let Some(done) = child.try_wait().unwrap() {
             break done.success();
@@ -297,18 +303,38 @@ fn flood(dir: &Path) -> Value {
         if let Some(kib) = hwm.lines().find_map(|l| l.strip_prefix("VmHWM:")) {
             peak_kib = peak_kib.max(kib.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0));
         }
+        // The harness's own CPU time (utime + stime), not its children's:
+        // the supervisor's copying and llvm-profdata are left out.
+        let fields: Vec<f64> = fs::read_to_string(&stat)
+            .unwrap_or_default()
+            .rsplit(')')
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        if fields.len() == 2 {
+            cpu_s = (fields[0] + fields[1]) / ticks;
+        }
         std::thread::sleep(Duration::from_millis(50));
     };
     let wall = started.elapsed().as_secs_f64();
     let result: Value =
         serde_json::from_str(&fs::read_to_string(ws.join("results/AllReduce.1K.flood.json")).unwrap()).unwrap();
+    let trial_s = result["duration_s"].as_f64().unwrap_or_default();
     json!({
         "flood_bytes": bytes,
+        "lines": lines,
+        "harness": if cfg!(debug_assertions) { "debug" } else { "optimised" },
         "passed": ok,
         "status": result["status"],
         "output_cut_bytes": result["output_cut_bytes"],
-        "trial_s": result["duration_s"],
+        "trial_s": trial_s,
         "harness_wall_s": wall,
+        "after_the_trial_s": wall - trial_s,
+        "harness_cpu_s": cpu_s,
         "harness_peak_rss_mib": peak_kib as f64 / 1024.0,
         "log_bytes": fs::metadata(ws.join("logs/AllReduce.1K.flood.log")).unwrap().len(),
     })
@@ -329,7 +355,10 @@ fn main() {
         out.insert("handover".into(), handover(dir.path()));
     }
     if wanted("flood") {
-        out.insert("flood".into(), flood(dir.path()));
+        out.insert("flood".into(), flood(dir.path(), false));
+    }
+    if wanted("flood-lines") {
+        out.insert("flood-lines".into(), flood(dir.path(), true));
     }
     println!("{}", serde_json::to_string_pretty(&Value::Object(out)).unwrap());
 }

@@ -116,6 +116,8 @@ impl Context {
             None => Workspace::new(&state_dir.join(loaded.config.name.as_str()))?,
         };
         let device_mode = device::requested_mode(&loaded.config.coverage.device, &env)?;
+        // Read by each trial's supervisor; a wrong value is refused here, before anything runs.
+        crate::exec::cgroup::Mode::parse(env(env_names::CGROUP).as_deref())?;
         let dry_run = env("CCL_COV_DRY_RUN").is_some_and(|v| !v.is_empty() && v != "0");
         let dry_run_json = env("CCL_COV_DRY_RUN").is_some_and(|v| v.eq_ignore_ascii_case("json"));
         let rerun_failed = switch("CCL_COV_RERUN_FAILED", false)?;

@@ -22,6 +22,10 @@ pub(crate) const PROFILE_FILE: &str = "LLVM_PROFILE_FILE";
 /// (`supervisor.rs`).
 pub const SUPERVISE: &str = "CCL_COV_SUPERVISE";
 
+/// `auto`, `on` or `off`: whether each trial runs in a cgroup v2 of its own
+/// (`exec/cgroup.rs`).
+pub(crate) const CGROUP: &str = "CCL_COV_CGROUP";
+
 /// Set by nextest for every test process of one run: they share a workspace
 /// (`workspace/lock.rs`).
 pub(crate) const NEXTEST_RUN_ID: &str = "NEXTEST_RUN_ID";
@@ -95,6 +99,7 @@ pub(crate) const KNOWN: &[Known] = &[
         "attribution runs llvm-cov per trial, not the mapping read once",
     ),
     known("CCL_COV_FAIL_ON_LOST", Kind::Switch, "report::baseline fails if any line lost its coverage"),
+    known(CGROUP, Kind::Text, "auto, on or off: each trial in a cgroup v2 of its own (default auto: where allowed)"),
     known("CCL_COV_HEARTBEAT_S", Kind::Positive, "seconds between a long trial's still-running messages"),
     known("CCL_COV_JOBS", Kind::Positive, "build parallelism, {jobs} (default: all cores)"),
     known(REDACT, Kind::Globs, "more names whose values are secrets, as glob patterns"),

@@ -196,7 +196,7 @@ struct WhoCovers {
 struct Clean {
     #[command(flatten)]
     place: Place,
-    /// Also delete every cached build that is not being built (use it when no run is going on).
+    /// Also delete every cached build that no run is building or using (one in use is kept, naming its run).
     #[arg(long)]
     builds: bool,
 }
@@ -329,8 +329,11 @@ fn main() -> ExitCode {
                 }),
             );
             set("CCL_COV_DRY_RUN", run.dry_run.as_ref());
-            let trials = ccl_coverage::harness::collectives::main_with(Arguments::from_iter(run.select.argv()));
-            if run.dry_run.is_some() {
+            let ran = ccl_coverage::harness::collectives::run(Arguments::from_iter(run.select.argv()));
+            let trials = ran.code;
+            // Refused (the workspace in use, a wrong config): what the
+            // workspace holds is another run's, not this one's to report.
+            if run.dry_run.is_some() || !ran.ran {
                 return trials;
             }
             // The report covers what the workspace holds, whatever the trials did.

@@ -17,7 +17,6 @@ use crate::device::{self, Backend, DeviceDecision};
 use crate::error::{Error, Result};
 use crate::exec::interrupt;
 use crate::exec::process::Cmd;
-use crate::exec::proctree;
 use crate::exec::supervisor::Supervised;
 use crate::toolchain::objects::{self, Instrumentation};
 use crate::toolchain::{self, Toolchain};
@@ -321,8 +320,11 @@ impl BuildPlan {
         self.cache_dir.join("build.json")
     }
 
-    /// Builds (or reuses) the fixture and returns its manifest.
-    pub(crate) fn build(&self, ctx: &Context) -> Result<BuildManifest> {
+    /// Builds (or reuses) the fixture and returns its manifest, and the
+    /// run's hold on it: a shared lock on `builds/<key>.lock` for as long as
+    /// the run keeps it. Runs of one build share it; building it, or
+    /// deleting it (`clean --builds`), needs it alone.
+    pub(crate) fn build(&self, ctx: &Context) -> Result<(BuildManifest, BuildInUse)> {
         if !self.problems.is_empty() {
             let problems: Vec<String> = self.problems.iter().map(ToString::to_string).collect();
             bail!("{}", problems.join("\n"));
@@ -330,22 +332,61 @@ impl BuildPlan {
         files::create_dir(self.cache_dir.parent().expect("builds/<key>"))?;
         let lock_path = self.cache_dir.with_extension("lock");
         let lock = files::open_lock_file(&lock_path)?;
-        if lock.try_lock().is_err() {
+        let cannot_lock = |e: std::io::Error| Error::new(format!("cannot lock {}: {e}", lock_path.display()));
+        if lock.try_lock_shared().is_err() {
             eprintln!("ccl-coverage: waiting for another process building {}", self.cache_dir.display());
-            lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", lock_path.display())))?;
+            lock.lock_shared().map_err(cannot_lock)?;
         }
-        if let Ok(manifest) = BuildManifest::read(&self.manifest_path()) {
-            match manifest.damage() {
-                None => {
-                    eprintln!("ccl-coverage: reusing build {} ({})", self.key, self.build_dir.display());
-                    return Ok(manifest);
-                }
-                Some(why) => {
-                    eprintln!("ccl-coverage: the cached build {} cannot be reused: {why}; building it again", self.key);
+        let damage = match self.cached() {
+            Cached::Whole(manifest) => return Ok((*manifest, BuildInUse::note(ctx, &self.cache_dir, lock))),
+            Cached::Damaged(why) => Some(why),
+            Cached::Missing => None,
+        };
+        // To build: alone. A run that uses the build holds it until it ends.
+        lock.unlock().map_err(cannot_lock)?;
+        if lock.try_lock().is_err() {
+            let users = users_of(&self.cache_dir, &ctx.state_dir);
+            let who = if users.is_empty() { "another process building it".to_string() } else { users.join("; ") };
+            eprintln!("ccl-coverage: waiting to build {}: it is in use by {who}", self.cache_dir.display());
+            lock.lock().map_err(cannot_lock)?;
+        }
+        // Another process may have built it meanwhile.
+        let manifest = match (self.cached(), damage) {
+            (Cached::Whole(manifest), _) => *manifest,
+            (Cached::Damaged(why), _) | (Cached::Missing, Some(why)) => {
+                eprintln!("ccl-coverage: the cached build {} cannot be reused: {why}; building it again", self.key);
+                if self.manifest_path().exists() {
                     self.discard_cache()?;
                 }
+                self.build_locked(ctx)?
             }
+            (Cached::Missing, None) => self.build_locked(ctx)?,
+        };
+        // flock turns the lock into a shared one without a gap for another builder.
+        lock.lock_shared().map_err(cannot_lock)?;
+        if !self.manifest_path().is_file() {
+            bail!(
+                "the build {} was deleted as it was handed over (by `ccl-coverage clean --builds`?): run again",
+                self.cache_dir.display()
+            );
         }
+        Ok((manifest, BuildInUse::note(ctx, &self.cache_dir, lock)))
+    }
+
+    /// The cached build: whole, damaged (why), or not built.
+    fn cached(&self) -> Cached {
+        let Ok(manifest) = BuildManifest::read(&self.manifest_path()) else { return Cached::Missing };
+        match manifest.damage() {
+            None => {
+                eprintln!("ccl-coverage: reusing build {} ({})", self.key, self.build_dir.display());
+                Cached::Whole(Box::new(manifest))
+            }
+            Some(why) => Cached::Damaged(why),
+        }
+    }
+
+    /// Builds the fixture; the caller holds the build's lock alone.
+    fn build_locked(&self, ctx: &Context) -> Result<BuildManifest> {
         let config = &ctx.loaded.config;
         if self.existing_build {
             eprintln!("ccl-coverage: using the existing build {} as build {}", self.build_dir.display(), self.key);
@@ -787,12 +828,93 @@ fn glob_files(pattern: &Path) -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
+/// What the cache holds for a build key.
+enum Cached {
+    Whole(Box<BuildManifest>),
+    Damaged(String),
+    Missing,
+}
+
+/// A run's hold on its cached build, released when dropped (or when the
+/// process ends): the shared lock, and a note naming the run beside the
+/// build (`builds/<key>.users/<owner id>.json`) for `clean` to say who uses it.
+#[derive(Debug)]
+pub(crate) struct BuildInUse {
+    _lock: std::fs::File,
+    note: Option<PathBuf>,
+}
+
+/// Who a note says uses a build.
+#[derive(Debug, Serialize, Deserialize)]
+struct UserNote {
+    pid: u32,
+    command: String,
+    started_at: String,
+    workspace: PathBuf,
+}
+
+impl BuildInUse {
+    fn note(ctx: &Context, cache_dir: &Path, lock: std::fs::File) -> BuildInUse {
+        let note = crate::exec::owner::Owner::get().and_then(|owner| {
+            let path = users_dir(cache_dir).join(format!("{}.json", owner.id()));
+            let info = crate::exec::owner::OwnerInfo::me();
+            let note = UserNote {
+                pid: info.pid,
+                command: info.command,
+                started_at: info.started_at,
+                workspace: ctx.workspace.root().to_path_buf(),
+            };
+            // A note that cannot be written only makes `clean` less precise.
+            files::write_atomic(&path, &serde_json::to_vec(&note).expect("serializes")).ok().map(|()| path)
+        });
+        BuildInUse { _lock: lock, note }
+    }
+}
+
+impl Drop for BuildInUse {
+    fn drop(&mut self) {
+        if let Some(note) = &self.note {
+            let _ = std::fs::remove_file(note);
+        }
+    }
+}
+
+fn users_dir(cache_dir: &Path) -> PathBuf {
+    cache_dir.with_extension("users")
+}
+
+/// The runs that use the build in `cache_dir`, as people read them; notes
+/// of runs that are gone are removed.
+pub(crate) fn users_of(cache_dir: &Path, state_dir: &Path) -> Vec<String> {
+    use crate::exec::owner::{self, Liveness};
+    let mut users = Vec::new();
+    for entry in std::fs::read_dir(users_dir(cache_dir)).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let Some(id) = path.file_stem().and_then(|s| s.to_str()) else { continue };
+        let note: Option<UserNote> = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok());
+        match (owner::liveness(&owner::owner_lock(state_dir, id)), note) {
+            (Liveness::Alive, Some(n)) => users.push(format!(
+                "the run on workspace {} (pid {}, `{}`, started {})",
+                n.workspace.display(),
+                n.pid,
+                n.command,
+                n.started_at
+            )),
+            (Liveness::Alive, None) => users.push(format!("a run ({})", path.display())),
+            (Liveness::Gone(_) | Liveness::Unknown, _) => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    users
+}
+
 /// Runs one build step under a supervisor, like a trial: an interrupted or
 /// killed harness stops it (and everything it started) instead of leaving a
 /// compiler running, and the cache, which has no manifest yet, is never used
 /// half-built.
 fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
-    let token = proctree::new_token();
+    let token = crate::exec::owner::new_token();
     let cmd = cmd.clone().env(crate::env_names::TRIAL_TOKEN, token.clone());
     let grace = std::time::Duration::from_secs(ctx.config().timeouts.grace);
     let children = ctx.children_dir();
@@ -800,6 +922,9 @@ fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
         Supervised::spawn(&ctx.supervisor, &cmd, &token, log, grace, ctx.config().logs.max_bytes(), Some(&children))?;
     let (status, _) = step.wait(None, None)?;
     let (report, _) = step.finish(status)?;
+    if let Some(why) = &report.lost {
+        bail!("{} ended unknown: {why}; the build is not cached", cmd.display());
+    }
     if report.stopped.is_some() {
         bail!(
             "interrupted by {}: {} was stopped; the build is not cached and resumes on the next run",

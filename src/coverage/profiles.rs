@@ -464,6 +464,11 @@ pub(crate) fn merge_checked(
     if first.is_ok() {
         return Ok((inputs.len(), Vec::new()));
     }
+    // Stopped by an interruption, the merge says nothing of the profiles:
+    // none may be quarantined for it.
+    if crate::exec::interrupt::stops_commands() {
+        return first.map(|()| (inputs.len(), Vec::new()));
+    }
     let mut good = Vec::new();
     let mut quarantined = Vec::new();
     for input in inputs {

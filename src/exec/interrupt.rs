@@ -6,13 +6,17 @@
 //! the way a timeout does (SIGTERM, grace, SIGKILL) and record themselves as
 //! INTERRUPTED; trials not yet started do not start. A second signal exits at
 //! once: the trial supervisors see the harness go and stop their trials
-//! themselves (`supervisor.rs`).
+//! themselves (`supervisor.rs`). In the report the first signal also stops
+//! the tool running (`llvm-cov`, `llvm-profdata`), no step starts after it,
+//! and the last good report stays ([`stop_commands_too`]).
 
 use std::sync::Once;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// Whether an interruption also stops the commands this process runs.
+static STOP_COMMANDS: AtomicBool = AtomicBool::new(false);
 
 /// Installs the handlers (once per process).
 pub(crate) fn install() {
@@ -73,6 +77,19 @@ fn watch_cargo_parent() {
             }
         }
     });
+}
+
+/// From now on, an interruption also stops the commands this process runs
+/// (`Cmd`): the report's tools are stopped, and its steps fail. The trials'
+/// harness leaves this off: the merge of a trial that already ended runs
+/// to its end, so its coverage is kept.
+pub(crate) fn stop_commands_too() {
+    STOP_COMMANDS.store(true, Ordering::SeqCst);
+}
+
+/// Whether the run was interrupted and its commands are to stop.
+pub(crate) fn stops_commands() -> bool {
+    STOP_COMMANDS.load(Ordering::SeqCst) && requested().is_some()
 }
 
 /// The signal that interrupted the run, if one did.

@@ -20,6 +20,9 @@ pub struct Cmd {
 /// How many trailing lines of output a failure message shows.
 pub(crate) const TAIL_LINES: usize = 30;
 
+/// How often a running command looks whether the run was interrupted.
+const INTERRUPT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
 impl Cmd {
     pub fn new(program: impl Into<OsString>) -> Self {
         Cmd { program: program.into(), ..Default::default() }
@@ -149,9 +152,31 @@ impl Cmd {
         self.capture().map(|(stdout, stderr)| stdout + &stderr)
     }
 
+    /// Runs to completion, unless the run is interrupted and commands are to
+    /// stop (`interrupt.rs`, in the report): then the command is killed and
+    /// this fails, so a report step stops instead of running its tools on.
     fn capture(&self) -> Result<(String, String)> {
-        let output =
-            self.expression().stdout_capture().stderr_capture().unchecked().run().map_err(|e| self.cannot_start(e))?;
+        let handle = self
+            .expression()
+            .stdout_capture()
+            .stderr_capture()
+            .unchecked()
+            .start()
+            .map_err(|e| self.cannot_start(e))?;
+        let output = loop {
+            if let Some(output) = handle.wait_timeout(INTERRUPT_POLL).map_err(|e| self.cannot_start(e))? {
+                break output;
+            }
+            if crate::exec::interrupt::stops_commands() {
+                let _ = handle.kill();
+                let _ = handle.wait();
+                return Err(Error::new(format!(
+                    "interrupted by {}: stopped {}",
+                    crate::exec::interrupt::describe(),
+                    self.display()
+                )));
+            }
+        };
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         if output.status.success() {

@@ -10,14 +10,21 @@
 //! The supervisor is a child subreaper, so such an orphan is re-parented to
 //! it: the supervisor's tree also holds every process that descends from it.
 //!
-//! The marker's value names the harness process that owns the trial (its pid
-//! and start time), so a later run can tell the leftovers of a dead run from
-//! the trials of a live one: see [`sweep_orphans`].
+//! Where the machine allows, each trial also has a cgroup of its own
+//! (`cgroup.rs`): its members are the trial's too, and `cgroup.kill` ends them
+//! all at once.
+//!
+//! The marker's value names the run that owns the trial by an id whose
+//! liveness is a lock (`owner.rs`), so a later run can tell the leftovers of
+//! a dead run from the trials of a live one, in any PID namespace: see
+//! [`sweep_orphans`].
 
 use crate::env_names::TRIAL_TOKEN;
+use crate::exec::cgroup::Cgroup;
+use crate::exec::owner::{self, Liveness};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const POLL: Duration = Duration::from_millis(20);
@@ -31,18 +38,30 @@ pub(crate) struct Tree {
     /// A process whose descendants all belong to the trial: its subreaper
     /// supervisor, to which escaped orphans are re-parented.
     root: Option<libc::pid_t>,
+    /// The trial's cgroup, when it has one.
+    cgroup: Option<Cgroup>,
 }
 
 impl Tree {
     /// The processes in session `session` (none if negative) or carrying `token`.
     pub fn new(session: libc::pid_t, token: &str) -> Tree {
-        Tree { session, marker: format!("{TRIAL_TOKEN}={token}").into_bytes(), root: None }
+        Tree { session, marker: format!("{TRIAL_TOKEN}={token}").into_bytes(), root: None, cgroup: None }
     }
 
     /// Also every descendant of `root`, wherever its session and whatever
     /// its environment.
     pub(crate) fn with_descendants_of(self, root: libc::pid_t) -> Tree {
         Tree { root: Some(root), ..self }
+    }
+
+    /// Also every process in `cgroup`, which `SIGKILL` then reaches through
+    /// `cgroup.kill`.
+    pub(crate) fn with_cgroup(self, cgroup: Option<Cgroup>) -> Tree {
+        Tree { cgroup, ..self }
+    }
+
+    pub(crate) fn cgroup(&self) -> Option<&Cgroup> {
+        self.cgroup.as_ref()
     }
 
     /// Live (non-zombie) processes in the trial's session or carrying its marker.
@@ -62,12 +81,17 @@ impl Tree {
             }
             false
         };
+        let in_cgroup: BTreeSet<libc::pid_t> = self.cgroup.iter().flat_map(Cgroup::members).collect();
         let mut found = Vec::new();
         for (&pid, stat) in &stats {
             if pid == me || stat.state == 'Z' {
                 continue;
             }
-            if (self.session > 0 && stat.session == self.session) || descends(pid) || self.marked(pid) {
+            let member = (self.session > 0 && stat.session == self.session)
+                || in_cgroup.contains(&pid)
+                || descends(pid)
+                || self.marked(pid);
+            if member {
                 found.push(pid);
             }
         }
@@ -79,9 +103,15 @@ impl Tree {
             .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == self.marker.as_slice()))
     }
 
-    /// Sends `sig` to every member; returns how many there were.
+    /// Sends `sig` to every member (SIGKILL also through `cgroup.kill`);
+    /// returns how many there were.
     pub(crate) fn signal(&self, sig: libc::c_int) -> usize {
         let members = self.members();
+        if sig == libc::SIGKILL
+            && let Some(cgroup) = &self.cgroup
+        {
+            cgroup.kill();
+        }
         for &pid in &members {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe { libc::kill(pid, sig) };
@@ -98,6 +128,9 @@ impl Tree {
             let members = self.members();
             if members.is_empty() || Instant::now() >= end {
                 return members.len();
+            }
+            if let Some(cgroup) = &self.cgroup {
+                cgroup.kill();
             }
             for &pid in &members {
                 // SAFETY: as above.
@@ -140,107 +173,199 @@ fn all_pids() -> Vec<libc::pid_t> {
     entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect()
 }
 
-/// A new trial token: `<harness pid>-<harness start time>-<n>`, so that
-/// [`sweep_orphans`] can tell whether the harness that owns it still lives.
-pub(crate) fn new_token() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let pid = std::process::id() as libc::pid_t;
-    let start = stat_of(pid).map_or(0, |s| s.start_time);
-    format!("{pid}-{start}-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
-}
-
-/// The owner (pid, start time) a token names.
-fn token_owner(token: &str) -> Option<(libc::pid_t, u64)> {
-    let mut parts = token.split('-');
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-}
-
 /// A supervisor's record of its trial's processes, rewritten while they
 /// change (`<state>/children/<token>.json`): a supervisor killed with
 /// SIGKILL leaves its trial's processes to pid 1, and one that dropped the
-/// marker and left the session is then known only by this record.
+/// marker and left the session is then known only by this record. The
+/// supervisor holds the lock `<token>.lock` beside it for as long as it
+/// runs: while it does, it is in charge, in whatever PID namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ChildrenRecord {
-    /// The supervisor's pid and start time: while it lives, it is in charge.
-    pub(crate) supervisor: (libc::pid_t, u64),
-    /// Pid and start time of each process of the trial it last saw.
-    pub(crate) processes: Vec<(libc::pid_t, u64)>,
+    /// The supervisor's pid as it saw itself, for messages.
+    pub(crate) supervisor: libc::pid_t,
+    /// The supervisor's PID namespace: the pids below mean something only there.
+    pub(crate) pid_ns: u64,
+    /// The trial's cgroup, when it has one (named before the trial starts).
+    pub(crate) cgroup: Option<PathBuf>,
+    /// Pid, start time and session of each process of the trial it last saw.
+    pub(crate) processes: Vec<(libc::pid_t, u64, libc::pid_t)>,
 }
 
 impl ChildrenRecord {
     /// The record of `members`, by the calling supervisor.
-    pub(crate) fn of(members: &[libc::pid_t]) -> ChildrenRecord {
-        let me = std::process::id() as libc::pid_t;
-        let start = |pid| stat_of(pid).map(|s| s.start_time);
+    pub(crate) fn of(members: &[libc::pid_t], cgroup: Option<&Cgroup>) -> ChildrenRecord {
         ChildrenRecord {
-            supervisor: (me, start(me).unwrap_or(0)),
-            processes: members.iter().filter_map(|&pid| Some((pid, start(pid)?))).collect(),
+            supervisor: std::process::id() as libc::pid_t,
+            pid_ns: owner::pid_namespace(),
+            cgroup: cgroup.map(|c| c.path().to_path_buf()),
+            processes: members.iter().filter_map(|&pid| stat_of(pid).map(|s| (pid, s.start_time, s.session))).collect(),
         }
+    }
+
+    /// The record at `path`, if there is a readable one.
+    pub(crate) fn read(path: &Path) -> Option<ChildrenRecord> {
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+    }
+
+    /// The lock its supervisor holds, beside the record at `record`.
+    pub(crate) fn lock_path(record: &Path) -> PathBuf {
+        record.with_extension("lock")
     }
 }
 
-/// Kills the processes that the records in `dir` name, where the record's
-/// supervisor is gone and the process (same pid, same start time) still
-/// runs; removes those records. Returns what it killed.
+/// Kills what the records in `dir` name, where the record's supervisor is
+/// provably gone (its lock is free); removes those records. Returns what it
+/// killed.
 pub(crate) fn sweep_records(dir: &Path) -> Vec<Orphan> {
     let mut killed = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();
-        if path.extension().is_none_or(|e| e != "json") {
-            continue;
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("json") => killed.extend(sweep_record(&path)),
+            // A supervisor that died before it wrote its record left nothing to sweep.
+            Some("lock") if !path.with_extension("json").exists() => {
+                if let Liveness::Gone(gone) = owner::liveness(&path) {
+                    gone.remove();
+                }
+            }
+            _ => {}
         }
-        killed.extend(sweep_record(&path));
     }
     killed
 }
 
-/// [`sweep_records`] for one record.
+/// [`sweep_records`] for one record. With a cgroup, `cgroup.kill` ends
+/// everything in it. Without one, and only in the supervisor's own PID
+/// namespace: every recorded process that still runs (same pid, same start
+/// time), its descendants, and every process of its session (a session's id
+/// cannot be reused while a process is in it, and a process joins a session
+/// only by being born in it: a daemon that forks a new process every moment
+/// stays in the session of the recorded one).
 pub(crate) fn sweep_record(path: &Path) -> Vec<Orphan> {
-    let Some(record) = std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str::<ChildrenRecord>(&t).ok())
-    else {
-        return Vec::new();
-    };
-    let (sup, sup_start) = record.supervisor;
-    if stat_of(sup).is_some_and(|s| s.start_time == sup_start && s.state != 'Z') {
-        return Vec::new();
-    }
-    let alive =
-        |&(pid, start): &(libc::pid_t, u64)| stat_of(pid).is_some_and(|s| s.start_time == start && s.state != 'Z');
+    let Some(record) = ChildrenRecord::read(path) else { return Vec::new() };
+    let Liveness::Gone(gone) = owner::liveness(&ChildrenRecord::lock_path(path)) else { return Vec::new() };
     let mut killed = Vec::new();
-    for &(pid, _) in record.processes.iter().filter(|p| alive(p)) {
-        let command = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim().to_string())
-            .unwrap_or_default();
-        // SAFETY: kill has no memory-safety preconditions; the start time
-        // was checked, so the pid is still the recorded process.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        killed.push(Orphan { pid, owner: sup, command });
+    let mut left = false;
+    if let Some(cgroup) = record.cgroup.as_deref().and_then(|c| Cgroup::existing(c, &stem_of(path))) {
+        let members = cgroup.members();
+        cgroup.kill();
+        killed.extend(members.into_iter().map(|pid| Orphan {
+            pid,
+            owner: record.supervisor,
+            command: command_of(pid),
+        }));
+        let end = Instant::now() + Duration::from_secs(10);
+        while cgroup.populated() && Instant::now() < end {
+            std::thread::sleep(POLL);
+            cgroup.kill();
+        }
+        left |= !cgroup.remove();
     }
-    let end = Instant::now() + Duration::from_secs(10);
-    while record.processes.iter().any(alive) && Instant::now() < end {
-        std::thread::sleep(POLL);
+    if record.pid_ns == owner::pid_namespace() {
+        let (found, survivors) = kill_recorded(&record);
+        for o in found {
+            if !killed.iter().any(|k| k.pid == o.pid) {
+                killed.push(o);
+            }
+        }
+        left |= survivors;
+    } else if record.cgroup.is_none() {
+        // Its pids are another namespace's: nothing here can be proven its.
+        left = true;
     }
-    // A process that outlived SIGKILL stays on the record for the next run.
-    if !record.processes.iter().any(alive) {
+    // What outlived SIGKILL stays on the record for the next run.
+    if !left {
         let _ = std::fs::remove_file(path);
+        gone.remove();
     }
     killed
+}
+
+/// The recorded processes that still run, their descendants and their
+/// sessions' processes, SIGKILLed until none is left (or 10 s); whether
+/// some survived.
+fn kill_recorded(record: &ChildrenRecord) -> (Vec<Orphan>, bool) {
+    let me = std::process::id() as libc::pid_t;
+    let my_session = stat_of(me).map_or(0, |s| s.session);
+    let mut killed: Vec<Orphan> = Vec::new();
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut sessions: BTreeSet<libc::pid_t> = BTreeSet::new();
+    loop {
+        let stats: BTreeMap<libc::pid_t, Stat> =
+            all_pids().into_iter().filter_map(|p| Some((p, stat_of(p)?))).filter(|(_, s)| s.state != 'Z').collect();
+        let mut proven: BTreeSet<libc::pid_t> = record
+            .processes
+            .iter()
+            .filter(|(pid, start, _)| stats.get(pid).is_some_and(|s| s.start_time == *start))
+            .map(|(pid, _, _)| *pid)
+            .collect();
+        sessions.extend(proven.iter().filter_map(|p| stats.get(p)).map(|s| s.session));
+        sessions.retain(|&s| s > 1 && s != my_session);
+        proven.extend(stats.iter().filter(|(_, s)| sessions.contains(&s.session)).map(|(&p, _)| p));
+        // Descendants, found by walking up each process's parents.
+        for &pid in stats.keys() {
+            let mut at = pid;
+            for _ in 0..stats.len() {
+                match stats.get(&at) {
+                    Some(s) if proven.contains(&s.ppid) => {
+                        proven.insert(pid);
+                        break;
+                    }
+                    Some(s) if s.ppid > 1 => at = s.ppid,
+                    _ => break,
+                }
+            }
+        }
+        proven.remove(&me);
+        if proven.is_empty() {
+            return (killed, false);
+        }
+        if Instant::now() >= end {
+            return (killed, true);
+        }
+        for &pid in &proven {
+            if !killed.iter().any(|k| k.pid == pid) {
+                killed.push(Orphan { pid, owner: record.supervisor, command: command_of(pid) });
+            }
+            // SAFETY: kill has no memory-safety preconditions; each pid was
+            // just proven to be the trial's (start time, session or parent).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// A record's file name without `.json`: its trial's token, as a file name.
+fn stem_of(record: &Path) -> String {
+    record.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn command_of(pid: libc::pid_t) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim().to_string())
+        .unwrap_or_default()
 }
 
 /// A process left behind by a dead run.
 #[derive(Debug, Clone)]
 pub(crate) struct Orphan {
     pub(crate) pid: libc::pid_t,
+    /// The pid of the run (or supervisor) it was left by, as that one saw itself.
     pub(crate) owner: libc::pid_t,
     pub(crate) command: String,
 }
 
-/// Finds every process carrying a trial marker whose owning harness is no
-/// longer running (killed with SIGKILL, say, before its supervisors could
-/// act), and kills them: SIGTERM, `grace`, then SIGKILL. Returns what it found.
-pub(crate) fn sweep_orphans(grace: Duration) -> Vec<Orphan> {
+/// Finds every process carrying a trial marker whose owning run is provably
+/// gone (its lock in `state_dir` is free: killed with SIGKILL, say, before
+/// its supervisors could act), and kills them: SIGTERM, `grace`, then
+/// SIGKILL. A marker whose owner cannot be decided (no lock file here: a run
+/// of another state folder, or of an older ccl-coverage) is left alone. The
+/// locks of owners that are gone and left nothing are removed, by a run of
+/// their PID namespace only (it sees every process they could have started).
+/// Returns what it found.
+pub(crate) fn sweep_orphans(state_dir: &Path, grace: Duration) -> Vec<Orphan> {
     let prefix = format!("{TRIAL_TOKEN}=");
+    let mut owners: BTreeMap<String, Liveness> = BTreeMap::new();
     let mut by_token: BTreeMap<String, Vec<Orphan>> = BTreeMap::new();
     for pid in all_pids() {
         let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
@@ -251,15 +376,18 @@ pub(crate) fn sweep_orphans(grace: Duration) -> Vec<Orphan> {
         else {
             continue;
         };
-        let Some((owner, owner_start)) = token_owner(&token) else { continue };
-        let owner_alive = stat_of(owner).is_some_and(|s| s.start_time == owner_start && s.state != 'Z');
-        if owner_alive || stat_of(pid).is_none_or(|s| s.state == 'Z') {
+        let Some(id) = owner::token_owner(&token) else { continue };
+        let liveness =
+            owners.entry(id.to_string()).or_insert_with(|| owner::liveness(&owner::owner_lock(state_dir, id)));
+        let Liveness::Gone(gone) = liveness else { continue };
+        if stat_of(pid).is_none_or(|s| s.state == 'Z') {
             continue;
         }
-        let command = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim().to_string())
-            .unwrap_or_default();
-        by_token.entry(token).or_default().push(Orphan { pid, owner, command });
+        by_token.entry(token).or_default().push(Orphan {
+            pid,
+            owner: gone.info.pid as libc::pid_t,
+            command: command_of(pid),
+        });
     }
     let trees: Vec<Tree> = by_token.keys().map(|token| Tree::new(-1, token)).collect();
     for tree in &trees {
@@ -269,10 +397,27 @@ pub(crate) fn sweep_orphans(grace: Duration) -> Vec<Orphan> {
     while Instant::now() < end && trees.iter().any(|t| !t.members().is_empty()) {
         std::thread::sleep(POLL);
     }
-    for tree in &trees {
-        tree.wait_gone(Duration::from_secs(10), &mut || {});
+    let survivors: usize = trees.iter().map(|tree| tree.wait_gone(Duration::from_secs(10), &mut || {})).sum();
+    if survivors == 0 {
+        remove_gone_owners(state_dir, owners);
     }
     by_token.into_values().flatten().collect()
+}
+
+/// Removes the lock files of owners that are gone, of this PID namespace.
+fn remove_gone_owners(state_dir: &Path, mut seen: BTreeMap<String, Liveness>) {
+    let dir = state_dir.join("owners");
+    let mine = owner::pid_namespace();
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(id) = name.strip_suffix(".lock") else { continue };
+        let liveness = seen.remove(id).unwrap_or_else(|| owner::liveness(&entry.path()));
+        if let Liveness::Gone(gone) = liveness
+            && gone.info.pid_ns == mine
+        {
+            gone.remove();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -296,15 +441,6 @@ mod tests {
         // SAFETY: getsid has no memory-safety preconditions.
         assert_eq!(stat.session, unsafe { libc::getsid(pid) });
         assert!(stat.start_time > 0);
-    }
-
-    #[test]
-    fn tokens_name_their_live_owner() {
-        let token = new_token();
-        let (pid, start) = token_owner(&token).unwrap();
-        assert_eq!(pid, std::process::id() as libc::pid_t);
-        assert_eq!(stat_of(pid).unwrap().start_time, start);
-        assert_ne!(new_token(), token, "every trial gets its own token");
     }
 
     /// A child that is killed and reaped when the test ends, pass or fail.

@@ -9,6 +9,10 @@
 //! - leads the trial's session (the harness started it with `setsid`);
 //! - reads a lifeline pipe on its stdin: a `T` asks it to stop the trial
 //!   (timeout, interruption), end of file means the harness died;
+//! - puts the trial in a cgroup of its own where the machine allows
+//!   ([`crate::exec::cgroup`]), and says in its report whether it did;
+//! - holds a lock beside its record of the trial's processes, so that a
+//!   later run knows, in any PID namespace, whether it still runs;
 //! - stops a trial with SIGTERM to every process of it, the grace period,
 //!   then SIGKILL ([`crate::exec::proctree`]);
 //! - once the trial's main process has exited, kills what it left behind and
@@ -21,6 +25,8 @@ use crate::bail;
 use crate::env_names::{SUPERVISE, TRIAL_TOKEN};
 use crate::error::{Error, Result};
 use crate::exec::capped_log::{self, CappedLog};
+use crate::exec::cgroup::{self, Cgroup};
+use crate::exec::owner;
 use crate::exec::process::Cmd;
 use crate::exec::proctree::{self, ChildrenRecord, Tree};
 use serde::{Deserialize, Serialize};
@@ -44,6 +50,12 @@ const LEFTOVER_SETTLE: Duration = Duration::from_secs(2);
 /// It covers the supervisor's own worst case after the grace period: two
 /// waits of [`REAP_LIMIT`] and the output's drain.
 const STOP_SLACK: Duration = Duration::from_secs(30);
+/// How long the supervisor may stay stopped (SIGSTOP, a tracer) before the
+/// harness takes it for lost: stopped, it enforces no timeout and reports
+/// nothing, while its trial runs on.
+const STOPPED_LIMIT: Duration = Duration::from_secs(2);
+/// How often the harness looks at its supervisor's state.
+const LOOK_EVERY: Duration = Duration::from_millis(200);
 
 /// Why the harness asked the supervisor to stop its command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +75,11 @@ pub(crate) struct Supervised {
     token: String,
     grace: Duration,
     stop_asked: Option<Instant>,
+    /// Since when the supervisor has been seen stopped, and when to look again.
+    stopped_since: Option<Instant>,
+    next_look: Instant,
+    /// Why the harness killed the supervisor itself, when it did.
+    lost: Option<String>,
 }
 
 impl Supervised {
@@ -84,9 +101,7 @@ impl Supervised {
             Some(dir) => {
                 std::fs::create_dir_all(dir)
                     .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
-                let name: String =
-                    token.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
-                Some(dir.join(format!("{name}.json")))
+                Some(dir.join(format!("{}.json", file_name(token))))
             }
             None => None,
         };
@@ -134,6 +149,9 @@ impl Supervised {
             token: token.to_string(),
             grace,
             stop_asked: None,
+            stopped_since: None,
+            next_look: Instant::now(),
+            lost: None,
         })
     }
 
@@ -148,6 +166,28 @@ impl Supervised {
         if self.stop_asked.is_some_and(|at| at.elapsed() > self.grace.saturating_add(STOP_SLACK)) {
             let _ = self.child.kill();
             return self.child.wait().map(Some).map_err(|e| Error::new(format!("waiting for {}: {e}", self.display)));
+        }
+        if Instant::now() >= self.next_look {
+            self.next_look = Instant::now() + LOOK_EVERY;
+            let pid = self.child.id() as libc::pid_t;
+            let stopped = proctree::stat_of(pid).is_some_and(|s| matches!(s.state, 'T' | 't'));
+            match (stopped, self.stopped_since) {
+                (false, _) => self.stopped_since = None,
+                (true, None) => self.stopped_since = Some(Instant::now()),
+                (true, Some(since)) if since.elapsed() >= STOPPED_LIMIT => {
+                    self.lost = Some(format!(
+                        "its supervisor (pid {pid}) was stopped (SIGSTOP or a tracer) for {}s, so the harness killed it",
+                        STOPPED_LIMIT.as_secs()
+                    ));
+                    let _ = self.child.kill();
+                    return self
+                        .child
+                        .wait()
+                        .map(Some)
+                        .map_err(|e| Error::new(format!("waiting for {}: {e}", self.display)));
+                }
+                (true, Some(_)) => {}
+            }
         }
         Ok(None)
     }
@@ -201,7 +241,10 @@ impl Supervised {
     }
 
     /// The supervisor's report, and how many processes the harness still had
-    /// to kill itself (0 unless the supervisor failed).
+    /// to kill itself (0 unless the supervisor failed). A supervisor that died
+    /// or was killed without a report gives one that says so
+    /// ([`Report::lost`]): its trial is then recorded as failed, never
+    /// dropped.
     pub(crate) fn finish(mut self, status: ExitStatus) -> Result<(Report, usize)> {
         let mut text = String::new();
         let report = match self.child.stdout.take() {
@@ -212,8 +255,10 @@ impl Supervised {
         };
         let mut backstop = Tree::new(self.child.id() as libc::pid_t, &self.token).wait_gone(REAP_LIMIT, &mut || {});
         // A supervisor that died leaves its record: what dropped the marker
-        // and left the session is known only there.
+        // and left the session (or is in the trial's cgroup) is known only there.
+        let mut had_cgroup = false;
         if let (None, Some(record)) = (&report, &self.children) {
+            had_cgroup = ChildrenRecord::read(record).is_some_and(|r| r.cgroup.is_some());
             let killed = proctree::sweep_record(record);
             for o in &killed {
                 eprintln!(
@@ -223,13 +268,19 @@ impl Supervised {
             }
             backstop += killed.len();
         }
-        let Some(report): Option<Report> = report else {
-            bail!(
-                "the supervisor ended ({}) without saying how {} ended; see {}",
-                crate::exec::process::describe_status(status),
-                self.display,
-                self.log.display()
-            );
+        let report: Report = match (report, self.lost.take()) {
+            (Some(report), None) => report,
+            (_, lost) => {
+                let why = lost.unwrap_or_else(|| {
+                    format!(
+                        "its supervisor ended ({}) without saying how the trial ended",
+                        crate::exec::process::describe_status(status)
+                    )
+                });
+                eprintln!("ccl-coverage: {}: {why}; see {}", self.display, self.log.display());
+                let containment = if had_cgroup { Containment::Cgroup } else { Containment::ProcessTree };
+                Report { lost: Some(why), containment, ..Report::default() }
+            }
         };
         if let Some(why) = &report.spawn_error {
             bail!("cannot run {}: {why}", self.display);
@@ -263,6 +314,18 @@ pub enum StopCause {
     HarnessGone,
 }
 
+/// What held a trial's processes together, so that all of them could be
+/// found and killed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Containment {
+    /// The session, the marker variable and the supervisor's descendants.
+    #[default]
+    ProcessTree,
+    /// A cgroup v2 of its own (and the above).
+    Cgroup,
+}
+
 /// How the trial ended, as the supervisor saw it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Report {
@@ -282,6 +345,15 @@ pub struct Report {
     pub(crate) output_bytes: u64,
     #[serde(default)]
     pub(crate) output_cut: u64,
+    #[serde(default)]
+    pub containment: Containment,
+    /// Why the trial had no cgroup, when it could have had one.
+    #[serde(default)]
+    pub no_cgroup: Option<String>,
+    /// Set by the harness (never by the supervisor) when the supervisor died
+    /// or was killed without a report: why.
+    #[serde(skip)]
+    pub lost: Option<String>,
 }
 
 /// Runs the supervisor if this process was started as one; every entry point
@@ -305,38 +377,93 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     let token = std::env::var(TRIAL_TOKEN).unwrap_or_default();
     // SAFETY: getpid cannot fail.
     let me = unsafe { libc::getpid() };
-    let tree = Tree::new(me, &token).with_descendants_of(me);
     let log = match std::fs::File::options().create(true).append(true).custom_flags(libc::O_NOFOLLOW).open(&spec.log) {
         Ok(log) => log,
         Err(e) => return spawn_failed(format!("cannot open {}: {e}", spec.log.display())),
     };
     let Some((program, args)) = argv.split_first() else { return spawn_failed("empty command line".into()) };
+    // Held until this process ends: while it is, no other run sweeps the record.
+    let _alive = match spec.children.as_deref() {
+        Some(record) => match owner::create_locked(&ChildrenRecord::lock_path(record), &owner::OwnerInfo::me()) {
+            Ok(lock) => Some(lock),
+            Err(e) => return spawn_failed(e.to_string()),
+        },
+        None => None,
+    };
+    let mode = cgroup::Mode::from_env();
+    let (mut trial_cgroup, mut no_cgroup) = match mode {
+        cgroup::Mode::Off => (None, Some(format!("{}=off", crate::env_names::CGROUP))),
+        _ => match Cgroup::create(&file_name(&token)) {
+            Ok(made) => (Some(made), None),
+            Err(e) if mode == cgroup::Mode::On => {
+                return spawn_failed(format!("{}=on, but {e}", crate::env_names::CGROUP));
+            }
+            Err(e) => (None, Some(e.to_string())),
+        },
+    };
+    let mut record = Recorder { path: spec.children.as_deref(), last: None, next: Instant::now() };
     raise_memlock();
-    let mut command = Command::new(program);
-    command.args(args).env_remove(SUPERVISE).stdin(Stdio::null());
     // Output goes through a pipe to the copier, which caps the log; writing
     // to the log file directly would let a trial fill the disk.
     let (pipe, writer) = match std::io::pipe() {
         Ok(pair) => pair,
         Err(e) => return spawn_failed(format!("cannot make a pipe for the output: {e}")),
     };
-    match writer.try_clone() {
-        Ok(out) => command.stdout(out).stderr(writer),
-        Err(e) => return spawn_failed(format!("cannot make a pipe for the output: {e}")),
-    };
-    if let Some(dir) = &spec.cwd {
-        command.current_dir(dir);
-    }
-    let spawned = command.spawn();
-    // The copier sees end of file only once no writer is left here.
-    drop(command);
-    let child = match spawned {
-        Ok(child) => child,
-        Err(e) => {
-            let hint = if e.kind() == std::io::ErrorKind::NotFound { " (not installed or not on PATH?)" } else { "" };
-            return spawn_failed(format!("cannot start {}: {e}{hint}", program.to_string_lossy()));
+    let mut spawned = None;
+    for attempt in 0..2 {
+        // Named in the record before anything runs in it.
+        record.update(&Tree::new(me, &token).with_cgroup(trial_cgroup.clone()), true);
+        let mut command = Command::new(program);
+        command.args(args).env_remove(SUPERVISE).stdin(Stdio::null());
+        match (writer.try_clone(), writer.try_clone()) {
+            (Ok(out), Ok(err)) => command.stdout(out).stderr(err),
+            (Err(e), _) | (_, Err(e)) => return spawn_failed(format!("cannot make a pipe for the output: {e}")),
+        };
+        if let Some(dir) = &spec.cwd {
+            command.current_dir(dir);
         }
-    };
+        let procs = match trial_cgroup.as_ref().map(Cgroup::procs_for_writing).transpose() {
+            Ok(procs) => procs,
+            Err(e) => return spawn_failed(e.to_string()),
+        };
+        if let Some(procs) = &procs {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(procs);
+            // SAFETY: a write(2) to an open descriptor is async-signal-safe
+            // and touches no memory of the parent.
+            unsafe {
+                command.pre_exec(move || {
+                    let procs = std::os::fd::BorrowedFd::borrow_raw(fd);
+                    rustix::io::write(procs, b"0").map(drop).map_err(std::io::Error::from)
+                });
+            }
+        }
+        match command.spawn() {
+            Ok(child) => {
+                spawned = Some(child);
+                break;
+            }
+            Err(e) if attempt == 0 && trial_cgroup.is_some() && mode == cgroup::Mode::Auto => {
+                // Perhaps the move into the cgroup failed: once more without.
+                if let Some(made) = trial_cgroup.take() {
+                    made.remove();
+                }
+                no_cgroup = Some(format!("the trial could not be started in its cgroup: {e}"));
+            }
+            Err(e) => {
+                let hint =
+                    if e.kind() == std::io::ErrorKind::NotFound { " (not installed or not on PATH?)" } else { "" };
+                if let Some(made) = &trial_cgroup {
+                    made.remove();
+                }
+                record.remove();
+                return spawn_failed(format!("cannot start {}: {e}{hint}", program.to_string_lossy()));
+            }
+        }
+    }
+    // The copier sees end of file only once no writer is left here.
+    drop(writer);
+    let Some(child) = spawned else { return spawn_failed(format!("cannot start {}", program.to_string_lossy())) };
+    let tree = Tree::new(me, &token).with_descendants_of(me).with_cgroup(trial_cgroup.clone());
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let copier = {
         let (done, log) = (done.clone(), CappedLog::new(log, spec.log_cap));
@@ -346,13 +473,16 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     // The child is reaped with waitpid below, together with adopted orphans.
     std::mem::forget(child);
     let mut main_status = None;
-    let mut report = Report::default();
+    let mut report = Report {
+        containment: if trial_cgroup.is_some() { Containment::Cgroup } else { Containment::ProcessTree },
+        no_cgroup,
+        ..Report::default()
+    };
     let mut stop_at: Option<Instant> = None;
     let grace = Duration::from_millis(spec.grace_ms);
-    let mut record = Recorder { path: spec.children.as_deref(), last: None, next: Instant::now() };
     loop {
         reap(main, &mut main_status);
-        record.update(&tree);
+        record.update(&tree, false);
         match stop_at {
             None => {
                 if main_status.is_some() {
@@ -395,6 +525,12 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     }
     report.survivors = tree.wait_gone(REAP_LIMIT, &mut || reap(main, &mut main_status));
     report.wait_status = main_status;
+    reap(main, &mut main_status);
+    if let Some(made) = &trial_cgroup
+        && !made.remove()
+    {
+        report.survivors = report.survivors.max(1);
+    }
     if report.survivors == 0 {
         record.remove();
     }
@@ -403,6 +539,11 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     report.output_bytes = copied.total;
     report.output_cut = copied.cut;
     report
+}
+
+/// A token as part of a file or cgroup name.
+pub(crate) fn file_name(token: &str) -> String {
+    token.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
 }
 
 /// How often the supervisor looks at its trial's processes for the record.
@@ -417,15 +558,16 @@ struct Recorder<'a> {
 }
 
 impl Recorder<'_> {
-    fn update(&mut self, tree: &Tree) {
+    /// Writes the record if the set changed and it is time to look (or `now`).
+    fn update(&mut self, tree: &Tree, now: bool) {
         let Some(path) = self.path else { return };
-        if Instant::now() < self.next {
+        if !now && Instant::now() < self.next {
             return;
         }
         self.next = Instant::now() + RECORD_EVERY;
         let mut members = tree.members();
         members.sort_unstable();
-        let record = ChildrenRecord::of(&members);
+        let record = ChildrenRecord::of(&members, tree.cgroup());
         if self.last.as_ref() != Some(&record) {
             let text = serde_json::to_string(&record).expect("record serializes");
             // Whole or not at all (a rename); a record that cannot be
@@ -436,9 +578,11 @@ impl Recorder<'_> {
         }
     }
 
+    /// Removes the record and then its lock: the trial's processes are gone.
     fn remove(&self) {
         if let Some(path) = self.path {
             let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_file(ChildrenRecord::lock_path(path));
         }
     }
 }

@@ -62,9 +62,24 @@ pub fn main() -> ExitCode {
 }
 
 pub fn main_with(args: Arguments) -> ExitCode {
+    run(args).code
+}
+
+/// How a run of the trials ended, for `ccl-coverage run`.
+pub struct Ran {
+    pub code: ExitCode,
+    /// Whether it held the workspace and ran: a run refused (a wrong config,
+    /// a workspace in use) ran nothing, so the workspace's results are
+    /// another run's, and are neither reported nor tallied as its own.
+    pub ran: bool,
+}
+
+/// The trials as [`main_with`] runs them, saying whether they ran at all.
+pub fn run(args: Arguments) -> Ran {
+    let refused = |code| Ran { code, ran: false };
     let ctx = match super::load_context() {
         Ok(ctx) => ctx,
-        Err(code) => return code,
+        Err(code) => return refused(code),
     };
     let specs = plan::plan(ctx.config());
     if let Some(run) = &ctx.config().upstream {
@@ -74,7 +89,7 @@ pub fn main_with(args: Arguments) -> ExitCode {
         }
     }
     if ctx.dry_run && !args.list {
-        return super::dry_run::print(&ctx, &specs, &args);
+        return refused(super::dry_run::print(&ctx, &specs, &args));
     }
     // Listing reads nothing and writes nothing: no lock, no workspace.
     let _lock = if args.list {
@@ -82,7 +97,7 @@ pub fn main_with(args: Arguments) -> ExitCode {
     } else {
         match super::take_workspace(&ctx, super::Access::Write) {
             Ok(lock) => Some(lock),
-            Err(code) => return code,
+            Err(code) => return refused(code),
         }
     };
     let progress = Progress {
@@ -125,16 +140,21 @@ pub fn main_with(args: Arguments) -> ExitCode {
     shared.suite.select(selected);
     let conclusion = libtest_mimic::run(&args, trials);
     let written = shared.suite.finish().inspect_err(|e| eprintln!("ccl-coverage: {e}"));
-    if let Some(code) = interrupt::exit_code() {
+    // Every trial and its supervisor ended: nothing of this run is left to sweep.
+    if let Some(owner) = crate::exec::owner::Owner::get() {
+        owner.unregister();
+    }
+    let code = if let Some(code) = interrupt::exit_code() {
         eprintln!(
             "ccl-coverage: interrupted by {}: results of the trials that ended are in {}",
             interrupt::describe(),
             shared.suite.ctx.workspace.results_dir().display()
         );
-        return ExitCode::from(code);
-    }
-    if written.is_err() {
-        return ExitCode::FAILURE;
-    }
-    conclusion.exit_code()
+        ExitCode::from(code)
+    } else if written.is_err() {
+        ExitCode::FAILURE
+    } else {
+        conclusion.exit_code()
+    };
+    Ran { code, ran: !args.list }
 }

@@ -15,6 +15,7 @@ use crate::coverage::mapping::{self, Mapping, ProfileCounts};
 use crate::coverage::profiles;
 use crate::coverage::sass::{self, DeviceLines};
 use crate::error::Error;
+use crate::exec::interrupt;
 use crate::plan;
 use crate::report::attribution::{self, Attribution, Covered, TrialCoverage, TrialSummary};
 use crate::report::attribution_pages;
@@ -119,6 +120,7 @@ pub fn main_with(mut args: Arguments) -> ExitCode {
         ("report::baseline", Shared::baseline),
     ];
     drop_trial_filter(&mut args, &steps.map(|(name, _)| name));
+    interrupt::stop_commands_too();
     // Listing reads nothing and writes nothing: no lock, no workspace.
     let _lock = if args.list {
         None
@@ -144,6 +146,14 @@ pub fn main_with(mut args: Arguments) -> ExitCode {
             let nothing = nothing_to_check(name, &shared.ctx);
             let shared = shared.clone();
             let trial = Trial::ignorable_test(name, move || {
+                // Stopped: no step starts, and the report is not installed.
+                if let Some(signal) = interrupt::requested() {
+                    shared.outcomes.lock().unwrap_or_else(PoisonError::into_inner).push((name, false));
+                    return Err(Failed::from(format!(
+                        "not run: the report was interrupted by {}",
+                        crate::exec::process::signal_name(signal)
+                    )));
+                }
                 // A step that panics (libtest-mimic catches it) has failed too.
                 let outcome =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shared.with_merged(|m| step(&shared, m))));
@@ -161,11 +171,11 @@ pub fn main_with(mut args: Arguments) -> ExitCode {
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
     match shared.install() {
-        Ok(()) => conclusion.exit_code(),
         Err(e) => {
             eprintln!("ccl-coverage: {e}");
             ExitCode::FAILURE
         }
+        Ok(()) => interrupt::exit_code().map_or_else(|| conclusion.exit_code(), ExitCode::from),
     }
 }
 
@@ -319,6 +329,19 @@ impl Shared {
                 }
                 return Ok(());
             }
+        }
+        if interrupt::requested().is_some() {
+            discard()?;
+            let kept = if report.is_dir() {
+                format!("the last good report, {}, is kept whole", report.display())
+            } else {
+                "there is no report yet".to_string()
+            };
+            eprintln!(
+                "ccl-coverage: interrupted by {}: the new report was not installed; {kept}",
+                interrupt::describe()
+            );
+            return Ok(());
         }
         let outcomes = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
         let failed: Vec<&str> =

@@ -10,6 +10,8 @@ pub mod who_covers;
 
 use crate::context::Context;
 use crate::error::Result;
+use crate::exec::cgroup;
+use crate::exec::owner::Owner;
 use crate::workspace::lock::WorkspaceLock;
 use crate::{exec::interrupt, exec::proctree, workspace};
 use std::path::PathBuf;
@@ -45,8 +47,10 @@ fn take_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock, ExitCo
 fn prepare_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock> {
     let config = ctx.config();
     if access == Access::Write {
-        let orphans = proctree::sweep_orphans(std::time::Duration::from_secs(config.timeouts.grace));
-        for o in &orphans {
+        // Before any trial starts: its token names this run, alive while it holds this lock.
+        Owner::register(&ctx.state_dir)?;
+        let grace = std::time::Duration::from_secs(config.timeouts.grace);
+        for o in &proctree::sweep_orphans(&ctx.state_dir, grace) {
             eprintln!(
                 "ccl-coverage: killed pid {} left behind by a run that died (harness pid {}): {}",
                 o.pid, o.owner, o.command
@@ -60,6 +64,7 @@ fn prepare_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock> {
                 o.pid, o.owner, o.command
             );
         }
+        say_containment();
     }
     let protected = protected_paths(ctx);
     let ws = &ctx.workspace;
@@ -68,6 +73,23 @@ fn prepare_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock> {
         Access::Report => ws.check_claimed(&config.name, &ctx.loaded.path, &protected)?,
     }
     WorkspaceLock::acquire(ws)
+}
+
+/// Which mechanism holds this run's trial processes, once, before the first.
+fn say_containment() {
+    let mode = cgroup::Mode::from_env();
+    let name = crate::env_names::CGROUP;
+    let line = match (mode, cgroup::available()) {
+        (cgroup::Mode::Off, _) => {
+            format!("each trial's processes are held by its session, marker and supervisor ({name}=off: no cgroup)")
+        }
+        (_, Ok(base)) => format!("each trial runs in a cgroup v2 of its own, under {}", base.display()),
+        (cgroup::Mode::Auto, Err(why)) => {
+            format!("each trial's processes are held by its session, marker and supervisor: no cgroup v2 here ({why})")
+        }
+        (cgroup::Mode::On, Err(why)) => format!("{name}=on, but there is no cgroup v2 here: {why}; every trial fails"),
+    };
+    eprintln!("ccl-coverage: {line}");
 }
 
 /// Folders a workspace must neither hold nor (for sources) lie inside.

@@ -35,9 +35,9 @@ pub fn show_env() -> ExitCode {
 
 /// Deletes the config's workspace (only one the harness marked as its own,
 /// and not while a run holds it) and, with `builds`, every cached build that
-/// no process is building. A build's lock is held only while it is built
-/// or checked, so a run on another workspace that uses a cached build would
-/// lose it: `--builds` is for when nothing runs.
+/// no run is building or using: a running suite holds its build (a shared
+/// lock) from its first trial to its end, and a build in use is kept and
+/// its runs named.
 pub fn clean(builds: bool) -> ExitCode {
     match clean_all(builds) {
         Ok(()) => ExitCode::SUCCESS,
@@ -62,23 +62,29 @@ fn clean_all(builds: bool) -> Result<()> {
     }
     if builds {
         let dir = ctx.state_dir.join("builds");
-        let mut kept = Vec::new();
+        let mut kept = 0;
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let path = entry.path();
             if !entry.file_type().is_ok_and(|t| t.is_dir()) || !path.join("build.json").is_file() {
                 continue;
             }
-            // A build being made or reused holds its lock.
+            // A build being made holds its lock alone, one in use shared.
             let lock = files::open_lock_file(&path.with_extension("lock"))?;
             if lock.try_lock().is_err() {
-                kept.push(path.display().to_string());
+                let users = crate::build::fixture::users_of(&path, &ctx.state_dir);
+                let who = if users.is_empty() { "a process building it".to_string() } else { users.join("; ") };
+                eprintln!("ccl-coverage: kept the cached build {}: it is in use by {who}", path.display());
+                kept += 1;
                 continue;
             }
             std::fs::remove_dir_all(&path).map_err(|e| Error::new(format!("cannot delete {}: {e}", path.display())))?;
+            let _ = std::fs::remove_dir_all(path.with_extension("users"));
             eprintln!("ccl-coverage: deleted the cached build {}", path.display());
         }
-        if !kept.is_empty() {
-            eprintln!("ccl-coverage: kept builds in use: {}", kept.join(", "));
+        if kept > 0 {
+            return Err(Error::new(format!(
+                "{kept} cached builds are in use and were kept: run `ccl-coverage clean --builds` again once those runs end"
+            )));
         }
     }
     Ok(())

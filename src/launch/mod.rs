@@ -248,7 +248,7 @@ fn harness_env(
     manifest: &BuildManifest,
     profile_dir: &Path,
 ) -> (Vec<(String, String)>, String) {
-    let token = crate::exec::proctree::new_token();
+    let token = crate::exec::owner::new_token();
     env.retain(|(key, _)| key != PROFILE_FILE && key != TRIAL_TOKEN);
     // Without coverage nothing is instrumented, and upstream does not set it
     // either: an instrumented process would pay for writing a profile.

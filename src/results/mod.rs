@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::coverage::profiles::MergeOutcome;
 use crate::error::{Error, Result};
 use crate::exec::redact;
+use crate::exec::supervisor::Containment;
 use crate::plan::TrialSpec;
 use crate::trial::{Ending, Execution};
 use crate::upstream::TrialKind;
@@ -81,6 +82,12 @@ pub(crate) struct TrialResult {
     /// Bytes of output the log's cap (`logs.max_mib`) cut out of its middle.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) output_cut_bytes: u64,
+    /// What held the trial's processes: `cgroup` or `process_tree`.
+    #[serde(default)]
+    pub(crate) containment: Containment,
+    /// Why it had no cgroup (`CCL_COV_CGROUP=off`, none to be had here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) no_cgroup: Option<String>,
     pub(crate) perf: PerfReport,
     /// The test cases the trial ran (gtest tests, pytest items).
     #[serde(default)]
@@ -146,7 +153,7 @@ pub(crate) struct TrialIdentity<'a> {
 /// Under device coverage, why a killed trial's device counters are gone.
 fn device_counters_lost(manifest: &BuildManifest, execution: &Execution, verdict: &Verdict) -> Option<String> {
     let killed = match &execution.finished.ending {
-        Ending::TimedOut { .. } | Ending::Interrupted { .. } => true,
+        Ending::TimedOut { .. } | Ending::Interrupted { .. } | Ending::SupervisorLost { .. } => true,
         Ending::Exited(status) => status.signal().is_some(),
     };
     (manifest.device.enabled && killed).then(|| {
@@ -203,6 +210,8 @@ impl TrialResult {
             perf: PerfReport::default(),
             cases: Vec::new(),
             rerun: None,
+            containment: Containment::default(),
+            no_cgroup: Some("the trial did not run".into()),
         }
     }
 
@@ -257,6 +266,8 @@ impl TrialResult {
             device_sha256: profiles.device_sha256,
             leftovers: execution.finished.leftovers,
             output_cut_bytes: execution.finished.output_cut,
+            containment: execution.finished.containment,
+            no_cgroup: execution.finished.no_cgroup.clone(),
             perf,
             cases: Vec::new(),
             rerun: None,
@@ -535,6 +546,10 @@ pub(crate) struct RunRecord {
     pub(crate) earlier_runs: Vec<RunOf>,
     /// Over `trials`, this run's and earlier runs'.
     pub(crate) summary: Summary,
+    /// How many of `trials` ran in a cgroup of their own, and how many were
+    /// held by their process tree alone.
+    #[serde(default)]
+    pub(crate) containment: std::collections::BTreeMap<Containment, usize>,
     pub(crate) trials: Vec<TrialResult>,
     /// Trials this run selected but did not run because they are ignored,
     /// and have no record: JUnit lists them as skipped.
@@ -791,6 +806,10 @@ fn write_run(ws: &Workspace, run_build: &RunBuild, info: &RunInfo) -> Result<()>
             interrupted: count(Status::Interrupted),
             duration_s: trials.iter().map(|t| t.duration_s).sum(),
         },
+        containment: trials.iter().fold(std::collections::BTreeMap::new(), |mut by, t| {
+            *by.entry(t.containment).or_default() += 1;
+            by
+        }),
         trials,
         ignored,
     };
@@ -909,6 +928,8 @@ mod tests {
             device_counters_lost: None,
             leftovers: 0,
             output_cut_bytes: 0,
+            containment: Containment::ProcessTree,
+            no_cgroup: None,
             perf: PerfReport::default(),
             cases: Vec::new(),
             rerun: None,

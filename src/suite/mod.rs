@@ -42,7 +42,9 @@ pub(crate) enum Outcome {
 pub(crate) struct Suite {
     pub(crate) ctx: Context,
     run_id: String,
-    fixture: OnceLock<Result<BuildManifest, Error>>,
+    /// The build, held (`BuildInUse`) until the run ends, so that no
+    /// `clean --builds` deletes it under the trials.
+    fixture: OnceLock<Result<(BuildManifest, fixture::BuildInUse), Error>>,
     /// The manifest the build was planned to have, once it had a plan: a
     /// failed build's trials are recorded against its key.
     planned: OnceLock<BuildManifest>,
@@ -113,10 +115,10 @@ impl Suite {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare_fixture()))
                 .unwrap_or_else(|p| Err(Error::new(format!("the build panicked: {}", panic_text(&*p)))))
         });
-        built.as_ref().map_err(ToString::to_string)
+        built.as_ref().map(|(manifest, _)| manifest).map_err(ToString::to_string)
     }
 
-    fn prepare_fixture(&self) -> Result<BuildManifest, Error> {
+    fn prepare_fixture(&self) -> Result<(BuildManifest, fixture::BuildInUse), Error> {
         let ctx = &self.ctx;
         eprintln!(
             "ccl-coverage: config {} ({}), workspace {}",
@@ -130,7 +132,7 @@ impl Suite {
             let _ = self.planned.set(planned);
         }
         eprintln!("ccl-coverage: device coverage: {}", plan.device.summary());
-        let manifest = plan.build(ctx).map_err(build_failed)?;
+        let (manifest, in_use) = plan.build(ctx).map_err(build_failed)?;
         // The build is fine; what fails here is the workspace (full, read-only).
         fixture::adopt(&ctx.workspace, &manifest).map_err(|e| {
             Error::new(format!(
@@ -139,7 +141,7 @@ impl Suite {
                 ctx.workspace.root().display()
             ))
         })?;
-        Ok(manifest)
+        Ok((manifest, in_use))
     }
 
     fn run_info(&self) -> &RunInfo {
@@ -261,6 +263,12 @@ impl Suite {
         let output = TrialOutput::read(&log);
         let (verdict, cases, perf) = judge(ws, spec, &execution, &output);
         let mut verdict = outcome::judge_leftovers(verdict, execution.finished.leftovers);
+        if let Some(why) = &execution.finished.no_cgroup
+            && crate::exec::cgroup::Mode::from_env() != crate::exec::cgroup::Mode::Off
+            && crate::exec::cgroup::available().is_ok()
+        {
+            eprintln!("ccl-coverage: {}: ran without a cgroup of its own: {why}", spec.name);
+        }
         if let Some(cut) = output.cut.as_ref().filter(|_| execution.finished.output_cut > 0) {
             eprintln!("ccl-coverage: {}: its output was cut: {}", spec.name, cut.trim_start_matches('['));
             if verdict.status != Status::Passed {

@@ -9,7 +9,7 @@
 pub(crate) mod shared_fs;
 
 use crate::error::{Error, Result};
-use crate::exec::supervisor::{StopCause, Stopping, Supervised};
+use crate::exec::supervisor::{Containment, StopCause, Stopping, Supervised};
 use crate::launch::TrialLaunch;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -28,6 +28,11 @@ pub enum Ending {
         signal: i32,
         killed: String,
     },
+    /// Its supervisor died or was stopped before it said how the trial
+    /// ended: why. Its processes were killed by the harness.
+    SupervisorLost {
+        why: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -42,6 +47,9 @@ pub struct Finished {
     pub survivors: usize,
     /// Bytes of output the log's cap cut out (0: the log is whole).
     pub output_cut: u64,
+    /// What held the trial's processes, and why not a cgroup when not.
+    pub containment: Containment,
+    pub no_cgroup: Option<String>,
 }
 
 /// What happened while a trial held its rank slots: the command that ran,
@@ -61,7 +69,7 @@ impl Execution {
     pub(crate) fn exit(&self) -> (Option<i32>, Option<i32>) {
         match &self.finished.ending {
             Ending::Exited(s) => (s.code(), s.signal()),
-            Ending::TimedOut { .. } | Ending::Interrupted { .. } => (None, None),
+            Ending::TimedOut { .. } | Ending::Interrupted { .. } | Ending::SupervisorLost { .. } => (None, None),
         }
     }
 }
@@ -110,6 +118,7 @@ pub fn run(
     let (report, backstop) = child.finish(status)?;
     let killed = report.killed_with.clone().unwrap_or_else(|| "SIGKILL".into());
     let ending = match (stop, report.stopped, report.wait_status) {
+        _ if report.lost.is_some() => Ending::SupervisorLost { why: report.lost.clone().unwrap_or_default() },
         (Some(Stopping::Interrupted(signal)), Some(StopCause::Requested), _) => Ending::Interrupted { signal, killed },
         (Some(Stopping::TimedOut), Some(StopCause::Requested), _) => Ending::TimedOut { killed },
         (_, _, Some(raw)) => Ending::Exited(ExitStatus::from_raw(raw)),
@@ -121,5 +130,7 @@ pub fn run(
         leftovers: report.leftovers,
         survivors: report.survivors + backstop,
         output_cut: report.output_cut,
+        containment: report.containment,
+        no_cgroup: report.no_cgroup.clone(),
     })
 }

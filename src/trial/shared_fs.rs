@@ -37,7 +37,7 @@ pub(crate) fn check(
     supervisor: &Path,
     grace: Duration,
 ) -> Result<()> {
-    let token = crate::exec::proctree::new_token();
+    let token = crate::exec::owner::new_token();
     let content = format!("ccl-coverage shared filesystem check {token} {}", random_hex()?);
     let dir = ws.area(Area::Profiles);
     ws.create_dir(&dir)?;
@@ -68,7 +68,7 @@ impl Probe<'_> {
         let cat = ["cat".to_string(), marker.display().to_string()];
         let argv = launch::on_node(launcher, args, &node.name, &cat, launch::is_root());
         let Some(cmd) = Cmd::from_argv(&argv) else { return Err(Error::new("empty command line")) };
-        let token = crate::exec::proctree::new_token();
+        let token = crate::exec::owner::new_token();
         let cmd = cmd.env(TRIAL_TOKEN, &token).env_remove(PROFILE_INIT_ONCE);
         let log = ws.logs_dir().join(format!(".shared-filesystem.{}.log", workspace::portable_name(&node.name)));
         let display = cmd.display();
@@ -95,6 +95,7 @@ impl Probe<'_> {
             Ending::Exited(status) if status.success() => "printed something else than the marker".to_string(),
             Ending::Exited(status) => format!("failed ({})", describe_status(*status)),
             Ending::TimedOut { .. } => format!("did not answer within {}s", LIMIT.as_secs()),
+            Ending::SupervisorLost { why } => format!("ended unknown: {why}"),
             Ending::Interrupted { .. } => {
                 return Err(Error::new(format!("the run was interrupted while checking node {}", node.name)));
             }

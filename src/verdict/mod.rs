@@ -88,6 +88,13 @@ fn stopped(finished: &Finished, timeout: Duration) -> Option<Verdict> {
                 finished.duration.as_secs_f64()
             ),
         }),
+        Ending::SupervisorLost { why } => Some(Verdict {
+            status: Status::Failed,
+            reason: format!(
+                "the trial's end is unknown: {why}; its processes were killed by the harness after {:.1}s",
+                finished.duration.as_secs_f64()
+            ),
+        }),
         Ending::Exited(_) => None,
     }
 }
@@ -450,6 +457,8 @@ mod tests {
             leftovers: 0,
             survivors: 0,
             output_cut: 0,
+            containment: crate::exec::supervisor::Containment::ProcessTree,
+            no_cgroup: None,
         }
     }
 

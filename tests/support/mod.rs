@@ -101,11 +101,14 @@ pub struct Running {
     started: Instant,
 }
 
-/// The harness command, hermetic: no `CCL_COV_*` switch of the caller leaks in.
+/// The harness command, hermetic: no `CCL_COV_*` switch of the caller leaks
+/// in, but `CCL_COV_CGROUP`, so that the whole suite also runs on the
+/// process-tree fallback (`CCL_COV_CGROUP=off cargo test`).
 pub fn command(s: &Setup, subcommand: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
     for (key, _) in std::env::vars() {
-        if key.starts_with("CCL_COV_") || key == "GITHUB_STEP_SUMMARY" || key == "NEXTEST_RUN_ID" {
+        let hermetic = key.starts_with("CCL_COV_") && key != "CCL_COV_CGROUP";
+        if hermetic || key == "GITHUB_STEP_SUMMARY" || key == "NEXTEST_RUN_ID" {
             cmd.env_remove(key);
         }
     }
