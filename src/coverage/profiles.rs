@@ -12,8 +12,7 @@
 //! one by one, the bad ones move to `quarantine/<trial>/`, and the rest merge.
 
 use crate::bail;
-use crate::device::amdgpu::DEVICE_PROFILE_PREFIX;
-use crate::device::nvidia::record::record_files;
+use crate::device::{collector_records, is_device_profile};
 use crate::error::Result;
 use crate::exec::process::Cmd;
 use crate::toolchain::Toolchain;
@@ -117,7 +116,7 @@ pub fn finish_trial(
         Ok(sums) => outcome.raw_sha256 = sums,
         Err(e) => outcome.error = Some(e.to_string()),
     }
-    match record_files(&dir).and_then(|files| checksums(ws, &files)) {
+    match collector_records(&dir).and_then(|files| checksums(ws, &files)) {
         Ok(sums) => outcome.device_sha256 = sums,
         Err(e) => outcome.error = Some(e.to_string()),
     }
@@ -158,7 +157,7 @@ pub(crate) fn writers(files: &[PathBuf], pattern: &str) -> Writers {
     let mut unmatched = Vec::new();
     for file in files {
         let Some(name) = file.file_name().and_then(|n| n.to_str()) else { continue };
-        if name.starts_with(DEVICE_PROFILE_PREFIX) {
+        if is_device_profile(name) {
             continue;
         }
         let mut parts = NameParts::default();
@@ -287,7 +286,7 @@ pub(crate) fn verified_device_records(
     let mut by_trial = BTreeMap::new();
     let mut verified = Verified::default();
     for &(trial, slug, recorded) in trials {
-        let files = record_files(&ws.trial_profiles(slug))?;
+        let files = collector_records(&ws.trial_profiles(slug))?;
         for name in recorded.keys() {
             if !files.iter().any(|f| f.file_name().is_some_and(|n| n.to_string_lossy() == name.as_str())) {
                 verified.missing.push(format!("{trial}: its kernel record {name} is gone"));

@@ -14,7 +14,7 @@
 //! accepts the flags: clang 19 accepts them and silently leaves device code
 //! alone (docs/architecture.md, "Toolchain and profile runtime").
 
-use super::{Available, Blocker, Found};
+use super::decision::{Available, Found, join};
 use crate::config::DeviceConfig;
 use crate::error::{Error, Result};
 use crate::exec::process::Cmd;
@@ -22,20 +22,99 @@ use crate::toolchain::Tool;
 use crate::toolchain::objects;
 use std::path::{Path, PathBuf};
 
+/// Why AMDGPU device coverage is unavailable, each in its own words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Blocker {
+    LinkerDisabled,
+    RocmUnknown {
+        looked: Vec<PathBuf>,
+    },
+    RocmTooOld {
+        rocm: PathBuf,
+        version: String,
+    },
+    NotInstrumenting {
+        detail: String,
+    },
+    NoRuntime {
+        searched: Vec<PathBuf>,
+    },
+    NoCollector {
+        searched: Vec<PathBuf>,
+    },
+}
+
+impl Blocker {
+    pub(crate) fn message(&self) -> String {
+        match self {
+            Blocker::LinkerDisabled => {
+                "the device linker is disabled (coverage.device.linker is false, RCCL's ENABLE_DEVICE_LINKER=OFF)"
+                    .into()
+            }
+            Blocker::RocmUnknown { looked } => format!(
+                "the ROCm version is unknown: {}",
+                if looked.is_empty() {
+                    "coverage.device.rocm_path is not set".to_string()
+                } else {
+                    format!("none of {} gives one", join(looked))
+                }
+            ),
+            Blocker::RocmTooOld { rocm, version } => format!(
+                "device coverage needs {MIN_ROCM_TEXT} or an upstream clang {}.{} or newer, and {} is ROCm {version}",
+                MIN_UPSTREAM_CLANG.0,
+                MIN_UPSTREAM_CLANG.1,
+                rocm.display()
+            ),
+            Blocker::NotInstrumenting { detail } => format!("the compiler does not instrument device code: {detail}"),
+            Blocker::NoRuntime { searched } => {
+                format!("the device profile runtime is missing: searched {}", join(searched))
+            }
+            Blocker::NoCollector { searched } => format!(
+                "the host collector that drains device counters (clang_rt.profile_rocm) is missing: searched {}",
+                join(searched)
+            ),
+        }
+    }
+
+    /// What to change so that ON works.
+    pub(crate) fn fix(&self) -> &'static str {
+        match self {
+            Blocker::LinkerDisabled => "build with the device linker (coverage.device.linker: true)",
+            Blocker::RocmUnknown { .. } | Blocker::RocmTooOld { .. } => {
+                "point coverage.device.rocm_path (ROCM_PATH) at ROCm 7.15 or newer (ROCm 10.x), or use an upstream clang 23.1 or newer as toolchain.cxx / CXX"
+            }
+            Blocker::NotInstrumenting { .. } => {
+                "use the clang of ROCm 7.15 or newer (ROCm 10.x) (<rocm>/lib/llvm/bin/clang++) or an upstream clang 23.1 or newer as toolchain.cxx / CXX"
+            }
+            Blocker::NoRuntime { .. } => {
+                "use a compiler whose resource directory ships the AMDGPU profile runtime (ROCm 7.15 or newer (ROCm 10.x), or upstream LLVM 23.1 or newer)"
+            }
+            Blocker::NoCollector { .. } => {
+                "use a compiler whose resource directory ships clang_rt.profile_rocm (ROCm 7.15 or newer (ROCm 10.x), or upstream LLVM 23.1 or newer)"
+            }
+        }
+    }
+}
+
 /// How the host collector names the device profiles it writes: the target
 /// in front of the expanded `coverage.profile_pattern`.
-pub(crate) const DEVICE_PROFILE_PREFIX: &str = "amdgcn-amd-amdhsa.";
+const DEVICE_PROFILE_PREFIX: &str = "amdgcn-amd-amdhsa.";
+
+/// Whether a raw profile is one the host collector wrote for the device.
+pub(super) fn is_device_profile(file_name: &str) -> bool {
+    file_name.starts_with(DEVICE_PROFILE_PREFIX)
+}
 
 /// Upstream's gate: AMDGPU device coverage needs ROCm 7.15 or newer.
 const MIN_ROCM: (u32, u32, u32) = (7, 15, 0);
 
 /// How messages name [`MIN_ROCM`]: no 7.15 was released, TheRock went from
 /// 7.14 to 10.0.
-pub(super) const MIN_ROCM_TEXT: &str = "ROCm 7.15 or newer (ROCm 10.x)";
+const MIN_ROCM_TEXT: &str = "ROCm 7.15 or newer (ROCm 10.x)";
 
 /// The first upstream LLVM release with HIP device coverage (device runtime,
 /// host collector, `-fcoverage-mapping` forwarded to the device).
-pub(super) const MIN_UPSTREAM_CLANG: (u32, u32) = (23, 1);
+const MIN_UPSTREAM_CLANG: (u32, u32) = (23, 1);
 
 /// Where compiler-rt keeps the AMDGPU profile runtime, in the order tried.
 const DEVICE_RUNTIME_RELPATHS: [&str; 2] =

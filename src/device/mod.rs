@@ -10,198 +10,33 @@
 //! to change; OFF never instruments device code.
 
 pub mod amdgpu;
+mod decision;
 pub(crate) mod nvidia;
+
+pub use decision::{Backend, DeviceDecision, Found};
+pub(crate) use decision::LineSource;
 
 use crate::bail;
 use crate::config::{DeviceConfig, DeviceMode};
 use crate::error::Result;
 use crate::toolchain::{Lookup, Tool};
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// Where device coverage comes from, chosen by the device target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// HIP device code instrumented by LLVM; llvm-cov reads its code objects.
-    Amdgpu,
-    /// CUDA kernels counted by CUPTI's SASS metrics, mapped to lines by the
-    /// cubins' `.debug_line`.
-    Nvidia,
-}
-
-impl Backend {
-    fn of_target(target: &str) -> Backend {
-        if target.starts_with("sm_") || target.starts_with("compute_") { Backend::Nvidia } else { Backend::Amdgpu }
-    }
-
-    /// Whether the backend's device objects go to llvm-cov (LLVM's own
-    /// coverage mapping), rather than to a source of its own.
-    pub(crate) fn llvm_objects(self) -> bool {
-        self == Backend::Amdgpu
-    }
-}
-
-/// What a backend found that the build and the trials use.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "backend", rename_all = "lowercase")]
-pub enum Found {
-    Amdgpu {
-        /// The device profile runtime.
-        runtime: PathBuf,
-        /// The host collector linked into the library.
-        collector: PathBuf,
-    },
-    Nvidia {
-        /// The CUPTI library the collector is linked against.
-        cupti: PathBuf,
-        /// Its version, as its file or its wheel names it.
-        cupti_version: String,
-        /// The injection library (`CUDA_INJECTION64_PATH`) built against it.
-        collector: PathBuf,
-        /// Whether this CUPTI counts only the kernels it is told to (the probe
-        /// switched counting off for one kernel and on again for the next).
-        #[serde(default)]
-        selective: bool,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeviceDecision {
-    pub requested: DeviceMode,
-    pub enabled: bool,
-    pub reason: String,
-    /// The GPU architecture, when the config names one.
-    pub target: Option<String>,
-    /// The backend the target picks, when there is a target.
-    #[serde(default)]
-    pub backend: Option<Backend>,
-    /// What the backend needs, when device coverage is on.
-    #[serde(default)]
-    pub found: Option<Found>,
-}
-
-impl DeviceDecision {
-    /// One line for logs and reports: `host-only (auto): the config has no device target`.
-    pub(crate) fn summary(&self) -> String {
-        let state = if self.enabled { "host+device" } else { "host-only" };
-        format!("{state} ({}): {}", self.requested.as_str(), self.reason)
-    }
-
-    /// Whether the target is AMDGPU (HIP), where host-only needs the
-    /// `-Xarch_host` flag forms.
-    pub(crate) fn is_hip(&self) -> bool {
-        self.backend == Some(Backend::Amdgpu)
-    }
-
-    /// The NVIDIA collector and its CUPTI, when NVIDIA device coverage is on.
-    pub(crate) fn nvidia(&self) -> Option<(&Path, &Path)> {
-        match (&self.found, self.enabled) {
-            (Some(Found::Nvidia { collector, cupti, .. }), true) => Some((collector, cupti)),
-            _ => None,
-        }
-    }
-
-    /// Whether NVIDIA device coverage is on with a CUPTI that counts only the
-    /// kernels it is told to.
-    pub(crate) fn nvidia_selective(&self) -> bool {
-        matches!((&self.found, self.enabled), (Some(Found::Nvidia { selective: true, .. }), true))
-    }
-}
-
-/// What makes device coverage available, and the sentence that says so.
-pub(crate) struct Available {
-    pub(crate) found: Found,
-    pub(crate) detail: String,
-}
-
-/// Why device coverage is unavailable.
+/// Why device coverage is unavailable: no target, or a backend's own blocker,
+/// which words its message and its fix itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Blocker {
     NoTarget,
-    LinkerDisabled,
-    RocmUnknown {
-        looked: Vec<PathBuf>,
-    },
-    RocmTooOld {
-        rocm: PathBuf,
-        version: String,
-    },
-    NotInstrumenting {
-        detail: String,
-    },
-    NoRuntime {
-        searched: Vec<PathBuf>,
-    },
-    NoCollector {
-        searched: Vec<PathBuf>,
-    },
-    /// No libcupti where NVIDIA device coverage looks for one.
-    NoCupti {
-        looked: Vec<PathBuf>,
-    },
-    /// The CUDA toolkit (nvcc, headers) the collector and probe need.
-    NoCudaToolkit {
-        looked: Vec<PathBuf>,
-    },
-    /// The collector or the probe did not build, or the probe did not run.
-    ProbeFailed {
-        detail: String,
-    },
-    /// A dry run builds and runs nothing, so the probe did not run.
-    NotProbed {
-        detail: String,
-    },
-    /// The CUPTI patched only some of the probe's kernels (CUPTI 13.0 patches
-    /// only the first kernel a context launches).
-    Unpatched {
-        detail: String,
-    },
+    Amdgpu(amdgpu::Blocker),
+    Nvidia(nvidia::Blocker),
 }
 
 impl Blocker {
     pub(crate) fn message(&self) -> String {
         match self {
             Blocker::NoTarget => "the config has no device target (coverage.device.target)".into(),
-            Blocker::LinkerDisabled => {
-                "the device linker is disabled (coverage.device.linker is false, RCCL's ENABLE_DEVICE_LINKER=OFF)"
-                    .into()
-            }
-            Blocker::RocmUnknown { looked } => format!(
-                "the ROCm version is unknown: {}",
-                if looked.is_empty() {
-                    "coverage.device.rocm_path is not set".to_string()
-                } else {
-                    format!("none of {} gives one", join(looked))
-                }
-            ),
-            Blocker::RocmTooOld { rocm, version } => format!(
-                "device coverage needs {} or an upstream clang {}.{} or newer, and {} is ROCm {version}",
-                amdgpu::MIN_ROCM_TEXT,
-                amdgpu::MIN_UPSTREAM_CLANG.0,
-                amdgpu::MIN_UPSTREAM_CLANG.1,
-                rocm.display()
-            ),
-            Blocker::NotInstrumenting { detail } => format!("the compiler does not instrument device code: {detail}"),
-            Blocker::NoRuntime { searched } => {
-                format!("the device profile runtime is missing: searched {}", join(searched))
-            }
-            Blocker::NoCollector { searched } => format!(
-                "the host collector that drains device counters (clang_rt.profile_rocm) is missing: searched {}",
-                join(searched)
-            ),
-            Blocker::NoCupti { looked } => {
-                format!("NVIDIA kernel coverage needs CUPTI 13.4 or newer (libcupti.so.13): looked in {}", join(looked))
-            }
-            Blocker::NoCudaToolkit { looked } => {
-                format!(
-                    "NVIDIA kernel coverage needs the CUDA toolkit (nvcc, cuda.h, CUPTI's headers): looked for {}",
-                    join(looked)
-                )
-            }
-            Blocker::ProbeFailed { detail } | Blocker::Unpatched { detail } | Blocker::NotProbed { detail } => {
-                detail.clone()
-            }
+            Blocker::Amdgpu(blocker) => blocker.message(),
+            Blocker::Nvidia(blocker) => blocker.message(),
         }
     }
 
@@ -209,33 +44,10 @@ impl Blocker {
     fn fix(&self) -> &'static str {
         match self {
             Blocker::NoTarget => "set coverage.device.target to the GPU architecture (e.g. gfx942 or sm_90)",
-            Blocker::LinkerDisabled => "build with the device linker (coverage.device.linker: true)",
-            Blocker::RocmUnknown { .. } | Blocker::RocmTooOld { .. } => {
-                "point coverage.device.rocm_path (ROCM_PATH) at ROCm 7.15 or newer (ROCm 10.x), or use an upstream clang 23.1 or newer as toolchain.cxx / CXX"
-            }
-            Blocker::NotInstrumenting { .. } => {
-                "use the clang of ROCm 7.15 or newer (ROCm 10.x) (<rocm>/lib/llvm/bin/clang++) or an upstream clang 23.1 or newer as toolchain.cxx / CXX"
-            }
-            Blocker::NoRuntime { .. } => {
-                "use a compiler whose resource directory ships the AMDGPU profile runtime (ROCm 7.15 or newer (ROCm 10.x), or upstream LLVM 23.1 or newer)"
-            }
-            Blocker::NoCollector { .. } => {
-                "use a compiler whose resource directory ships clang_rt.profile_rocm (ROCm 7.15 or newer (ROCm 10.x), or upstream LLVM 23.1 or newer)"
-            }
-            Blocker::NoCupti { .. } | Blocker::Unpatched { .. } => {
-                "pip install 'nvidia-cuda-cupti>=13.4' into a Python environment on PATH, or set CCL_COV_CUPTI to its libcupti.so.13"
-            }
-            Blocker::NoCudaToolkit { .. } => "set CUDA_HOME to the CUDA toolkit (the default is /usr/local/cuda)",
-            Blocker::NotProbed { .. } => "run the suite itself (not a dry run), where the probe runs",
-            Blocker::ProbeFailed { .. } => {
-                "run on a machine with an NVIDIA GPU and driver, and see the probe's output above"
-            }
+            Blocker::Amdgpu(blocker) => blocker.fix(),
+            Blocker::Nvidia(blocker) => blocker.fix(),
         }
     }
-}
-
-fn join(paths: &[PathBuf]) -> String {
-    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
 }
 
 /// The mode in force: `CCL_COV_DEVICE_COVERAGE` if set, else the config's.
@@ -261,7 +73,13 @@ pub fn decide(
     env: Lookup,
 ) -> Result<DeviceDecision> {
     let target = config.target.clone();
-    let backend = target.as_deref().map(Backend::of_target);
+    let backend = match target.as_deref() {
+        Some(target) => match Backend::of_target(target) {
+            Some(backend) => Some(backend),
+            None => bail!("coverage.device.target {target:?} names no backend: expected gfx* (AMDGPU) or sm_*/compute_* (NVIDIA)"),
+        },
+        None => None,
+    };
     let decision = |enabled, reason: String, found: Option<Found>| DeviceDecision {
         requested,
         enabled,
@@ -275,8 +93,8 @@ pub fn decide(
         return Ok(decision(false, "off as requested".into(), None));
     }
     let availability = match (target.as_deref(), backend) {
-        (Some(target), Some(Backend::Amdgpu)) => amdgpu::check(target, config, cxx)?,
-        (Some(target), Some(Backend::Nvidia)) => nvidia::check(target, cxx, tools, env)?,
+        (Some(target), Some(Backend::Amdgpu)) => amdgpu::check(target, config, cxx)?.map_err(Blocker::Amdgpu),
+        (Some(target), Some(Backend::Nvidia)) => nvidia::check(target, cxx, tools, env)?.map_err(Blocker::Nvidia),
         _ => Err(Blocker::NoTarget),
     };
     Ok(match (requested, availability) {
@@ -367,6 +185,24 @@ pub(crate) fn trial_env(
 /// AMDGPU's device profiles are llvm's, checked with the host's.
 pub(crate) fn coverage_lost(decision: &DeviceDecision, dir: &Path, expected: usize) -> Option<String> {
     decision.nvidia().and_then(|_| nvidia::records_lost(dir, expected))
+}
+
+/// Whether a raw profile in a trial's folder is a backend's device profile
+/// (AMDGPU's host collector writes `<target>.<pattern>`), not a host process's.
+pub(crate) fn is_device_profile(file_name: &str) -> bool {
+    amdgpu::is_device_profile(file_name)
+}
+
+/// The records a backend's own collector left in a trial's profile folder
+/// (NVIDIA's kernel records), sorted; none when the folder does not exist.
+pub(crate) fn collector_records(dir: &Path) -> Result<Vec<PathBuf>> {
+    nvidia::record::record_files(dir)
+}
+
+/// Where a build with kernel records keeps the code objects they are mapped
+/// through (NVIDIA's cubins, saved once per build by its trials).
+pub(crate) fn kernel_objects_dir(cache_dir: &Path) -> PathBuf {
+    nvidia::cubins_dir(cache_dir)
 }
 
 /// Why the profile file pattern cannot work with this backend's device

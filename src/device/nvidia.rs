@@ -14,7 +14,7 @@
 
 pub(crate) mod record;
 
-use super::{Available, Blocker, Found};
+use super::decision::{Available, Found, join};
 use crate::error::Result;
 use crate::exec::process::Cmd;
 use crate::toolchain::{Lookup, Tool};
@@ -33,6 +33,53 @@ const PROBE_KERNELS: [&str; 3] = ["_Z2k1", "_Z2k2", "_Z2k3"];
 const COLLECTOR_FILE: &str = "libccl_cov_cupti.so";
 /// How long the probe may take, its CUDA start-up included.
 const PROBE_LIMIT: Duration = Duration::from_secs(120);
+
+/// Why NVIDIA kernel coverage is unavailable, each in its own words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Blocker {
+    /// No libcupti where NVIDIA device coverage looks for one.
+    NoCupti { looked: Vec<PathBuf> },
+    /// The CUDA toolkit (nvcc, headers) the collector and probe need.
+    NoCudaToolkit { looked: Vec<PathBuf> },
+    /// The collector or the probe did not build, or the probe did not run.
+    ProbeFailed { detail: String },
+    /// A dry run builds and runs nothing, so the probe did not run.
+    NotProbed { detail: String },
+    /// The CUPTI patched only some of the probe's kernels (CUPTI 13.0 patches
+    /// only the first kernel a context launches).
+    Unpatched { detail: String },
+}
+
+impl Blocker {
+    pub(crate) fn message(&self) -> String {
+        match self {
+            Blocker::NoCupti { looked } => {
+                format!("NVIDIA kernel coverage needs CUPTI 13.4 or newer (libcupti.so.13): looked in {}", join(looked))
+            }
+            Blocker::NoCudaToolkit { looked } => format!(
+                "NVIDIA kernel coverage needs the CUDA toolkit (nvcc, cuda.h, CUPTI's headers): looked for {}",
+                join(looked)
+            ),
+            Blocker::ProbeFailed { detail } | Blocker::Unpatched { detail } | Blocker::NotProbed { detail } => {
+                detail.clone()
+            }
+        }
+    }
+
+    /// What to change so that ON works.
+    pub(crate) fn fix(&self) -> &'static str {
+        match self {
+            Blocker::NoCupti { .. } | Blocker::Unpatched { .. } => {
+                "pip install 'nvidia-cuda-cupti>=13.4' into a Python environment on PATH, or set CCL_COV_CUPTI to its libcupti.so.13"
+            }
+            Blocker::NoCudaToolkit { .. } => "set CUDA_HOME to the CUDA toolkit (the default is /usr/local/cuda)",
+            Blocker::NotProbed { .. } => "run the suite itself (not a dry run), where the probe runs",
+            Blocker::ProbeFailed { .. } => {
+                "run on a machine with an NVIDIA GPU and driver, and see the probe's output above"
+            }
+        }
+    }
+}
 
 /// The libcupti to use: `CCL_COV_CUPTI` (the library or its folder), then
 /// `nvidia/cu13/lib` of the Python environments on `PATH` (where

@@ -13,7 +13,7 @@ use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::SummaryExport;
 use crate::coverage::mapping::{self, Mapping, ProfileCounts};
 use crate::coverage::profiles;
-use crate::coverage::sass::{self, DeviceLines};
+use crate::coverage::device_lines::{self, DeviceLines};
 use crate::error::Error;
 use crate::exec::interrupt;
 use crate::plan;
@@ -75,7 +75,7 @@ struct Merged {
     results: Vec<TrialResult>,
     inputs: ReportInputs,
     health: Health,
-    /// NVIDIA kernel lines, from the collector's records and the build's cubins.
+    /// Device lines from a source of their own (NVIDIA's kernel records).
     device_lines: Option<DeviceLines>,
 }
 
@@ -265,10 +265,9 @@ impl Shared {
         };
         let m = &merged.manifest;
         let device = summary.device.as_ref().map(|totals| {
-            let what = if merged.device_lines.is_some() {
-                "NVIDIA kernel lines, from CUPTI SASS"
-            } else {
-                "AMD GPU code objects"
+            let what = match &merged.device_lines {
+                Some(lines) => lines.origin.short,
+                None => "the device code objects",
             };
             (what, totals)
         });
@@ -533,7 +532,7 @@ impl Shared {
                 if let Some(lines) = &merged.device_lines {
                     let device = device_totals(&lines.all);
                     let summary = json!({
-                        "source": "cupti-sass",
+                        "source": lines.origin.id,
                         "totals": device,
                         "not_counted": lines.not_counted,
                         "beyond_max_launches": lines.beyond_max_launches,
@@ -600,7 +599,7 @@ impl Shared {
                 // Device lines of a host file join its record: one record per file.
                 let (text, host) = match &merged.device_lines {
                     Some(lines) => {
-                        let folded = lcov::fold_in(&host, &sass::to_lcov(&lines.all), "the NVIDIA kernel lines")?;
+                        let folded = lcov::fold_in(&host, &device_lines::to_lcov(&lines.all), lines.origin.short)?;
                         (lcov::recount(&folded, "the merged lcov")?, Some(host))
                     }
                     None => (host, None),
@@ -611,7 +610,7 @@ impl Shared {
                 self.ctx.workspace.write(&out, report::relative_lcov(&text, &prefix).as_bytes())?;
                 // The kernel lines alone, for checking them against NVIDIA's own tools.
                 if let Some(lines) = &merged.device_lines {
-                    let device = report::relative_lcov(&sass::to_lcov(&lines.all), &prefix);
+                    let device = report::relative_lcov(&device_lines::to_lcov(&lines.all), &prefix);
                     self.ctx.workspace.write(&self.report_dir().join("device.lcov"), device.as_bytes())?;
                 }
                 Ok(ModelText { text, host, model })
@@ -638,7 +637,7 @@ impl Shared {
         let device = match (&shown, &merged.device_lines) {
             (Ok(_), Some(lines)) => {
                 let title = format!("ccl-coverage: {} (build {})", self.ctx.config().name, merged.manifest.build_id);
-                Some(report::device_pages::write(&self.ctx.workspace, &dir.join("device"), &title, &lines.all))
+                Some(report::device_pages::write(&self.ctx.workspace, &dir.join("device"), &title, lines))
             }
             _ => None,
         };
@@ -704,7 +703,8 @@ impl Shared {
         if let Some(lines) = &merged.device_lines {
             let ((lh, lf), (fh, ff)) = lines.all.totals();
             md.push_str(&format!(
-                "\nNVIDIA kernel coverage (CUPTI SASS metrics): lines {lh}/{lf} ({:.2}%), kernels {fh}/{ff} ({:.2}%)\n",
+                "\n{}: lines {lh}/{lf} ({:.2}%), kernels {fh}/{ff} ({:.2}%)\n",
+                lines.origin.name,
                 report::percent(lh, lf),
                 report::percent(fh, ff)
             ));
@@ -1095,8 +1095,8 @@ fn with_warning(html: &str, warning: &str) -> String {
     }
 }
 
-/// NVIDIA kernel totals as the summary shows them: `covered/count`.
-fn device_totals(lines: &sass::DeviceCoverage) -> Value {
+/// Device totals as the summary shows them: `covered/count`.
+fn device_totals(lines: &device_lines::DeviceCoverage) -> Value {
     let ((lh, lf), (fh, ff)) = lines.totals();
     json!({ "lines": format!("{lh}/{lf}"), "functions": format!("{fh}/{ff}"), "regions": Value::Null, "branches": Value::Null })
 }
@@ -1134,7 +1134,7 @@ impl PerTrial {
             let keep = |f: &str| merged.inputs.ignore.keeps(f);
             let mut ours = loaded.lcov(&keep);
             if let Some(lines) = &merged.device_lines {
-                ours = lcov::fold_in(&ours, &sass::to_lcov(&lines.all), "the NVIDIA kernel lines")
+                ours = lcov::fold_in(&ours, &device_lines::to_lcov(&lines.all), lines.origin.short)
                     .map_err(|e| e.to_string())?;
             }
             if let Some((n, theirs, mine)) =
@@ -1180,7 +1180,7 @@ impl PerTrial {
 
     /// One trial's lcov (with its own device lines) and totals.
     fn coverage(&self, merged: &Merged, r: &TrialResult, profdata: &Path) -> Result<TrialCoverage, Error> {
-        let device = merged.device_lines.as_ref().and_then(|d| d.trials.get(&r.slug)).map(sass::to_lcov);
+        let device = merged.device_lines.as_ref().and_then(|d| d.trials.get(&r.slug)).map(device_lines::to_lcov);
         let origin = || format!("the lcov of {}", profdata.display());
         let ((lcov, totals), regions) = match self {
             PerTrial::Mapping(mapping) => {

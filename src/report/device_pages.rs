@@ -1,8 +1,8 @@
-//! NVIDIA kernel coverage pages: `report/html/device/`, one page per source
+//! Device coverage pages (NVIDIA's kernel lines): `report/html/device/`, one page per source
 //! file with each line's count, and an index with the totals, beside
 //! llvm-cov's host pages (llvm-cov cannot show coverage it did not compute).
 
-use crate::coverage::sass::DeviceCoverage;
+use crate::coverage::device_lines::DeviceLines;
 use crate::error::Result;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -23,16 +23,18 @@ pub(crate) fn write(
     ws: &crate::workspace::Workspace,
     dir: &Path,
     title: &str,
-    coverage: &DeviceCoverage,
+    lines: &DeviceLines,
 ) -> Result<PathBuf> {
+    let coverage = &lines.all;
     let ((lh, lf), (fh, ff)) = coverage.totals();
     let mut index = format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t}: device</title><style>{STYLE}</style></head><body>\
-<h1>{t}: NVIDIA kernel coverage</h1><p>From CUPTI's SASS metrics through the cubins' line tables. Lines {lh}/{lf} ({:.2}%), kernels {fh}/{ff} ({:.2}%). Host coverage: <a href=\"../index.html\">llvm-cov's report</a>.</p>\
+<h1>{t}: {name}</h1><p>Lines {lh}/{lf} ({:.2}%), kernels {fh}/{ff} ({:.2}%). Host coverage: <a href=\"../index.html\">llvm-cov's report</a>.</p>\
 <table><tr><th>file</th><th>lines</th><th>%</th><th>kernels</th></tr>",
         percent(lh, lf),
         percent(fh, ff),
-        t = escape(title)
+        t = escape(title),
+        name = escape(lines.origin.name)
     );
     for (i, (file, cov)) in coverage.files.iter().enumerate() {
         let hit = cov.lines.values().filter(|c| **c > 0).count() as u64;

@@ -3,7 +3,7 @@
 //! (`cubin`), give per-source-line counts.
 //!
 //! Use: `read_cubin_dir` on the collector's cubin folder, `Record::read` on each record file,
-//! then `line_coverage` and `to_lcov`. A record that `!is_complete()` or has `dropped > 0` lost
+//! then `line_coverage`: the lines are the vendor-neutral `coverage::device_lines` types. A record that `!is_complete()` or has `dropped > 0` lost
 //! counts: the caller reports it as lost device coverage.
 
 pub(crate) mod cubin;
@@ -13,86 +13,17 @@ mod fixture_markers;
 mod nsight;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::bail;
+use crate::coverage::device_lines::{DeviceCoverage, DeviceFunction, DeviceLines, LinesOrigin};
 use crate::device::nvidia::record::{InstructionKey, Record};
 use crate::error::{Error, Result};
 use cubin::{CubinLines, INSTRUCTION_BYTES};
 
-/// Device coverage by source file path.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct DeviceCoverage {
-    pub(crate) files: BTreeMap<String, FileCoverage>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct FileCoverage {
-    /// Line → execution count; instrumented lines never executed are 0.
-    pub(crate) lines: BTreeMap<u32, u64>,
-    /// Kernels whose entry instruction is in this file, by mangled name.
-    pub(crate) functions: BTreeMap<String, FunctionCoverage>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FunctionCoverage {
-    /// The line of the entry instruction (the kernel's signature).
-    pub(crate) first_line: u32,
-    /// Times the entry instruction ran (per warp, as CUPTI counts); 0 if never launched.
-    pub(crate) hits: u64,
-}
-
-impl DeviceLines {
-    /// The kernels of files `keep` counts (the library's) that a trial launched and the
-    /// collector did not count: the build's kernel list does not name them as CUPTI does.
-    pub(crate) fn uncounted_library_kernels(&self, keep: &dyn Fn(&str) -> bool) -> Vec<&str> {
-        self.not_counted
-            .keys()
-            .filter(|kernel| self.kernel_files.get(*kernel).is_some_and(|file| keep(file)))
-            .map(String::as_str)
-            .collect()
-    }
-}
-
-impl DeviceCoverage {
-    /// Keeps the files `keep` accepts: the report's ignore rules apply to
-    /// device lines as to host lines.
-    pub(crate) fn retain_files(&mut self, keep: &dyn Fn(&str) -> bool) {
-        self.files.retain(|file, _| keep(file));
-    }
-
-    /// `(covered, count)` of lines and of kernels.
-    pub(crate) fn totals(&self) -> ((u64, u64), (u64, u64)) {
-        let mut lines = (0, 0);
-        let mut functions = (0, 0);
-        for file in self.files.values() {
-            lines.0 += file.lines.values().filter(|c| **c > 0).count() as u64;
-            lines.1 += file.lines.len() as u64;
-            functions.0 += file.functions.values().filter(|f| f.hits > 0).count() as u64;
-            functions.1 += file.functions.len() as u64;
-        }
-        (lines, functions)
-    }
-}
-
-/// A build's NVIDIA kernel coverage: over every trial, and each trial's own.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct DeviceLines {
-    pub(crate) all: DeviceCoverage,
-    /// By trial slug.
-    pub(crate) trials: BTreeMap<String, DeviceCoverage>,
-    /// Launches the collector did not count, by kernel, over every trial:
-    /// of kernels outside the library's list.
-    pub(crate) not_counted: BTreeMap<String, u64>,
-    /// Launches past `coverage.device.max_launches`, by kernel, over every trial.
-    pub(crate) beyond_max_launches: BTreeMap<String, u64>,
-    /// The file of each kernel of the cubins (the outermost frame of its entry).
-    pub(crate) kernel_files: BTreeMap<String, String>,
-    /// Kernels of the library's own files that were launched and not counted
-    /// ([`DeviceLines::uncounted_library_kernels`], set by the report's rule).
-    pub(crate) uncounted_library: Vec<String>,
-}
+/// What the report calls these lines.
+const CUPTI_SASS: LinesOrigin =
+    LinesOrigin { id: "cupti-sass", name: "NVIDIA kernel coverage (CUPTI SASS metrics)", short: "NVIDIA kernel lines" };
 
 /// The coverage of each trial's records (`records`, by slug) over the
 /// build's saved cubins in `cubins_dir`, and of all of them together.
@@ -101,7 +32,7 @@ pub(crate) fn device_lines(
     records: &BTreeMap<String, Vec<std::path::PathBuf>>,
 ) -> Result<DeviceLines> {
     let cubins = if cubins_dir.is_dir() { read_cubin_dir(cubins_dir)? } else { BTreeMap::new() };
-    let mut lines = DeviceLines::default();
+    let mut lines = DeviceLines { origin: CUPTI_SASS, ..DeviceLines::default() };
     let mut every = Vec::new();
     for (slug, files) in records {
         let read = files.iter().map(|f| Record::read(f)).collect::<Result<Vec<_>>>()?;
@@ -201,7 +132,7 @@ pub(crate) fn line_coverage(cubins: &BTreeMap<u32, CubinLines>, records: &[Recor
             let functions = &mut coverage.files.entry(file_of(&mut names, &entry.file)).or_default().functions;
             // A kernel in several cubins (one per architecture, say) adds up its launches.
             let function_coverage =
-                functions.entry(function.clone()).or_insert(FunctionCoverage { first_line: entry.line, hits: 0 });
+                functions.entry(function.clone()).or_insert(DeviceFunction { first_line: entry.line, hits: 0 });
             function_coverage.hits = function_coverage.hits.saturating_add(count_at(0));
         }
     }
@@ -235,34 +166,10 @@ fn check_instruction(cubins: &BTreeMap<u32, CubinLines>, key: &InstructionKey) -
     Ok(())
 }
 
-/// The coverage as an lcov tracefile (`SF`, `FN`, `FNDA`, `DA` records), files and functions
-/// sorted so that the same coverage always gives the same text.
-pub(crate) fn to_lcov(coverage: &DeviceCoverage) -> String {
-    let mut lcov = String::new();
-    for (file, file_coverage) in &coverage.files {
-        let FileCoverage { lines, functions } = file_coverage;
-        // Writing to a String cannot fail.
-        let _ = writeln!(lcov, "TN:\nSF:{file}");
-        for (name, function) in functions {
-            let _ = writeln!(lcov, "FN:{},{name}", function.first_line);
-        }
-        for (name, function) in functions {
-            let _ = writeln!(lcov, "FNDA:{},{name}", function.hits);
-        }
-        let functions_hit = functions.values().filter(|function| function.hits > 0).count();
-        let _ = writeln!(lcov, "FNF:{}\nFNH:{functions_hit}", functions.len());
-        for (line, count) in lines {
-            let _ = writeln!(lcov, "DA:{line},{count}");
-        }
-        let lines_hit = lines.values().filter(|count| **count > 0).count();
-        let _ = writeln!(lcov, "LF:{}\nLH:{lines_hit}\nend_of_record", lines.len());
-    }
-    lcov
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coverage::device_lines::to_lcov;
     use cubin::tests::{FIXTURES, fixture_cubin};
 
     const CRC: u32 = 0xc0de;
@@ -286,9 +193,9 @@ mod tests {
         let source = &coverage.files[SOURCE];
         let function = |name: &str| source.functions[name].clone();
         // The entry instruction ran 4 times in one process and once in the other.
-        assert_eq!(function("_Z12scale_floatsPKfPfif"), FunctionCoverage { first_line: 12, hits: 5 });
-        assert_eq!(function("_Z10scale_intsPKiPii"), FunctionCoverage { first_line: 19, hits: 2 });
-        assert_eq!(function("_Z14never_launchedPi"), FunctionCoverage { first_line: 28, hits: 0 });
+        assert_eq!(function("_Z12scale_floatsPKfPfif"), DeviceFunction { first_line: 12, hits: 5 });
+        assert_eq!(function("_Z10scale_intsPKiPii"), DeviceFunction { first_line: 19, hits: 2 });
+        assert_eq!(function("_Z14never_launchedPi"), DeviceFunction { first_line: 28, hits: 0 });
         assert!(coverage.files[HEADER].functions.is_empty());
         // Line 13 is 0x10..0x40 of scale_floats: 4 + 1 at most.
         assert_eq!(source.lines[&13], 5);
