@@ -188,3 +188,51 @@ fn brace_lists_name_each_module() {
     );
     assert_eq!(found.into_iter().collect::<Vec<_>>(), ["exec", "workspace"]);
 }
+
+/// Where a vendor may be named: its backend's files, and the reader of its own kind of
+/// device lines.
+const VENDOR_HOMES: [&str; 2] = ["device/", "coverage/sass/"];
+const VENDOR_NAMES: [&str; 6] =
+    ["device::amdgpu", "device::nvidia", "Backend::Amdgpu", "Backend::Nvidia", "Found::Amdgpu", "Found::Nvidia"];
+
+/// Every place outside [`VENDOR_HOMES`] whose code (tests left out) names a vendor's backend.
+fn vendor_leaks(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    files.sort();
+    let mut leaks = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(src).unwrap().to_string_lossy().into_owned();
+        if VENDOR_HOMES.iter().any(|home| rel.starts_with(home)) || rel.ends_with("tests.rs") {
+            continue;
+        }
+        let code = non_test_code(&std::fs::read_to_string(&file).unwrap());
+        for name in VENDOR_NAMES.iter().filter(|name| code.contains(*name)) {
+            leaks.push(format!("src/{rel} names {name}"));
+        }
+    }
+    leaks
+}
+
+/// A backend is its own file under `device/` (and a reader under `coverage/` if its lines
+/// have a kind of their own): the other stages ask the device stage vendor-neutral
+/// questions (docs/architecture.md, "Adding a device backend").
+#[test]
+fn no_stage_but_the_device_stage_names_a_vendor() {
+    let leaks = vendor_leaks(&Path::new(ROOT).join("src"));
+    assert!(leaks.is_empty(), "vendors named outside their backends:\n{}", leaks.join("\n"));
+}
+
+#[test]
+fn a_vendor_named_outside_its_backend_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("device")).unwrap();
+    std::fs::create_dir_all(dir.path().join("report")).unwrap();
+    std::fs::write(dir.path().join("device/nvidia.rs"), "use crate::device::nvidia::x;\n").unwrap();
+    std::fs::write(
+        dir.path().join("report/mod.rs"),
+        "// Backend::Nvidia in a comment\nif b == Backend::Nvidia {}\n#[cfg(test)]\nmod tests { Found::Amdgpu }\n",
+    )
+    .unwrap();
+    assert_eq!(vendor_leaks(dir.path()), ["src/report/mod.rs names Backend::Nvidia"]);
+}

@@ -417,8 +417,9 @@ impl BuildPlan {
             None => self.inspect_objects(ctx)?,
         };
         let device_objects = self.device_objects(ctx)?;
-        if self.device.nvidia_selective() {
-            self.list_library_kernels(&objects);
+        let paths: Vec<PathBuf> = objects.iter().map(|o| o.path.clone()).collect();
+        if let Some(said) = device::after_build(&self.device, &paths, &self.cache_dir, &crate::config::process_env) {
+            eprintln!("ccl-coverage: {said}");
         }
         if !self.bin_dir.is_dir() {
             bail!(
@@ -435,23 +436,6 @@ impl BuildPlan {
         manifest.write(&self.manifest_path())?;
         eprintln!("ccl-coverage: build {} ready in {:.1}s", self.key, started.elapsed().as_secs_f64());
         Ok(manifest)
-    }
-
-    /// The kernels of the library's objects, for the trials to count only
-    /// those (`coverage.device.kernels`). Said and passed over when they
-    /// cannot be listed: the trials then count every kernel, which costs
-    /// time, never coverage.
-    fn list_library_kernels(&self, objects: &[ObjectRecord]) {
-        let paths: Vec<PathBuf> = objects.iter().map(|o| o.path.clone()).collect();
-        match device::nvidia::write_library_kernels(&paths, &self.cache_dir, &crate::config::process_env) {
-            Ok(n) => eprintln!(
-                "ccl-coverage: {n} kernels in the library's objects ({}): trials count only these unless coverage.device.kernels is \"all\"",
-                device::nvidia::library_kernels_file(&self.cache_dir).display()
-            ),
-            Err(why) => eprintln!(
-                "ccl-coverage: warning: the library's kernels could not be listed ({why}): trials count every kernel, the test programs' own too"
-            ),
-        }
     }
 
     /// Removes a cached build that cannot be trusted, so that it is built

@@ -26,22 +26,11 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Blocker {
     LinkerDisabled,
-    RocmUnknown {
-        looked: Vec<PathBuf>,
-    },
-    RocmTooOld {
-        rocm: PathBuf,
-        version: String,
-    },
-    NotInstrumenting {
-        detail: String,
-    },
-    NoRuntime {
-        searched: Vec<PathBuf>,
-    },
-    NoCollector {
-        searched: Vec<PathBuf>,
-    },
+    RocmUnknown { looked: Vec<PathBuf> },
+    RocmTooOld { rocm: PathBuf, version: String },
+    NotInstrumenting { detail: String },
+    NoRuntime { searched: Vec<PathBuf> },
+    NoCollector { searched: Vec<PathBuf> },
 }
 
 impl Blocker {

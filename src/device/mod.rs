@@ -13,8 +13,8 @@ pub mod amdgpu;
 mod decision;
 pub(crate) mod nvidia;
 
-pub use decision::{Backend, DeviceDecision, Found};
 pub(crate) use decision::LineSource;
+pub use decision::{Backend, DeviceDecision, Found};
 
 use crate::bail;
 use crate::config::{DeviceConfig, DeviceMode};
@@ -76,7 +76,9 @@ pub fn decide(
     let backend = match target.as_deref() {
         Some(target) => match Backend::of_target(target) {
             Some(backend) => Some(backend),
-            None => bail!("coverage.device.target {target:?} names no backend: expected gfx* (AMDGPU) or sm_*/compute_* (NVIDIA)"),
+            None => bail!(
+                "coverage.device.target {target:?} names no backend: expected gfx* (AMDGPU) or sm_*/compute_* (NVIDIA)"
+            ),
         },
         None => None,
     };
@@ -197,6 +199,34 @@ pub(crate) fn is_device_profile(file_name: &str) -> bool {
 /// (NVIDIA's kernel records), sorted; none when the folder does not exist.
 pub(crate) fn collector_records(dir: &Path) -> Result<Vec<PathBuf>> {
     nvidia::record::record_files(dir)
+}
+
+/// What a backend does once the library is built, for its trials: NVIDIA's
+/// list of the library's kernels, the only ones they count. Returns what to
+/// say; a failure is said, not raised, since it costs time, never coverage.
+pub(crate) fn after_build(
+    decision: &DeviceDecision,
+    objects: &[PathBuf],
+    cache_dir: &Path,
+    env: Lookup,
+) -> Option<String> {
+    if !decision.nvidia_selective() {
+        return None;
+    }
+    Some(match nvidia::write_library_kernels(objects, cache_dir, env) {
+        Ok(n) => format!(
+            "{n} kernels in the library's objects ({}): trials count only these unless coverage.device.kernels is \"all\"",
+            nvidia::library_kernels_file(cache_dir).display()
+        ),
+        Err(why) => format!(
+            "warning: the library's kernels could not be listed ({why}): trials count every kernel, the test programs' own too"
+        ),
+    })
+}
+
+/// The file of the kernels a build's trials count ([`after_build`]).
+pub(crate) fn counted_kernels_file(cache_dir: &Path) -> PathBuf {
+    nvidia::library_kernels_file(cache_dir)
 }
 
 /// Where a build with kernel records keeps the code objects they are mapped

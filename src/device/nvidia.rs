@@ -22,7 +22,7 @@ use crate::workspace::files;
 use record::Record;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const COLLECTOR_SOURCE: &str = include_str!("nvidia/collector.cpp");
 const PROBE_SOURCE: &str = include_str!("nvidia/probe.cu");
@@ -338,37 +338,13 @@ fn run_probe(
     }
     files::create_dir(run).map_err(|e| e.to_string())?;
     let log = run.join("probe.log");
-    let out = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-    let err = out.try_clone().map_err(|e| e.to_string())?;
-    let mut command = std::process::Command::new(probe);
-    command
+    let probe = Cmd::new(probe.display().to_string())
         .envs(trial_env(collector, run, run, kernels, None))
-        .stdout(out)
-        .stderr(err)
-        .stdin(std::process::Stdio::null());
-    let shown = format!("{} (under CUDA_INJECTION64_PATH={})", probe.display(), collector.display());
-    let mut child = command.spawn().map_err(|e| format!("cannot start the NVIDIA probe {shown}: {e}"))?;
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() > PROBE_LIMIT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("the NVIDIA probe {shown} ran past {}s and was killed", PROBE_LIMIT.as_secs()));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(format!("waiting for the NVIDIA probe {shown}: {e}")),
-        }
-    };
-    let said = files::read_lossy(&log);
-    if !status.success() {
-        return Err(format!(
-            "the NVIDIA probe {shown} failed ({}); is there a GPU and a driver? It printed:\n{}",
-            crate::exec::process::describe_status(status),
-            crate::exec::process::indent_tail(&said, crate::exec::process::TAIL_LINES)
-        ));
-    }
+        .time_limit(PROBE_LIMIT);
+    // The one process builder: a failure names the whole command, the collector's variables included.
+    let said = probe.read_all().map_err(|e| format!("the NVIDIA probe failed; is there a GPU and a driver? {e}"))?;
+    files::write_atomic(&log, said.as_bytes()).map_err(|e| e.to_string())?;
+    let shown = format!("{} (under CUDA_INJECTION64_PATH={})", probe.program().to_string_lossy(), collector.display());
     let records: Vec<PathBuf> = std::fs::read_dir(run)
         .map_err(|e| format!("cannot list {}: {e}", run.display()))?
         .flatten()
@@ -575,6 +551,31 @@ mod tests {
         std::fs::create_dir_all(&bare).unwrap();
         std::fs::write(bare.join("libcupti.so.13"), "").unwrap();
         assert_eq!(cupti_version(&bare.join("libcupti.so.13")), "13 (soname)");
+    }
+
+    /// A probe that is not one (no GPU here): it runs through `Cmd`, its failure names the
+    /// command and what it printed, and a clean exit without a record is named too.
+    #[test]
+    fn a_probe_that_fails_or_records_nothing_is_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("probe");
+        let script = |body: &str| {
+            std::fs::write(&fake, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        let collector = dir.path().join("libccl_cov_cupti.so");
+        script("echo 'no CUDA-capable device is detected' >&2; exit 2");
+        let error = run_probe(&fake, &collector, &dir.path().join("run"), None).err().unwrap();
+        assert!(
+            error.starts_with("the NVIDIA probe failed; is there a GPU and a driver? command failed (exit status 2): "),
+            "{error}"
+        );
+        assert!(error.contains("CUDA_INJECTION64_PATH=") && error.contains("no CUDA-capable device"), "{error}");
+        script("echo ran");
+        let error = run_probe(&fake, &collector, &dir.path().join("run"), None).err().unwrap();
+        assert!(error.contains("left 0 record files") && error.contains("ran"), "{error}");
+        assert_eq!(std::fs::read_to_string(dir.path().join("run/probe.log")).unwrap(), "ran\n");
     }
 
     #[test]

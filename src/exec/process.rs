@@ -15,6 +15,8 @@ pub struct Cmd {
     /// first named: `Some` sets a variable, `None` removes it.
     env: Vec<(OsString, Option<OsString>)>,
     cwd: Option<PathBuf>,
+    /// The longest the command may run; past it, it is killed and fails.
+    limit: Option<std::time::Duration>,
 }
 
 /// How many trailing lines of output a failure message shows.
@@ -63,6 +65,13 @@ impl Cmd {
             Some(entry) => entry.1 = value,
             None => self.env.push((key, value)),
         }
+        self
+    }
+
+    /// Kills the command, and fails, when it runs longer than `limit`: for a
+    /// probe that may hang on a broken GPU or driver.
+    pub(crate) fn time_limit(mut self, limit: std::time::Duration) -> Self {
+        self.limit = Some(limit);
         self
     }
 
@@ -163,9 +172,19 @@ impl Cmd {
             .unchecked()
             .start()
             .map_err(|e| self.cannot_start(e))?;
+        let started = std::time::Instant::now();
         let output = loop {
             if let Some(output) = handle.wait_timeout(INTERRUPT_POLL).map_err(|e| self.cannot_start(e))? {
                 break output;
+            }
+            if let Some(limit) = self.limit.filter(|limit| started.elapsed() > *limit) {
+                let _ = handle.kill();
+                let _ = handle.wait();
+                return Err(Error::new(format!(
+                    "{} ran past its {} and was killed",
+                    self.display(),
+                    humantime::format_duration(limit)
+                )));
             }
             if crate::exec::interrupt::stops_commands() {
                 let _ = handle.kill();
@@ -327,5 +346,14 @@ mod tests {
         let out = Cmd::new("ls").arg(dir.path().join(name)).read().unwrap();
         assert!(out.ends_with("caf\u{fffd}\n"), "{out}");
         assert!(Cmd::new("ls").arg(dir.path().join("caf\u{fffd}")).read().is_err());
+    }
+
+    #[test]
+    fn a_command_past_its_time_limit_is_killed_and_fails() {
+        let started = std::time::Instant::now();
+        let error = Cmd::new("sleep").arg("30").time_limit(std::time::Duration::from_millis(300)).read().unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "not killed: {:?}", started.elapsed());
+        assert_eq!(error.to_string(), "sleep 30 ran past its 300ms and was killed");
+        assert_eq!(Cmd::new("true").time_limit(std::time::Duration::from_secs(30)).read().unwrap(), "");
     }
 }

@@ -8,12 +8,12 @@
 use crate::build::fixture::BuildManifest;
 use crate::config::process_env;
 use crate::context::Context;
+use crate::coverage::device_lines::{self, DeviceLines};
 use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::SummaryExport;
 use crate::coverage::mapping::{self, Mapping, ProfileCounts};
 use crate::coverage::profiles;
-use crate::coverage::device_lines::{self, DeviceLines};
 use crate::error::Error;
 use crate::exec::interrupt;
 use crate::plan;
@@ -769,7 +769,7 @@ impl Shared {
             return Err(Failed::from(format!(
                 "kernels of the library were launched and not counted: {}. The build's kernel list ({}) does not name them as CUPTI does; set coverage.device.kernels to \"all\" and report the names",
                 lines.uncounted_library.join(", "),
-                crate::device::nvidia::library_kernels_file(&merged.manifest.cache_dir).display()
+                crate::device::counted_kernels_file(&merged.manifest.cache_dir).display()
             )));
         }
         if let Some(lines) = &merged.device_lines

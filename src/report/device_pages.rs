@@ -19,12 +19,7 @@ const STYLE: &str = "body{font-family:sans-serif}table{border-collapse:collapse}
 pre{margin:0}.hit{background:#dfd}.miss{background:#fdd}.num{text-align:right;color:#666}";
 
 /// Writes the pages into `dir` and returns the index's path.
-pub(crate) fn write(
-    ws: &crate::workspace::Workspace,
-    dir: &Path,
-    title: &str,
-    lines: &DeviceLines,
-) -> Result<PathBuf> {
+pub(crate) fn write(ws: &crate::workspace::Workspace, dir: &Path, title: &str, lines: &DeviceLines) -> Result<PathBuf> {
     let coverage = &lines.all;
     let ((lh, lf), (fh, ff)) = coverage.totals();
     let mut index = format!(
