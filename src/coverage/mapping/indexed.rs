@@ -566,6 +566,42 @@ mod tests {
         assert!(error(&bytes).contains("lies inside the header and summary"));
     }
 
+    /// A profile this reader refuses and llvm-profdata reads (version 11,
+    /// which llvm-profdata 22 writes when asked): as the merged profile, the
+    /// check names why and trials are read with llvm-profdata; as a trial's
+    /// once the check passed, that trial is read with llvm-profdata.
+    #[test]
+    fn what_the_reader_refuses_is_read_with_llvm_profdata() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        let llvm_profdata = Path::new("/usr/lib/llvm-22/bin/llvm-profdata");
+        let old = dir.path().join("v11.profdata");
+        crate::exec::process::Cmd::new(llvm_profdata)
+            .arg("merge")
+            .arg("--write-prev-version")
+            .arg("-o")
+            .arg(&old)
+            .arg(format!("{FIXTURES}/fe.proftext"))
+            .read()
+            .unwrap();
+        let text = ProfileCounts::read(llvm_profdata, &old).unwrap();
+        let (reader, theirs) = CounterReader::checked(&ws, llvm_profdata, &old).unwrap();
+        assert_eq!(theirs, text);
+        let why = reader.fallback().unwrap();
+        assert!(why.starts_with(&format!("{}: its format version is 11", old.display())), "{why}");
+        assert_eq!(reader.read(&ws, &old).unwrap(), text);
+
+        let good = dir.path().join("fe22.profdata");
+        std::fs::write(&good, fixture("fe22.profdata")).unwrap();
+        let (reader, _) = CounterReader::checked(&ws, llvm_profdata, &good).unwrap();
+        assert_eq!(reader.fallback(), None);
+        assert_eq!(reader.read(&ws, &old).unwrap(), text, "the trial the reader refuses");
+        let fe = ProfileCounts::parse(&String::from_utf8(fixture("fe22.txt")).unwrap()).unwrap();
+        assert_eq!(reader.read(&ws, &good).unwrap(), fe);
+        let missing = reader.read(&ws, &dir.path().join("none.profdata")).unwrap_err().to_string();
+        assert!(missing.contains("none.profdata"), "{missing}");
+    }
+
     /// Cut at every length, each byte changed three ways: an error naming
     /// what was wrong for every cut, and never a panic.
     #[test]
