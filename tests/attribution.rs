@@ -318,10 +318,11 @@ fn which(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
 }
 
-/// Issue #24: per-trial attribution from the coverage mapping read once
-/// gives exactly what one llvm-cov export per trial gave, on the whole
-/// default suite: attribution.json, trials.json, the minimal suite and
-/// who-covers, byte for byte.
+/// Issues #24 and #35: per-trial attribution from the coverage mapping read
+/// once and each trial's counters read in process gives exactly what one
+/// llvm-cov export per trial gave, on the whole default suite:
+/// attribution.json, trials.json, the minimal suite and who-covers, byte
+/// for byte.
 #[test]
 fn attribution_from_the_mapping_read_once_equals_llvm_cov_per_trial() {
     let limit = Duration::from_secs(900);
@@ -344,6 +345,7 @@ fn attribution_from_the_mapping_read_once_equals_llvm_cov_per_trial() {
     };
     let (mapping, stderr) = attribution_of(&s);
     assert!(!stderr.contains("runs llvm-cov once per trial"), "the in-process reader was not used:\n{stderr}");
+    assert!(!stderr.contains("with llvm-profdata"), "the counters were not read in process:\n{stderr}");
     s.env = vec![("CCL_COV_ATTRIBUTION_EXPORTS".into(), "on".into())];
     let (exports, stderr) = attribution_of(&s);
     assert!(stderr.contains("runs llvm-cov once per trial, as CCL_COV_ATTRIBUTION_EXPORTS=on asks"), "{stderr}");

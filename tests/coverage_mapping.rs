@@ -6,7 +6,10 @@
 //! 19 into an executable and a shared library, run with inputs that take
 //! different paths, and each profile's lcov from the reader must be exactly
 //! `llvm-cov export -format=lcov`'s of the same LLVM, with and without an
-//! ignore rule; and the region totals llvm-cov's summary's.
+//! ignore rule; and the region totals llvm-cov's summary's. Each profile's
+//! counters, read in process from the indexed profile, must be exactly
+//! `llvm-profdata merge -text`'s of the same LLVM, and the lcov is computed
+//! from those.
 
 use ccl_coverage::coverage::lcov::{Tallies, parse_lcov};
 use ccl_coverage::coverage::mapping::{self, Mapping, ProfileCounts};
@@ -91,8 +94,12 @@ fn reader_equals_llvm_cov(llvm: &Path, major: u32) {
     let mapping = Mapping::read(&objects, major).unwrap();
     let profdata = llvm.join("llvm-profdata");
     let mut differing_runs = std::collections::BTreeSet::new();
+    // Not sparse: functions that never ran keep their zero records.
+    let dense = dir.path().join("dense.profdata");
+    run(Command::new(&profdata).args(["merge", "-o"]).arg(&dense).args(&profiles));
+    assert_counters_are_llvm_profdatas(&profdata, &[&profiles[..], &[dense]].concat());
     for profile in &profiles {
-        let counts = ProfileCounts::read(&profdata, profile).unwrap();
+        let counts = ProfileCounts::from_indexed(&std::fs::read(profile).unwrap()).unwrap();
         let loaded = mapping.load(&counts);
         for ignore in [None, Some("other\\.cc$")] {
             let theirs = mapping::without_summaries(&llvm_cov(llvm, &["-format=lcov"], profile, &objects, ignore));
@@ -122,6 +129,51 @@ fn reader_equals_llvm_cov(llvm: &Path, major: u32) {
         }
     }
     assert_eq!(differing_runs.len(), 2 * profiles.len(), "each run covers something else");
+}
+
+/// Each profile's counters read in process equal `llvm-profdata merge -text`'s.
+fn assert_counters_are_llvm_profdatas(llvm_profdata: &Path, profiles: &[PathBuf]) {
+    for profile in profiles {
+        let theirs = ProfileCounts::read(llvm_profdata, profile).unwrap();
+        let ours = ProfileCounts::from_indexed(&std::fs::read(profile).unwrap()).unwrap();
+        assert_eq!(theirs.difference(&ours), None, "{}", profile.display());
+        assert_eq!(theirs, ours, "{}", profile.display());
+    }
+}
+
+/// The text profiles of tests/fixtures/profdata (bitmap bytes, value
+/// profiles, two hashes of a name, context-sensitive records) written as
+/// indexed profiles by `llvm`'s llvm-profdata, dense and sparse, read in
+/// process as that llvm-profdata reads them.
+fn crafted_profiles_read_as_llvm_profdata_does(llvm: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/profdata");
+    let profdata = llvm.join("llvm-profdata");
+    let mut profiles = Vec::new();
+    for name in ["fe", "cs"] {
+        for sparse in [false, true] {
+            let out = dir.path().join(format!("{name}-{sparse}.profdata"));
+            let mut cmd = Command::new(&profdata);
+            cmd.arg("merge")
+                .args(sparse.then_some("-sparse"))
+                .arg("-o")
+                .arg(&out)
+                .arg(src.join(format!("{name}.proftext")));
+            run(&mut cmd);
+            profiles.push(out);
+        }
+    }
+    assert_counters_are_llvm_profdatas(&profdata, &profiles);
+}
+
+#[test]
+fn crafted_profiles_read_in_process_as_llvm_profdata_19_reads_them() {
+    crafted_profiles_read_as_llvm_profdata_does(Path::new("/usr/lib/llvm-19/bin"));
+}
+
+#[test]
+fn crafted_profiles_read_in_process_as_llvm_profdata_22_reads_them() {
+    crafted_profiles_read_as_llvm_profdata_does(Path::new("/usr/lib/llvm-22/bin"));
 }
 
 #[test]

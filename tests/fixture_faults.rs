@@ -398,14 +398,25 @@ fn failing_llvm_cov_show(s: &support::Setup, on_show: &str) {
 /// Makes the workspace's build use, as llvm-cov, a shell script whose body
 /// `script` writes around the real llvm-cov's path.
 fn llvm_cov_script(s: &support::Setup, script: impl FnOnce(&str) -> String) {
+    tool_script(s, "llvm_cov", script);
+}
+
+/// The build's `tool` (`llvm_cov`, `llvm_profdata`) replaced by a script
+/// that runs `script(real)`, `real` being the tool it replaces (kept when
+/// the script is replaced again).
+fn tool_script(s: &support::Setup, tool: &str, script: impl FnOnce(&str) -> String) {
     use std::os::unix::fs::PermissionsExt;
     let manifest_path = s.ws.join("build.json");
     let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
-    let real = manifest["toolchain"]["llvm_cov"]["path"].as_str().unwrap().to_string();
-    let fake = s.dir.path().join("llvm-cov");
+    let fake = s.dir.path().join(tool);
+    let real_path = s.dir.path().join(format!("{tool}.real"));
+    if !real_path.exists() {
+        std::fs::write(&real_path, manifest["toolchain"][tool]["path"].as_str().unwrap()).unwrap();
+    }
+    let real = std::fs::read_to_string(&real_path).unwrap();
     std::fs::write(&fake, format!("#!/bin/sh\n{}\n", script(&real))).unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    manifest["toolchain"]["llvm_cov"]["path"] = json!(fake.display().to_string());
+    manifest["toolchain"][tool]["path"] = json!(fake.display().to_string());
     std::fs::write(&manifest_path, serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
 }
 
@@ -433,6 +444,50 @@ fn attribution_falls_back_to_llvm_cov_when_the_reader_disagrees() {
     assert!(out.contains("llvm-cov \"SF:/nowhere.cc\", in-process \"(end)\""), "{out}");
     let attribution = std::fs::read_to_string(s.ws.join("report/attribution.json")).unwrap();
     assert!(attribution.contains("/nowhere.cc"), "the trials' lcov is llvm-cov's: {attribution}");
+}
+
+/// Attribution reads each trial's counters in process once the merged
+/// profile's, read so, are llvm-profdata's (one `merge -text` per report, for
+/// that check). When they differ (here an llvm-profdata whose text has a
+/// function more), the report says so, reads every trial's counters with
+/// llvm-profdata, and passes.
+#[test]
+fn attribution_reads_counters_with_llvm_profdata_when_the_in_process_reader_disagrees() {
+    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}, {"name": "two", "ranks": 2}])));
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    let log = s.dir.path().join("llvm-profdata.log");
+    let text_reads = || {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        let n = log.lines().filter(|l| l.contains("-text")).count();
+        std::fs::remove_file(s.dir.path().join("llvm-profdata.log")).ok();
+        n
+    };
+    tool_script(&s, "llvm_profdata", |real| format!("echo \"$*\" >> '{}'\nexec {real} \"$@\"", log.display()));
+    let report = harness(&s, "report", &[], LIMIT);
+    let out = report.text();
+    assert!(report.success, "{out}");
+    assert!(!out.contains("reads each trial's counters with llvm-profdata"), "{out}");
+    assert_eq!(text_reads(), 1, "only the merged profile is read with llvm-profdata: {out}");
+    let in_process = std::fs::read_to_string(s.ws.join("report/attribution.json")).unwrap();
+
+    tool_script(&s, "llvm_profdata", |real| {
+        format!(
+            "echo \"$*\" >> '{}'\ncase \"$*\" in *-text*) {real} \"$@\" || exit 1; printf '_Z9nowherev\\n# Func Hash:\\n1\\n# Num Counters:\\n1\\n# Counter Values:\\n1\\n\\n';; *) exec {real} \"$@\";; esac",
+            log.display()
+        )
+    });
+    let report = harness(&s, "report", &[], LIMIT);
+    let out = report.text();
+    assert!(report.success, "{out}");
+    assert!(
+        out.contains("per-trial attribution reads each trial's counters with llvm-profdata (slower): the in-process reader of indexed profiles cannot be used: on the merged profile"),
+        "{out}"
+    );
+    assert!(out.contains("_Z9nowherev: llvm-profdata hash 1 with 1 counters [1], in process no record"), "{out}");
+    assert_eq!(text_reads(), 3, "the merged profile and each of the 2 trials: {out}");
+    let text = std::fs::read_to_string(s.ws.join("report/attribution.json")).unwrap();
+    assert_eq!(text, in_process, "a function the mapping does not have changes no line");
 }
 
 /// A setup of one trial, `AllReduce::1K::<name>` on 2 ranks, whose binary is

@@ -12,7 +12,7 @@ use crate::coverage::device_lines::{self, DeviceLines};
 use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::SummaryExport;
-use crate::coverage::mapping::{self, Mapping, ProfileCounts};
+use crate::coverage::mapping::{self, CounterReader, Mapping};
 use crate::coverage::profiles;
 use crate::error::Error;
 use crate::exec::interrupt;
@@ -912,7 +912,7 @@ impl Shared {
                     .all
                     .totals()
                     .regions;
-                let per_trial = PerTrial::choose(merged, text, (regions.covered, regions.count))?;
+                let per_trial = PerTrial::choose(ws, merged, text, (regions.covered, regions.count))?;
                 let next = std::sync::atomic::AtomicUsize::new(0);
                 let outputs: Vec<Result<TrialCoverage, Error>> = std::thread::scope(|scope| {
                     let workers: Vec<_> = (0..parallelism().min(jobs.len()).max(1))
@@ -922,7 +922,7 @@ impl Shared {
                                 loop {
                                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                     let Some((r, profdata)) = jobs.get(i) else { break };
-                                    done.push((i, per_trial.coverage(merged, r, profdata)));
+                                    done.push((i, per_trial.coverage(ws, merged, r, profdata)));
                                 }
                                 done
                             })
@@ -1103,10 +1103,11 @@ fn device_totals(lines: &device_lines::DeviceCoverage) -> Value {
 
 /// How each trial's coverage is computed.
 enum PerTrial {
-    /// From the coverage mapping read once and the trial's counters
-    /// (`llvm-profdata merge -text`): no pass over the library's mapping
-    /// per trial (issue #24).
-    Mapping(Mapping),
+    /// From the coverage mapping read once and the trial's counters (read
+    /// in process, or with `llvm-profdata merge -text` where that reader
+    /// failed its check): no pass over the library's mapping per trial
+    /// (issue #24), no process per trial (issue #35).
+    Mapping(Mapping, CounterReader),
     /// `llvm-cov export -format=lcov` and `-summary-only` per trial: asked
     /// for (`CCL_COV_ATTRIBUTION_EXPORTS=on`), or because the mapping could
     /// not be read or did not reproduce llvm-cov on the merged profile.
@@ -1117,7 +1118,12 @@ impl PerTrial {
     /// The in-process reader, once it has given llvm-cov's own lcov for the
     /// merged profile (`merged_lcov`, with device lines after the host's);
     /// otherwise, said on screen, llvm-cov per trial.
-    fn choose(merged: &Merged, merged_lcov: &str, merged_regions: (u64, u64)) -> Result<PerTrial, Error> {
+    fn choose(
+        ws: &workspace::Workspace,
+        merged: &Merged,
+        merged_lcov: &str,
+        merged_regions: (u64, u64),
+    ) -> Result<PerTrial, Error> {
         let asked = process_env("CCL_COV_ATTRIBUTION_EXPORTS").unwrap_or_default();
         if crate::env_names::switch("CCL_COV_ATTRIBUTION_EXPORTS", &asked)?.unwrap_or(false) {
             eprintln!(
@@ -1125,11 +1131,12 @@ impl PerTrial {
             );
             return Ok(PerTrial::Exports);
         }
-        let checked = || -> Result<Mapping, String> {
+        let checked = || -> Result<(Mapping, CounterReader), String> {
             let mapping = Mapping::read(&merged.inputs.objects, merged.manifest.toolchain.llvm_cov.major)
                 .map_err(|e| e.to_string())?;
-            let counts = ProfileCounts::read(&merged.manifest.toolchain.llvm_profdata.path, &merged.inputs.profdata)
-                .map_err(|e| e.to_string())?;
+            let (counters, counts) =
+                CounterReader::checked(ws, &merged.manifest.toolchain.llvm_profdata.path, &merged.inputs.profdata)
+                    .map_err(|e| e.to_string())?;
             let loaded = mapping.load(&counts);
             let keep = |f: &str| merged.inputs.ignore.keeps(f);
             let mut ours = loaded.lcov(&keep);
@@ -1158,7 +1165,7 @@ impl PerTrial {
                     return Err("its lcov, read without the text, differs from the text's on the merged profile".into());
                 }
             }
-            Ok(mapping)
+            Ok((mapping, counters))
         };
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(checked)).unwrap_or_else(|panic| {
             let what = panic
@@ -1168,7 +1175,14 @@ impl PerTrial {
             Err(format!("it panicked: {}", what.unwrap_or_default()))
         });
         match outcome {
-            Ok(mapping) => Ok(PerTrial::Mapping(mapping)),
+            Ok((mapping, counters)) => {
+                if let Some(why) = counters.fallback() {
+                    eprintln!(
+                        "ccl-coverage: per-trial attribution reads each trial's counters with llvm-profdata (slower): the in-process reader of indexed profiles cannot be used: {why}"
+                    );
+                }
+                Ok(PerTrial::Mapping(mapping, counters))
+            }
             Err(why) => {
                 eprintln!(
                     "ccl-coverage: per-trial attribution runs llvm-cov once per trial (slower): the in-process coverage-mapping reader cannot be used: {why}"
@@ -1179,12 +1193,18 @@ impl PerTrial {
     }
 
     /// One trial's lcov (with its own device lines) and totals.
-    fn coverage(&self, merged: &Merged, r: &TrialResult, profdata: &Path) -> Result<TrialCoverage, Error> {
+    fn coverage(
+        &self,
+        ws: &workspace::Workspace,
+        merged: &Merged,
+        r: &TrialResult,
+        profdata: &Path,
+    ) -> Result<TrialCoverage, Error> {
         let device = merged.device_lines.as_ref().and_then(|d| d.trials.get(&r.slug)).map(device_lines::to_lcov);
         let origin = || format!("the lcov of {}", profdata.display());
         let ((lcov, totals), regions) = match self {
-            PerTrial::Mapping(mapping) => {
-                let counts = ProfileCounts::read(&merged.manifest.toolchain.llvm_profdata.path, profdata)?;
+            PerTrial::Mapping(mapping, counters) => {
+                let counts = counters.read(ws, profdata)?;
                 let loaded = mapping.load(&counts);
                 let keep = |f: &str| merged.inputs.ignore.keeps(f);
                 // Device records add to the host's as lcov text does: only then is the text needed.

@@ -1,14 +1,17 @@
-//! A profile's counters, read from `llvm-profdata merge -text`: the one
-//! format every llvm-profdata since LLVM 4 writes the same way, and small
-//! (no coverage mapping in it), so reading it per trial is cheap.
+//! A profile's counters: read from `llvm-profdata merge -text` (the one
+//! format every llvm-profdata since LLVM 4 writes the same way), or in
+//! process from the indexed profile itself ([`super::indexed`]), which the
+//! report checks against the text on every run.
 
 use crate::error::{Error, Result};
 use crate::exec::process::Cmd;
 use std::collections::HashMap;
 use std::path::Path;
 
-/// Per function name, each (structural hash, counters) the profile holds.
-#[derive(Debug, Default)]
+/// Per function name, each (structural hash, counters) the profile holds,
+/// in the order of their hashes (the text's order), so that two readings
+/// of one profile compare equal.
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct ProfileCounts {
     functions: HashMap<String, Vec<(u64, Vec<u64>)>>,
 }
@@ -27,6 +30,61 @@ impl ProfileCounts {
     pub fn read(llvm_profdata: &Path, profdata: &Path) -> Result<ProfileCounts> {
         let text = Cmd::new(llvm_profdata).arg("merge").arg("-text").arg("-o").arg("-").arg(profdata).read()?;
         Self::parse(&text).map_err(|e| e.context(format!("the text of {}", profdata.display())))
+    }
+
+    /// Reads an indexed profile's bytes in process (see [`super::indexed`]).
+    pub fn from_indexed(bytes: &[u8]) -> Result<ProfileCounts> {
+        super::indexed::parse(bytes)
+    }
+
+    /// Adds a record; false when the name already has one of this hash.
+    pub(super) fn insert(&mut self, name: &str, hash: u64, counters: Vec<u64>) -> bool {
+        let records = match self.functions.get_mut(name) {
+            Some(records) => records,
+            None => self.functions.entry(name.to_string()).or_default(),
+        };
+        if records.iter().any(|(h, _)| *h == hash) {
+            return false;
+        }
+        records.push((hash, counters));
+        true
+    }
+
+    /// Puts each name's records in the order of their hashes.
+    pub(super) fn sort(&mut self) {
+        for records in self.functions.values_mut() {
+            records.sort_by_key(|(hash, _)| *hash);
+        }
+    }
+
+    /// The first function, by name, whose records differ between `self`
+    /// (llvm-profdata's) and `other` (the in-process reader's), both sides
+    /// said; `None` when they are equal.
+    pub fn difference(&self, other: &ProfileCounts) -> Option<String> {
+        if self == other {
+            return None;
+        }
+        let names: std::collections::BTreeSet<&String> = self.functions.keys().chain(other.functions.keys()).collect();
+        let shown = |records: Option<&Vec<(u64, Vec<u64>)>>| match records {
+            None => "no record".to_string(),
+            Some(records) => records
+                .iter()
+                .map(|(hash, c)| {
+                    let head: Vec<String> = c.iter().take(8).map(u64::to_string).collect();
+                    let more = if c.len() > 8 { ", …" } else { "" };
+                    format!("hash {hash} with {} counters [{}{more}]", c.len(), head.join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        };
+        let name = names.into_iter().find(|n| self.functions.get(*n) != other.functions.get(*n))?;
+        Some(format!(
+            "{} functions by llvm-profdata, {} in process; {name}: llvm-profdata {}, in process {}",
+            self.functions.len(),
+            other.functions.len(),
+            shown(self.functions.get(name)),
+            shown(other.functions.get(name))
+        ))
     }
 
     pub(crate) fn parse(text: &str) -> Result<ProfileCounts> {
@@ -82,6 +140,7 @@ impl ProfileCounts {
                 i += 1;
             }
         }
+        out.sort();
         Ok(out)
     }
 

@@ -8,13 +8,17 @@
 //! nested expansion branches), so the output is llvm-cov's own. The report
 //! checks that on every run: the merged profile's lcov from here must equal
 //! llvm-cov's, or per-trial attribution goes back to one llvm-cov export per
-//! trial ([`crate::harness`] says so on screen).
+//! trial ([`crate::harness`] says so on screen). Each trial's counters are
+//! read in process from its indexed profile, checked the same way against
+//! `llvm-profdata merge -text` of the merged profile ([`CounterReader`]).
 
 mod binary;
 mod counts;
 mod cxx_sort;
+mod indexed;
 
 pub use counts::ProfileCounts;
+pub(crate) use indexed::CounterReader;
 
 use crate::coverage::lcov::{FileCoverage, Lcov, Tallies, Tally};
 use binary::{Counter, Expression, FunctionMapping, Region, RegionKind};
