@@ -327,8 +327,10 @@ fn dangling(span: &str, files: &[PathBuf], sources: &Sources) -> Option<String> 
             return None;
         }
         let file = format!("{path}.rs");
+        // A path with folders may be the root's, or a stage's (`mapping/indexed.rs` in the
+        // coverage row): some file ends with it.
         let exists = if file.contains('/') {
-            Path::new(ROOT).join(&file).is_file() || Path::new(ROOT).join("src").join(&file).is_file()
+            Path::new(ROOT).join(&file).is_file() || files.iter().any(|f| f.ends_with(&file))
         } else {
             files.iter().any(|f| f.file_name().is_some_and(|n| n == file.as_str()))
         };
