@@ -34,10 +34,17 @@ pub(crate) struct Counts {
     pub(crate) branches: Option<Metric>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub(crate) struct Metric {
     pub(crate) count: u64,
     pub(crate) covered: u64,
+}
+
+/// `covered/count`, as every report shows a metric.
+impl std::fmt::Display for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.covered, self.count)
+    }
 }
 
 impl SummaryExport {
