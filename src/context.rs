@@ -6,7 +6,7 @@
 use crate::config::{self, DeviceMode, LoadedConfig};
 use crate::device;
 use crate::env_names::{self, Kind};
-use crate::error::{Error, Result};
+use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
 use crate::workspace::Workspace;
 use std::cell::RefCell;
@@ -148,9 +148,8 @@ impl Context {
         check_env(std::env::vars_os(), &referenced.into_inner())?;
         // The command line's `--ignore-filename-regex`, added to the config's.
         if let Some(re) = env("CCL_COV_IGNORE_FILENAME_REGEX").filter(|v| !v.is_empty()) {
-            regex::Regex::new(&re).map_err(|e| {
-                Error::new(format!("CCL_COV_IGNORE_FILENAME_REGEX={re:?} is not a regular expression: {e}"))
-            })?;
+            regex::Regex::new(&re)
+                .with_context(|| format!("CCL_COV_IGNORE_FILENAME_REGEX={re:?} is not a regular expression"))?;
             loaded.config.report.ignore_filename_regex.push(re);
         }
         let target = env("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| absolute(&root, Path::new(&t)));

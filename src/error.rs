@@ -72,33 +72,33 @@ impl PartialEq for Error {
 
 impl Eq for Error {}
 
-impl From<std::io::Error> for Error {
-    fn from(e: std::io::Error) -> Self {
-        Error::foreign(e)
-    }
+/// The errors of std and of dependencies that a `?` or a [`Context`] turns
+/// into the chain's last link.
+macro_rules! foreign {
+    ($($t:ty),* $(,)?) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Self {
+                Error::foreign(e)
+            }
+        }
+    )*};
 }
 
-impl From<serde_json::Error> for Error {
-    fn from(e: serde_json::Error) -> Self {
-        Error::foreign(e)
-    }
-}
-
-impl From<std::string::FromUtf8Error> for Error {
-    fn from(e: std::string::FromUtf8Error) -> Self {
-        Error::foreign(e)
-    }
-}
+foreign!(
+    std::io::Error,
+    std::string::FromUtf8Error,
+    serde_json::Error,
+    regex::Error,
+    globset::Error,
+    object::Error,
+    gimli::Error,
+    tempfile::PersistError,
+    quick_junit::SerializeError,
+);
 
 impl From<rustix::io::Errno> for Error {
     fn from(e: rustix::io::Errno) -> Self {
         Error::foreign(std::io::Error::from(e))
-    }
-}
-
-impl From<regex::Error> for Error {
-    fn from(e: regex::Error) -> Self {
-        Error::foreign(e)
     }
 }
 

@@ -14,7 +14,7 @@ use crate::config::template::Vars;
 use crate::config::{LoadedConfig, Step};
 use crate::context::Context;
 use crate::device::{self, Backend, DeviceDecision};
-use crate::error::{Error, Result};
+use crate::error::{Context as _, Error, Result};
 use crate::exec::interrupt;
 use crate::exec::process::Cmd;
 use crate::exec::supervisor::Supervised;
@@ -154,7 +154,7 @@ impl BuildManifest {
     pub fn read(path: &Path) -> Result<BuildManifest> {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut files::open_regular(path)?, &mut text)
-            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+            .with_context(|| format!("cannot read {}", path.display()))?;
         Self::parse(&text, path)
     }
 
@@ -165,7 +165,7 @@ impl BuildManifest {
     }
 
     fn parse(text: &str, path: &Path) -> Result<BuildManifest> {
-        serde_json::from_str(text).map_err(|e| Error::new(format!("{} is not a build manifest: {e}", path.display())))
+        serde_json::from_str(text).with_context(|| format!("{} is not a build manifest", path.display()))
     }
 
     fn write(&self, path: &Path) -> Result<()> {
@@ -406,8 +406,8 @@ impl BuildPlan {
                 files::create_dir(dir)?;
             }
             std::fs::write(&log, format!("$ {}\n", cmd.display()))
-                .map_err(|e| Error::new(format!("cannot write {}: {e}", log.display())))?;
-            run_step(ctx, cmd, &log).map_err(|e| e.context(format!("build step {name:?} failed")))?;
+                .with_context(|| format!("cannot write {}", log.display()))?;
+            run_step(ctx, cmd, &log).with_context(|| format!("build step {name:?} failed"))?;
             let seconds = step_started.elapsed().as_secs_f64();
             eprintln!("ccl-coverage:   [{}/{total}] {name}: {seconds:.1}s", i + 1);
             records.push(StepRecord { name: name.clone(), command: cmd.display(), seconds });
@@ -461,15 +461,15 @@ impl BuildPlan {
     fn discard_cache(&self) -> Result<()> {
         if self.existing_build {
             return std::fs::remove_file(self.manifest_path())
-                .map_err(|e| Error::new(format!("cannot delete {}: {e}", self.manifest_path().display())));
+                .with_context(|| format!("cannot delete {}", self.manifest_path().display()));
         }
         let meta = std::fs::symlink_metadata(&self.cache_dir)
-            .map_err(|e| Error::new(format!("cannot inspect {}: {e}", self.cache_dir.display())))?;
+            .with_context(|| format!("cannot inspect {}", self.cache_dir.display()))?;
         if !meta.is_dir() {
             bail!("refusing to delete {}: it is not a folder the harness made", self.cache_dir.display());
         }
         std::fs::remove_dir_all(&self.cache_dir)
-            .map_err(|e| Error::new(format!("cannot delete the damaged build {}: {e}", self.cache_dir.display())))
+            .with_context(|| format!("cannot delete the damaged build {}", self.cache_dir.display()))
     }
 
     /// Every configured object must exist and (with coverage on) carry
@@ -774,9 +774,7 @@ fn file_identity(path: &Path) -> Result<String> {
 /// A folder's identity: its files' names, sizes and modification times.
 fn dir_identity(dir: &Path) -> Result<String> {
     let mut entries: Vec<String> = std::fs::read_dir(dir)
-        .map_err(|e| {
-            Error::new(format!("cannot list {} (CCL_COV_TESTS_DIR or tests.existing_bin_dir): {e}", dir.display()))
-        })?
+        .with_context(|| format!("cannot list {} (CCL_COV_TESTS_DIR or tests.existing_bin_dir)", dir.display()))?
         .flatten()
         .filter_map(|e| {
             let meta = e.metadata().ok()?;
@@ -793,8 +791,7 @@ fn dir_identity(dir: &Path) -> Result<String> {
 /// each with its checksum.
 fn programs(bin_dir: &Path) -> Result<Vec<ProgramRecord>> {
     use std::os::unix::fs::PermissionsExt;
-    let entries =
-        std::fs::read_dir(bin_dir).map_err(|e| Error::new(format!("cannot list {}: {e}", bin_dir.display())))?;
+    let entries = std::fs::read_dir(bin_dir).with_context(|| format!("cannot list {}", bin_dir.display()))?;
     let mut programs = Vec::new();
     for entry in entries.flatten() {
         let Ok(meta) = entry.metadata() else { continue };
@@ -815,7 +812,7 @@ fn glob_files(pattern: &Path) -> Result<Vec<PathBuf>> {
     let matcher = globset::GlobBuilder::new(name)
         .literal_separator(true)
         .build()
-        .map_err(|e| Error::new(format!("coverage.device.objects: {} is not a file pattern: {e}", pattern.display())))?
+        .with_context(|| format!("coverage.device.objects: {} is not a file pattern", pattern.display()))?
         .compile_matcher();
     let Ok(entries) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };
     let mut found: Vec<PathBuf> = entries
@@ -954,7 +951,7 @@ fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
 pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
     ws.create()?;
     let lock = ws.open_lock(&ws.lock_file())?;
-    lock.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", ws.lock_file().display())))?;
+    lock.lock().with_context(|| format!("cannot lock {}", ws.lock_file().display()))?;
     let previous = BuildManifest::read_in(ws).ok();
     match previous {
         Some(p) if p.build_id == manifest.build_id => return Ok(()),
@@ -1020,7 +1017,7 @@ pub(crate) fn hash_tree(root: &Path, exclude: &[String]) -> Result<String> {
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
         let mut entries: Vec<_> = std::fs::read_dir(&dir)
-            .map_err(|e| Error::new(format!("cannot list {}: {e}", dir.display())))?
+            .with_context(|| format!("cannot list {}", dir.display()))?
             .filter_map(std::result::Result::ok)
             .collect();
         entries.sort_by_key(std::fs::DirEntry::file_name);
@@ -1031,16 +1028,15 @@ pub(crate) fn hash_tree(root: &Path, exclude: &[String]) -> Result<String> {
                 continue;
             }
             let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
-            let meta = std::fs::symlink_metadata(&path)
-                .map_err(|e| Error::new(format!("cannot inspect {}: {e}", path.display())))?;
+            let meta =
+                std::fs::symlink_metadata(&path).with_context(|| format!("cannot inspect {}", path.display()))?;
             if meta.is_dir() {
                 stack.push(path);
             } else if meta.file_type().is_symlink() {
                 let target = std::fs::read_link(&path).unwrap_or_default();
                 hasher.update(format!("L {rel} {}\0", target.display()).as_bytes());
             } else {
-                let data =
-                    std::fs::read(&path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+                let data = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
                 hasher.update(format!("F {rel} {}\0", data.len()).as_bytes());
                 hasher.update(&data);
             }

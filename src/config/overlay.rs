@@ -15,7 +15,7 @@ use super::{
     LibraryBuild, LoadedConfig, Logs, MpiFlavor, Name, ReportConfig, TestsBuild, Timeouts, ToolchainConfig, error_at,
     expand_strings, invalid, limits,
 };
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::upstream::{self, Machine, Options, Resolved};
 use serde::Deserialize;
 use serde_json::Value;
@@ -278,7 +278,7 @@ pub(crate) fn load_overlay(path: &Path, env: &dyn Fn(&str) -> Option<String>) ->
         ))
     })?;
     let mut value: Value =
-        serde_json::from_str(&text).map_err(|e| Error::new(format!("{}: not valid JSON: {e}", path.display())))?;
+        serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))?;
     if !value.is_object() {
         return Err(at("", &"expected a JSON object (the overlay)"));
     }

@@ -2,7 +2,7 @@
 //! comes in, and every total, bar and normalised summary is computed from
 //! these types, not from the JSON text again.
 
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use serde::Deserialize;
 
 /// One summary export: the files llvm-cov reported on and their totals.
@@ -50,8 +50,7 @@ impl std::fmt::Display for Metric {
 impl SummaryExport {
     /// Parses llvm-cov's output; an export without data is an error.
     pub(crate) fn parse(text: &str) -> Result<SummaryExport> {
-        let export: SummaryExport =
-            serde_json::from_str(text).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
+        let export: SummaryExport = serde_json::from_str(text).context("unexpected llvm-cov export")?;
         if export.data.is_empty() {
             return Err(Error::new("llvm-cov export has no data"));
         }

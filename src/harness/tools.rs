@@ -5,7 +5,7 @@
 use super::Access;
 use crate::context::Context;
 use crate::env_names::KNOWN;
-use crate::error::{Error, Result};
+use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
 use crate::workspace::files;
 use std::process::ExitCode;
@@ -77,7 +77,7 @@ fn clean_all(builds: bool) -> Result<()> {
                 kept += 1;
                 continue;
             }
-            std::fs::remove_dir_all(&path).map_err(|e| Error::new(format!("cannot delete {}: {e}", path.display())))?;
+            std::fs::remove_dir_all(&path).with_context(|| format!("cannot delete {}", path.display()))?;
             let _ = std::fs::remove_dir_all(path.with_extension("users"));
             eprintln!("ccl-coverage: deleted the cached build {}", path.display());
         }

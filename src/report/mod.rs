@@ -19,7 +19,7 @@ use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::{Counts, FileSummary, Metric, SummaryExport};
 use crate::coverage::profiles::Quarantined;
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::exec::process::Cmd;
 use crate::results::{RunOf, Runs, TrialResult};
 use crate::verdict::Status;
@@ -93,8 +93,8 @@ impl ReportInputs {
     /// of `llvm-cov export -summary-only`, whose regions it keeps: as JSON
     /// text and as types.
     pub(crate) fn model_summary(&self, model: &Lcov) -> Result<(String, SummaryExport)> {
-        let mut export: Value = serde_json::from_str(&self.summary_text()?)
-            .map_err(|e| Error::new(format!("unexpected llvm-cov export -summary-only: {e}")))?;
+        let mut export: Value =
+            serde_json::from_str(&self.summary_text()?).context("unexpected llvm-cov export -summary-only")?;
         crate::coverage::model::apply(&mut export, model, "llvm-cov export -summary-only")?;
         let text = serde_json::to_string(&export).expect("a JSON value serializes");
         let summary = SummaryExport::parse(&text)?;
@@ -130,8 +130,7 @@ impl ReportInputs {
     /// its summaries the model's, as text (absolute paths).
     pub(crate) fn json(&self, model: &Lcov) -> Result<String> {
         let text = self.cmd("export").arg("-format=text").read()?;
-        let mut export: Value = serde_json::from_str(&text)
-            .map_err(|e| Error::new(format!("unexpected llvm-cov export -format=text: {e}")))?;
+        let mut export: Value = serde_json::from_str(&text).context("unexpected llvm-cov export -format=text")?;
         crate::coverage::model::apply(&mut export, model, "llvm-cov export -format=text")?;
         Ok(serde_json::to_string(&export).expect("a JSON value serializes"))
     }

@@ -11,7 +11,7 @@
 //! A file the harness reads is opened `O_NONBLOCK` (a FIFO planted in place
 //! of a record must not hang the open) and must then be a regular file.
 
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use std::ffi::OsString;
@@ -319,7 +319,7 @@ impl Beneath {
             .and_then(|()| {
                 file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(file_mode().as_raw_mode()))
             })
-            .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
+            .with_context(|| format!("cannot write {}", path.display()))
             .and_then(|()| rfs::renameat(&dir, &tmp, &dir, name).map_err(|e| self.error(Op::Write, &rel, e)));
         if written.is_err() {
             let _ = rfs::unlinkat(&dir, &tmp, AtFlags::empty());
@@ -356,7 +356,7 @@ impl Beneath {
             return Err(self.refused(Op::Write, &rel, kind));
         }
         rfs::ftruncate(&fd, 0).map_err(|e| self.error(Op::Write, &rel, e))?;
-        File::from(fd).write_all(contents).map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
+        File::from(fd).write_all(contents).with_context(|| format!("cannot write {}", path.display()))
     }
 
     /// Opens the regular file `path` for reading. Opened `O_NONBLOCK`, so a

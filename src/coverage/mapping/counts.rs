@@ -2,7 +2,7 @@
 //! format every llvm-profdata since LLVM 4 writes the same way, and small
 //! (no coverage mapping in it), so reading it per trial is cheap.
 
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::exec::process::Cmd;
 use std::collections::HashMap;
 use std::path::Path;
@@ -26,7 +26,7 @@ impl ProfileCounts {
     /// Runs `llvm-profdata merge -text -o - <profdata>` and reads it.
     pub fn read(llvm_profdata: &Path, profdata: &Path) -> Result<ProfileCounts> {
         let text = Cmd::new(llvm_profdata).arg("merge").arg("-text").arg("-o").arg("-").arg(profdata).read()?;
-        Self::parse(&text).map_err(|e| e.context(format!("the text of {}", profdata.display())))
+        Self::parse(&text).with_context(|| format!("the text of {}", profdata.display()))
     }
 
     pub(crate) fn parse(text: &str) -> Result<ProfileCounts> {

@@ -4,6 +4,7 @@
 
 use super::Session;
 use super::merge::Merged;
+use crate::bail;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::mapping::{self, Mapping, ProfileCounts};
 use crate::coverage::{profiles, sass};
@@ -118,37 +119,37 @@ impl PerTrial {
             );
             return Ok(PerTrial::Exports);
         }
-        let checked = || -> Result<Mapping, String> {
-            let mapping = Mapping::read(&merged.inputs.objects, merged.manifest.toolchain.llvm_cov.major)
-                .map_err(|e| e.to_string())?;
-            let counts = ProfileCounts::read(&merged.manifest.toolchain.llvm_profdata.path, &merged.inputs.profdata)
-                .map_err(|e| e.to_string())?;
+        let checked = || -> Result<Mapping> {
+            let mapping = Mapping::read(&merged.inputs.objects, merged.manifest.toolchain.llvm_cov.major)?;
+            let counts = ProfileCounts::read(&merged.manifest.toolchain.llvm_profdata.path, &merged.inputs.profdata)?;
             let loaded = mapping.load(&counts);
             let keep = |f: &str| merged.inputs.ignore.keeps(f);
             let mut ours = loaded.lcov(&keep);
             if let Some(lines) = &merged.device_lines {
-                ours = lcov::fold_in(&ours, &sass::to_lcov(&lines.all), "the NVIDIA kernel lines")
-                    .map_err(|e| e.to_string())?;
+                ours = lcov::fold_in(&ours, &sass::to_lcov(&lines.all), "the NVIDIA kernel lines")?;
             }
             if let Some((n, theirs, mine)) =
                 first_difference(&mapping::without_summaries(merged_lcov), &mapping::without_summaries(&ours))
             {
-                return Err(format!(
+                bail!(
                     "on the merged profile it differs from llvm-cov at line {n} of the lcov: llvm-cov {theirs:?}, in-process {mine:?}"
-                ));
+                );
             }
             let regions = loaded.regions(&keep);
             if regions != merged_regions {
-                return Err(format!(
+                bail!(
                     "on the merged profile it counts regions {}/{}, llvm-cov's summary {}/{}",
-                    regions.0, regions.1, merged_regions.0, merged_regions.1
-                ));
+                    regions.0,
+                    regions.1,
+                    merged_regions.0,
+                    merged_regions.1
+                );
             }
             // What each trial is computed with, without text, must be the text's.
             if merged.device_lines.is_none() {
-                let parsed = lcov::parse_lcov(&ours, "the in-process lcov").map_err(|e| e.to_string())?;
+                let parsed = lcov::parse_lcov(&ours, "the in-process lcov")?;
                 if loaded.covered(&keep) != covered_and_totals(parsed) {
-                    return Err("its lcov, read without the text, differs from the text's on the merged profile".into());
+                    bail!("its lcov, read without the text, differs from the text's on the merged profile");
                 }
             }
             Ok(mapping)
@@ -158,7 +159,7 @@ impl PerTrial {
                 .downcast_ref::<String>()
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(ToString::to_string));
-            Err(format!("it panicked: {}", what.unwrap_or_default()))
+            Err(Error::new(format!("it panicked: {}", what.unwrap_or_default())))
         });
         match outcome {
             Ok(mapping) => Ok(PerTrial::Mapping(mapping)),
