@@ -470,9 +470,8 @@ impl Beneath {
         if kind_at(&to_dir, to_name).map_err(|e| self.error(Op::Move, &to_rel, e))? == Some(Kind::Link) {
             return Err(self.refused(Op::Move, &to_rel, Kind::Link));
         }
-        rfs::renameat(&from_dir, &from_name, &to_dir, to_name).map_err(|e| {
-            Error::new(format!("cannot move {} to {}: {}", from.display(), to.display(), std::io::Error::from(e)))
-        })
+        rfs::renameat(&from_dir, &from_name, &to_dir, to_name)
+            .with_context(|| format!("cannot move {} to {}", from.display(), to.display()))
     }
 
     /// The folder holding `path`, its name there, and `path` relative to the root.
@@ -638,11 +637,10 @@ fn set_modes_under(fd: &OwnedFd) -> rustix::io::Result<()> {
 /// workspace (the build cache, a config).
 pub(crate) fn open_regular(path: &Path) -> Result<File> {
     let fd = rfs::open(path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| Error::new(format!("cannot read {}: {}", path.display(), std::io::Error::from(e))))?;
+        .with_context(|| format!("cannot read {}", path.display()))?;
     match fd_kind(&fd) {
         Ok(Kind::File) => {
-            rfs::fcntl_setfl(&fd, OFlags::empty())
-                .map_err(|e| Error::new(format!("cannot read {}: {}", path.display(), std::io::Error::from(e))))?;
+            rfs::fcntl_setfl(&fd, OFlags::empty()).with_context(|| format!("cannot read {}", path.display()))?;
             Ok(File::from(fd))
         }
         Ok(kind) => Err(Error::new(format!(
