@@ -10,7 +10,7 @@ pub(crate) mod model;
 pub mod profiles;
 pub(crate) mod sass;
 
-use crate::build::fixture::BuildManifest;
+use crate::build::cache::BuildManifest;
 use crate::device::Backend;
 use crate::error::Result;
 use crate::workspace::Workspace;

@@ -19,7 +19,7 @@
 //!   reports, as one JSON line on its stdout, how the trial ended.
 //!
 //! [`Supervised`] is the harness's side: trials (`trial/mod.rs`) and build steps
-//! (`fixture.rs`) both run through it.
+//! (`build/cache/steps.rs`) both run through it.
 
 use crate::bail;
 use crate::env_names::{SUPERVISE, TRIAL_TOKEN};

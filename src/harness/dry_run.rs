@@ -6,7 +6,7 @@
 //! coverage mapping) does not hide the plan: it is printed whole, the
 //! problem named, and the exit status is 1.
 
-use crate::build::fixture::BuildPlan;
+use crate::build::cache::BuildPlan;
 use crate::context::Context;
 use crate::error::{Context as _, Result};
 use crate::exec::process::shell_quote;

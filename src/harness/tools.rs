@@ -71,7 +71,7 @@ fn clean_all(builds: bool) -> Result<()> {
             // A build being made holds its lock alone, one in use shared.
             let lock = files::open_lock_file(&path.with_extension("lock"))?;
             if lock.try_lock().is_err() {
-                let users = crate::build::fixture::users_of(&path, &ctx.state_dir);
+                let users = crate::build::cache::users_of(&path, &ctx.state_dir);
                 let who = if users.is_empty() { "a process building it".to_string() } else { users.join("; ") };
                 eprintln!("ccl-coverage: kept the cached build {}: it is in use by {who}", path.display());
                 kept += 1;

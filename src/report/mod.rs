@@ -14,7 +14,7 @@ pub(crate) mod screen;
 pub(crate) mod session;
 
 use crate::bail;
-use crate::build::fixture::BuildManifest;
+use crate::build::cache::BuildManifest;
 use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::{Counts, FileSummary, Metric, SummaryExport};
@@ -391,7 +391,7 @@ pub(crate) struct Health {
     /// Trial records that could not be read, moved to quarantine: `file (why)`.
     pub(crate) damaged_results: Vec<String>,
     /// Why the sources are no longer those the build was made from
-    /// (`fixture::sources_changed`): every format says so.
+    /// (`cache::manifest::sources_changed`): every format says so.
     pub(crate) sources_changed: Option<String>,
 }
 
@@ -721,7 +721,7 @@ mod tests {
         let summary = SummaryExport::parse(&summary).unwrap();
         let results = [trial("A::1K::a", "PASSED", ""), trial("A::1K::i", "INTERRUPTED", "INTERRUPTED by SIGINT")];
         let health = Health::new(&results, Vec::new(), Vec::new());
-        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &results, &health);
+        let md = markdown("local", &crate::build::cache::test_manifest("b1"), &summary, &results, &health);
         assert!(md.starts_with("## Coverage: local (build b1)\n"), "{md}");
         assert!(md.contains("| lines | 3 | 4 | 75.00 |"), "{md}");
         assert!(md.contains("Trials: 1 passed, 0 failed, 0 timed out, 1 interrupted (runs r1)."), "{md}");
@@ -729,14 +729,14 @@ mod tests {
         assert!(!md.contains("Not one run"), "{md}");
         let later = TrialResult { run_id: "r2".into(), started_unix_ms: 1, ..trial("A::1K::l", "PASSED", "") };
         let mixed = [results[0].clone(), later];
-        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &mixed, &health);
+        let md = markdown("local", &crate::build::cache::test_manifest("b1"), &summary, &mixed, &health);
         assert!(md.contains("\n**Not one run:** 1 of 2 trial results come from earlier runs of this build"), "{md}");
         assert!(md.contains(": A::1K::a (run r1, started ). Their coverage is counted.\n"), "{md}");
         assert!(!md.contains("Device counters lost"), "{md}");
         let mut lost = trial("A::1G::t", "TIMEOUT", "TIMEOUT after 1800s");
         lost.device_counters_lost = Some("TIMEOUT after 1800s: drained only at exit".into());
         let health = Health::new(std::slice::from_ref(&lost), Vec::new(), Vec::new());
-        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &[lost], &health);
+        let md = markdown("local", &crate::build::cache::test_manifest("b1"), &summary, &[lost], &health);
         assert!(md.contains("\nDevice counters lost: A::1G::t (TIMEOUT after 1800s: drained only at exit)\n"), "{md}");
     }
 
@@ -744,7 +744,7 @@ mod tests {
     fn meta_names_the_build_trials_and_doubts() {
         let results = [trial("A::1K::a", "PASSED", "")];
         let health = Health { missing: vec!["x".into()], ..Health::default() };
-        let meta = ReportMeta::new(&crate::build::fixture::test_manifest("b1"), &results, 7, &health);
+        let meta = ReportMeta::new(&crate::build::cache::test_manifest("b1"), &results, 7, &health);
         let v = serde_json::to_value(&meta).unwrap();
         assert_eq!(v["build_id"], "b1");
         assert_eq!(v["profiles_merged"], 7);
@@ -755,9 +755,8 @@ mod tests {
         assert_eq!(v["device_counters_lost"], json!([]));
         assert_eq!(v["pages"]["attribution_html"], "attribution/index.html");
         let health = Health { device_counters_lost: vec!["A::1G (killed)".into()], ..Health::default() };
-        let v =
-            serde_json::to_value(ReportMeta::new(&crate::build::fixture::test_manifest("b1"), &results, 7, &health))
-                .unwrap();
+        let v = serde_json::to_value(ReportMeta::new(&crate::build::cache::test_manifest("b1"), &results, 7, &health))
+            .unwrap();
         assert_eq!(v["device_counters_lost"], json!(["A::1G (killed)"]));
     }
 

@@ -5,7 +5,7 @@
 //! writing its results when coverage fails).
 
 use crate::bail;
-use crate::build::fixture::BuildManifest;
+use crate::build::cache::BuildManifest;
 use crate::config::Config;
 use crate::coverage::profiles::MergeOutcome;
 use crate::error::{Context, Error, Result};
@@ -350,7 +350,7 @@ pub(crate) struct Loaded {
     /// named, not skipped.
     pub(crate) damaged: Vec<(PathBuf, String)>,
     /// Records of another build, with its id: never counted. A build change
-    /// deletes them (`fixture::adopt`); one found anyway is named.
+    /// deletes them (`cache::adopt`); one found anyway is named.
     pub(crate) other_builds: Vec<(PathBuf, String)>,
 }
 
@@ -887,7 +887,7 @@ mod tests {
             ignored: Vec::new(),
             run_id: "r".into(),
         };
-        (dir, ws, crate::build::fixture::test_manifest("b1"), info)
+        (dir, ws, crate::build::cache::test_manifest("b1"), info)
     }
 
     fn trial_name(i: usize) -> String {

@@ -6,7 +6,7 @@
 //! maps its outcomes to libtest's.
 
 use crate::bail;
-use crate::build::fixture::{self, BuildManifest, BuildPlan};
+use crate::build::cache::{self, BuildManifest, BuildPlan};
 use crate::config::LauncherKind;
 use crate::context::Context;
 use crate::coverage::profiles;
@@ -45,7 +45,7 @@ pub(crate) struct Suite {
     run_id: String,
     /// The build, held (`BuildInUse`) until the run ends, so that no
     /// `clean --builds` deletes it under the trials.
-    fixture: OnceLock<Result<(BuildManifest, fixture::BuildInUse)>>,
+    build: OnceLock<Result<(BuildManifest, cache::BuildInUse)>>,
     /// The manifest the build was planned to have, once it had a plan: a
     /// failed build's trials are recorded against its key.
     planned: OnceLock<BuildManifest>,
@@ -67,7 +67,7 @@ impl Suite {
             run_id: crate::results::run_id(),
             results: RunWriter::new(ctx.workspace.clone()),
             ctx,
-            fixture: OnceLock::new(),
+            build: OnceLock::new(),
             planned: OnceLock::new(),
             info: OnceLock::new(),
             allocation: OnceLock::new(),
@@ -110,16 +110,16 @@ impl Suite {
 }
 
 impl Suite {
-    fn fixture(&self) -> Result<&BuildManifest> {
-        let built = self.fixture.get_or_init(|| {
+    fn build(&self) -> Result<&BuildManifest> {
+        let built = self.build.get_or_init(|| {
             // A panic must not leave the other trials without an answer.
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare_fixture()))
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare_build()))
                 .unwrap_or_else(|p| Err(Error::new(format!("the build panicked: {}", panic_text(&*p)))))
         });
         built.as_ref().map(|(manifest, _)| manifest).map_err(Clone::clone)
     }
 
-    fn prepare_fixture(&self) -> Result<(BuildManifest, fixture::BuildInUse)> {
+    fn prepare_build(&self) -> Result<(BuildManifest, cache::BuildInUse)> {
         let ctx = &self.ctx;
         eprintln!(
             "ccl-coverage: config {} ({}), workspace {}",
@@ -135,7 +135,7 @@ impl Suite {
         eprintln!("ccl-coverage: device coverage: {}", plan.device.summary());
         let (manifest, in_use) = plan.build(ctx).map_err(build_failed)?;
         // The build is fine; what fails here is the workspace (full, read-only).
-        fixture::adopt(&ctx.workspace, &manifest).map_err(|e| {
+        cache::adopt(&ctx.workspace, &manifest).map_err(|e| {
             Error::new(format!(
                 "cannot record build {} in the workspace {}, so this trial did not run:\n{e}",
                 manifest.build_id,
@@ -224,7 +224,7 @@ impl Suite {
             eprintln!("ccl-coverage: {} ignored: {reason}", spec.name);
             return Ok(Outcome::Ignored(reason));
         }
-        let manifest = self.fixture().inspect_err(|e| self.record_unbuilt(spec, &e.to_string()))?;
+        let manifest = self.build().inspect_err(|e| self.record_unbuilt(spec, &e.to_string()))?;
         self.shared_filesystem(spec, manifest)?;
         let ws = &ctx.workspace;
         let (slots, want) = launch::placement::pool(ctx, allocation, spec);

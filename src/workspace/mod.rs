@@ -2,7 +2,7 @@
 //! `collectives` and `coverage_report` binaries.
 //!
 //! ```text
-//! <ws>/build.json             which build the profiles belong to (fixture.rs)
+//! <ws>/build.json             which build the profiles belong to (build/cache/manifest.rs)
 //! <ws>/profiles/<trial>/      raw profiles of one trial
 //! <ws>/quarantine/<trial>/    profiles llvm-profdata could not read
 //! <ws>/logs/<trial>.log       a trial's output

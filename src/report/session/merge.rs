@@ -3,7 +3,7 @@
 //! folder; what could not be trusted is quarantined and named.
 
 use super::Session;
-use crate::build::fixture::BuildManifest;
+use crate::build::cache::BuildManifest;
 use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::profiles;
 use crate::coverage::sass::DeviceLines;
@@ -54,7 +54,7 @@ impl Session {
                 damaged.join("; ")
             )));
         }
-        let sources_changed = crate::build::fixture::sources_changed(&manifest, self.ctx.config());
+        let sources_changed = crate::build::cache::sources_changed(&manifest, self.ctx.config());
         if let Some(changed) = &sources_changed {
             eprintln!("ccl-coverage: warning: {changed}");
         }
