@@ -6,11 +6,11 @@
 use crate::config::{self, DeviceMode, LoadedConfig};
 use crate::device;
 use crate::env_names::{self, Kind};
-use crate::error::{Error, Result};
+use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
 use crate::workspace::Workspace;
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -62,6 +62,50 @@ pub(crate) struct Context {
     /// point can act as the supervisor, `supervisor.rs`). `/proc/self/exe`
     /// still works when cargo rebuilds the binary during a run.
     pub(crate) supervisor: PathBuf,
+    pub(crate) report: ReportSettings,
+}
+
+/// What the report's steps are asked to do, read from the environment once,
+/// with the rest of the context (whose check has refused a wrong value of
+/// any of them already), not by each step when it runs.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReportSettings {
+    /// `CCL_COV_FAIL_UNDER_<METRIC>` as set, by variable name; the checker reads the percentage.
+    pub(crate) bars: BTreeMap<String, String>,
+    /// `CCL_COV_DIFF_BASE`: the git revision changed lines are counted against.
+    pub(crate) diff_base: Option<String>,
+    /// `CCL_COV_FAIL_UNDER_DIFF`, as set.
+    pub(crate) fail_under_diff: Option<String>,
+    /// `CCL_COV_BASELINE`: an earlier workspace or its `report/coverage.lcov`.
+    pub(crate) baseline: Option<PathBuf>,
+    /// `CCL_COV_FAIL_ON_LOST`: the baseline step fails if any line lost its coverage.
+    pub(crate) fail_on_lost: bool,
+    /// `CCL_COV_ATTRIBUTION_EXPORTS`: llvm-cov per trial, not the mapping read once.
+    pub(crate) attribution_exports: bool,
+    /// `GITHUB_STEP_SUMMARY`: a file the Markdown summary is appended to.
+    pub(crate) step_summary: Option<PathBuf>,
+    /// `INSTA_UPDATE` asks insta to write a config's snapshot into its project.
+    pub(crate) insta_update: bool,
+}
+
+impl ReportSettings {
+    fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<ReportSettings> {
+        let set = |name: &str| env(name).filter(|v| !v.is_empty());
+        let bars = env_names::FAIL_UNDER
+            .iter()
+            .filter_map(|(_, name)| env(name).map(|value| (name.to_string(), value)))
+            .collect();
+        Ok(ReportSettings {
+            bars,
+            diff_base: set("CCL_COV_DIFF_BASE"),
+            fail_under_diff: env("CCL_COV_FAIL_UNDER_DIFF"),
+            baseline: set("CCL_COV_BASELINE").map(PathBuf::from),
+            fail_on_lost: switch("CCL_COV_FAIL_ON_LOST", false)?,
+            attribution_exports: switch("CCL_COV_ATTRIBUTION_EXPORTS", false)?,
+            step_summary: set("GITHUB_STEP_SUMMARY").map(PathBuf::from),
+            insta_update: env("INSTA_UPDATE").is_some_and(|u| matches!(u.as_str(), "always" | "1" | "force")),
+        })
+    }
 }
 
 impl Context {
@@ -104,9 +148,8 @@ impl Context {
         check_env(std::env::vars_os(), &referenced.into_inner())?;
         // The command line's `--ignore-filename-regex`, added to the config's.
         if let Some(re) = env("CCL_COV_IGNORE_FILENAME_REGEX").filter(|v| !v.is_empty()) {
-            regex::Regex::new(&re).map_err(|e| {
-                Error::new(format!("CCL_COV_IGNORE_FILENAME_REGEX={re:?} is not a regular expression: {e}"))
-            })?;
+            regex::Regex::new(&re)
+                .with_context(|| format!("CCL_COV_IGNORE_FILENAME_REGEX={re:?} is not a regular expression"))?;
             loaded.config.report.ignore_filename_regex.push(re);
         }
         let target = env("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| absolute(&root, Path::new(&t)));
@@ -159,6 +202,7 @@ impl Context {
             merge_overlap,
             heartbeat,
             supervisor: PathBuf::from("/proc/self/exe"),
+            report: ReportSettings::from_env(&env)?,
         })
     }
 

@@ -34,6 +34,15 @@ pub(crate) const NEXTEST_RUN_ID: &str = "NEXTEST_RUN_ID";
 /// `redact.rs`, checked at load by the context.
 pub(crate) const REDACT: &str = "CCL_COV_REDACT";
 
+/// The metrics a coverage bar can be set for, and the variable of each
+/// (`report::thresholds` fails below it).
+pub(crate) const FAIL_UNDER: [(&str, &str); 4] = [
+    ("lines", "CCL_COV_FAIL_UNDER_LINES"),
+    ("functions", "CCL_COV_FAIL_UNDER_FUNCTIONS"),
+    ("regions", "CCL_COV_FAIL_UNDER_REGIONS"),
+    ("branches", "CCL_COV_FAIL_UNDER_BRANCHES"),
+];
+
 /// What a known variable's value must be. The context checks every set
 /// variable against its kind when it loads, so a value read only late (a
 /// report step's bar) is refused before anything runs.

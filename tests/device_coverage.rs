@@ -5,7 +5,7 @@
 //! device ELF built by clang 22 + lld 22, and a host and a device raw profile
 //! collected, merged and reported together.
 
-use ccl_coverage::build::fixture;
+use ccl_coverage::build::cache;
 use ccl_coverage::config::{DeviceConfig, DeviceMode};
 use ccl_coverage::coverage::profiles;
 use ccl_coverage::device::{self, Backend, DeviceDecision, Found};
@@ -361,7 +361,7 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
         backend: Some(Backend::Amdgpu),
         found: None,
     };
-    let selected = fixture::select_device_objects(&patterns, &on).unwrap();
+    let selected = cache::select_device_objects(&patterns, &on).unwrap();
     assert_eq!(
         selected.iter().map(|o| o.path.clone()).collect::<Vec<_>>(),
         std::slice::from_ref(&elf),
@@ -369,7 +369,7 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
     );
     let off = DeviceDecision { enabled: false, ..on.clone() };
     assert!(
-        fixture::select_device_objects(&patterns, &off).unwrap().is_empty(),
+        cache::select_device_objects(&patterns, &off).unwrap().is_empty(),
         "host-only fallback leaves device objects out even when present"
     );
 

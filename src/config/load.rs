@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::bail;
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -101,8 +101,7 @@ pub(crate) fn error_at(path: &Path, json_path: &str, msg: &dyn std::fmt::Display
 /// Parses, expands and checks config text said to come from `path`.
 pub fn load_str(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
     let at = |json_path: &str, msg: &dyn std::fmt::Display| error_at(path, json_path, msg);
-    let mut value: Value =
-        serde_json::from_str(text).map_err(|e| Error::new(format!("{}: not valid JSON: {e}", path.display())))?;
+    let mut value: Value = serde_json::from_str(text).with_context(|| format!("{}: not valid JSON", path.display()))?;
     if !value.is_object() {
         let kind = match value {
             Value::Null => "null",

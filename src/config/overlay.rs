@@ -15,7 +15,7 @@ use super::{
     LibraryBuild, LoadedConfig, Logs, MpiFlavor, Name, ReportConfig, TestsBuild, Timeouts, ToolchainConfig, error_at,
     expand_strings, invalid, limits,
 };
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::upstream::{self, Machine, Options, Resolved};
 use serde::Deserialize;
 use serde_json::Value;
@@ -51,16 +51,15 @@ pub(crate) struct Overlay {
     pub(crate) logs: Logs,
 }
 
-/// What upstream detects on the machine, for its skip rules.
+/// What upstream detects on the machine, for its skip rules. Every field
+/// may be left out: its value is then [`Default`]'s.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub(crate) struct MachineConfig {
     /// Hosts available to multi-node tests.
-    #[serde(default = "one")]
     pub(crate) nodes: u64,
     /// GPUs per node; unset means unknown, and upstream then never skips a
     /// test for lack of GPUs (and sizes `"auto"` as 8).
-    #[serde(default)]
     pub(crate) gpus_per_node: Option<u64>,
 }
 
@@ -83,37 +82,27 @@ pub(crate) struct UpstreamChoices {
     pub(crate) rccl_root: Option<String>,
 }
 
+/// The overlay's timeouts. Every field may be left out: its value is then
+/// [`Default`]'s.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub(crate) struct OverlayTimeouts {
     /// Seconds a test with `timeout: 0` (no limit upstream) may run.
-    #[serde(default = "default_uncapped", deserialize_with = "super::timeout_seconds")]
+    #[serde(deserialize_with = "super::timeout_seconds")]
     pub(crate) uncapped_cap: u64,
     /// Seconds between SIGTERM and SIGKILL.
-    #[serde(default = "default_grace", deserialize_with = "super::grace_seconds")]
+    #[serde(deserialize_with = "super::grace_seconds")]
     pub(crate) grace: u64,
     /// Every timeout is multiplied by this while device coverage is on
     /// (instrumented kernels run slower); the result is capped at 7 days.
-    #[serde(default = "one", deserialize_with = "factor")]
+    #[serde(deserialize_with = "factor")]
     pub(crate) device_coverage_factor: u64,
 }
 
 impl Default for OverlayTimeouts {
     fn default() -> Self {
-        OverlayTimeouts { uncapped_cap: default_uncapped(), grace: default_grace(), device_coverage_factor: 1 }
+        OverlayTimeouts { uncapped_cap: 3600, grace: 10, device_coverage_factor: 1 }
     }
-}
-
-fn one() -> u64 {
-    1
-}
-
-fn default_uncapped() -> u64 {
-    3600
-}
-
-fn default_grace() -> u64 {
-    10
 }
 
 fn factor<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -278,7 +267,7 @@ pub(crate) fn load_overlay(path: &Path, env: &dyn Fn(&str) -> Option<String>) ->
         ))
     })?;
     let mut value: Value =
-        serde_json::from_str(&text).map_err(|e| Error::new(format!("{}: not valid JSON: {e}", path.display())))?;
+        serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))?;
     if !value.is_object() {
         return Err(at("", &"expected a JSON object (the overlay)"));
     }

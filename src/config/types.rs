@@ -197,38 +197,32 @@ pub(crate) struct ToolchainConfig {
     pub(crate) tool_dirs: Vec<String>,
 }
 
+/// How the build is instrumented and profiles are named. Every field may be
+/// left out: its value is then [`Default`]'s.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub(crate) struct CoverageConfig {
     /// Host instrumentation flags, handed to the build as `{coverage_flags}`.
-    #[serde(default = "default_host_flags")]
     pub(crate) host_flags: Vec<String>,
     /// `LLVM_PROFILE_FILE` name inside each trial's profile directory.
-    #[serde(default = "default_profile_pattern")]
     pub(crate) profile_pattern: String,
-    #[serde(default)]
     pub(crate) device: DeviceConfig,
 }
 
 impl Default for CoverageConfig {
     fn default() -> Self {
         CoverageConfig {
-            host_flags: default_host_flags(),
-            profile_pattern: default_profile_pattern(),
+            // Atomic counter updates: with plain increments, threads racing
+            // through the same code lose updates, and because llvm-cov derives
+            // some region counts by subtracting counters, a lost update can
+            // mark never-run code as covered.
+            host_flags: ["-fprofile-instr-generate", "-fcoverage-mapping", "-fprofile-update=atomic"]
+                .map(String::from)
+                .to_vec(),
+            profile_pattern: "%h-%p-%m.profraw".into(),
             device: DeviceConfig::default(),
         }
     }
-}
-
-/// Atomic counter updates: with plain increments, threads racing through the
-/// same code lose updates, and because llvm-cov derives some region counts by
-/// subtracting counters, a lost update can mark never-run code as covered.
-pub(super) fn default_host_flags() -> Vec<String> {
-    vec!["-fprofile-instr-generate".into(), "-fcoverage-mapping".into(), "-fprofile-update=atomic".into()]
-}
-
-pub(super) fn default_profile_pattern() -> String {
-    "%h-%p-%m.profraw".into()
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -259,36 +253,33 @@ impl DeviceMode {
     }
 }
 
+/// Device coverage. Every field may be left out: its value is then
+/// [`Default`]'s.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct DeviceConfig {
     /// `CCL_COV_DEVICE_COVERAGE` overrides it.
-    #[serde(default)]
     pub mode: DeviceMode,
     /// The GPU architecture device code is built for: `gfx942` (HIP) or
     /// `sm_90` (CUDA); none means there is no device code to instrument.
-    #[serde(default, deserialize_with = "gpu_target")]
+    #[serde(deserialize_with = "gpu_target")]
     pub target: Option<String>,
     /// The ROCm installation whose version gates AMDGPU device coverage.
-    #[serde(default)]
     pub rocm_path: Option<String>,
     /// Whether the build links device code into separate code objects
     /// (RCCL's `ENABLE_DEVICE_LINKER`); device coverage needs it.
-    #[serde(default = "yes")]
     pub linker: bool,
     /// Device code objects for llvm-cov (`*` allowed in the file name), used
     /// only while device coverage is on and only if they carry coverage mapping.
-    #[serde(default)]
     pub objects: Vec<BuildTemplate>,
     /// NVIDIA: which kernels CUPTI counts. Counting costs every executed
     /// instruction, and a test program's own kernels (nccl-tests' data fill
     /// and check) execute the most, for lines the report leaves out anyway.
-    #[serde(default)]
     pub kernels: KernelSelection,
     /// NVIDIA: count only each kernel's first this many launches in a
     /// process; every launch when unset (the safe default: a later launch
     /// can take paths the first ones did not).
-    #[serde(default, deserialize_with = "max_launches")]
+    #[serde(deserialize_with = "max_launches")]
     pub max_launches: Option<u32>,
 }
 
@@ -532,13 +523,20 @@ pub(crate) struct Iterations {
     /// Under coverage, run `-n 1 -w 0` instead: coverage needs one pass
     /// through the code, not stable timings. `CCL_COV_TRIM_ITERATIONS`
     /// overrides it.
-    #[serde(default = "yes")]
+    #[serde(default = "Iterations::trim_by_default")]
     pub(crate) trim_under_coverage: bool,
 }
 
+/// Without an `iterations` section; in one, `iters` and `warmup` must be given.
 impl Default for Iterations {
     fn default() -> Self {
         Iterations { iters: 5, warmup: 2, trim_under_coverage: true }
+    }
+}
+
+impl Iterations {
+    fn trim_by_default() -> bool {
+        Iterations::default().trim_under_coverage
     }
 }
 
@@ -640,35 +638,30 @@ impl Default for Logs {
     }
 }
 
+/// What the report leaves out and how it names files. Every field may be
+/// left out: its value is then [`Default`]'s.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub(crate) struct ReportConfig {
     /// Files left out of every report (llvm-cov `-ignore-filename-regex`,
     /// joined with `|`). Anchor them: upstream's `ext.*` also dropped `context.cc`.
-    #[serde(default = "default_ignore")]
     pub(crate) ignore_filename_regex: Vec<String>,
     /// Whether `coverage_report` snapshot-checks the summary.
-    #[serde(default = "yes")]
     pub(crate) snapshot: bool,
     /// The prefix taken off the file names of `coverage.lcov` and
     /// `coverage.json`, so that Codecov and Coveralls match them to the
     /// repository; relative to the config's folder. Default: the library's
     /// `source_dir`; `""` keeps absolute paths.
-    #[serde(default)]
     pub(crate) path_prefix: Option<String>,
 }
 
 impl Default for ReportConfig {
     fn default() -> Self {
-        ReportConfig { ignore_filename_regex: default_ignore(), snapshot: true, path_prefix: None }
+        ReportConfig {
+            // System, CUDA and ROCm headers, and nvcc's temporary host files.
+            ignore_filename_regex: ["^/usr/", "^/opt/rocm", "(^|/)tmpxft_[^/]*$", "cudafe1"].map(String::from).to_vec(),
+            snapshot: true,
+            path_prefix: None,
+        }
     }
-}
-
-/// System, CUDA and ROCm headers, and nvcc's temporary host files.
-pub(super) fn default_ignore() -> Vec<String> {
-    ["^/usr/", "^/opt/rocm", "(^|/)tmpxft_[^/]*$", "cudafe1"].iter().map(ToString::to_string).collect()
-}
-
-pub(super) fn yes() -> bool {
-    true
 }

@@ -4,7 +4,7 @@
 //! holds one rule) and decides which files of NVIDIA's kernel lines count.
 //! The formats then read one model, so none can apply another rule.
 
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 
 /// The source files a report leaves out.
 #[derive(Debug, Clone, Default)]
@@ -23,9 +23,8 @@ impl IgnoreRule {
             return Ok(IgnoreRule::default());
         }
         let grouped = patterns.iter().map(|p| format!("(?:{p})")).collect::<Vec<_>>().join("|");
-        let regex = regex::Regex::new(&grouped).map_err(|e| {
-            Error::new(format!("report.ignore_filename_regex {patterns:?} is not a regular expression: {e}"))
-        })?;
+        let regex = regex::Regex::new(&grouped)
+            .with_context(|| format!("report.ignore_filename_regex {patterns:?} is not a regular expression"))?;
         Ok(IgnoreRule { joined: Some(patterns.join("|")), regex: Some(regex) })
     }
 

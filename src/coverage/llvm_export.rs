@@ -2,7 +2,7 @@
 //! comes in, and every total, bar and normalised summary is computed from
 //! these types, not from the JSON text again.
 
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use serde::Deserialize;
 
 /// One summary export: the files llvm-cov reported on and their totals.
@@ -34,17 +34,23 @@ pub(crate) struct Counts {
     pub(crate) branches: Option<Metric>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub(crate) struct Metric {
     pub(crate) count: u64,
     pub(crate) covered: u64,
 }
 
+/// `covered/count`, as every report shows a metric.
+impl std::fmt::Display for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.covered, self.count)
+    }
+}
+
 impl SummaryExport {
     /// Parses llvm-cov's output; an export without data is an error.
     pub(crate) fn parse(text: &str) -> Result<SummaryExport> {
-        let export: SummaryExport =
-            serde_json::from_str(text).map_err(|e| Error::new(format!("unexpected llvm-cov export: {e}")))?;
+        let export: SummaryExport = serde_json::from_str(text).context("unexpected llvm-cov export")?;
         if export.data.is_empty() {
             return Err(Error::new("llvm-cov export has no data"));
         }

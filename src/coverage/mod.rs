@@ -11,7 +11,7 @@ pub(crate) mod model;
 pub mod profiles;
 pub(crate) mod sass;
 
-use crate::build::fixture::BuildManifest;
+use crate::build::cache::BuildManifest;
 use crate::device::{LineSource, kernel_objects_dir};
 use crate::error::Result;
 use crate::workspace::Workspace;

@@ -13,7 +13,7 @@
 
 use crate::bail;
 use crate::device::{collector_records, is_device_profile};
-use crate::error::Result;
+use crate::error::{Context, Error, Result};
 use crate::exec::process::Cmd;
 use crate::toolchain::Toolchain;
 use crate::workspace::confined::Kind;
@@ -476,7 +476,7 @@ pub(crate) fn merge_checked(
             Err(why) if input.extension().is_some_and(|e| e == "profraw") => {
                 let to = quarantine_path(&quarantine_for(input), input);
                 ws.rename(input, &to)?;
-                quarantined.push(Quarantined { file: to, reason: why });
+                quarantined.push(Quarantined { file: to, reason: why.to_string() });
             }
             // A bad indexed profile is one of ours: a bug, not bad data.
             Err(why) => bail!("the merged profile {} is unreadable: {why}", input.display()),
@@ -486,12 +486,12 @@ pub(crate) fn merge_checked(
         return Ok((0, quarantined));
     }
     merge(ws, toolchain, &good, list_file, output)
-        .map_err(|e| e.context(format!("merging the {} readable profiles", good.len())))?;
+        .with_context(|| format!("merging the {} readable profiles", good.len()))?;
     Ok((good.len(), quarantined))
 }
 
 /// Whether llvm-profdata can read `input` on its own.
-fn check(toolchain: &Toolchain, input: &Path) -> std::result::Result<(), String> {
+fn check(toolchain: &Toolchain, input: &Path) -> Result<()> {
     Cmd::new(&toolchain.llvm_profdata.path)
         .args(["merge", "-sparse", "-o", "/dev/null"])
         .arg(input)
@@ -499,7 +499,7 @@ fn check(toolchain: &Toolchain, input: &Path) -> std::result::Result<(), String>
         .map(drop)
         .map_err(|e| {
             let text = e.to_string();
-            text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(&text).trim().to_string()
+            Error::new(text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(&text).trim())
         })
 }
 

@@ -16,7 +16,7 @@
 
 use super::decision::{Available, Found, join};
 use crate::config::DeviceConfig;
-use crate::error::{Error, Result};
+use crate::error::{Context, Result};
 use crate::exec::process::Cmd;
 use crate::toolchain::Tool;
 use crate::toolchain::objects;
@@ -180,7 +180,7 @@ pub(super) fn check(
     config: &DeviceConfig,
     cxx: &Tool,
 ) -> Result<std::result::Result<Available, Blocker>> {
-    let scratch = tempfile::tempdir().map_err(|e| Error::new(format!("cannot create a probe folder: {e}")))?;
+    let scratch = tempfile::tempdir().context("cannot create a probe folder")?;
     if !config.linker {
         return Ok(Err(Blocker::LinkerDisabled));
     }
@@ -274,7 +274,7 @@ fn device_instrumented_in_plan(cxx: &Tool, language: &str, target: &str, scratch
     let (source, arch_flag, triple, extra): (&str, String, &str, &[&str]) =
         ("probe.hip", format!("--offload-arch={target}"), "amdgcn-amd-amdhsa", &["-nogpulib", "-nogpuinc"]);
     let src = scratch.join(source);
-    std::fs::write(&src, PROBE_KERNEL).map_err(|e| Error::new(format!("cannot write {}: {e}", src.display())))?;
+    std::fs::write(&src, PROBE_KERNEL).with_context(|| format!("cannot write {}", src.display()))?;
     let plan = Cmd::new(cxx.path.display().to_string())
         .args(["-x", language, &arch_flag])
         .args(extra.iter().copied())

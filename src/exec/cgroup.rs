@@ -18,7 +18,7 @@
 //! `off` never uses one.
 
 use crate::bail;
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -65,10 +65,9 @@ pub(crate) struct Cgroup {
 impl Cgroup {
     /// Makes `<the cgroup this process is in>/ccl-coverage-<name>`.
     pub(crate) fn create(name: &str) -> Result<Cgroup> {
-        let base = here().map_err(Error::new)?;
+        let base = here()?;
         let path = base.join(format!("{PREFIX}{name}"));
-        std::fs::create_dir(&path)
-            .map_err(|e| Error::new(format!("cannot create the cgroup {}: {e}", path.display())))?;
+        std::fs::create_dir(&path).with_context(|| format!("cannot create the cgroup {}", path.display()))?;
         let cgroup = Cgroup { path };
         if !cgroup.path.join("cgroup.kill").is_file() {
             cgroup.remove();
@@ -96,7 +95,7 @@ impl Cgroup {
     /// moves itself in (the trial's first process does, before it execs).
     pub(crate) fn procs_for_writing(&self) -> Result<File> {
         let path = self.path.join("cgroup.procs");
-        File::options().write(true).open(&path).map_err(|e| Error::new(format!("cannot open {}: {e}", path.display())))
+        File::options().write(true).open(&path).with_context(|| format!("cannot open {}", path.display()))
     }
 
     /// The processes in the cgroup and below it, as this PID namespace numbers them.
@@ -148,27 +147,27 @@ impl Cgroup {
 
 /// Whether trials here get a cgroup: the folder their cgroups go in, or
 /// why not. Probed once per process, by making and removing one.
-pub(crate) fn available() -> &'static std::result::Result<PathBuf, String> {
-    static PROBED: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+pub(crate) fn available() -> &'static Result<PathBuf> {
+    static PROBED: OnceLock<Result<PathBuf>> = OnceLock::new();
     PROBED.get_or_init(|| {
-        let probe = Cgroup::create(&format!("probe-{}", std::process::id())).map_err(|e| e.to_string())?;
+        let probe = Cgroup::create(&format!("probe-{}", std::process::id()))?;
         let writable = probe.procs_for_writing().map(drop);
         probe.remove();
-        writable.map_err(|e| e.to_string())?;
+        writable?;
         Ok(probe.path.parent().map(Path::to_path_buf).unwrap_or_default())
     })
 }
 
 /// The folder of the cgroup this process is in, under the cgroup v2 mount.
-fn here() -> std::result::Result<PathBuf, String> {
-    let cgroups = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+fn here() -> Result<PathBuf> {
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").context("/proc/self/cgroup")?;
     let Some(own) = cgroups.lines().find_map(|l| l.strip_prefix("0::")) else {
-        return Err("this process is in no cgroup v2 hierarchy (/proc/self/cgroup has no 0:: line)".into());
+        bail!("this process is in no cgroup v2 hierarchy (/proc/self/cgroup has no 0:: line)");
     };
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
-    let (root, point) = cgroup2_mount(&mounts).ok_or("no cgroup v2 filesystem is mounted")?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").context("/proc/self/mountinfo")?;
+    let (root, point) = cgroup2_mount(&mounts).ok_or_else(|| Error::new("no cgroup v2 filesystem is mounted"))?;
     let Some(rest) = own.strip_prefix(root.as_str()) else {
-        return Err(format!("this process's cgroup {own} lies outside the cgroup v2 mount of {root} at {point}"));
+        bail!("this process's cgroup {own} lies outside the cgroup v2 mount of {root} at {point}");
     };
     let rest = rest.trim_start_matches('/');
     Ok(if rest.is_empty() { PathBuf::from(point) } else { Path::new(&point).join(rest) })

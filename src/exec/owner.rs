@@ -15,7 +15,7 @@
 //! The same holds for a trial's supervisor: it locks the `.lock` beside its
 //! record of the trial's processes ([`create_locked`]).
 
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, TryLockError};
 use std::io::Write;
@@ -63,7 +63,7 @@ impl Owner {
             return Ok(owner);
         }
         let dir = state_dir.join("owners");
-        std::fs::create_dir_all(&dir).map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let id = random_id()?;
         let path = dir.join(format!("{id}.lock"));
         let lock = create_locked(&path, &OwnerInfo::me())?;
@@ -209,7 +209,7 @@ const ID_BYTES: usize = 16;
 fn random_id() -> Result<String> {
     let mut bytes = [0u8; ID_BYTES];
     rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
-        .map_err(|e| Error::new(format!("cannot draw a random owner id: {e}")))?;
+        .context("cannot draw a random owner id")?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 

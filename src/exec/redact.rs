@@ -19,7 +19,7 @@
 //! `-env NAME VALUE`, and srun's `--export=A=1,B=2`.
 
 use crate::env_names::{REDACT, TRIAL_TOKEN};
-use crate::error::{Error, Result};
+use crate::error::{Context, Result};
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use std::sync::OnceLock;
 
@@ -68,10 +68,10 @@ impl Rules {
             let glob = GlobBuilder::new(pattern)
                 .case_insensitive(true)
                 .build()
-                .map_err(|e| Error::new(format!("{REDACT}: {pattern:?} is not a glob pattern: {e}")))?;
+                .with_context(|| format!("{REDACT}: {pattern:?} is not a glob pattern"))?;
             set.add(glob);
         }
-        set.build().map(Rules).map_err(|e| Error::new(format!("{REDACT}: {e}")))
+        set.build().map(Rules).context(REDACT)
     }
 
     /// Whether the value of variable (or option) `name` is a secret.

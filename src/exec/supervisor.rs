@@ -19,11 +19,11 @@
 //!   reports, as one JSON line on its stdout, how the trial ended.
 //!
 //! [`Supervised`] is the harness's side: trials (`trial/mod.rs`) and build steps
-//! (`fixture.rs`) both run through it.
+//! (`build/cache/steps.rs`) both run through it.
 
 use crate::bail;
 use crate::env_names::{SUPERVISE, TRIAL_TOKEN};
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::exec::capped_log::{self, CappedLog};
 use crate::exec::cgroup::{self, Cgroup};
 use crate::exec::owner;
@@ -99,8 +99,7 @@ impl Supervised {
     ) -> Result<Supervised> {
         let children = match records {
             Some(dir) => {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+                std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
                 Some(dir.join(format!("{}.json", file_name(token))))
             }
             None => None,
@@ -119,7 +118,7 @@ impl Supervised {
             .append(true)
             .custom_flags(libc::O_NOFOLLOW)
             .open(log)
-            .map_err(|e| Error::new(format!("cannot open {}: {e}", log.display())))?;
+            .with_context(|| format!("cannot open {}", log.display()))?;
         let mut command = Command::new(exe);
         command.arg(cmd.program()).args(cmd.get_args()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(err);
         for (k, v) in cmd.get_envs() {
@@ -159,13 +158,13 @@ impl Supervised {
     /// finish stopping in time is killed (the backstop in [`Self::finish`]
     /// then stops the processes).
     pub(crate) fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
-        let waited = self.child.try_wait().map_err(|e| Error::new(format!("waiting for {}: {e}", self.display)))?;
+        let waited = self.child.try_wait().with_context(|| format!("waiting for {}", self.display))?;
         if waited.is_some() {
             return Ok(waited);
         }
         if self.stop_asked.is_some_and(|at| at.elapsed() > self.grace.saturating_add(STOP_SLACK)) {
             let _ = self.child.kill();
-            return self.child.wait().map(Some).map_err(|e| Error::new(format!("waiting for {}: {e}", self.display)));
+            return self.child.wait().map(Some).with_context(|| format!("waiting for {}", self.display));
         }
         if Instant::now() >= self.next_look {
             self.next_look = Instant::now() + LOOK_EVERY;
@@ -180,11 +179,7 @@ impl Supervised {
                         STOPPED_LIMIT.as_secs()
                     ));
                     let _ = self.child.kill();
-                    return self
-                        .child
-                        .wait()
-                        .map(Some)
-                        .map_err(|e| Error::new(format!("waiting for {}: {e}", self.display)));
+                    return self.child.wait().map(Some).with_context(|| format!("waiting for {}", self.display));
                 }
                 (true, Some(_)) => {}
             }

@@ -6,9 +6,9 @@
 //! coverage mapping) does not hide the plan: it is printed whole, the
 //! problem named, and the exit status is 1.
 
-use crate::build::fixture::BuildPlan;
+use crate::build::cache::BuildPlan;
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Context as _, Result};
 use crate::exec::process::shell_quote;
 use crate::exec::redact;
 use crate::launch;
@@ -237,7 +237,7 @@ fn render_json(ctx: &Context, plan: &BuildPlan, selected: &[&TrialSpec]) -> Resu
         },
         "trials": trials,
     });
-    let mut text = serde_json::to_string_pretty(&doc).map_err(|e| crate::error::Error::new(format!("dry run: {e}")))?;
+    let mut text = serde_json::to_string_pretty(&doc).context("dry run")?;
     text.push('\n');
     Ok(text)
 }

@@ -5,7 +5,7 @@
 use super::Access;
 use crate::context::Context;
 use crate::env_names::KNOWN;
-use crate::error::{Error, Result};
+use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
 use crate::workspace::files;
 use std::process::ExitCode;
@@ -71,13 +71,13 @@ fn clean_all(builds: bool) -> Result<()> {
             // A build being made holds its lock alone, one in use shared.
             let lock = files::open_lock_file(&path.with_extension("lock"))?;
             if lock.try_lock().is_err() {
-                let users = crate::build::fixture::users_of(&path, &ctx.state_dir);
+                let users = crate::build::cache::users_of(&path, &ctx.state_dir);
                 let who = if users.is_empty() { "a process building it".to_string() } else { users.join("; ") };
                 eprintln!("ccl-coverage: kept the cached build {}: it is in use by {who}", path.display());
                 kept += 1;
                 continue;
             }
-            std::fs::remove_dir_all(&path).map_err(|e| Error::new(format!("cannot delete {}: {e}", path.display())))?;
+            std::fs::remove_dir_all(&path).with_context(|| format!("cannot delete {}", path.display()))?;
             let _ = std::fs::remove_dir_all(path.with_extension("users"));
             eprintln!("ccl-coverage: deleted the cached build {}", path.display());
         }

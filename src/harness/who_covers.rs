@@ -39,8 +39,8 @@ fn run(args: &[String]) -> Result<(String, bool)> {
     let (file, line) = parse_query(query)?;
     let ctx = crate::context::Context::from_env()?;
     // A line number is of the sources now; the attribution, of the sources built.
-    if let Ok(manifest) = crate::build::fixture::BuildManifest::read_in(&ctx.workspace)
-        && let Some(changed) = crate::build::fixture::sources_changed(&manifest, ctx.config())
+    if let Ok(manifest) = crate::build::cache::BuildManifest::read_in(&ctx.workspace)
+        && let Some(changed) = crate::build::cache::sources_changed(&manifest, ctx.config())
     {
         return Err(Error::new(format!("refused: {changed}")));
     }

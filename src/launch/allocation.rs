@@ -16,7 +16,7 @@
 
 use crate::bail;
 use crate::config::HostConfig;
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::exec::process::Cmd;
 use std::path::Path;
 
@@ -105,7 +105,7 @@ impl Allocation {
     fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Allocation>> {
         if let Some(path) = env(HOSTFILE).filter(|p| !p.is_empty()) {
             let text = std::fs::read_to_string(&path)
-                .map_err(|e| Error::new(format!("{HOSTFILE}={path}: cannot read the hostfile: {e}")))?;
+                .with_context(|| format!("{HOSTFILE}={path}: cannot read the hostfile"))?;
             return parse_hostfile(Path::new(&path), &text).map(Some);
         }
         let Some(list) = env("SLURM_JOB_NODELIST").filter(|l| !l.is_empty()) else { return Ok(None) };

@@ -16,7 +16,7 @@ pub(crate) mod placement;
 pub mod slots;
 
 use crate::bail;
-use crate::build::fixture::BuildManifest;
+use crate::build::cache::BuildManifest;
 use crate::config::template::Vars;
 use crate::config::{Config, LauncherConfig, LauncherKind, MpiFlavor};
 use crate::context::Context;
@@ -642,7 +642,7 @@ mod tests {
         let config = crate::config::load_str(crate::config::DEFAULT_CONFIG_TEXT, Path::new("local.json"), &|_| None)
             .unwrap()
             .config;
-        let mut manifest = crate::build::fixture::test_manifest("b1");
+        let mut manifest = crate::build::cache::test_manifest("b1");
         manifest.coverage = true;
         manifest.device = DeviceDecision {
             requested: crate::config::DeviceMode::Auto,

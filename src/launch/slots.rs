@@ -33,7 +33,7 @@
 //!   waiter is gone drops what it gets at once.
 
 use crate::bail;
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::launch::allocation::{Node, Want};
 use crate::workspace;
 use std::collections::{BTreeMap, BTreeSet};
@@ -300,7 +300,7 @@ fn lock_in_threads(files: Vec<(usize, File)>) -> Result<Receiver<Locked>> {
                 // If the waiter is gone the lock is dropped, so released, here.
                 let _ = tx.send(file.lock().map(|()| (tag, file)));
             })
-            .map_err(|e| Error::new(format!("cannot start a thread to wait for rank slots: {e}")))?;
+            .context("cannot start a thread to wait for rank slots")?;
     }
     Ok(rx)
 }

@@ -11,21 +11,22 @@ pub(crate) mod diff_coverage;
 pub(crate) mod html_index;
 pub(crate) mod minimal_suite;
 pub(crate) mod screen;
+pub(crate) mod session;
 
 use crate::bail;
-use crate::build::fixture::BuildManifest;
+use crate::build::cache::BuildManifest;
 use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::{Counts, FileSummary, Metric, SummaryExport};
 use crate::coverage::profiles::Quarantined;
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::exec::process::Cmd;
 use crate::results::{RunOf, Runs, TrialResult};
 use crate::verdict::Status;
 use crate::workspace;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// What every llvm-cov invocation of one report shares.
@@ -92,8 +93,8 @@ impl ReportInputs {
     /// of `llvm-cov export -summary-only`, whose regions it keeps: as JSON
     /// text and as types.
     pub(crate) fn model_summary(&self, model: &Lcov) -> Result<(String, SummaryExport)> {
-        let mut export: Value = serde_json::from_str(&self.summary_text()?)
-            .map_err(|e| Error::new(format!("unexpected llvm-cov export -summary-only: {e}")))?;
+        let mut export: Value =
+            serde_json::from_str(&self.summary_text()?).context("unexpected llvm-cov export -summary-only")?;
         crate::coverage::model::apply(&mut export, model, "llvm-cov export -summary-only")?;
         let text = serde_json::to_string(&export).expect("a JSON value serializes");
         let summary = SummaryExport::parse(&text)?;
@@ -129,8 +130,7 @@ impl ReportInputs {
     /// its summaries the model's, as text (absolute paths).
     pub(crate) fn json(&self, model: &Lcov) -> Result<String> {
         let text = self.cmd("export").arg("-format=text").read()?;
-        let mut export: Value = serde_json::from_str(&text)
-            .map_err(|e| Error::new(format!("unexpected llvm-cov export -format=text: {e}")))?;
+        let mut export: Value = serde_json::from_str(&text).context("unexpected llvm-cov export -format=text")?;
         crate::coverage::model::apply(&mut export, model, "llvm-cov export -format=text")?;
         Ok(serde_json::to_string(&export).expect("a JSON value serializes"))
     }
@@ -210,15 +210,40 @@ pub(crate) fn summary_text(summary: &SummaryExport, roots: &[&Path]) -> String {
     out
 }
 
-/// `covered/count` strings of each metric, as the summary and snapshot show them.
-fn counts_json(counts: &Counts) -> Value {
-    let m = |m: &Metric| Value::String(format!("{}/{}", m.covered, m.count));
-    json!({
-        "lines": m(&counts.lines),
-        "functions": m(&counts.functions),
-        "regions": m(&counts.regions),
-        "branches": counts.branches.as_ref().map_or(Value::Null, m),
-    })
+/// A report's totals, typed until a writer shows them: covered and total of
+/// each metric; regions and branches only where they are counted (NVIDIA
+/// kernel lines have neither, older llvm-cov exports no branches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Totals {
+    pub(crate) lines: Metric,
+    pub(crate) functions: Metric,
+    pub(crate) regions: Option<Metric>,
+    pub(crate) branches: Option<Metric>,
+}
+
+impl Totals {
+    /// The totals of a summary export.
+    pub(crate) fn of(summary: &SummaryExport) -> Totals {
+        Totals::from(summary.totals())
+    }
+
+    /// `covered/count` strings of each metric (null where not counted), as
+    /// `summary-device.json` and the snapshot show them.
+    pub(crate) fn json(&self) -> Value {
+        let m = |m: Option<Metric>| m.map_or(Value::Null, |m| Value::String(m.to_string()));
+        json!({
+            "lines": m(Some(self.lines)),
+            "functions": m(Some(self.functions)),
+            "regions": m(self.regions),
+            "branches": m(self.branches),
+        })
+    }
+}
+
+impl From<&Counts> for Totals {
+    fn from(c: &Counts) -> Totals {
+        Totals { lines: c.lines, functions: c.functions, regions: Some(c.regions), branches: c.branches }
+    }
 }
 
 /// Cobertura XML (GitLab, Jenkins) converted from the lcov export.
@@ -290,27 +315,22 @@ pub(crate) fn percent(covered: u64, count: u64) -> f64 {
     if count == 0 { 100.0 } else { covered as f64 * 100.0 / count as f64 }
 }
 
-/// The metrics a `CCL_COV_FAIL_UNDER_<METRIC>` bar can be set for.
-const BARRED: [&str; 4] = ["lines", "functions", "regions", "branches"];
-
-fn bar_name(metric: &str) -> String {
-    format!("CCL_COV_FAIL_UNDER_{}", metric.to_ascii_uppercase())
-}
-
-/// Whether any `CCL_COV_FAIL_UNDER_<METRIC>` bar is set: known before the
-/// report is merged, so that a run without one lists the check as ignored.
-pub(crate) fn any_bar(env: &dyn Fn(&str) -> Option<String>) -> bool {
-    BARRED.iter().any(|metric| env(&bar_name(metric)).is_some_and(|v| !v.is_empty()))
+/// Whether any `CCL_COV_FAIL_UNDER_<METRIC>` bar is set (`bars`: the
+/// variables as set, by name): known before the report is merged, so that a
+/// run without one lists the check as ignored.
+pub(crate) fn any_bar(bars: &BTreeMap<String, String>) -> bool {
+    bars.values().any(|v| !v.is_empty())
 }
 
 /// Checks `CCL_COV_FAIL_UNDER_<METRIC>` bars against the totals; the
 /// shortfalls, or `None` when no bar is set.
-pub(crate) fn check_bars(summary: &SummaryExport, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Vec<String>>> {
+pub(crate) fn check_bars(summary: &SummaryExport, bars: &BTreeMap<String, String>) -> Result<Option<Vec<String>>> {
     let mut any = false;
     let mut short = Vec::new();
     for (metric, covered, count) in summary.totals().rows() {
-        let var = bar_name(metric);
-        let Some(bar) = crate::env_names::percent(&var, &env(&var).unwrap_or_default())? else { continue };
+        let Some((_, var)) = crate::env_names::FAIL_UNDER.iter().find(|(m, _)| *m == metric) else { continue };
+        let value = bars.get(*var).map_or("", String::as_str);
+        let Some(bar) = crate::env_names::percent(var, value)? else { continue };
         any = true;
         let got = percent(covered, count);
         if got < bar {
@@ -320,9 +340,10 @@ pub(crate) fn check_bars(summary: &SummaryExport, env: &dyn Fn(&str) -> Option<S
     Ok(any.then_some(short))
 }
 
-/// The totals of a summary export as `covered/count` strings.
+/// A summary export's totals as `covered/count` strings, as
+/// `summary-device.json` shows them (`tests/device_coverage.rs` reads them so).
 pub fn totals(summary: &SummaryExport) -> Value {
-    counts_json(summary.totals())
+    Totals::of(summary).json()
 }
 
 /// The summary made comparable between machines and runs: paths relative to
@@ -332,9 +353,9 @@ pub(crate) fn normalize(summary: &SummaryExport, roots: &[&Path]) -> Value {
     let mut sorted: Vec<&FileSummary> = summary.files().iter().collect();
     sorted.sort_by(|a, b| a.filename.cmp(&b.filename));
     for file in sorted {
-        files.insert(relative(&file.filename, roots), counts_json(&file.summary));
+        files.insert(relative(&file.filename, roots), Totals::from(&file.summary).json());
     }
-    json!({ "totals": counts_json(summary.totals()), "files": files })
+    json!({ "totals": Totals::of(summary).json(), "files": files })
 }
 
 /// A summary snapshot as insta writes it (`source:` header, pretty JSON),
@@ -370,7 +391,7 @@ pub(crate) struct Health {
     /// Trial records that could not be read, moved to quarantine: `file (why)`.
     pub(crate) damaged_results: Vec<String>,
     /// Why the sources are no longer those the build was made from
-    /// (`fixture::sources_changed`): every format says so.
+    /// (`cache::manifest::sources_changed`): every format says so.
     pub(crate) sources_changed: Option<String>,
 }
 
@@ -467,7 +488,7 @@ pub(crate) struct ReportMeta {
     pub(crate) sources_changed: Option<String>,
     /// The report's own pages and files beside llvm-cov's, by what they hold.
     #[serde(default)]
-    pub(crate) pages: std::collections::BTreeMap<String, String>,
+    pub(crate) pages: BTreeMap<String, String>,
 }
 
 /// What `meta.json` lists under `pages`: written by the attribution,
@@ -585,20 +606,19 @@ mod tests {
             export.totals().rows(),
             [("lines", 7, 11), ("functions", 2, 3), ("regions", 4, 6), ("branches", 1, 4)]
         );
-        let bars =
-            |lines: &'static str| move |name: &str| (name == "CCL_COV_FAIL_UNDER_LINES").then(|| lines.to_string());
-        assert_eq!(check_bars(&export, &|_| None).unwrap(), None);
-        assert!(!any_bar(&|_| None) && !any_bar(&|_| Some(String::new())));
+        let bars = |lines: &str| BTreeMap::from([("CCL_COV_FAIL_UNDER_LINES".to_string(), lines.to_string())]);
+        assert_eq!(check_bars(&export, &BTreeMap::new()).unwrap(), None);
+        assert!(!any_bar(&BTreeMap::new()) && !any_bar(&bars("")));
         assert!(any_bar(&bars("60")));
         assert_eq!(check_bars(&export, &bars("60")).unwrap(), Some(vec![]));
         let short = check_bars(&export, &bars("70")).unwrap().unwrap();
         assert_eq!(short, ["lines 63.64% (7/11) is under CCL_COV_FAIL_UNDER_LINES=70"]);
         assert!(check_bars(&export, &bars("lots")).is_err());
         assert!(check_bars(&export, &bars("150")).is_err(), "a bar no coverage can reach");
-        assert_eq!(export.totals().rows().iter().map(|r| r.0).collect::<Vec<_>>(), BARRED, "every metric has a bar");
-        for metric in BARRED {
-            let var = bar_name(metric);
-            let known = crate::env_names::lookup(&var).map(|k| k.kind);
+        let metrics: Vec<&str> = crate::env_names::FAIL_UNDER.iter().map(|(m, _)| *m).collect();
+        assert_eq!(export.totals().rows().iter().map(|r| r.0).collect::<Vec<_>>(), metrics, "every metric has a bar");
+        for (_, var) in crate::env_names::FAIL_UNDER {
+            let known = crate::env_names::lookup(var).map(|k| k.kind);
             assert_eq!(known, Some(crate::env_names::Kind::Percent), "{var} is a known percentage");
         }
     }
@@ -701,7 +721,7 @@ mod tests {
         let summary = SummaryExport::parse(&summary).unwrap();
         let results = [trial("A::1K::a", "PASSED", ""), trial("A::1K::i", "INTERRUPTED", "INTERRUPTED by SIGINT")];
         let health = Health::new(&results, Vec::new(), Vec::new());
-        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &results, &health);
+        let md = markdown("local", &crate::build::cache::test_manifest("b1"), &summary, &results, &health);
         assert!(md.starts_with("## Coverage: local (build b1)\n"), "{md}");
         assert!(md.contains("| lines | 3 | 4 | 75.00 |"), "{md}");
         assert!(md.contains("Trials: 1 passed, 0 failed, 0 timed out, 1 interrupted (runs r1)."), "{md}");
@@ -709,14 +729,14 @@ mod tests {
         assert!(!md.contains("Not one run"), "{md}");
         let later = TrialResult { run_id: "r2".into(), started_unix_ms: 1, ..trial("A::1K::l", "PASSED", "") };
         let mixed = [results[0].clone(), later];
-        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &mixed, &health);
+        let md = markdown("local", &crate::build::cache::test_manifest("b1"), &summary, &mixed, &health);
         assert!(md.contains("\n**Not one run:** 1 of 2 trial results come from earlier runs of this build"), "{md}");
         assert!(md.contains(": A::1K::a (run r1, started ). Their coverage is counted.\n"), "{md}");
         assert!(!md.contains("Device counters lost"), "{md}");
         let mut lost = trial("A::1G::t", "TIMEOUT", "TIMEOUT after 1800s");
         lost.device_counters_lost = Some("TIMEOUT after 1800s: drained only at exit".into());
         let health = Health::new(std::slice::from_ref(&lost), Vec::new(), Vec::new());
-        let md = markdown("local", &crate::build::fixture::test_manifest("b1"), &summary, &[lost], &health);
+        let md = markdown("local", &crate::build::cache::test_manifest("b1"), &summary, &[lost], &health);
         assert!(md.contains("\nDevice counters lost: A::1G::t (TIMEOUT after 1800s: drained only at exit)\n"), "{md}");
     }
 
@@ -724,7 +744,7 @@ mod tests {
     fn meta_names_the_build_trials_and_doubts() {
         let results = [trial("A::1K::a", "PASSED", "")];
         let health = Health { missing: vec!["x".into()], ..Health::default() };
-        let meta = ReportMeta::new(&crate::build::fixture::test_manifest("b1"), &results, 7, &health);
+        let meta = ReportMeta::new(&crate::build::cache::test_manifest("b1"), &results, 7, &health);
         let v = serde_json::to_value(&meta).unwrap();
         assert_eq!(v["build_id"], "b1");
         assert_eq!(v["profiles_merged"], 7);
@@ -735,9 +755,8 @@ mod tests {
         assert_eq!(v["device_counters_lost"], json!([]));
         assert_eq!(v["pages"]["attribution_html"], "attribution/index.html");
         let health = Health { device_counters_lost: vec!["A::1G (killed)".into()], ..Health::default() };
-        let v =
-            serde_json::to_value(ReportMeta::new(&crate::build::fixture::test_manifest("b1"), &results, 7, &health))
-                .unwrap();
+        let v = serde_json::to_value(ReportMeta::new(&crate::build::cache::test_manifest("b1"), &results, 7, &health))
+            .unwrap();
         assert_eq!(v["device_counters_lost"], json!(["A::1G (killed)"]));
     }
 

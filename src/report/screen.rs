@@ -2,8 +2,8 @@
 //! prints its table: the totals (host and device apart), the least-covered
 //! files, and where the reports are. The files hold everything else.
 
-use crate::coverage::llvm_export::SummaryExport;
-use serde_json::Value;
+use super::Totals;
+use crate::coverage::llvm_export::{Metric, SummaryExport};
 use std::fmt::Write;
 use std::path::Path;
 
@@ -11,30 +11,31 @@ use std::path::Path;
 const LEAST_COVERED: usize = 5;
 const METRICS: [&str; 4] = ["lines", "functions", "regions", "branches"];
 
-/// `covered/count` as the report's totals hold it, with its percentage.
-fn cell(value: &Value) -> String {
-    let Some((covered, count)) = value.as_str().and_then(|t| t.split_once('/')) else { return "-".into() };
-    match (covered.parse::<f64>(), count.parse::<f64>()) {
-        (Ok(c), Ok(n)) if n > 0.0 => format!("{covered}/{count} {:.1}%", 100.0 * c / n),
-        _ => format!("{covered}/{count}"),
+/// A metric's `covered/count` with its percentage; `-` where it is not counted.
+fn cell(metric: Option<Metric>) -> String {
+    match metric {
+        None => "-".into(),
+        Some(m) if m.count > 0 => format!("{m} {:.1}%", 100.0 * m.covered as f64 / m.count as f64),
+        Some(m) => m.to_string(),
     }
 }
 
-/// The table: `host` and `device` are the report's `covered/count` totals
-/// (the device row only with device coverage); `roots` shorten file names;
-/// `pages` are the report's files, as paths to show.
+/// The table: `host` and `device` are the report's totals (the device row
+/// only with device coverage, with what its lines are); `roots` shorten file
+/// names; `pages` are the report's files, as paths to show.
 pub(crate) fn table(
     all: &SummaryExport,
-    host: &Value,
-    device: Option<(&str, &Value)>,
+    host: &Totals,
+    device: Option<(&str, &Totals)>,
     roots: &[&Path],
     pages: &[String],
 ) -> String {
     let mut out = String::new();
     let header: String = METRICS.iter().map(|m| format!("{m:<22}")).collect();
     let _ = writeln!(out, "{:<10}{}", "coverage", header.trim_end());
-    let row = |out: &mut String, name: &str, totals: &Value| {
-        let cells: String = METRICS.iter().map(|m| format!("{:<22}", cell(&totals[*m]))).collect();
+    let row = |out: &mut String, name: &str, t: &Totals| {
+        let cells: String =
+            [Some(t.lines), Some(t.functions), t.regions, t.branches].map(|m| format!("{:<22}", cell(m))).concat();
         let _ = writeln!(out, "{name:<10}{}", cells.trim_end());
     };
     row(&mut out, "host", host);
@@ -68,7 +69,6 @@ pub(crate) fn table(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn totals_least_covered_files_and_pages() {
@@ -80,8 +80,9 @@ mod tests {
               "totals":{"lines":{"count":14,"covered":10},"functions":{"count":2,"covered":1},"regions":{"count":2,"covered":1}}}]}"#,
         )
         .unwrap();
-        let host = json!({"lines": "10/14", "functions": "1/2", "regions": "1/2", "branches": null});
-        let device = json!({"lines": "3/4", "functions": "1/1", "regions": null, "branches": null});
+        let m = |covered, count| Metric { covered, count };
+        let host = Totals { lines: m(10, 14), functions: m(1, 2), regions: Some(m(1, 2)), branches: None };
+        let device = Totals { lines: m(3, 4), functions: m(1, 1), regions: None, branches: None };
         let text =
             table(&export, &host, Some(("CUPTI SASS", &device)), &[Path::new("/src")], &["r/html/index.html".into()]);
         let lines: Vec<&str> = text.lines().collect();

@@ -4,10 +4,11 @@
 //! interrupted or the coverage report later fails (upstream exits before
 //! writing its results when coverage fails).
 
-use crate::build::fixture::BuildManifest;
+use crate::bail;
+use crate::build::cache::BuildManifest;
 use crate::config::Config;
 use crate::coverage::profiles::MergeOutcome;
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::exec::redact;
 use crate::exec::supervisor::Containment;
 use crate::plan::TrialSpec;
@@ -349,7 +350,7 @@ pub(crate) struct Loaded {
     /// named, not skipped.
     pub(crate) damaged: Vec<(PathBuf, String)>,
     /// Records of another build, with its id: never counted. A build change
-    /// deletes them (`fixture::adopt`); one found anyway is named.
+    /// deletes them (`cache::adopt`); one found anyway is named.
     pub(crate) other_builds: Vec<(PathBuf, String)>,
 }
 
@@ -373,18 +374,17 @@ pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &Planned) ->
         }
         let stem = &name[..name.len() - ".json".len()];
         let read = match kind {
-            workspace::confined::Kind::File => ws
-                .read_opt(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|bytes| bytes.ok_or_else(|| "it vanished while it was read".to_string())),
-            other => Err(format!("it is {}, not a regular file", other.describe())),
+            workspace::confined::Kind::File => {
+                ws.read_opt(&path).and_then(|bytes| bytes.ok_or_else(|| Error::new("it vanished while it was read")))
+            }
+            other => Err(Error::new(format!("it is {}, not a regular file", other.describe()))),
         };
-        let parsed = read.and_then(|bytes| serde_json::from_slice::<TrialResult>(&bytes).map_err(|e| e.to_string()));
+        let parsed = read.and_then(|bytes| Ok(serde_json::from_slice::<TrialResult>(&bytes)?));
         match parsed.and_then(|result| trusted_as(result, stem, planned)) {
             Ok(result) if result.build_id != build_id => other_builds.push((path, result.build_id)),
             Ok(result) if planned.contains_key(&result.trial) => results.push(result),
             Ok(_) => {}
-            Err(why) => damaged.push((path, why)),
+            Err(why) => damaged.push((path, why.to_string())),
         }
     }
     results.sort_by(|a, b| a.trial.cmp(&b.trial));
@@ -395,18 +395,19 @@ pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &Planned) ->
 
 /// `result`, read from `<stem>.json`, if it is that file's record: its slug
 /// is the file's name and, for a trial of the plan, the plan's slug for it.
-fn trusted_as(result: TrialResult, stem: &str, planned: &Planned) -> std::result::Result<TrialResult, String> {
+fn trusted_as(result: TrialResult, stem: &str, planned: &Planned) -> Result<TrialResult> {
     if result.slug != stem {
-        return Err(format!(
+        bail!(
             "it is the record of trial {} (results/{}.json), not of {stem}: a copied or moved record is not trusted",
-            result.trial, result.slug
-        ));
+            result.trial,
+            result.slug
+        );
     }
     match planned.get(&result.trial) {
-        Some(slug) if *slug != result.slug => Err(format!(
+        Some(slug) if *slug != result.slug => Err(Error::new(format!(
             "it names trial {}, whose record is results/{slug}.json, not {stem}.json: not trusted",
             result.trial
-        )),
+        ))),
         _ => Ok(result),
     }
 }
@@ -671,7 +672,7 @@ impl RunWriter {
             let thread = std::thread::Builder::new()
                 .name("ccl-cov-run-json".into())
                 .spawn(move || shared.flush_in_background())
-                .map_err(|e| Error::new(format!("cannot start the thread that writes run.json: {e}")))?;
+                .context("cannot start the thread that writes run.json")?;
             *flusher = Some(thread);
         }
         shared.wake.notify_all();
@@ -863,7 +864,7 @@ fn junit(record: &RunRecord) -> Result<String> {
     }
     let mut report = Report::new("ccl-coverage");
     report.add_test_suite(suite);
-    report.to_string().map_err(|e| Error::new(format!("cannot write JUnit XML: {e}")))
+    report.to_string().context("cannot write JUnit XML")
 }
 
 #[cfg(test)]
@@ -886,7 +887,7 @@ mod tests {
             ignored: Vec::new(),
             run_id: "r".into(),
         };
-        (dir, ws, crate::build::fixture::test_manifest("b1"), info)
+        (dir, ws, crate::build::cache::test_manifest("b1"), info)
     }
 
     fn trial_name(i: usize) -> String {

@@ -5,11 +5,12 @@
 //! lifecycle: place it, run it, judge it, record it. `harness/collectives.rs`
 //! maps its outcomes to libtest's.
 
-use crate::build::fixture::{self, BuildManifest, BuildPlan};
+use crate::bail;
+use crate::build::cache::{self, BuildManifest, BuildPlan};
 use crate::config::LauncherKind;
 use crate::context::Context;
 use crate::coverage::profiles;
-use crate::error::{Error, Result};
+use crate::error::{Context as _, Error, Result};
 use crate::exec::host;
 use crate::exec::interrupt;
 use crate::launch;
@@ -17,11 +18,11 @@ use crate::launch::allocation::{Allocation, Want};
 use crate::launch::slots::Slots;
 use crate::plan::{self, TrialSpec};
 use crate::results::{Ignored, Rerun, RunBuild, RunInfo, RunWriter, TrialIdentity, TrialResult};
-use crate::trial as run;
+use crate::trial;
 use crate::upstream::TrialKind;
 use crate::verdict::output::TrialOutput;
 use crate::verdict::perf::PerfReport;
-use crate::verdict::{self as outcome, Case, Status, Verdict};
+use crate::verdict::{self, Case, Status, Verdict};
 use crate::workspace::Area;
 use std::collections::HashMap;
 use std::path::Path;
@@ -44,16 +45,16 @@ pub(crate) struct Suite {
     run_id: String,
     /// The build, held (`BuildInUse`) until the run ends, so that no
     /// `clean --builds` deletes it under the trials.
-    fixture: OnceLock<Result<(BuildManifest, fixture::BuildInUse), Error>>,
+    build: OnceLock<Result<(BuildManifest, cache::BuildInUse)>>,
     /// The manifest the build was planned to have, once it had a plan: a
     /// failed build's trials are recorded against its key.
     planned: OnceLock<BuildManifest>,
     info: OnceLock<RunInfo>,
     /// The hostfile's, Slurm allocation's or config's nodes, read once.
-    allocation: OnceLock<Result<Option<Allocation>, Error>>,
+    allocation: OnceLock<Result<Option<Allocation>>>,
     /// The shared-filesystem check's verdict per launcher, once per run;
     /// held while a check runs, so each launcher is checked once.
-    shared_fs: Mutex<HashMap<String, Result<(), String>>>,
+    shared_fs: Mutex<HashMap<String, Result<()>>>,
     results: RunWriter,
     /// The trials the name filter selected, and whether each runs (else its
     /// flag ignores it): what JUnit lists.
@@ -66,7 +67,7 @@ impl Suite {
             run_id: crate::results::run_id(),
             results: RunWriter::new(ctx.workspace.clone()),
             ctx,
-            fixture: OnceLock::new(),
+            build: OnceLock::new(),
             planned: OnceLock::new(),
             info: OnceLock::new(),
             allocation: OnceLock::new(),
@@ -99,7 +100,7 @@ impl Suite {
 
     /// Runs `spec` from placement to its record.
     pub(crate) fn run(&self, spec: &TrialSpec) -> Outcome {
-        self.run_trial(spec).unwrap_or_else(|message| Outcome::Failed(Status::Failed, message))
+        self.run_trial(spec).unwrap_or_else(|e| Outcome::Failed(Status::Failed, e.to_string()))
     }
 
     /// Writes `run.json` and JUnit from every record, once the trials ended.
@@ -109,16 +110,16 @@ impl Suite {
 }
 
 impl Suite {
-    fn fixture(&self) -> Result<&BuildManifest, String> {
-        let built = self.fixture.get_or_init(|| {
+    fn build(&self) -> Result<&BuildManifest> {
+        let built = self.build.get_or_init(|| {
             // A panic must not leave the other trials without an answer.
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare_fixture()))
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare_build()))
                 .unwrap_or_else(|p| Err(Error::new(format!("the build panicked: {}", panic_text(&*p)))))
         });
-        built.as_ref().map(|(manifest, _)| manifest).map_err(ToString::to_string)
+        built.as_ref().map(|(manifest, _)| manifest).map_err(Clone::clone)
     }
 
-    fn prepare_fixture(&self) -> Result<(BuildManifest, fixture::BuildInUse), Error> {
+    fn prepare_build(&self) -> Result<(BuildManifest, cache::BuildInUse)> {
         let ctx = &self.ctx;
         eprintln!(
             "ccl-coverage: config {} ({}), workspace {}",
@@ -134,7 +135,7 @@ impl Suite {
         eprintln!("ccl-coverage: device coverage: {}", plan.device.summary());
         let (manifest, in_use) = plan.build(ctx).map_err(build_failed)?;
         // The build is fine; what fails here is the workspace (full, read-only).
-        fixture::adopt(&ctx.workspace, &manifest).map_err(|e| {
+        cache::adopt(&ctx.workspace, &manifest).map_err(|e| {
             Error::new(format!(
                 "cannot record build {} in the workspace {}, so this trial did not run:\n{e}",
                 manifest.build_id,
@@ -158,10 +159,10 @@ impl Suite {
         })
     }
 
-    fn allocation(&self) -> Result<Option<&Allocation>, String> {
+    fn allocation(&self) -> Result<Option<&Allocation>> {
         match self.allocation.get_or_init(|| launch::placement::detect_allocation(&self.ctx)) {
             Ok(allocation) => Ok(allocation.as_ref()),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.clone()),
         }
     }
 
@@ -171,7 +172,7 @@ impl Suite {
     /// launcher with its message, unrun: ignoring them would let the run
     /// pass without their coverage, and running them would lose a node's
     /// profiles.
-    fn shared_filesystem(&self, spec: &TrialSpec, manifest: &BuildManifest) -> Result<(), String> {
+    fn shared_filesystem(&self, spec: &TrialSpec, manifest: &BuildManifest) -> Result<()> {
         let config = self.ctx.config();
         let Some(launcher) = spec.launcher(config) else { return Ok(()) };
         let Some(allocation) = self.allocation()? else { return Ok(()) };
@@ -180,12 +181,12 @@ impl Suite {
         }
         let mut verdicts = self.shared_fs.lock().unwrap_or_else(PoisonError::into_inner);
         let verdict = verdicts.entry(spec.launcher.clone()).or_insert_with(|| {
-            let check = || -> Result<(), Error> {
+            let check = || -> Result<()> {
                 let resolved = launch::mpi::resolve(launcher)?;
                 let vars = launch::trial_vars(&self.ctx, manifest, spec, None);
                 let args = vars.render_all(&resolved.args)?;
                 let grace = std::time::Duration::from_secs(config.timeouts.grace);
-                crate::trial::shared_fs::check(
+                trial::shared_fs::check(
                     &self.ctx.workspace,
                     &resolved,
                     &args,
@@ -208,14 +209,14 @@ impl Suite {
                 Err(e) => {
                     eprintln!("ccl-coverage: {e}");
                     eprintln!("ccl-coverage: trials of launcher {} (more than one node) fail unrun", spec.launcher);
-                    Err(e.to_string())
+                    Err(e)
                 }
             }
         });
-        verdict.clone().map_err(|e| format!("not run: {e}"))
+        verdict.clone().context("not run")
     }
 
-    fn run_trial(&self, spec: &TrialSpec) -> Result<Outcome, String> {
+    fn run_trial(&self, spec: &TrialSpec) -> Result<Outcome> {
         not_interrupted()?;
         let ctx = &self.ctx;
         let allocation = self.allocation()?;
@@ -223,10 +224,9 @@ impl Suite {
             eprintln!("ccl-coverage: {} ignored: {reason}", spec.name);
             return Ok(Outcome::Ignored(reason));
         }
-        let manifest = self.fixture().inspect_err(|message| self.record_unbuilt(spec, message))?;
+        let manifest = self.build().inspect_err(|e| self.record_unbuilt(spec, &e.to_string()))?;
         self.shared_filesystem(spec, manifest)?;
         let ws = &ctx.workspace;
-        let fail = |e: Error| e.to_string();
         let (slots, want) = launch::placement::pool(ctx, allocation, spec);
         let log = ws.trial_log(&spec.slug);
         let finish = || {
@@ -235,26 +235,24 @@ impl Suite {
             profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, pattern, incremental, ctx.keep_raw)
         };
         let (execution, merged) = {
-            let held = slots.acquire(want).map_err(fail)?;
+            let held = slots.acquire(want)?;
             not_interrupted()?;
             let profile_dir = ws.trial_profiles(&spec.slug);
             // Old profiles of this trial would be merged with the new ones.
-            ws.clear(Area::Profiles, &profile_dir).map_err(fail)?;
-            ws.remove(Area::Profiles, &profiles::trial_profdata(ws, &spec.slug)).map_err(fail)?;
-            ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug)).map_err(fail)?;
+            ws.clear(Area::Profiles, &profile_dir)?;
+            ws.remove(Area::Profiles, &profiles::trial_profdata(ws, &spec.slug))?;
+            ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug))?;
             // An old report would be read as this run's.
-            ws.clear(Area::Cases, &ws.trial_cases(&spec.slug)).map_err(fail)?;
-            let launch =
-                launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices()), held.hosts()).map_err(fail)?;
+            ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;
+            let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices()), held.hosts())?;
             let timeout = launch.timeout.as_secs();
-            let execution = run::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
+            let execution = trial::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
                 eprintln!(
                     "ccl-coverage: {} still running after {}s (timeout {timeout}s)",
                     spec.name,
                     elapsed.as_secs()
                 );
-            })
-            .map_err(fail)?;
+            })?;
             (execution, (!ctx.merge_overlap).then(finish))
         };
         // With overlap the slots are free now: the next trial runs while this
@@ -262,7 +260,7 @@ impl Suite {
         let merged = merged.unwrap_or_else(finish);
         let output = TrialOutput::read(&log);
         let (verdict, cases, perf) = judge(ws, spec, &execution, &output);
-        let mut verdict = outcome::judge_leftovers(verdict, execution.finished.leftovers);
+        let mut verdict = verdict::judge_leftovers(verdict, execution.finished.leftovers);
         if let Some(why) = &execution.finished.no_cgroup
             && crate::exec::cgroup::Mode::from_env() != crate::exec::cgroup::Mode::Off
             && crate::exec::cgroup::available().is_ok()
@@ -281,7 +279,7 @@ impl Suite {
                 Some(LauncherKind::Direct) | None => 1,
             };
             let quarantined = merged.quarantined();
-            let evidence = outcome::ProfileEvidence {
+            let evidence = verdict::ProfileEvidence {
                 writers: merged.writers.complete,
                 partial: &merged.writers.partial,
                 unmatched: &merged.writers.unmatched,
@@ -293,7 +291,7 @@ impl Suite {
                 runtime_errors: &output.runtime_errors,
                 free_bytes: host::free_bytes(&merged.dir),
             };
-            verdict = outcome::judge_coverage(verdict, &evidence);
+            verdict = verdict::judge_coverage(verdict, &evidence);
             // A backend's own device records are judged like host profiles:
             // a process that left none, or an incomplete one, lost its coverage.
             if verdict.status == Status::Passed
@@ -308,7 +306,7 @@ impl Suite {
         if verdict.status == Status::Failed && ctx.rerun_failed {
             result.rerun = self.rerun(spec, manifest, &slots, want).map(Box::new);
         }
-        self.results.record(&result, RunBuild::Built(manifest.clone()), self.run_info()).map_err(fail)?;
+        self.results.record(&result, RunBuild::Built(manifest.clone()), self.run_info())?;
         match result.failure_message(&output.tail()) {
             None => Ok(Outcome::Passed),
             Some(message) => Ok(Outcome::Failed(result.status, message)),
@@ -338,7 +336,7 @@ impl Suite {
         let ctx = &self.ctx;
         let ws = &ctx.workspace;
         let say = |e: Error| eprintln!("ccl-coverage: {}: the rerun did not run: {e}", spec.name);
-        let run = || -> Result<Option<Rerun>, Error> {
+        let run = || -> Result<Option<Rerun>> {
             let _held = slots.acquire(want)?;
             let profile_dir = ws.trial_quarantine(&spec.slug).join("rerun");
             ws.clear(Area::Quarantine, &profile_dir)?;
@@ -346,7 +344,7 @@ impl Suite {
             let Some(launch) = launch::prepare_rerun(ctx, manifest, spec, &profile_dir)? else { return Ok(None) };
             eprintln!("ccl-coverage: {} failed: running it once more with its rerun_env_variables", spec.name);
             let log = ws.trial_rerun_log(&spec.slug);
-            let execution = run::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|_| {})?;
+            let execution = trial::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|_| {})?;
             let output = TrialOutput::read(&log);
             let (verdict, cases, _) = judge(ws, spec, &execution, &output);
             Ok(Some(Rerun::new(&execution, &verdict, cases)))
@@ -364,7 +362,7 @@ impl Suite {
 fn judge(
     ws: &crate::workspace::Workspace,
     spec: &TrialSpec,
-    execution: &run::Execution,
+    execution: &trial::Execution,
     output: &TrialOutput,
 ) -> (Verdict, Vec<Case>, PerfReport) {
     let launch = &execution.launch;
@@ -382,27 +380,27 @@ fn judge(
     match launch.kind {
         TrialKind::Perf => {
             let perf = output.perf.clone();
-            (outcome::judge(&execution.finished, &perf, launch.timeout), Vec::new(), perf)
+            (verdict::judge(&execution.finished, &perf, launch.timeout), Vec::new(), perf)
         }
         TrialKind::Gtest => {
             let filter = spec.upstream().and_then(|u| u.test.test_filter.as_deref());
             let (v, cases) =
-                outcome::judge_gtest(&execution.finished, &reports("json"), &output.gtest, filter, launch.timeout);
+                verdict::judge_gtest(&execution.finished, &reports("json"), &output.gtest, filter, launch.timeout);
             (v, cases, PerfReport::default())
         }
         TrialKind::Pytest => {
             let junit = reports("xml");
             let (v, cases) =
-                outcome::judge_pytest(&execution.finished, junit.first().map(String::as_str), launch.timeout);
+                verdict::judge_pytest(&execution.finished, junit.first().map(String::as_str), launch.timeout);
             (v, cases, PerfReport::default())
         }
     }
 }
 
 /// A trial that has not started when the run is interrupted does not start.
-fn not_interrupted() -> Result<(), String> {
+fn not_interrupted() -> Result<()> {
     match interrupt::requested() {
-        Some(_) => Err(format!("not run: the run was interrupted by {}", interrupt::describe())),
+        Some(_) => bail!("not run: the run was interrupted by {}", interrupt::describe()),
         None => Ok(()),
     }
 }

@@ -112,19 +112,19 @@ fn compiler(what: &str, var: &str, field: &str, configured: &str, fallbacks: &[S
 }
 
 /// A program given as a path, or as a name looked up on PATH.
-fn find_program(spec: &str, env: Lookup) -> std::result::Result<PathBuf, String> {
+fn find_program(spec: &str, env: Lookup) -> Result<PathBuf> {
     if spec.contains('/') {
         let path = PathBuf::from(spec);
         return if is_executable(&path) {
             Ok(path)
         } else if path.exists() {
-            Err("is not executable".into())
+            Err(Error::new("is not executable"))
         } else {
-            Err("does not exist".into())
+            Err(Error::new("does not exist"))
         };
     }
     let path_var = env("PATH").unwrap_or_default();
-    which::which_in(spec, Some(path_var), ".").map_err(|_| "is not on PATH".to_string())
+    which::which_in(spec, Some(path_var), ".").map_err(|_| Error::new("is not on PATH"))
 }
 
 fn is_executable(path: &Path) -> bool {

@@ -3,7 +3,7 @@
 //! `__llvm_covmap`/`__llvm_covfun`, counters in `__llvm_prf_cnts`. This works
 //! for host objects and for AMDGPU device code objects alike.
 
-use crate::error::{Error, Result};
+use crate::error::{Context, Result};
 use object::{Object, ObjectSection};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -23,9 +23,9 @@ impl Instrumentation {
 
 /// Reads the section table of the ELF file at `path`.
 pub(crate) fn inspect(path: &Path) -> Result<Instrumentation> {
-    let data = std::fs::read(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+    let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let file = object::File::parse(&*data)
-        .map_err(|e| Error::new(format!("{} is not an object file llvm-cov can read: {e}", path.display())))?;
+        .with_context(|| format!("{} is not an object file llvm-cov can read", path.display()))?;
     let mut found = Instrumentation::default();
     for section in file.sections() {
         match section.name().unwrap_or_default() {

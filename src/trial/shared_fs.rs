@@ -13,7 +13,7 @@
 
 use crate::config::LauncherConfig;
 use crate::env_names::{PROFILE_INIT_ONCE, TRIAL_TOKEN};
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::exec::process::{Cmd, describe_status, indent_tail};
 use crate::launch::allocation::Node;
 use crate::launch::{self, TrialLaunch};
@@ -119,6 +119,6 @@ fn random_hex() -> Result<String> {
     let mut bytes = [0u8; 16];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| Error::new(format!("cannot read /dev/urandom for the shared filesystem check: {e}")))?;
+        .context("cannot read /dev/urandom for the shared filesystem check")?;
     Ok(workspace::files::hex(&bytes))
 }

@@ -29,7 +29,7 @@ mod resolve;
 mod schema;
 mod text;
 
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -312,8 +312,7 @@ pub fn resolve_with(
     options: &Options<'_>,
 ) -> Result<Resolved> {
     let mut ctx = Ctx { file: path, warnings: Vec::new() };
-    let (root, duplicates) =
-        json::parse(text).map_err(|e| Error::new(format!("{}: not valid JSON: {e}", path.display())))?;
+    let (root, duplicates) = json::parse(text).with_context(|| format!("{}: not valid JSON", path.display()))?;
     for dup in duplicates {
         ctx.warn(&dup, "this key appears more than once; upstream (Python's json) keeps the last value");
     }

@@ -11,7 +11,7 @@
 //! A file the harness reads is opened `O_NONBLOCK` (a FIFO planted in place
 //! of a record must not hang the open) and must then be a regular file.
 
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use std::ffi::OsString;
@@ -319,7 +319,7 @@ impl Beneath {
             .and_then(|()| {
                 file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(file_mode().as_raw_mode()))
             })
-            .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
+            .with_context(|| format!("cannot write {}", path.display()))
             .and_then(|()| rfs::renameat(&dir, &tmp, &dir, name).map_err(|e| self.error(Op::Write, &rel, e)));
         if written.is_err() {
             let _ = rfs::unlinkat(&dir, &tmp, AtFlags::empty());
@@ -356,7 +356,7 @@ impl Beneath {
             return Err(self.refused(Op::Write, &rel, kind));
         }
         rfs::ftruncate(&fd, 0).map_err(|e| self.error(Op::Write, &rel, e))?;
-        File::from(fd).write_all(contents).map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
+        File::from(fd).write_all(contents).with_context(|| format!("cannot write {}", path.display()))
     }
 
     /// Opens the regular file `path` for reading. Opened `O_NONBLOCK`, so a
@@ -470,9 +470,8 @@ impl Beneath {
         if kind_at(&to_dir, to_name).map_err(|e| self.error(Op::Move, &to_rel, e))? == Some(Kind::Link) {
             return Err(self.refused(Op::Move, &to_rel, Kind::Link));
         }
-        rfs::renameat(&from_dir, &from_name, &to_dir, to_name).map_err(|e| {
-            Error::new(format!("cannot move {} to {}: {}", from.display(), to.display(), std::io::Error::from(e)))
-        })
+        rfs::renameat(&from_dir, &from_name, &to_dir, to_name)
+            .with_context(|| format!("cannot move {} to {}", from.display(), to.display()))
     }
 
     /// The folder holding `path`, its name there, and `path` relative to the root.
@@ -638,11 +637,10 @@ fn set_modes_under(fd: &OwnedFd) -> rustix::io::Result<()> {
 /// workspace (the build cache, a config).
 pub(crate) fn open_regular(path: &Path) -> Result<File> {
     let fd = rfs::open(path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| Error::new(format!("cannot read {}: {}", path.display(), std::io::Error::from(e))))?;
+        .with_context(|| format!("cannot read {}", path.display()))?;
     match fd_kind(&fd) {
         Ok(Kind::File) => {
-            rfs::fcntl_setfl(&fd, OFlags::empty())
-                .map_err(|e| Error::new(format!("cannot read {}: {}", path.display(), std::io::Error::from(e))))?;
+            rfs::fcntl_setfl(&fd, OFlags::empty()).with_context(|| format!("cannot read {}", path.display()))?;
             Ok(File::from(fd))
         }
         Ok(kind) => Err(Error::new(format!(

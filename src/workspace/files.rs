@@ -2,7 +2,7 @@
 //! writes, folders, lock files that are never truncated, SHA-256 digests, and
 //! the modes everything the harness creates gets.
 
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use std::fs;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub(crate) use super::confined::open_regular;
 
 pub(crate) fn create_dir(dir: &Path) -> Result<()> {
-    fs::create_dir_all(dir).map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
 }
 
 /// The SHA-256 of a file, in hex: recorded when a profile is written and
@@ -27,8 +27,8 @@ pub(crate) fn sha256_of(mut file: fs::File, path: &Path) -> Result<String> {
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];
     loop {
-        let n = std::io::Read::read(&mut file, &mut buffer)
-            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+        let n =
+            std::io::Read::read(&mut file, &mut buffer).with_context(|| format!("cannot read {}", path.display()))?;
         if n == 0 {
             break;
         }
@@ -84,7 +84,7 @@ impl FileSum {
 /// Size, modification time and change time (nanoseconds) of the file at `path`.
 fn size_and_times(path: &Path) -> Result<(u64, u64, u64)> {
     use std::os::unix::fs::MetadataExt;
-    let meta = fs::metadata(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+    let meta = fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
     let ns = |s: i64, n: i64| u64::try_from(s).unwrap_or(0).saturating_mul(1_000_000_000).saturating_add(n as u64);
     Ok((meta.len(), ns(meta.mtime(), meta.mtime_nsec()), ns(meta.ctime(), meta.ctime_nsec())))
 }
@@ -134,7 +134,7 @@ pub(crate) fn open_lock_file(path: &Path) -> Result<fs::File> {
         .truncate(false)
         .write(true)
         .open(path)
-        .map_err(|e| Error::new(format!("cannot open {}: {e}", path.display())))
+        .with_context(|| format!("cannot open {}", path.display()))
 }
 
 /// Writes `contents` to `path` atomically (temporary file, then rename), so a
@@ -142,15 +142,14 @@ pub(crate) fn open_lock_file(path: &Path) -> Result<fs::File> {
 pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     let dir = path.parent().ok_or_else(|| Error::new(format!("{} has no parent folder", path.display())))?;
     create_dir(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .map_err(|e| Error::new(format!("cannot create a file in {}: {e}", dir.display())))?;
-    std::io::Write::write_all(&mut tmp, contents)
-        .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
+    let mut tmp =
+        tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot create a file in {}", dir.display()))?;
+    std::io::Write::write_all(&mut tmp, contents).with_context(|| format!("cannot write {}", path.display()))?;
     // A temporary file is created 0600; give it the mode any other file gets.
     let mode = 0o666 & !UMASK.load(Ordering::SeqCst);
     tmp.as_file()
         .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
-        .map_err(|e| Error::new(format!("cannot set the mode of {}: {e}", path.display())))?;
-    tmp.persist(path).map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
+        .with_context(|| format!("cannot set the mode of {}", path.display()))?;
+    tmp.persist(path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }

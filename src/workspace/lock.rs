@@ -13,7 +13,7 @@
 //! milliseconds, so the check and the take are one step.
 
 use crate::bail;
-use crate::error::{Error, Result};
+use crate::error::{Context, Result};
 use crate::workspace::Workspace;
 use serde::{Deserialize, Serialize};
 use std::fs::{File, TryLockError};
@@ -75,11 +75,11 @@ impl WorkspaceLock {
         // The first file a run writes in a workspace it already owns.
         let open = |name: &str| {
             ws.open_lock(&ws.root().join(name))
-                .map_err(|e| e.context(format!("the workspace {} is not writable", ws.root().display())))
+                .with_context(|| format!("the workspace {} is not writable", ws.root().display()))
         };
         let guard_path = ws.root().join(".owner.guard");
         let guard = open(".owner.guard")?;
-        guard.lock().map_err(|e| Error::new(format!("cannot lock {}: {e}", guard_path.display())))?;
+        guard.lock().with_context(|| format!("cannot lock {}", guard_path.display()))?;
         let file = open(".owner.lock")?;
         let record = ws.root().join(".owner.json");
         let previous: Option<Holder> =
@@ -99,8 +99,8 @@ impl WorkspaceLock {
                 let exclusive = run_id.is_none();
                 if !exclusive {
                     // Under the guard nobody can slip in between the two calls.
-                    file.unlock().and_then(|()| file.lock_shared()).map_err(|e| {
-                        Error::new(format!("cannot share the lock {}: {e}", ws.root().join(".owner.lock").display()))
+                    file.unlock().and_then(|()| file.lock_shared()).with_context(|| {
+                        format!("cannot share the lock {}", ws.root().join(".owner.lock").display())
                     })?;
                 }
                 Ok(WorkspaceLock { file, ws: ws.clone(), guard: guard_path, record, exclusive })

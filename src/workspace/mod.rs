@@ -2,7 +2,7 @@
 //! `collectives` and `coverage_report` binaries.
 //!
 //! ```text
-//! <ws>/build.json             which build the profiles belong to (fixture.rs)
+//! <ws>/build.json             which build the profiles belong to (build/cache/manifest.rs)
 //! <ws>/profiles/<trial>/      raw profiles of one trial
 //! <ws>/quarantine/<trial>/    profiles llvm-profdata could not read
 //! <ws>/logs/<trial>.log       a trial's output
@@ -25,7 +25,7 @@ pub(crate) mod files;
 pub(crate) mod lock;
 
 use crate::bail;
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use confined::{Beneath, Kind};
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -96,17 +96,17 @@ pub fn trial_files(slug: &str) -> [String; 7] {
 /// Whether `slug` is one safe file name component: not empty, no `/`, no
 /// control character, no leading `.` (so not `.` or `..`), and short enough
 /// for its longest use (`<slug>.profdata`).
-pub fn check_slug(slug: &str) -> std::result::Result<(), String> {
+pub fn check_slug(slug: &str) -> Result<()> {
     const LONGEST_SUFFIX: usize = ".profdata".len();
     if slug.is_empty() || slug.starts_with('.') || slug.contains('/') || slug.chars().any(char::is_control) {
-        return Err(format!("the trial's file name {slug:?} is not a safe file name"));
+        bail!("the trial's file name {slug:?} is not a safe file name");
     }
     if slug.len() + LONGEST_SUFFIX > FILE_NAME_BYTES {
-        return Err(format!(
+        bail!(
             "the trial's file name is {} bytes long: expected at most {} (shorten the names)",
             slug.len(),
             FILE_NAME_BYTES - LONGEST_SUFFIX
-        ));
+        );
     }
     Ok(())
 }
@@ -156,7 +156,7 @@ impl Workspace {
     /// Uses `root` (made absolute against the current directory).
     pub fn new(root: &Path) -> Result<Self> {
         let root = std::path::absolute(root)
-            .map_err(|e| Error::new(format!("cannot make workspace path {} absolute: {e}", root.display())))?;
+            .with_context(|| format!("cannot make workspace path {} absolute", root.display()))?;
         Ok(Workspace { root: normalize(&root) })
     }
 
@@ -258,8 +258,7 @@ impl Workspace {
         }
         let Some(mut file) = self.beneath()?.open_read_opt(path)? else { return Ok(None) };
         let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut file, &mut bytes)
-            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+        std::io::Read::read_to_end(&mut file, &mut bytes).with_context(|| format!("cannot read {}", path.display()))?;
         Ok(Some(bytes))
     }
 
@@ -370,8 +369,8 @@ impl Workspace {
         };
         let text = serde_json::to_string_pretty(&marker).expect("marker serializes");
         self.write(&self.marker_file(), text.as_bytes())
-            .map_err(|e| e.context(format!("the workspace {} is not writable", self.root.display())))?;
-        self.create().map_err(|e| e.context(format!("the workspace {} is not writable", self.root.display())))
+            .with_context(|| format!("the workspace {} is not writable", self.root.display()))?;
+        self.create().with_context(|| format!("the workspace {} is not writable", self.root.display()))
     }
 
     /// For readers that must not create anything (`coverage_report`): the
@@ -456,14 +455,14 @@ impl Workspace {
         match self.read_opt(&path)? {
             Some(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
-                .map_err(|e| Error::new(format!("{} is not a ccl-coverage workspace marker: {e}", path.display()))),
+                .with_context(|| format!("{} is not a ccl-coverage workspace marker", path.display())),
             None => Ok(None),
         }
     }
 
     fn entries(&self) -> Result<Vec<String>> {
         let mut names: Vec<String> = fs::read_dir(&self.root)
-            .map_err(|e| Error::new(format!("cannot list {}: {e}", self.root.display())))?
+            .with_context(|| format!("cannot list {}", self.root.display()))?
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
@@ -535,7 +534,7 @@ impl Workspace {
                 if cleaned.kept.len() == 1 { "it" } else { "them" }
             );
         } else if cleaned.created_root {
-            fs::remove_dir(&self.root).map_err(|e| Error::new(format!("cannot delete {root}: {e}")))?;
+            fs::remove_dir(&self.root).with_context(|| format!("cannot delete {root}"))?;
             eprintln!("ccl-coverage: deleted the workspace {root}");
         } else {
             eprintln!(
@@ -860,7 +859,7 @@ mod tests {
             assert!(check_slug(bad).is_err(), "{bad:?}");
         }
         assert!(check_slug(&"x".repeat(246)).is_ok());
-        assert!(check_slug(&"x".repeat(247)).unwrap_err().contains("at most 246"));
+        assert!(check_slug(&"x".repeat(247)).unwrap_err().to_string().contains("at most 246"));
     }
     use std::os::unix::fs::symlink;
 

@@ -4,7 +4,7 @@
 //! clang 11 to 22).
 
 use crate::bail;
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use md5::{Digest, Md5};
 use object::{Object, ObjectSection};
 use std::collections::HashMap;
@@ -74,20 +74,18 @@ pub(crate) fn md5_low(bytes: &[u8]) -> u64 {
 /// reader does: per function name the first mapping that is not a dummy
 /// (a zero region clang writes for an inline function unused in a TU).
 pub(crate) fn read_object(path: &Path) -> Result<Vec<FunctionMapping>> {
-    let data =
-        std::fs::read(path).map_err(|e| Error::new(format!("cannot read the object {}: {e}", path.display())))?;
+    let data = std::fs::read(path).with_context(|| format!("cannot read the object {}", path.display()))?;
     let where_ = |what: &str| format!("{} ({what})", path.display());
     let file = object::File::parse(&*data)
-        .map_err(|e| Error::new(format!("{} is not an object file llvm-cov reads: {e}", path.display())))?;
+        .with_context(|| format!("{} is not an object file llvm-cov reads", path.display()))?;
     // Every section of the name, joined; function records padded to 8
     // bytes each, as LLVM joins them (a relocatable object has one per
     // COMDAT group).
     let section = |name: &str| -> Result<Option<Vec<u8>>> {
         let mut joined: Option<Vec<u8>> = None;
         for s in file.sections().filter(|s| s.name() == Ok(name)) {
-            let data = s
-                .uncompressed_data()
-                .map_err(|e| Error::new(format!("cannot read section {name} of {}: {e}", path.display())))?;
+            let data =
+                s.uncompressed_data().with_context(|| format!("cannot read section {name} of {}", path.display()))?;
             let out = joined.get_or_insert_with(Vec::new);
             out.extend_from_slice(&data);
             if name == "__llvm_covfun" {
@@ -101,11 +99,11 @@ pub(crate) fn read_object(path: &Path) -> Result<Vec<FunctionMapping>> {
         return Ok(Vec::new());
     };
     let names = match section("__llvm_prf_names")? {
-        Some(bytes) => read_names(&bytes).map_err(|e| e.context(where_("__llvm_prf_names")))?,
+        Some(bytes) => read_names(&bytes).with_context(|| where_("__llvm_prf_names"))?,
         None => HashMap::new(),
     };
-    let tables = read_covmap(&covmap).map_err(|e| e.context(where_("__llvm_covmap")))?;
-    read_covfun(&covfun, &tables, &names).map_err(|e| e.context(where_("__llvm_covfun")))
+    let tables = read_covmap(&covmap).with_context(|| where_("__llvm_covmap"))?;
+    read_covfun(&covfun, &tables, &names).with_context(|| where_("__llvm_covfun"))
 }
 
 /// A little-endian cursor over a byte slice, erring instead of panicking.
@@ -175,9 +173,7 @@ impl<'a> Cursor<'a> {
 fn inflate(compressed: &[u8], size: usize) -> Result<Vec<u8>> {
     // zlib shrinks by at most about 1032 to 1: a larger size is not believed for the allocation.
     let mut out = Vec::with_capacity(size.min(compressed.len().saturating_mul(1032)));
-    flate2::read::ZlibDecoder::new(compressed)
-        .read_to_end(&mut out)
-        .map_err(|e| Error::new(format!("cannot decompress (zlib): {e}")))?;
+    flate2::read::ZlibDecoder::new(compressed).read_to_end(&mut out).context("cannot decompress (zlib)")?;
     if out.len() != size {
         bail!("decompressed {} bytes where {size} were announced", out.len());
     }
@@ -235,7 +231,7 @@ fn read_covmap(bytes: &[u8]) -> Result<Tables> {
         let blob = c.take(filenames_size)?;
         let _ = c.take(coverage_size)?;
         c.align8();
-        let names = read_filenames(blob, version).map_err(|e| e.context("the filename table"))?;
+        let names = read_filenames(blob, version).context("the filename table")?;
         match tables.entry(md5_low(blob)) {
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(Some(names));
@@ -399,7 +395,7 @@ fn decode_counter(value: u64, expressions: &mut [Expression]) -> Result<Counter>
 }
 
 fn decode(data: &[u8], table: &[String], name: String, hash: u64) -> Result<FunctionMapping> {
-    decode_mapping(data, table, &name, hash).map_err(|e| e.context(format!("function {name}")))
+    decode_mapping(data, table, &name, hash).with_context(|| format!("function {name}"))
 }
 
 fn decode_mapping(data: &[u8], table: &[String], name: &str, hash: u64) -> Result<FunctionMapping> {

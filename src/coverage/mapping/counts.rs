@@ -3,7 +3,7 @@
 //! process from the indexed profile itself ([`super::indexed`]), which the
 //! report checks against the text on every run.
 
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::exec::process::Cmd;
 use std::collections::HashMap;
 use std::path::Path;
@@ -29,7 +29,7 @@ impl ProfileCounts {
     /// Runs `llvm-profdata merge -text -o - <profdata>` and reads it.
     pub fn read(llvm_profdata: &Path, profdata: &Path) -> Result<ProfileCounts> {
         let text = Cmd::new(llvm_profdata).arg("merge").arg("-text").arg("-o").arg("-").arg(profdata).read()?;
-        Self::parse(&text).map_err(|e| e.context(format!("the text of {}", profdata.display())))
+        Self::parse(&text).with_context(|| format!("the text of {}", profdata.display()))
     }
 
     /// Reads an indexed profile's bytes in process (see [`super::indexed`]).

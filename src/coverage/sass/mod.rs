@@ -296,7 +296,7 @@ mod tests {
     #[test]
     fn the_captured_device_lcov_is_recomputed_from_its_cubins_and_records() {
         let capture = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cuda-capture"));
-        let manifest = crate::build::fixture::BuildManifest::read(&capture.join("build.json")).unwrap();
+        let manifest = crate::build::cache::BuildManifest::read(&capture.join("build.json")).unwrap();
         let config = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/h200_cuda.json"));
         let loaded = crate::config::load(config, &|name| match name {
             "CCL_COV_LLVM_BIN" => Some("/usr/bin".into()),

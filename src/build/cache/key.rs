@@ -1,0 +1,210 @@
+//! The build's cache key: what changes the build's result, hashed. The
+//! harness, the toolchain, the coverage mode, the resolved build commands and
+//! the sources, or the identity of an existing build.
+
+use super::BuildSetup;
+use super::manifest::ObjectRecord;
+use super::steps::step_cmd;
+use crate::bail;
+use crate::config::template::Vars;
+use crate::context::Context;
+use crate::error::{Context as _, Error, Result};
+use crate::toolchain::objects;
+use crate::workspace::files;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// Stands for the build directory in the cache key, which must not depend
+/// on where the cache lives.
+const BUILD_DIR_MARK: &str = "<build_dir>";
+
+/// The build's cache key: a hash of labelled values, each ended by a NUL so
+/// that no two sequences of values hash alike.
+struct BuildKey(Sha256);
+
+impl BuildKey {
+    fn new() -> BuildKey {
+        BuildKey(Sha256::new())
+    }
+
+    fn feed(&mut self, label: &str, value: &str) {
+        self.0.update(label.as_bytes());
+        self.0.update([0]);
+        self.0.update(value.as_bytes());
+        self.0.update([0]);
+    }
+
+    fn finish(self) -> String {
+        files::hex(&self.0.finalize()[..8])
+    }
+}
+
+/// The key covers what changes the result: the harness, the toolchain, the
+/// coverage mode, the resolved build commands (with `{build_dir}` left as a
+/// mark, so the key does not depend on where the cache lives) and the
+/// sources, or the identity of existing builds. Existing objects are
+/// inspected on the way and returned; why an existing build cannot be used
+/// goes to `problems`.
+pub(super) type KeyParts = (String, Option<Vec<ObjectRecord>>, (Option<String>, Option<String>));
+
+pub(super) fn build_key(
+    ctx: &Context,
+    setup: &BuildSetup,
+    vars: &mut Vars,
+    problems: &mut Vec<Error>,
+) -> Result<KeyParts> {
+    let loaded = &ctx.loaded;
+    let config = &loaded.config;
+    let tc = &setup.toolchain;
+    let mut key = BuildKey::new();
+    key.feed("harness", env!("CARGO_PKG_VERSION"));
+    key.feed("cc", &format!("{} {}", tc.cc.path.display(), tc.cc.version));
+    key.feed("cxx", &format!("{} {}", tc.cxx.path.display(), tc.cxx.version));
+    key.feed("coverage", &format!("{} {}", ctx.coverage, setup.coverage_flags.join(" ")));
+    key.feed("device", &setup.device.enabled.to_string());
+    let mut sums = (None, None);
+    let existing_objects = if let Some(dir) = &ctx.existing_build {
+        vars.set("build_dir", dir.display().to_string());
+        let inspected = inspect_existing(ctx, vars, dir).and_then(|objects| {
+            for object in &objects {
+                key.feed("existing object", &file_identity(&object.path)?);
+            }
+            Ok(objects)
+        });
+        inspected.map_err(|e| problems.push(e)).ok()
+    } else {
+        vars.set("build_dir", BUILD_DIR_MARK);
+        for step in &config.library.steps {
+            key.feed("library step", &step_cmd(step, vars, setup.rccl)?.display());
+        }
+        for object in &config.library.objects {
+            key.feed("object", &vars.render(object)?);
+        }
+        let sum = hash_tree(&loaded.library_src(), &config.library.hash_exclude)?;
+        key.feed("library_src", &sum);
+        sums.0 = Some(sum);
+        None
+    };
+    if let Some(dir) = &ctx.existing_tests {
+        match dir_identity(dir) {
+            Ok(identity) => key.feed("existing tests", &identity),
+            Err(e) => problems.push(e),
+        }
+    } else {
+        for step in &config.tests.steps {
+            key.feed("tests step", &step_cmd(step, vars, setup.rccl)?.display());
+        }
+        key.feed("bin_dir", &vars.render(&config.tests.bin_dir)?);
+        let sum = hash_tree(&loaded.tests_src(), &config.tests.hash_exclude)?;
+        key.feed("tests_src", &sum);
+        sums.1 = Some(sum);
+    }
+    Ok((key.finish(), existing_objects, sums))
+}
+
+/// Inspects the objects of an existing build: each must exist and carry
+/// coverage mapping, else the error says how to get one that does.
+pub(super) fn inspect_existing(ctx: &Context, vars: &Vars, dir: &Path) -> Result<Vec<ObjectRecord>> {
+    if !dir.is_dir() {
+        bail!("the existing build {} (CCL_COV_BUILD_DIR or library.existing_build) does not exist", dir.display());
+    }
+    library_objects(
+        ctx,
+        vars,
+        ctx.coverage,
+        |_, path| {
+            Error::new(format!("the existing build {} has no {} (library.objects)", dir.display(), path.display()))
+        },
+        |_, path| {
+            Error::new(format!(
+                "the existing build's {} carries no coverage mapping: it was built without coverage instrumentation. Rebuild it with {} (for RCCL: install.sh --debug --enable-code-coverage), or unset CCL_COV_BUILD_DIR so that ccl-coverage builds the library itself",
+                path.display(),
+                ctx.loaded.config.coverage.host_flags.join(" ")
+            ))
+        },
+    )
+}
+
+/// The config's `library.objects`, each of which must exist and, when
+/// `coverage` is on, carry coverage mapping; `missing` and `uninstrumented`
+/// say why not (with the object's index).
+pub(super) fn library_objects(
+    ctx: &Context,
+    vars: &Vars,
+    coverage: bool,
+    missing: impl Fn(usize, &Path) -> Error,
+    uninstrumented: impl Fn(usize, &Path) -> Error,
+) -> Result<Vec<ObjectRecord>> {
+    let mut records = Vec::new();
+    for (i, template) in ctx.loaded.config.library.objects.iter().enumerate() {
+        let path = PathBuf::from(vars.render(template)?);
+        if !path.is_file() {
+            return Err(missing(i, &path));
+        }
+        let instrumentation = objects::inspect(&path)?;
+        if coverage && !instrumentation.is_instrumented() {
+            return Err(uninstrumented(i, &path));
+        }
+        records.push(ObjectRecord { path, instrumentation, sum: None, backend: None });
+    }
+    Ok(records)
+}
+
+/// A file's identity for the build key: its content hash, so a rebuild in
+/// place gives a new build id and retires the old profiles.
+pub(super) fn file_identity(path: &Path) -> Result<String> {
+    Ok(format!("{} {}", path.display(), files::sha256_file(path)?))
+}
+
+/// A folder's identity: its files' names, sizes and modification times.
+pub(super) fn dir_identity(dir: &Path) -> Result<String> {
+    let mut entries: Vec<String> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {} (CCL_COV_TESTS_DIR or tests.existing_bin_dir)", dir.display()))?
+        .flatten()
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            let mtime = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+            Some(format!("{} {} {mtime}", e.file_name().to_string_lossy(), meta.len()))
+        })
+        .collect();
+    entries.sort();
+    Ok(format!("{} {}", dir.display(), entries.join(";")))
+}
+
+/// A hash of every file under `root` (paths and contents), leaving out hidden
+/// entries and the top-level names in `exclude`.
+pub(crate) fn hash_tree(root: &Path, exclude: &[String]) -> Result<String> {
+    if !root.is_dir() {
+        bail!("source folder {} does not exist", root.display());
+    }
+    let mut hasher = Sha256::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .filter_map(std::result::Result::ok)
+            .collect();
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        for entry in entries.into_iter().rev() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            if name.starts_with('.') || (dir == root && exclude.contains(&name)) {
+                continue;
+            }
+            let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
+            let meta =
+                std::fs::symlink_metadata(&path).with_context(|| format!("cannot inspect {}", path.display()))?;
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&path).unwrap_or_default();
+                hasher.update(format!("L {rel} {}\0", target.display()).as_bytes());
+            } else {
+                let data = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+                hasher.update(format!("F {rel} {}\0", data.len()).as_bytes());
+                hasher.update(&data);
+            }
+        }
+    }
+    Ok(files::hex(&hasher.finalize()))
+}

@@ -1,0 +1,633 @@
+//! The build cache: the library built once with coverage instrumentation,
+//! plus the uninstrumented test binaries, cached on disk under a key
+//! (`key.rs`) with the manifest that says what they are (`manifest.rs`),
+//! made by the config's steps (`steps.rs`).
+//!
+//! A build happens under a file lock, so concurrent processes (nextest runs
+//! one per trial) wait for one build instead of racing; an interrupted build
+//! is resumed because it has no manifest yet. A workspace whose recorded
+//! build differs loses its profiles and reports: they describe other objects.
+
+mod key;
+mod manifest;
+mod steps;
+
+use key::{build_key, hash_tree, library_objects};
+use manifest::programs;
+pub(crate) use manifest::sources_changed;
+#[cfg(test)]
+pub(crate) use manifest::test_manifest;
+pub use manifest::{BuildManifest, ObjectRecord, select_device_objects};
+use manifest::{SourceSums, StepRecord};
+use steps::{build_vars, render_steps, run_step, slug, with_device_env};
+
+use crate::bail;
+use crate::build::rccl;
+use crate::config::template::Vars;
+use crate::context::Context;
+use crate::device::{self, DeviceDecision};
+use crate::error::{Context as _, Error, Result};
+use crate::exec::process::Cmd;
+use crate::toolchain::objects::Instrumentation;
+use crate::toolchain::{self, Toolchain};
+use crate::workspace::files::FileSum;
+use crate::workspace::{Area, Workspace, files};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Everything needed to run the build, resolved but not yet run.
+pub(crate) struct BuildPlan {
+    pub(crate) toolchain: Toolchain,
+    pub(crate) device: DeviceDecision,
+    pub(crate) coverage: bool,
+    pub(crate) coverage_flags: Vec<String>,
+    pub(crate) coverage_link_flags: Vec<String>,
+    pub(crate) key: String,
+    /// `{build_dir}`.
+    pub(crate) build_dir: PathBuf,
+    pub(crate) cache_dir: PathBuf,
+    pub(crate) existing_build: bool,
+    pub(crate) bin_dir: PathBuf,
+    pub(crate) vars: Vars,
+    /// Steps to run, library first; empty parts are the existing builds used.
+    pub(crate) steps: Vec<(String, Cmd)>,
+    /// Objects of an existing build, already inspected.
+    existing_objects: Option<Vec<ObjectRecord>>,
+    /// The source trees' hashes the key was made from (library, tests);
+    /// `None` for a part an existing build stands for.
+    source_sums: (Option<String>, Option<String>),
+    /// Why an existing build (`CCL_COV_BUILD_DIR`, `CCL_COV_TESTS_DIR`)
+    /// cannot be used: the dry run still shows the whole plan and names
+    /// them, [`Self::build`] fails with them. The key then stands for no build.
+    pub(crate) problems: Vec<Error>,
+}
+
+impl BuildPlan {
+    pub fn new(ctx: &Context) -> Result<BuildPlan> {
+        let loaded = &ctx.loaded;
+        let config = &loaded.config;
+        // A dry run builds and runs nothing: no device probe either.
+        let tools = (!ctx.dry_run).then(|| ctx.state_dir.join("tools"));
+        let setup =
+            BuildSetup::new(config, ctx.coverage, ctx.device_mode, tools.as_deref(), &crate::config::process_env)?;
+        let mut vars = build_vars(loaded, &setup, ctx.jobs);
+        let mut problems = Vec::new();
+        let (key, existing_objects, source_sums) = build_key(ctx, &setup, &mut vars, &mut problems)?;
+        let cache_dir = ctx.state_dir.join("builds").join(&key);
+        let build_dir = ctx.existing_build.clone().unwrap_or_else(|| cache_dir.clone());
+        vars.set("build_dir", build_dir.display().to_string());
+        let (steps, bin_dir) = render_steps(ctx, &vars, setup.rccl)?;
+        let steps = with_device_env(steps, &setup.device);
+        Ok(BuildPlan {
+            toolchain: setup.toolchain,
+            device: setup.device,
+            coverage: ctx.coverage,
+            coverage_flags: setup.coverage_flags,
+            coverage_link_flags: setup.coverage_link_flags,
+            key,
+            build_dir,
+            cache_dir,
+            existing_build: ctx.existing_build.is_some(),
+            bin_dir,
+            vars,
+            steps,
+            existing_objects,
+            source_sums,
+            problems,
+        })
+    }
+
+    /// The manifest the build will have, without building: objects are not
+    /// inspected yet. For dry runs.
+    pub(crate) fn planned_manifest(&self, ctx: &Context) -> Result<BuildManifest> {
+        let objects = match &self.existing_objects {
+            Some(objects) => objects.clone(),
+            None => ctx
+                .loaded
+                .config
+                .library
+                .objects
+                .iter()
+                .map(|o| {
+                    Ok(ObjectRecord {
+                        path: PathBuf::from(self.vars.render(o)?),
+                        instrumentation: Instrumentation::default(),
+                        sum: None,
+                        backend: None,
+                    })
+                })
+                .collect::<Result<_>>()?,
+        };
+        let steps = self
+            .steps
+            .iter()
+            .map(|(name, cmd)| StepRecord { name: name.clone(), command: cmd.display(), seconds: 0.0 })
+            .collect();
+        Ok(self.manifest(ctx, objects, Vec::new(), steps))
+    }
+
+    fn manifest(
+        &self,
+        ctx: &Context,
+        objects: Vec<ObjectRecord>,
+        device_objects: Vec<ObjectRecord>,
+        steps: Vec<StepRecord>,
+    ) -> BuildManifest {
+        BuildManifest {
+            build_id: self.key.clone(),
+            config: ctx.loaded.config.name.to_string(),
+            build_dir: self.build_dir.clone(),
+            cache_dir: self.cache_dir.clone(),
+            existing_build: self.existing_build,
+            bin_dir: self.bin_dir.clone(),
+            library_src: ctx.loaded.library_src(),
+            tests_src: ctx.loaded.tests_src(),
+            coverage: self.coverage,
+            objects,
+            device_objects,
+            toolchain: self.toolchain.clone(),
+            device: self.device.clone(),
+            coverage_flags: self.coverage_flags.clone(),
+            coverage_link_flags: self.coverage_link_flags.clone(),
+            steps,
+            built_at: crate::exec::host::now(),
+            programs: Vec::new(),
+            sources: None,
+        }
+    }
+
+    /// The sources' hashes for the manifest: those the key was made from,
+    /// the others (a part an existing build stands for) hashed now.
+    fn source_sums(&self, ctx: &Context) -> Option<SourceSums> {
+        let config = &ctx.loaded.config;
+        let (library, tests) = &self.source_sums;
+        let library = match library {
+            Some(sum) => sum.clone(),
+            None => hash_tree(&ctx.loaded.library_src(), &config.library.hash_exclude).ok()?,
+        };
+        let tests = match tests {
+            Some(sum) => sum.clone(),
+            None => hash_tree(&ctx.loaded.tests_src(), &config.tests.hash_exclude).ok()?,
+        };
+        Some(SourceSums { library, tests })
+    }
+
+    /// Whether a finished build with this key is already cached.
+    pub(crate) fn is_cached(&self) -> bool {
+        self.manifest_path().is_file()
+    }
+
+    fn manifest_path(&self) -> PathBuf {
+        self.cache_dir.join("build.json")
+    }
+
+    /// Builds (or reuses) the fixture and returns its manifest, and the
+    /// run's hold on it: a shared lock on `builds/<key>.lock` for as long as
+    /// the run keeps it. Runs of one build share it; building it, or
+    /// deleting it (`clean --builds`), needs it alone.
+    pub(crate) fn build(&self, ctx: &Context) -> Result<(BuildManifest, BuildInUse)> {
+        if !self.problems.is_empty() {
+            let problems: Vec<String> = self.problems.iter().map(ToString::to_string).collect();
+            bail!("{}", problems.join("\n"));
+        }
+        files::create_dir(self.cache_dir.parent().expect("builds/<key>"))?;
+        let lock_path = self.cache_dir.with_extension("lock");
+        let lock = files::open_lock_file(&lock_path)?;
+        let cannot_lock = |e: std::io::Error| Error::new(format!("cannot lock {}: {e}", lock_path.display()));
+        if lock.try_lock_shared().is_err() {
+            eprintln!("ccl-coverage: waiting for another process building {}", self.cache_dir.display());
+            lock.lock_shared().map_err(cannot_lock)?;
+        }
+        let damage = match self.cached() {
+            Cached::Whole(manifest) => return Ok((*manifest, BuildInUse::note(ctx, &self.cache_dir, lock))),
+            Cached::Damaged(why) => Some(why),
+            Cached::Missing => None,
+        };
+        // To build: alone. A run that uses the build holds it until it ends.
+        lock.unlock().map_err(cannot_lock)?;
+        if lock.try_lock().is_err() {
+            let users = users_of(&self.cache_dir, &ctx.state_dir);
+            let who = if users.is_empty() { "another process building it".to_string() } else { users.join("; ") };
+            eprintln!("ccl-coverage: waiting to build {}: it is in use by {who}", self.cache_dir.display());
+            lock.lock().map_err(cannot_lock)?;
+        }
+        // Another process may have built it meanwhile.
+        let manifest = match (self.cached(), damage) {
+            (Cached::Whole(manifest), _) => *manifest,
+            (Cached::Damaged(why), _) | (Cached::Missing, Some(why)) => {
+                eprintln!("ccl-coverage: the cached build {} cannot be reused: {why}; building it again", self.key);
+                if self.manifest_path().exists() {
+                    self.discard_cache()?;
+                }
+                self.build_locked(ctx)?
+            }
+            (Cached::Missing, None) => self.build_locked(ctx)?,
+        };
+        // flock turns the lock into a shared one without a gap for another builder.
+        lock.lock_shared().map_err(cannot_lock)?;
+        if !self.manifest_path().is_file() {
+            bail!(
+                "the build {} was deleted as it was handed over (by `ccl-coverage clean --builds`?): run again",
+                self.cache_dir.display()
+            );
+        }
+        Ok((manifest, BuildInUse::note(ctx, &self.cache_dir, lock)))
+    }
+
+    /// The cached build: whole, damaged (why), or not built.
+    fn cached(&self) -> Cached {
+        let Ok(manifest) = BuildManifest::read(&self.manifest_path()) else { return Cached::Missing };
+        match manifest.damage() {
+            None => {
+                eprintln!("ccl-coverage: reusing build {} ({})", self.key, self.build_dir.display());
+                Cached::Whole(Box::new(manifest))
+            }
+            Some(why) => Cached::Damaged(why),
+        }
+    }
+
+    /// Builds the fixture; the caller holds the build's lock alone.
+    fn build_locked(&self, ctx: &Context) -> Result<BuildManifest> {
+        let config = &ctx.loaded.config;
+        if self.existing_build {
+            eprintln!("ccl-coverage: using the existing build {} as build {}", self.build_dir.display(), self.key);
+        } else {
+            eprintln!("ccl-coverage: building {} as build {} in {}", config.name, self.key, self.build_dir.display());
+        }
+        let logs = self.cache_dir.join("logs");
+        files::create_dir(&logs)?;
+        let started = Instant::now();
+        let mut records = Vec::new();
+        let total = self.steps.len();
+        for (i, (name, cmd)) in self.steps.iter().enumerate() {
+            let step_started = Instant::now();
+            let log = logs.join(format!("{:02}-{}.log", i + 1, slug(name)));
+            eprintln!("ccl-coverage:   [{}/{total}] {name}", i + 1);
+            if let Some(dir) = cmd.get_cwd() {
+                files::create_dir(dir)?;
+            }
+            std::fs::write(&log, format!("$ {}\n", cmd.display()))
+                .with_context(|| format!("cannot write {}", log.display()))?;
+            run_step(ctx, cmd, &log).with_context(|| format!("build step {name:?} failed"))?;
+            let seconds = step_started.elapsed().as_secs_f64();
+            eprintln!("ccl-coverage:   [{}/{total}] {name}: {seconds:.1}s", i + 1);
+            records.push(StepRecord { name: name.clone(), command: cmd.display(), seconds });
+        }
+        let objects = match &self.existing_objects {
+            Some(objects) => objects.clone(),
+            None => self.inspect_objects(ctx)?,
+        };
+        let device_objects = self.device_objects(ctx)?;
+        let paths: Vec<PathBuf> = objects.iter().map(|o| o.path.clone()).collect();
+        if let Some(said) = device::after_build(&self.device, &paths, &self.cache_dir, &crate::config::process_env) {
+            eprintln!("ccl-coverage: {said}");
+        }
+        if !self.bin_dir.is_dir() {
+            bail!(
+                "the test binaries' folder {} does not exist (tests.bin_dir, or CCL_COV_TESTS_DIR)",
+                self.bin_dir.display()
+            );
+        }
+        let mut manifest = self.manifest(ctx, objects, device_objects, records);
+        for object in manifest.objects.iter_mut().chain(&mut manifest.device_objects) {
+            object.sum = Some(FileSum::of(&object.path)?);
+        }
+        manifest.programs = programs(&self.bin_dir)?;
+        manifest.sources = self.source_sums(ctx);
+        manifest.write(&self.manifest_path())?;
+        eprintln!("ccl-coverage: build {} ready in {:.1}s", self.key, started.elapsed().as_secs_f64());
+        Ok(manifest)
+    }
+
+    /// Removes a cached build that cannot be trusted, so that it is built
+    /// from nothing: a build tool would take a damaged object that is newer
+    /// than its inputs as up to date. An existing build (`CCL_COV_BUILD_DIR`)
+    /// is not ours: only its record goes, and it is inspected again.
+    fn discard_cache(&self) -> Result<()> {
+        if self.existing_build {
+            return std::fs::remove_file(self.manifest_path())
+                .with_context(|| format!("cannot delete {}", self.manifest_path().display()));
+        }
+        let meta = std::fs::symlink_metadata(&self.cache_dir)
+            .with_context(|| format!("cannot inspect {}", self.cache_dir.display()))?;
+        if !meta.is_dir() {
+            bail!("refusing to delete {}: it is not a folder the harness made", self.cache_dir.display());
+        }
+        std::fs::remove_dir_all(&self.cache_dir)
+            .with_context(|| format!("cannot delete the damaged build {}", self.cache_dir.display()))
+    }
+
+    /// Every configured object must exist and (with coverage on) carry
+    /// coverage mapping: an uninstrumented library would give an empty
+    /// report much later.
+    fn inspect_objects(&self, ctx: &Context) -> Result<Vec<ObjectRecord>> {
+        let config = &ctx.loaded.path;
+        let flags = "{coverage_flags}";
+        library_objects(
+            ctx,
+            &self.vars,
+            self.coverage,
+            |i, path| {
+                Error::new(format!(
+                    "{}: library.objects[{i}]: the build finished but {} does not exist; fix the path or the build steps",
+                    config.display(),
+                    path.display()
+                ))
+            },
+            |i, path| {
+                Error::new(format!(
+                    "{}: library.objects[{i}]: {} has no coverage mapping (__llvm_covmap/__llvm_covfun and __llvm_prf_cnts): the build did not apply {flags} to it",
+                    config.display(),
+                    path.display()
+                ))
+            },
+        )
+    }
+
+    fn device_objects(&self, ctx: &Context) -> Result<Vec<ObjectRecord>> {
+        let patterns = ctx
+            .loaded
+            .config
+            .coverage
+            .device
+            .objects
+            .iter()
+            .map(|p| Ok(PathBuf::from(self.vars.render(p)?)))
+            .collect::<Result<Vec<_>>>()?;
+        select_device_objects(&patterns, &self.device)
+    }
+}
+
+/// The toolchain and the device-coverage decision: what the build will be
+/// made with, from the config and an environment lookup (the process's, or
+/// a fake one in tests).
+#[derive(Debug, Clone)]
+pub(crate) struct BuildSetup {
+    pub(crate) toolchain: Toolchain,
+    pub(crate) device: DeviceDecision,
+    /// `{coverage_flags}`: host flags, plus the device forms when device coverage is on.
+    pub(crate) coverage_flags: Vec<String>,
+    /// `{coverage_link_flags}`: see [`device::link_flags`].
+    pub(crate) coverage_link_flags: Vec<String>,
+    pub(crate) rccl: rccl::Coverage,
+}
+
+impl BuildSetup {
+    pub fn new(
+        config: &crate::config::Config,
+        coverage: bool,
+        device_mode: crate::config::DeviceMode,
+        tools: Option<&Path>,
+        env: toolchain::Lookup,
+    ) -> Result<BuildSetup> {
+        let toolchain = toolchain::resolve(&config.toolchain, env)?;
+        let device = if coverage {
+            device::decide(device_mode, &config.coverage.device, &toolchain.cxx, tools, env)?
+        } else {
+            DeviceDecision {
+                requested: device_mode,
+                enabled: false,
+                reason: "coverage is off (CCL_COV_COVERAGE=off)".into(),
+                target: config.coverage.device.target.clone(),
+                backend: None,
+                found: None,
+            }
+        };
+        if let Some(problem) = device::profile_pattern_problem(&device, &config.coverage.profile_pattern) {
+            bail!("device coverage is on ({}), but {problem}", device.reason);
+        }
+        let coverage_flags =
+            if coverage { device::coverage_flags(&config.coverage.host_flags, &device) } else { Vec::new() };
+        let coverage_link_flags = device::link_flags(&device);
+        let rccl = if coverage { rccl::Coverage::On { full: device.enabled } } else { rccl::Coverage::Off };
+        Ok(BuildSetup { toolchain, device, coverage_flags, coverage_link_flags, rccl })
+    }
+}
+
+/// What the cache holds for a build key.
+enum Cached {
+    Whole(Box<BuildManifest>),
+    Damaged(String),
+    Missing,
+}
+
+/// A run's hold on its cached build, released when dropped (or when the
+/// process ends): the shared lock, and a note naming the run beside the
+/// build (`builds/<key>.users/<owner id>.json`) for `clean` to say who uses it.
+#[derive(Debug)]
+pub(crate) struct BuildInUse {
+    _lock: std::fs::File,
+    note: Option<PathBuf>,
+}
+
+/// Who a note says uses a build.
+#[derive(Debug, Serialize, Deserialize)]
+struct UserNote {
+    pid: u32,
+    command: String,
+    started_at: String,
+    workspace: PathBuf,
+}
+
+impl BuildInUse {
+    fn note(ctx: &Context, cache_dir: &Path, lock: std::fs::File) -> BuildInUse {
+        let note = crate::exec::owner::Owner::get().and_then(|owner| {
+            let path = users_dir(cache_dir).join(format!("{}.json", owner.id()));
+            let info = crate::exec::owner::OwnerInfo::me();
+            let note = UserNote {
+                pid: info.pid,
+                command: info.command,
+                started_at: info.started_at,
+                workspace: ctx.workspace.root().to_path_buf(),
+            };
+            // A note that cannot be written only makes `clean` less precise.
+            files::write_atomic(&path, &serde_json::to_vec(&note).expect("serializes")).ok().map(|()| path)
+        });
+        BuildInUse { _lock: lock, note }
+    }
+}
+
+impl Drop for BuildInUse {
+    fn drop(&mut self) {
+        if let Some(note) = &self.note {
+            let _ = std::fs::remove_file(note);
+        }
+    }
+}
+
+fn users_dir(cache_dir: &Path) -> PathBuf {
+    cache_dir.with_extension("users")
+}
+
+/// The runs that use the build in `cache_dir`, as people read them; notes
+/// of runs that are gone are removed.
+pub(crate) fn users_of(cache_dir: &Path, state_dir: &Path) -> Vec<String> {
+    use crate::exec::owner::{self, Liveness};
+    let mut users = Vec::new();
+    for entry in std::fs::read_dir(users_dir(cache_dir)).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let Some(id) = path.file_stem().and_then(|s| s.to_str()) else { continue };
+        let note: Option<UserNote> = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok());
+        match (owner::liveness(&owner::owner_lock(state_dir, id)), note) {
+            (Liveness::Alive, Some(n)) => users.push(format!(
+                "the run on workspace {} (pid {}, `{}`, started {})",
+                n.workspace.display(),
+                n.pid,
+                n.command,
+                n.started_at
+            )),
+            (Liveness::Alive, None) => users.push(format!("a run ({})", path.display())),
+            (Liveness::Gone(_) | Liveness::Unknown, _) => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    users
+}
+
+/// Makes `manifest` the workspace's build. Results, profiles and reports
+/// recorded for another build are deleted: they describe other objects, and
+/// a record kept across a change would count again once the build returns
+/// to its key, with its profiles gone.
+pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
+    ws.create()?;
+    let lock = ws.open_lock(&ws.lock_file())?;
+    lock.lock().with_context(|| format!("cannot lock {}", ws.lock_file().display()))?;
+    let previous = BuildManifest::read_in(ws).ok();
+    match previous {
+        Some(p) if p.build_id == manifest.build_id => return Ok(()),
+        Some(p) => {
+            eprintln!(
+                "ccl-coverage: build changed ({} -> {}): deleting the workspace's results, profiles and reports of the old build",
+                p.build_id, manifest.build_id
+            );
+            for area in
+                [Area::Results, Area::Profiles, Area::Quarantine, Area::Report, Area::ReportStaging, Area::Cases]
+            {
+                ws.clear(area, &ws.area(area))?;
+            }
+        }
+        None => {}
+    }
+    let text = serde_json::to_string_pretty(manifest).expect("manifest serializes");
+    ws.write(&ws.build_manifest(), text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::manifest::glob_files;
+    use super::*;
+
+    #[test]
+    fn tree_hash_sees_contents_and_skips_hidden_and_excluded() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join("src/a.cc"), "int a;").unwrap();
+        let base = hash_tree(root, &[]).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git/HEAD"), "x").unwrap();
+        std::fs::create_dir_all(root.join("build")).unwrap();
+        std::fs::write(root.join("build/out.o"), "x").unwrap();
+        assert_eq!(hash_tree(root, &["build".into()]).unwrap(), base);
+        assert_ne!(hash_tree(root, &[]).unwrap(), base, "build/ counts unless excluded");
+        std::fs::write(root.join("src/a.cc"), "int b;").unwrap();
+        assert_ne!(hash_tree(root, &["build".into()]).unwrap(), base);
+    }
+
+    #[test]
+    fn a_new_build_invalidates_profiles_and_reports_of_the_old_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(&dir.path().join("ws")).unwrap();
+        adopt(&ws, &test_manifest("aaaa")).unwrap();
+        let profile = ws.trial_profiles("T").join("x.profraw");
+        let report = ws.report_dir().join("summary.json");
+        let log = ws.trial_log("T");
+        for file in [&profile, &report, &log] {
+            files::create_dir(file.parent().unwrap()).unwrap();
+            std::fs::write(file, "x").unwrap();
+        }
+        adopt(&ws, &test_manifest("aaaa")).unwrap();
+        assert!(profile.exists() && report.exists(), "same build keeps its profiles");
+        adopt(&ws, &test_manifest("bbbb")).unwrap();
+        assert!(!profile.exists() && !report.exists(), "profiles of the old build were kept");
+        assert!(log.exists(), "logs are not the harness's to delete");
+        assert_eq!(BuildManifest::read_in(&ws).unwrap().build_id, "bbbb");
+    }
+
+    #[test]
+    fn wildcards_match_whole_names() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["device-gfx942.elf", "device-gfx90a.elf", "device-gfx942.elf.bak", "other.elf", "libx.so"] {
+            std::fs::write(dir.path().join(name), "").unwrap();
+        }
+        let found = glob_files(&dir.path().join("device-*.elf")).unwrap();
+        assert_eq!(found, [dir.path().join("device-gfx90a.elf"), dir.path().join("device-gfx942.elf")]);
+        assert_eq!(glob_files(&dir.path().join("lib?.so")).unwrap(), [dir.path().join("libx.so")]);
+        let bad = glob_files(&dir.path().join("device-[.elf")).unwrap_err().to_string();
+        assert!(bad.contains("is not a file pattern"), "{bad}");
+    }
+
+    #[test]
+    fn missing_source_folder_is_an_error() {
+        let err = hash_tree(Path::new("/no/such/src"), &[]).unwrap_err().to_string();
+        assert!(err.contains("source folder /no/such/src does not exist"), "{err}");
+    }
+
+    /// The stage reads only the environment it is given: here one where
+    /// `CXX` names a compiler that is not clang, and one without it.
+    #[test]
+    fn the_toolchain_and_device_decision_come_from_the_given_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = r#"{"name": "t", "toolchain": {"cc": "${LLVM}/clang", "cxx": "${LLVM}/clang++"},
+            "library": {"source_dir": ".", "steps": [{"name": "s", "argv": ["true"]}], "objects": ["{build_dir}/libx.so"]},
+            "tests": {"source_dir": ".", "steps": [{"name": "t", "argv": ["true"]}], "bin_dir": "{build_dir}"},
+            "launchers": {"threads": {"kind": "direct"}}, "capacity": 1, "launch": {"launcher": "threads", "ranks": 1},
+            "collectives": [{"name": "AllReduce", "binary": "all_reduce_perf"}], "sizes": ["1K"]}"#;
+        let llvm = "/usr/lib/llvm-22/bin".to_string();
+        let config_env = |name: &str| (name == "LLVM").then(|| llvm.clone());
+        let loaded = crate::config::load_str(text, &dir.path().join("t.json"), &config_env).unwrap();
+        let config = &loaded.config;
+        let none = |_: &str| None;
+        let off = BuildSetup::new(config, false, crate::config::DeviceMode::Auto, None, &none).unwrap();
+        assert_eq!(off.device.reason, "coverage is off (CCL_COV_COVERAGE=off)");
+        assert!(off.coverage_flags.is_empty());
+        let on = BuildSetup::new(config, true, crate::config::DeviceMode::Auto, None, &none).unwrap();
+        assert!(!on.device.enabled, "a config without a device target is host-only");
+        assert_eq!(on.coverage_flags, config.coverage.host_flags);
+        assert_eq!(on.toolchain.cxx.major, 22);
+        let missing = |name: &str| (name == "CXX").then(|| "/nonexistent/clang++".to_string());
+        let err =
+            BuildSetup::new(config, true, crate::config::DeviceMode::Auto, None, &missing).unwrap_err().to_string();
+        assert!(err.contains("(from $CXX)"), "{err}");
+    }
+
+    #[test]
+    fn nvidia_device_coverage_gives_every_build_step_line_tables() {
+        use crate::device::{Backend, Found};
+        let mut device = test_manifest("b").device;
+        device.enabled = true;
+        device.backend = Some(Backend::Nvidia);
+        device.found = Some(Found::Nvidia {
+            cupti: "/c".into(),
+            cupti_version: "13.4".into(),
+            collector: "/t".into(),
+            selective: true,
+        });
+        let steps = vec![
+            ("make".to_string(), Cmd::new("make")),
+            ("own".to_string(), Cmd::new("make").env("NVCC_APPEND_FLAGS", "-O3")),
+        ];
+        let flags = |steps: &[(String, Cmd)], i: usize| {
+            steps[i].1.get_envs().iter().rev().find(|(k, _)| k == "NVCC_APPEND_FLAGS").and_then(|(_, v)| v.clone())
+        };
+        let with = with_device_env(steps.clone(), &device);
+        if std::env::var_os("NVCC_APPEND_FLAGS").is_none() {
+            assert_eq!(flags(&with, 0), Some("-lineinfo".into()));
+        }
+        assert_eq!(flags(&with, 1), Some("-O3 -lineinfo".into()));
+        device.enabled = false;
+        assert_eq!(flags(&with_device_env(steps, &device), 0), None);
+    }
+}

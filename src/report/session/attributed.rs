@@ -1,0 +1,283 @@
+//! Which trials covered each line: each trial's coverage from its own
+//! profile, computed on every core and checked against the merged report
+//! (the trials' lines together must be exactly the report's).
+
+use super::Session;
+use super::merge::Merged;
+use crate::bail;
+use crate::coverage::device_lines;
+use crate::coverage::lcov::{self, Lcov};
+use crate::coverage::mapping::{self, CounterReader, Mapping};
+use crate::coverage::profiles;
+use crate::error::{Error, Result};
+use crate::report::attribution::{self, Covered, TrialCoverage, TrialSummary};
+use crate::results::TrialResult;
+use crate::workspace;
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// The merged report's lcov and each trial's coverage on its own.
+pub(super) struct Attributed {
+    pub(super) all: Lcov,
+    pub(super) trials: Vec<TrialCoverage>,
+    pub(super) summaries: Vec<TrialSummary>,
+}
+
+/// At most this many llvm-cov exports run at once (one per core).
+fn parallelism() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
+impl Session {
+    /// Each trial's coverage, from its own profile (trials whose raw
+    /// profiles were never merged get theirs merged under
+    /// `report/trials/`), computed on every core; checked against the
+    /// merged report: the trials' lines together must be exactly the lines
+    /// the report covers. See [`PerTrial`] for how.
+    pub(super) fn attributed(&self, merged: &Merged) -> Result<&Attributed> {
+        self.attributed
+            .get_or_init(|| {
+                let text = self.lcov(merged)?;
+                let all = lcov::parse_lcov(text, "the merged lcov")?;
+                let ws = &self.ctx.workspace;
+                let mut jobs = Vec::new();
+                for r in &merged.results {
+                    let profdata = profiles::trial_profdata(ws, &r.slug);
+                    if ws.kind(&profdata)? == Some(workspace::confined::Kind::File) {
+                        jobs.push((r, profdata));
+                        continue;
+                    }
+                    let raw = profiles::raw_files(ws, &ws.trial_profiles(&r.slug))?;
+                    if raw.is_empty() {
+                        continue;
+                    }
+                    let dir = self.report_dir().join("trials");
+                    self.ctx.workspace.create_dir(&dir)?;
+                    let out = dir.join(format!("{}.profdata", r.slug));
+                    profiles::merge(ws, &merged.manifest.toolchain, &raw, &dir.join(format!("{}.list", r.slug)), &out)?;
+                    jobs.push((r, out));
+                }
+                let regions = self.summary()?.all.totals().regions;
+                let per_trial = PerTrial::choose(
+                    ws,
+                    self.ctx.report.attribution_exports,
+                    merged,
+                    text,
+                    (regions.covered, regions.count),
+                )?;
+                let next = std::sync::atomic::AtomicUsize::new(0);
+                let outputs: Vec<Result<TrialCoverage, Error>> = std::thread::scope(|scope| {
+                    let workers: Vec<_> = (0..parallelism().min(jobs.len()).max(1))
+                        .map(|_| {
+                            scope.spawn(|| {
+                                let mut done = Vec::new();
+                                loop {
+                                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    let Some((r, profdata)) = jobs.get(i) else { break };
+                                    done.push((i, per_trial.coverage(ws, merged, r, profdata)));
+                                }
+                                done
+                            })
+                        })
+                        .collect();
+                    let mut all: Vec<(usize, Result<TrialCoverage, Error>)> =
+                        workers.into_iter().flat_map(|w| w.join().unwrap_or_default()).collect();
+                    all.sort_by_key(|(i, _)| *i);
+                    all.into_iter().map(|(_, r)| r).collect()
+                });
+                if outputs.len() != jobs.len() {
+                    return Err(Error::new("a thread computing per-trial coverage panicked"));
+                }
+                let trials = outputs.into_iter().collect::<Result<Vec<_>, Error>>()?;
+                check_union(&all, &trials)?;
+                let summaries = attribution::trial_summaries(&trials);
+                Ok(Attributed { all, trials, summaries })
+            })
+            .as_ref()
+            .map_err(|e| e.clone().context("per-trial attribution failed"))
+    }
+}
+
+/// How each trial's coverage is computed.
+enum PerTrial {
+    /// From the coverage mapping read once and the trial's counters (read
+    /// in process, or with `llvm-profdata merge -text` where that reader
+    /// failed its check): no pass over the library's mapping per trial
+    /// (issue #24), no process per trial (issue #35).
+    Mapping(Mapping, CounterReader),
+    /// `llvm-cov export -format=lcov` and `-summary-only` per trial: asked
+    /// for (`CCL_COV_ATTRIBUTION_EXPORTS=on`), or because the mapping could
+    /// not be read or did not reproduce llvm-cov on the merged profile.
+    Exports,
+}
+
+impl PerTrial {
+    /// The in-process reader, once it has given llvm-cov's own lcov for the
+    /// merged profile (`merged_lcov`, with device lines after the host's);
+    /// otherwise, said on screen, llvm-cov per trial.
+    fn choose(
+        ws: &workspace::Workspace,
+        exports_asked: bool,
+        merged: &Merged,
+        merged_lcov: &str,
+        merged_regions: (u64, u64),
+    ) -> Result<PerTrial> {
+        if exports_asked {
+            eprintln!(
+                "ccl-coverage: per-trial attribution runs llvm-cov once per trial, as CCL_COV_ATTRIBUTION_EXPORTS=on asks"
+            );
+            return Ok(PerTrial::Exports);
+        }
+        let checked = || -> Result<(Mapping, CounterReader)> {
+            let mapping = Mapping::read(&merged.inputs.objects, merged.manifest.toolchain.llvm_cov.major)?;
+            let (counters, counts) =
+                CounterReader::checked(ws, &merged.manifest.toolchain.llvm_profdata.path, &merged.inputs.profdata)?;
+            let loaded = mapping.load(&counts);
+            let keep = |f: &str| merged.inputs.ignore.keeps(f);
+            let mut ours = loaded.lcov(&keep);
+            if let Some(lines) = &merged.device_lines {
+                ours = lcov::fold_in(&ours, &device_lines::to_lcov(&lines.all), lines.origin.short)?;
+            }
+            if let Some((n, theirs, mine)) =
+                first_difference(&mapping::without_summaries(merged_lcov), &mapping::without_summaries(&ours))
+            {
+                bail!(
+                    "on the merged profile it differs from llvm-cov at line {n} of the lcov: llvm-cov {theirs:?}, in-process {mine:?}"
+                );
+            }
+            let regions = loaded.regions(&keep);
+            if regions != merged_regions {
+                bail!(
+                    "on the merged profile it counts regions {}/{}, llvm-cov's summary {}/{}",
+                    regions.0,
+                    regions.1,
+                    merged_regions.0,
+                    merged_regions.1
+                );
+            }
+            // What each trial is computed with, without text, must be the text's.
+            if merged.device_lines.is_none() {
+                let parsed = lcov::parse_lcov(&ours, "the in-process lcov")?;
+                if loaded.covered(&keep) != covered_and_totals(parsed) {
+                    bail!("its lcov, read without the text, differs from the text's on the merged profile");
+                }
+            }
+            Ok((mapping, counters))
+        };
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(checked)).unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(ToString::to_string));
+            Err(Error::new(format!("it panicked: {}", what.unwrap_or_default())))
+        });
+        match outcome {
+            Ok((mapping, counters)) => {
+                if let Some(why) = counters.fallback() {
+                    eprintln!(
+                        "ccl-coverage: per-trial attribution reads each trial's counters with llvm-profdata (slower): the in-process reader of indexed profiles cannot be used: {why}"
+                    );
+                }
+                Ok(PerTrial::Mapping(mapping, counters))
+            }
+            Err(why) => {
+                eprintln!(
+                    "ccl-coverage: per-trial attribution runs llvm-cov once per trial (slower): the in-process coverage-mapping reader cannot be used: {why}"
+                );
+                Ok(PerTrial::Exports)
+            }
+        }
+    }
+
+    /// One trial's lcov (with its own device lines) and totals.
+    fn coverage(
+        &self,
+        ws: &workspace::Workspace,
+        merged: &Merged,
+        r: &TrialResult,
+        profdata: &Path,
+    ) -> Result<TrialCoverage> {
+        let device = merged.device_lines.as_ref().and_then(|d| d.trials.get(&r.slug)).map(device_lines::to_lcov);
+        let origin = || format!("the lcov of {}", profdata.display());
+        let ((lcov, totals), regions) = match self {
+            PerTrial::Mapping(mapping, counters) => {
+                let counts = counters.read(ws, profdata)?;
+                let loaded = mapping.load(&counts);
+                let keep = |f: &str| merged.inputs.ignore.keeps(f);
+                // Device records add to the host's as lcov text does: only then is the text needed.
+                let lcov = match &device {
+                    None => loaded.covered(&keep),
+                    Some(device) => covered_and_totals(lcov::parse_lcov(&(loaded.lcov(&keep) + device), &origin())?),
+                };
+                (lcov, loaded.regions(&keep))
+            }
+            PerTrial::Exports => {
+                let inputs = merged.inputs.with_profdata(profdata.to_path_buf());
+                let text = inputs.lcov_text()? + device.as_deref().unwrap_or_default();
+                let regions = inputs.summary()?.totals().regions;
+                (covered_and_totals(lcov::parse_lcov(&text, &origin())?), (regions.covered, regions.count))
+            }
+        };
+        Ok(TrialCoverage {
+            name: r.trial.clone(),
+            slug: r.slug.clone(),
+            duration_s: r.duration_s,
+            covered: Covered::of(&lcov)?,
+            lines: (totals.lines.covered, totals.lines.count),
+            functions: (totals.functions.covered, totals.functions.count),
+            regions,
+        })
+    }
+}
+
+/// `lcov`'s totals as the model counts them (the merged report's way), and
+/// only what ran: attribution reads nothing else, and at 800 trials the rest
+/// would be most of the report's memory ([`Loaded::covered`] gives the same
+/// without the text).
+///
+/// [`Loaded::covered`]: crate::coverage::mapping::Loaded::covered
+fn covered_and_totals(mut lcov: Lcov) -> (Lcov, lcov::Tallies) {
+    let mut totals = lcov::Tallies::default();
+    for file in lcov.files.values() {
+        totals += file.tallies();
+    }
+    lcov.retain_covered();
+    (lcov, totals)
+}
+
+/// The first line where two texts differ: its number and both versions.
+fn first_difference(a: &str, b: &str) -> Option<(usize, String, String)> {
+    let (mut x, mut y) = (a.lines(), b.lines());
+    for n in 1.. {
+        match (x.next(), y.next()) {
+            (None, None) => return None,
+            (l, r) if l == r => {}
+            (l, r) => return Some((n, l.unwrap_or("(end)").to_string(), r.unwrap_or("(end)").to_string())),
+        }
+    }
+    None
+}
+
+/// The trials' covered lines together must be the merged report's.
+fn check_union(all: &Lcov, trials: &[TrialCoverage]) -> Result<()> {
+    let mut union: BTreeSet<(&str, u32)> = BTreeSet::new();
+    for t in trials {
+        for (file, cov) in &t.covered {
+            union.extend(cov.lines.iter().map(|l| (file.as_str(), *l)));
+        }
+    }
+    let merged: BTreeSet<(&str, u32)> =
+        all.files.iter().flat_map(|(f, cov)| cov.covered_lines().map(move |l| (f.as_str(), l))).collect();
+    let only_trials: Vec<String> = union.difference(&merged).take(5).map(|(f, l)| format!("{f}:{l}")).collect();
+    let only_merged: Vec<String> = merged.difference(&union).take(5).map(|(f, l)| format!("{f}:{l}")).collect();
+    if only_trials.is_empty() && only_merged.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(format!(
+        "the trials' own profiles cover {} lines, the merged profile {}; they differ (covered by a trial only: {}; by the merged profile only: {}): was a profile changed during the report?",
+        union.len(),
+        merged.len(),
+        only_trials.join(", "),
+        only_merged.join(", ")
+    )))
+}

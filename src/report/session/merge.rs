@@ -1,0 +1,169 @@
+//! The first thing every step needs: the build's manifest, the trials'
+//! checked results and profiles, merged into one profile in the staging
+//! folder; what could not be trusted is quarantined and named.
+
+use super::Session;
+use crate::build::cache::BuildManifest;
+use crate::coverage::device_lines::DeviceLines;
+use crate::coverage::ignore::IgnoreRule;
+use crate::coverage::profiles;
+use crate::error::{Error, Result};
+use crate::plan;
+use crate::report::{Health, ReportInputs, ReportMeta};
+use crate::results::{self, TrialResult};
+use crate::workspace::Area;
+use std::path::Path;
+
+pub(super) enum Merge {
+    /// The build was not instrumented: every step is ignored with this reason.
+    Off(String),
+    Done(Box<Merged>),
+}
+
+/// The merged profile and what it was made from.
+pub(crate) struct Merged {
+    pub(crate) manifest: BuildManifest,
+    pub(crate) results: Vec<TrialResult>,
+    pub(crate) inputs: ReportInputs,
+    pub(crate) health: Health,
+    /// Device lines from a source of their own (NVIDIA's kernel records).
+    pub(crate) device_lines: Option<DeviceLines>,
+}
+
+impl Session {
+    pub(super) fn merge(&self) -> Result<Merge> {
+        let ws = &self.ctx.workspace;
+        let manifest = BuildManifest::read_in(ws).map_err(|e| {
+            Error::new(format!(
+                "no build recorded in {} ({e}); run `cargo test --test collectives` first, with the same CCL_COV_CONFIG and CCL_COV_WORKSPACE",
+                ws.root().display()
+            ))
+        })?;
+        if !manifest.coverage {
+            return Ok(Merge::Off(format!(
+                "build {} was made without coverage (CCL_COV_COVERAGE=off): there is nothing to report",
+                manifest.build_id
+            )));
+        }
+        // llvm-cov would read a damaged object as `malformed coverage data`, in every step.
+        let damaged = manifest.damaged_objects();
+        if !damaged.is_empty() {
+            return Err(Error::new(format!(
+                "build {}'s objects are damaged, so no report is made from them: {}; run `cargo test --test collectives` again (it rebuilds a damaged cached build), then the report",
+                manifest.build_id,
+                damaged.join("; ")
+            )));
+        }
+        let sources_changed = crate::build::cache::sources_changed(&manifest, self.ctx.config());
+        if let Some(changed) = &sources_changed {
+            eprintln!("ccl-coverage: warning: {changed}");
+        }
+        let checked = results::load_checked(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
+        let (results, damaged) = (checked.results, checked.damaged);
+        if !checked.other_builds.is_empty() {
+            let named: Vec<String> =
+                checked.other_builds.iter().map(|(file, id)| format!("{} (build {id})", file.display())).collect();
+            eprintln!(
+                "ccl-coverage: {} records in {} are of another build than {}, and are not counted: {}",
+                named.len(),
+                ws.results_dir().display(),
+                manifest.build_id,
+                named.join(", ")
+            );
+        }
+        // A damaged record goes to quarantine, named; its trial is left out.
+        let mut damaged_results = Vec::new();
+        for (file, why) in damaged {
+            let slug = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let to = ws.quarantine_result(&slug, &file)?;
+            eprintln!("ccl-coverage: {} is not a trial result ({why}); moved to {}", file.display(), to.display());
+            damaged_results.push(format!("{} ({why}), now {}", file.display(), to.display()));
+        }
+        let recorded: Vec<_> = results.iter().map(TrialResult::recorded_profiles).collect();
+        let verified = profiles::verified_inputs(ws, &recorded)?;
+        let inputs = verified.inputs;
+        if inputs.is_empty() && (!verified.quarantined.is_empty() || !verified.missing.is_empty()) {
+            let mut named: Vec<String> =
+                verified.quarantined.iter().map(|q| format!("{}: {}", q.file.display(), q.reason)).collect();
+            named.extend(verified.missing.iter().cloned());
+            return Err(Error::new(format!(
+                "no usable profile for build {}: all {} of its trials' profiles are damaged or gone (the damaged ones were moved to quarantine):\n    {}",
+                manifest.build_id,
+                named.len(),
+                named.join("\n    ")
+            )));
+        }
+        if inputs.is_empty() {
+            return Err(Error::new(format!(
+                "no profiles for build {} under {}; run `cargo test --test collectives` first",
+                manifest.build_id,
+                ws.area(Area::Profiles).display()
+            )));
+        }
+        // Checked before anything is written: the report is installed there.
+        ws.check_area(Area::Report)?;
+        // What a killed report process left staged is of no use.
+        for (name, _) in ws.list(&ws.area(Area::ReportStaging))? {
+            let pid = name.to_str().and_then(|n| n.parse::<u32>().ok());
+            if pid.is_some_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists()) {
+                ws.remove(Area::ReportStaging, &ws.area(Area::ReportStaging).join(name))?;
+            }
+        }
+        let report_dir = self.report_dir();
+        ws.clear(Area::ReportStaging, &report_dir)?;
+        let profdata = report_dir.join("coverage.profdata");
+        let quarantine_for = |input: &Path| {
+            let slug =
+                input.parent().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            ws.trial_quarantine(&slug)
+        };
+        let (merged_inputs, quarantined_now) = profiles::merge_checked(
+            ws,
+            &manifest.toolchain,
+            &inputs,
+            &report_dir.join("profiles.list"),
+            &profdata,
+            &quarantine_for,
+        )?;
+        if merged_inputs == 0 {
+            return Err(Error::new(format!(
+                "none of the {} profiles could be read; they are in {}",
+                inputs.len(),
+                ws.area(Area::Quarantine).display()
+            )));
+        }
+        let mut quarantined = quarantined_now;
+        quarantined.extend(verified.quarantined);
+        let mut missing = verified.missing;
+        let recorded: Vec<_> = results.iter().map(|r| (r.trial.as_str(), r.slug.as_str(), &r.device_sha256)).collect();
+        // The host report's rule, and no test program's own kernels.
+        let ignore = IgnoreRule::new(&self.ctx.config().report.ignore_filename_regex)?;
+        let tests = manifest.tests_src.display().to_string();
+        let keep = |file: &str| ignore.keeps(file) && !file.starts_with(&tests);
+        let device_lines = match crate::coverage::device_lines(ws, &manifest, &recorded, &keep)? {
+            Some((lines, checked)) => {
+                quarantined.extend(checked.quarantined);
+                missing.extend(checked.missing);
+                Some(lines)
+            }
+            None => None,
+        };
+        if let Some(mixed) = results::Runs::of(&results).mixed() {
+            eprintln!(
+                "ccl-coverage: not one run: {mixed}. Their coverage is counted (it is this build's); run every trial for a report of one run"
+            );
+        }
+        let mut health = Health::new(&results, quarantined, missing);
+        health.damaged_results = damaged_results;
+        health.sources_changed = sources_changed;
+        let meta = ReportMeta::new(&manifest, &results, merged_inputs, &health);
+        self.ctx.workspace.write(
+            &report_dir.join("meta.json"),
+            serde_json::to_string_pretty(&meta).expect("meta serializes").as_bytes(),
+        )?;
+        let config = self.ctx.config();
+        let title = format!("ccl-coverage: {} (build {})", config.name, manifest.build_id);
+        let inputs = ReportInputs::new(&manifest, profdata, ignore, title)?;
+        Ok(Merge::Done(Box::new(Merged { manifest, results, inputs, health, device_lines })))
+    }
+}

@@ -1,0 +1,196 @@
+//! The steps that write the report: Cobertura, HTML, the text and Markdown
+//! summaries, the attribution files and pages, the minimal suite.
+
+use super::Session;
+use super::merge::Merged;
+use crate::error::{Context, Result};
+use crate::plan;
+use crate::report::attribution::{self, Attribution};
+use crate::report::{self, attribution_pages, minimal_suite};
+
+impl Session {
+    pub(super) fn cobertura(&self, merged: &Merged) -> Result<()> {
+        let lcov = self.lcov(merged)?;
+        report::cobertura(
+            &self.ctx.workspace,
+            lcov,
+            &merged.manifest.library_src,
+            &self.report_dir().join("cobertura.xml"),
+        )
+        .context("Cobertura conversion failed")
+    }
+
+    pub(super) fn html(&self, merged: &Merged) -> Result<()> {
+        let dir = self.report_dir().join("html");
+        self.ctx.workspace.clear_for_tool(&dir).context("preparing html/ failed")?;
+        let shown = merged.inputs.html(&dir).context("llvm-cov show -format=html failed");
+        let device = match (&shown, &merged.device_lines) {
+            (Ok(_), Some(lines)) => {
+                let title = format!("ccl-coverage: {} (build {})", self.ctx.config().name, merged.manifest.build_id);
+                Some(report::device_pages::write(&self.ctx.workspace, &dir.join("device"), &title, lines))
+            }
+            _ => None,
+        };
+        // llvm-cov makes its folders with modes of its own, also when it fails.
+        if dir.exists() {
+            (self.ctx.workspace.beneath().and_then(|b| b.set_modes(&dir)))
+                .context("setting the report's modes failed")?;
+        }
+        let index = shown?;
+        // llvm-cov's index gives its own totals: the model's replaces it.
+        let summary = self.summary()?;
+        let m = &merged.manifest;
+        let roots = [m.library_src.as_path(), m.tests_src.as_path()];
+        let title = &merged.inputs.title;
+        let created = crate::exec::host::now();
+        let page = |file: &str| {
+            let href = format!("coverage{file}.html");
+            dir.join(&href).is_file().then_some(href)
+        };
+        let html = report::html_index::index(
+            &summary.all,
+            &report::html_index::Index {
+                title,
+                created: &created,
+                shown: &|f| report::relative(f, &roots),
+                page: &page,
+            },
+        );
+        let html = match &merged.health.sources_changed {
+            Some(changed) => with_warning(&html, &format!("Sources changed after the build: {changed}.")),
+            None => html,
+        };
+        self.ctx.workspace.write(&index, html.as_bytes()).context("writing the index failed")?;
+        attribution_pages::link_from_llvm_cov_index(&self.ctx.workspace, &index)
+            .context("linking the attribution pages failed")?;
+        if let Some(device) = device {
+            let device = device.context("writing the device pages failed")?;
+            eprintln!("ccl-coverage: device HTML report: {}", self.shown(&device).display());
+        }
+        eprintln!("ccl-coverage: HTML report: {}", self.shown(&index).display());
+        Ok(())
+    }
+
+    /// `summary.txt`: the model's totals per file, as `llvm-cov report` lays them out.
+    pub(super) fn text(&self, merged: &Merged) -> Result<()> {
+        let m = &merged.manifest;
+        let roots = [m.library_src.as_path(), m.tests_src.as_path()];
+        let mut text = report::summary_text(&self.summary()?.all, &roots);
+        if let Some(changed) = &merged.health.sources_changed {
+            text = format!("warning: {changed}\n\n{text}");
+        }
+        self.ctx
+            .workspace
+            .write(&self.report_dir().join("summary.txt"), text.as_bytes())
+            .context("writing summary.txt failed")
+    }
+
+    /// `report/summary.md`, also appended to `$GITHUB_STEP_SUMMARY` when set.
+    pub(super) fn markdown(&self, merged: &Merged) -> Result<()> {
+        let summary = self.summary()?;
+        let mut md =
+            report::markdown(&self.ctx.config().name, &merged.manifest, &summary.all, &merged.results, &merged.health);
+        if let Some(lines) = &merged.device_lines {
+            let ((lh, lf), (fh, ff)) = lines.all.totals();
+            md.push_str(&format!(
+                "\n{}: lines {lh}/{lf} ({:.2}%), kernels {fh}/{ff} ({:.2}%)\n",
+                lines.origin.name,
+                report::percent(lh, lf),
+                report::percent(fh, ff)
+            ));
+            if !lines.not_counted.is_empty() {
+                let launches: u64 = lines.not_counted.values().sum();
+                md.push_str(&format!(
+                    "\nNot counted (not the library's kernels, or launches past `coverage.device.max_launches`): {} kernels, {launches} launches; `summary-device.json` names them.\n",
+                    lines.not_counted.len()
+                ));
+            }
+        }
+        match self.attributed(merged) {
+            Ok(a) => md.push_str(&attribution::markdown(&a.summaries)),
+            Err(e) => md.push_str(&format!("\nPer-trial attribution is not available: {e}\n")),
+        }
+        let out = self.report_dir().join("summary.md");
+        self.ctx.workspace.write(&out, md.as_bytes()).context("writing summary.md failed")?;
+        if let Some(step_summary) = &self.ctx.report.step_summary {
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(step_summary)
+                .and_then(|mut f| f.write_all(md.as_bytes()))
+                .with_context(|| format!("cannot append to GITHUB_STEP_SUMMARY={}", step_summary.display()))?;
+        }
+        Ok(())
+    }
+
+    /// `attribution.json`, `trials.json` and the pages under `attribution/`.
+    pub(super) fn attribution_files(&self, merged: &Merged) -> Result<()> {
+        let a = self.attributed(merged)?;
+        let dir = self.report_dir();
+        let attribution = Attribution::new(&a.all, &a.trials);
+        let write = |name: &str, json: String| {
+            self.ctx.workspace.write(&dir.join(name), json.as_bytes()).with_context(|| format!("writing {name} failed"))
+        };
+        // One line: at ~800 trials the ranges would be mostly indentation.
+        write("attribution.json", serde_json::to_string(&attribution).expect("attribution serializes"))?;
+        write("trials.json", serde_json::to_string_pretty(&a.summaries).expect("trials serialize"))?;
+        let pages_dir = dir.join("attribution");
+        self.ctx.workspace.create_dir(&pages_dir).context("creating report/attribution failed")?;
+        let m = &merged.manifest;
+        let roots = [m.library_src.as_path(), m.tests_src.as_path()];
+        let sources = attribution_pages::Sources {
+            text: &|f| std::fs::read_to_string(f).ok(),
+            llvm_cov_page: &|f| format!("../html/coverage{f}.html"),
+            shown: &|f| report::relative(f, &roots),
+        };
+        let pages = attribution_pages::pages(&attribution, &sources);
+        for (name, html) in pages {
+            self.ctx
+                .workspace
+                .write(&pages_dir.join(&name), html.as_bytes())
+                .with_context(|| format!("writing attribution/{name} failed"))?;
+        }
+        eprintln!(
+            "ccl-coverage: which trial covered which line: {}",
+            self.shown(&pages_dir.join("index.html")).display()
+        );
+        Ok(())
+    }
+
+    pub(super) fn minimal_suite(&self, merged: &Merged) -> Result<()> {
+        let a = self.attributed(merged)?;
+        let plan = plan::plan(self.ctx.config());
+        let planned: Vec<minimal_suite::Planned> =
+            plan.iter().map(|t| minimal_suite::Planned { name: &t.name, ignored: t.ignored }).collect();
+        let full_s: f64 = merged.results.iter().map(|r| r.duration_s.max(0.0)).sum();
+        let suite = minimal_suite::minimal_suite(&a.trials, &planned, merged.results.len(), full_s);
+        self.ctx
+            .workspace
+            .write(
+                &self.report_dir().join("minimal-suite.json"),
+                serde_json::to_string_pretty(&suite).expect("minimal suite serializes").as_bytes(),
+            )
+            .context("writing minimal-suite.json failed")?;
+        // The command (one `--skip` per trial left out) is in the file.
+        eprintln!(
+            "ccl-coverage: minimal equivalent suite (the same lines, functions and branches): {} of {} trials, {:.2} of {:.2} trial-seconds (its cargo test and nextest commands are in {})",
+            suite.trial_count,
+            suite.full_suite_trials,
+            suite.duration_s,
+            suite.full_suite_duration_s,
+            self.shown(&self.report_dir().join("minimal-suite.json")).display()
+        );
+        Ok(())
+    }
+}
+
+/// `html` with a warning at the top of its body.
+fn with_warning(html: &str, warning: &str) -> String {
+    let escaped = warning.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let banner = format!("<p class='warning' style='color:#a00;font-weight:bold'>{escaped}</p>");
+    match html.find("<body>").map(|at| at + "<body>".len()) {
+        Some(at) => format!("{}{banner}{}", &html[..at], &html[at..]),
+        None => format!("{banner}{html}"),
+    }
+}
