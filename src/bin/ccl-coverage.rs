@@ -11,8 +11,11 @@
 // The doc comments below are `--help` text, read in a terminal: no backticks.
 #![allow(clippy::doc_markdown)]
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use libtest_mimic::Arguments;
+use ccl_coverage::env_names;
+use ccl_coverage::harness::select::{Intent, Selection};
+use ccl_coverage::harness::{collectives, coverage_report, tools};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -43,6 +46,12 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The coverage_report test binary as it is: `ccl-coverage coverage-report [libtest arguments]`.
+    #[command(hide = true)]
+    CoverageReport {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 /// Which config, and which workspace.
@@ -59,8 +68,9 @@ struct Place {
 /// Which trials (or report steps), as libtest selects them.
 #[derive(Args)]
 struct Select {
-    /// Only names containing FILTER (e.g. `AllReduce`, `AllReduce::1K`).
-    filter: Option<String>,
+    /// Only names containing a FILTER (e.g. `AllReduce`, `AllReduce::1K`; several: any of them).
+    #[arg(value_name = "FILTER")]
+    filters: Vec<String>,
     /// FILTER must match a whole name.
     #[arg(long)]
     exact: bool,
@@ -73,6 +83,11 @@ struct Select {
     /// Run only the ignored ones.
     #[arg(long)]
     ignored: bool,
+}
+
+/// How libtest runs what was selected.
+#[derive(Args)]
+struct Libtest {
     /// How many run at once (the rank slots still bound how many ranks do).
     #[arg(long, value_name = "N")]
     test_threads: Option<usize>,
@@ -147,6 +162,8 @@ struct Run {
     place: Place,
     #[command(flatten)]
     select: Select,
+    #[command(flatten)]
+    libtest: Libtest,
     /// Device (GPU kernel) coverage: auto, on or off (overrides coverage.device.mode).
     #[arg(long, env = "CCL_COV_DEVICE_COVERAGE", value_enum)]
     device_coverage: Option<DeviceCoverage>,
@@ -163,9 +180,11 @@ struct Run {
 struct Report {
     #[command(flatten)]
     place: Place,
-    /// Which report steps (e.g. `report::html`); a filter that names no step (a trial's name) is dropped.
+    /// Which report steps (e.g. `report::html`); a filter that names no step is refused.
     #[command(flatten)]
     select: Select,
+    #[command(flatten)]
+    libtest: Libtest,
     /// List the report steps.
     #[arg(long)]
     list: bool,
@@ -181,6 +200,16 @@ struct List {
     place: Place,
     #[command(flatten)]
     select: Select,
+    /// pretty (one trial a line, ignored ones marked), terse (libtest's `NAME: test`) or json.
+    #[arg(long, value_enum, default_value = "pretty")]
+    format: ListFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ListFormat {
+    Pretty,
+    Terse,
+    Json,
 }
 
 #[derive(Args)]
@@ -230,27 +259,86 @@ impl Gates {
 }
 
 impl Select {
-    /// The libtest arguments these options stand for.
-    fn argv(&self) -> Vec<String> {
+    /// The libtest arguments these options stand for (filters last, after `--`).
+    fn argv(&self, libtest: Option<&Libtest>) -> Vec<String> {
         let mut argv = vec!["ccl-coverage".to_string()];
-        argv.extend(self.filter.clone());
         argv.extend(self.exact.then(|| "--exact".to_string()));
         for pattern in &self.skip {
             argv.extend(["--skip".to_string(), pattern.clone()]);
         }
         argv.extend(self.include_ignored.then(|| "--include-ignored".to_string()));
         argv.extend(self.ignored.then(|| "--ignored".to_string()));
-        if let Some(n) = self.test_threads {
-            argv.extend(["--test-threads".to_string(), n.to_string()]);
+        if let Some(libtest) = libtest {
+            if let Some(n) = libtest.test_threads {
+                argv.extend(["--test-threads".to_string(), n.to_string()]);
+            }
+            if let Some(format) = &libtest.format {
+                argv.extend(["--format".to_string(), format.clone()]);
+            }
         }
-        if let Some(format) = &self.format {
-            argv.extend(["--format".to_string(), format.clone()]);
-        }
+        argv.push("--".to_string());
+        argv.extend(self.filters.iter().cloned());
         argv
+    }
+
+    fn selection(&self, libtest: Option<&Libtest>) -> Selection {
+        Selection::parse(self.argv(libtest))
     }
 }
 
+/// The options that set a harness variable, by argument id: a message
+/// about the setting names the option (`--fail-under-lines 80`).
+const OPTIONS: [(&str, &str, &str); 12] = [
+    ("config", "CCL_COV_CONFIG", "--config"),
+    ("workspace", "CCL_COV_WORKSPACE", "--workspace"),
+    ("device_coverage", "CCL_COV_DEVICE_COVERAGE", "--device-coverage"),
+    ("dry_run", "CCL_COV_DRY_RUN", "--dry-run"),
+    ("fail_under_lines", "CCL_COV_FAIL_UNDER_LINES", "--fail-under-lines"),
+    ("fail_under_functions", "CCL_COV_FAIL_UNDER_FUNCTIONS", "--fail-under-functions"),
+    ("fail_under_regions", "CCL_COV_FAIL_UNDER_REGIONS", "--fail-under-regions"),
+    ("fail_under_branches", "CCL_COV_FAIL_UNDER_BRANCHES", "--fail-under-branches"),
+    ("fail_under_diff", "CCL_COV_FAIL_UNDER_DIFF", "--fail-under-diff"),
+    ("diff_base", "CCL_COV_DIFF_BASE", "--diff-base"),
+    ("baseline", "CCL_COV_BASELINE", "--baseline"),
+    ("ignore_filename_regex", "CCL_COV_IGNORE_FILENAME_REGEX", "--ignore-filename-regex"),
+];
+
+/// Records which of [`OPTIONS`] the command line (not the environment) gave.
+fn note_options(matches: &ArgMatches) {
+    let Some((_, sub)) = matches.subcommand() else { return };
+    for id in sub.ids() {
+        if sub.value_source(id.as_str()) != Some(ValueSource::CommandLine) {
+            continue;
+        }
+        if let Some((_, var, option)) = OPTIONS.iter().find(|(i, _, _)| *i == id.as_str()) {
+            env_names::set_by_option(var, option);
+        }
+    }
+}
+
+/// Runs `f` with the process's stdout on stderr, when `on` (a report goes to
+/// stdout): whatever libtest and the harness print must not corrupt it.
+fn stdout_on_stderr<T>(on: bool, f: impl FnOnce() -> T) -> T {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let saved = on.then(|| rustix::io::dup(std::io::stdout().as_fd())).and_then(Result::ok);
+    if let Some(saved) = &saved {
+        let _ = std::io::stdout().flush();
+        let _ = rustix::stdio::dup2_stdout(std::io::stderr().as_fd());
+        let out = f();
+        let _ = std::io::stdout().flush();
+        let _ = rustix::stdio::dup2_stdout(saved);
+        return out;
+    }
+    f()
+}
+
 impl Output {
+    /// Whether a report will be printed on stdout.
+    fn to_stdout(&self) -> bool {
+        self.output_path.is_none() && (self.lcov || self.html || self.json || self.cobertura)
+    }
+
     /// Hands over the chosen report, and opens the HTML one if asked.
     fn deliver(&self, report: &Path) -> ExitCode {
         let chosen = [
@@ -277,10 +365,10 @@ impl Output {
         }
         if self.open {
             let index = report.join("html/index.html");
+            // The report was written: no browser here is no failure of the run.
             let opened = ccl_coverage::exec::process::Cmd::new("xdg-open").arg(&index).read();
             if let Err(e) = opened {
-                eprintln!("ccl-coverage: cannot open {}: {e}", index.display());
-                return ExitCode::FAILURE;
+                eprintln!("ccl-coverage: warning: cannot open {} ({e}); open it yourself", index.display());
             }
         }
         ExitCode::SUCCESS
@@ -312,14 +400,26 @@ fn main() -> ExitCode {
     if let Some(code) = ccl_coverage::exec::supervisor::run_if_requested() {
         return code;
     }
-    match Cli::parse().command {
+    let matches = Cli::command().get_matches();
+    note_options(&matches);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let trial_filter = || set(env_names::TRIAL_FILTER, Some("1"));
+    match cli.command {
         Command::Collectives { args } => {
             let argv = std::iter::once("ccl-coverage".to_string()).chain(args);
-            ccl_coverage::harness::collectives::main_with(Arguments::from_iter(argv))
+            collectives::main_with(Selection::parse(argv), Intent::from_env())
+        }
+        Command::CoverageReport { args } => {
+            let argv = std::iter::once("ccl-coverage".to_string()).chain(args);
+            coverage_report::main_with(Selection::parse(argv), Intent::from_env())
         }
         Command::Run(run) => {
             run.place.apply();
             run.gates.apply();
+            trial_filter();
             set(
                 "CCL_COV_DEVICE_COVERAGE",
                 run.device_coverage.map(|d| match d {
@@ -329,41 +429,50 @@ fn main() -> ExitCode {
                 }),
             );
             set("CCL_COV_DRY_RUN", run.dry_run.as_ref());
-            let ran = ccl_coverage::harness::collectives::run(Arguments::from_iter(run.select.argv()));
-            let trials = ran.code;
-            // Refused (the workspace in use, a wrong config): what the
-            // workspace holds is another run's, not this one's to report.
-            if run.dry_run.is_some() || !ran.ran {
-                return trials;
+            let selection = run.select.selection(Some(&run.libtest));
+            let (code, report_dir) = stdout_on_stderr(run.output.to_stdout() && run.dry_run.is_none(), || {
+                let ran = collectives::run(&selection, Intent::Trials);
+                // Refused (the workspace in use, a wrong config, no trial
+                // matched): what the workspace holds is another run's, not
+                // this one's to report.
+                if run.dry_run.is_some() || !ran.ran {
+                    return (ran.code, None);
+                }
+                // The report covers what the workspace holds, whatever the trials did.
+                let report = coverage_report::after_run();
+                tools::print_run_line();
+                (worst(ran.code, report), tools::report_dir().filter(|_| report == ExitCode::SUCCESS))
+            });
+            match report_dir {
+                Some(dir) => worst(code, run.output.deliver(&dir)),
+                None => code,
             }
-            // The report covers what the workspace holds, whatever the trials did.
-            let report = ccl_coverage::harness::coverage_report::main_with(Arguments::from_iter(["ccl-coverage"]));
-            ccl_coverage::harness::tools::print_run_line();
-            let delivered = match ccl_coverage::harness::tools::report_dir() {
-                Some(dir) if report == ExitCode::SUCCESS => run.output.deliver(&dir),
-                _ => ExitCode::SUCCESS,
-            };
-            worst(worst(trials, report), delivered)
         }
         Command::Report(report) => {
             report.place.apply();
             report.gates.apply();
-            let mut argv = report.select.argv();
-            argv.extend(report.list.then(|| "--list".to_string()));
-            let code = ccl_coverage::harness::coverage_report::main_with(Arguments::from_iter(argv));
+            let code = stdout_on_stderr(report.output.to_stdout() && !report.list, || {
+                let mut selection = report.select.selection(Some(&report.libtest));
+                selection.args.list = report.list;
+                coverage_report::main_with(selection, Intent::Steps)
+            });
             if report.list || code != ExitCode::SUCCESS {
                 return code;
             }
-            match ccl_coverage::harness::tools::report_dir() {
+            match tools::report_dir() {
                 Some(dir) => report.output.deliver(&dir),
                 None => code,
             }
         }
         Command::List(list) => {
             list.place.apply();
-            let mut argv = list.select.argv();
-            argv.push("--list".into());
-            ccl_coverage::harness::collectives::main_with(Arguments::from_iter(argv))
+            trial_filter();
+            let format = match list.format {
+                ListFormat::Pretty => tools::ListFormat::Pretty,
+                ListFormat::Terse => tools::ListFormat::Terse,
+                ListFormat::Json => tools::ListFormat::Json,
+            };
+            tools::list(&list.select.selection(None), format)
         }
         Command::WhoCovers(who) => {
             who.place.apply();
@@ -371,11 +480,11 @@ fn main() -> ExitCode {
         }
         Command::Clean(clean) => {
             clean.place.apply();
-            ccl_coverage::harness::tools::clean(clean.builds)
+            tools::clean(clean.builds)
         }
         Command::ShowEnv(place) => {
             place.apply();
-            ccl_coverage::harness::tools::show_env()
+            tools::show_env()
         }
     }
 }
