@@ -194,3 +194,60 @@ fn list_show_env_and_clean() {
     cmd.env("CCL_COV_WORKSPACE", s.dir.path().join("none"));
     assert!(support::spawn(&s, cmd).wait(LIMIT).success);
 }
+
+/// `clean --builds` keeps a build another config's workspace still uses,
+/// deletes the others with their lock files, and the hint for a build in use
+/// names the `--config` given. Its own build cache (`CARGO_TARGET_DIR`), so
+/// that the suite's shared one stays whole.
+#[test]
+fn clean_builds_keeps_what_another_workspace_uses_and_leaves_no_lock_files() {
+    let target = tempfile::tempdir().unwrap();
+    let state = target.path().join("ccl-coverage");
+    let config = |name: &str| {
+        let mut s = setup(|v| {
+            only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}]));
+            v["name"] = json!(name);
+        });
+        s.ws = state.join(name);
+        s.env.push(("CARGO_TARGET_DIR".into(), target.path().display().to_string()));
+        s
+    };
+    let (a, b) = (config("a"), config("b"));
+    for s in [&a, &b] {
+        let ran = harness(s, "collectives", &[], LIMIT);
+        assert!(ran.success, "{}", ran.text());
+    }
+    let builds = state.join("builds");
+    let listed = || {
+        let mut names: Vec<String> =
+            std::fs::read_dir(&builds).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    };
+    let key = listed().into_iter().find(|n| !n.contains('.')).expect("a build");
+    assert_eq!(listed().iter().filter(|n| !n.contains('.')).count(), 1, "a and b share one build: {:?}", listed());
+
+    let a_config = a.config.display().to_string();
+    let cleaned = harness(&a, "clean", &["--builds", "--config", &a_config], LIMIT);
+    assert!(cleaned.success && !a.ws.exists(), "{}", cleaned.text());
+    assert!(
+        cleaned.text().contains(&format!("the workspace {} still uses it", b.ws.display())),
+        "{}",
+        cleaned.text()
+    );
+    assert!(builds.join(&key).join("build.json").is_file(), "the build b uses was deleted");
+
+    // In use by a run (its shared lock): kept, and the hint names the config given.
+    let held = std::fs::File::open(builds.join(format!("{key}.lock"))).unwrap();
+    held.lock_shared().unwrap();
+    let b_config = b.config.display().to_string();
+    let kept = harness(&b, "clean", &["--builds", "--config", &b_config], LIMIT);
+    assert_eq!(kept.code, Some(2), "{}", kept.text());
+    // The workspace came as a variable, the config as an option: each as given.
+    let again = format!("run `CCL_COV_WORKSPACE={} ccl-coverage clean --builds --config {b_config}` again", b.ws.display());
+    assert!(kept.text().contains(&again), "{}", kept.text());
+    drop(held);
+    let cleaned = harness(&b, "clean", &["--builds"], LIMIT);
+    assert!(cleaned.success, "{}", cleaned.text());
+    assert_eq!(listed(), Vec::<String>::new(), "left in {}", builds.display());
+}
