@@ -160,7 +160,12 @@ pub fn run(selection: &Selection, intent: Intent) -> Ran {
     }
     // Listing, or running no trial, reads nothing and writes nothing: no
     // lock, no workspace (a plain `cargo test FILTER` meant for other tests).
-    let _lock = if args.list || running == 0 {
+    let _lock = if args.list {
+        None
+    } else if running == 0 {
+        if let Err(code) = super::check_place(&shared.suite.ctx) {
+            return refused(code);
+        }
         None
     } else {
         match super::take_workspace(&shared.suite.ctx, super::Access::Write) {

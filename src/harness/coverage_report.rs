@@ -56,7 +56,12 @@ fn report(selection: &Selection, intent: Intent, after_run: bool) -> ExitCode {
     };
     let args = selection.libtest(names);
     interrupt::stop_commands_too();
-    let inputs = Inputs::read(&ctx);
+    // A place no workspace may be is refused before anything there is read.
+    let place = super::check_place(&ctx);
+    if let (Err(code), false) = (place, args.list) {
+        return code;
+    }
+    let inputs = if place.is_ok() { Inputs::read(&ctx) } else { Inputs::default() };
     let mut session = Session::new(ctx);
     session.after_run = after_run;
     let session = Arc::new(session);

@@ -76,6 +76,15 @@ fn prepare_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock> {
     WorkspaceLock::acquire(ws)
 }
 
+/// For a harness that selected nothing to run: it takes no workspace, but
+/// one that no workspace may be is refused all the same.
+fn check_place(ctx: &Context) -> Result<(), ExitCode> {
+    ctx.workspace.check_place(&protected_paths(ctx)).map_err(|e| {
+        eprintln!("ccl-coverage: {e}");
+        ExitCode::from(2)
+    })
+}
+
 /// Which mechanism holds this run's trial processes, once, before the first.
 fn say_containment() {
     let mode = cgroup::Mode::from_env();
