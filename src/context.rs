@@ -136,7 +136,7 @@ impl Context {
             let tried = if Path::new(given).is_absolute() {
                 String::new()
             } else {
-                let cwd = std::env::current_dir().map_or_else(|_| root.clone(), |d| d);
+                let cwd = std::env::current_dir().unwrap_or_else(|_| root.clone());
                 format!(", relative to the current folder {}", cwd.display())
             };
             return Err(Error::new(format!(

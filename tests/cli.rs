@@ -70,11 +70,25 @@ fn a_report_on_stdout_is_clean_and_open_without_a_browser_only_warns() {
     let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
     let ran = harness(&s, "run", &["--lcov"], LIMIT);
     assert!(ran.success, "{}", ran.text());
-    let lcov_line = |l: &str| l == "end_of_record" || l.split_once(':').is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_uppercase()));
-    assert!(ran.stdout.starts_with("SF:") && ran.stdout.lines().all(lcov_line), "stdout is not lcov alone:\n{}", ran.stdout);
-    assert!(ran.stderr.lines().any(|l| l.starts_with("test report::merge ") && l.ends_with("... ok")), "{}", ran.stderr);
+    let lcov_line = |l: &str| {
+        l == "end_of_record" || l.split_once(':').is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_uppercase()))
+    };
+    assert!(
+        ran.stdout.starts_with("SF:") && ran.stdout.lines().all(lcov_line),
+        "stdout is not lcov alone:\n{}",
+        ran.stdout
+    );
+    assert!(
+        ran.stderr.lines().any(|l| l.starts_with("test report::merge ") && l.ends_with("... ok")),
+        "{}",
+        ran.stderr
+    );
     let report = harness(&s, "report", &["--lcov"], LIMIT);
-    assert!(report.success && report.stdout.starts_with("SF:") && report.stdout.lines().all(lcov_line), "{}", report.stdout);
+    assert!(
+        report.success && report.stdout.starts_with("SF:") && report.stdout.lines().all(lcov_line),
+        "{}",
+        report.stdout
+    );
     assert_eq!(report.stdout, std::fs::read_to_string(s.ws.join("report/coverage.lcov")).unwrap());
     // An xdg-open that fails, as on a machine without a browser.
     let bin = s.dir.path().join("bin");
@@ -98,7 +112,7 @@ fn a_partial_run_says_what_it_ran_and_what_the_report_also_uses() {
     let ran = harness(&s, "run", &["AllReduce::1K::one"], LIMIT);
     let text = ran.text();
     assert!(ran.success, "{text}");
-    let last = text.lines().filter(|l| l.starts_with("ccl-coverage: ")).last().unwrap_or_default();
+    let last = text.lines().rfind(|l| l.starts_with("ccl-coverage: ")).unwrap_or_default();
     assert!(
         last.starts_with(
             "ccl-coverage: 1 of 2 trials ran: 1 passed, 0 failed, 0 timed out; the report also uses 1 result of earlier runs of this build (oldest: run "
@@ -156,14 +170,20 @@ fn a_filter_that_matches_no_trial_is_refused_and_errors_name_what_was_typed() {
 #[test]
 fn list_marks_ignored_trials_and_speaks_json() {
     let s = setup(|v| {
-        only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}, {"name": "slow", "ranks": 2, "ignore": true}]));
+        only(
+            v,
+            "AllReduce",
+            &["1K"],
+            json!([{"name": "one", "ranks": 2}, {"name": "slow", "ranks": 2, "ignore": true}]),
+        );
     });
     let listed = harness(&s, "list", &[], LIMIT);
     assert!(listed.success, "{}", listed.text());
     assert_eq!(listed.stdout.lines().next(), Some("AllReduce::1K::one"), "{}", listed.stdout);
     assert!(listed.stdout.lines().any(|l| l.starts_with("AllReduce::1K::slow  (ignored: ")), "{}", listed.stdout);
     let json = harness(&s, "list", &["--format", "json"], LIMIT);
-    let trials: serde_json::Value = serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", json.stdout));
+    let trials: serde_json::Value =
+        serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", json.stdout));
     assert_eq!(trials[0], json!({"name": "AllReduce::1K::one", "ignored": false, "ignore_reason": null}));
     assert_eq!(trials[1]["ignored"], true);
     let terse = harness(&s, "list", &["--format", "terse", "--ignored"], LIMIT);
@@ -219,8 +239,11 @@ fn clean_builds_keeps_what_another_workspace_uses_and_leaves_no_lock_files() {
     }
     let builds = state.join("builds");
     let listed = || {
-        let mut names: Vec<String> =
-            std::fs::read_dir(&builds).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        let mut names: Vec<String> = std::fs::read_dir(&builds)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
         names.sort();
         names
     };
@@ -230,11 +253,7 @@ fn clean_builds_keeps_what_another_workspace_uses_and_leaves_no_lock_files() {
     let a_config = a.config.display().to_string();
     let cleaned = harness(&a, "clean", &["--builds", "--config", &a_config], LIMIT);
     assert!(cleaned.success && !a.ws.exists(), "{}", cleaned.text());
-    assert!(
-        cleaned.text().contains(&format!("the workspace {} still uses it", b.ws.display())),
-        "{}",
-        cleaned.text()
-    );
+    assert!(cleaned.text().contains(&format!("the workspace {} still uses it", b.ws.display())), "{}", cleaned.text());
     assert!(builds.join(&key).join("build.json").is_file(), "the build b uses was deleted");
 
     // In use by a run (its shared lock): kept, and the hint names the config given.
@@ -244,7 +263,8 @@ fn clean_builds_keeps_what_another_workspace_uses_and_leaves_no_lock_files() {
     let kept = harness(&b, "clean", &["--builds", "--config", &b_config], LIMIT);
     assert_eq!(kept.code, Some(2), "{}", kept.text());
     // The workspace came as a variable, the config as an option: each as given.
-    let again = format!("run `CCL_COV_WORKSPACE={} ccl-coverage clean --builds --config {b_config}` again", b.ws.display());
+    let again =
+        format!("run `CCL_COV_WORKSPACE={} ccl-coverage clean --builds --config {b_config}` again", b.ws.display());
     assert!(kept.text().contains(&again), "{}", kept.text());
     drop(held);
     let cleaned = harness(&b, "clean", &["--builds"], LIMIT);

@@ -41,7 +41,8 @@ fn steps_with_nothing_to_check_are_listed_as_ignored() {
     let run = harness(&s, "collectives", &[], LIMIT);
     assert!(run.success, "{}", run.text());
     // `setup` turns snapshots off; the fixture's build has host-only coverage.
-    let ignored = ["report::thresholds", "report::device_coverage", "report::snapshot", "report::diff", "report::baseline"];
+    let ignored =
+        ["report::thresholds", "report::device_coverage", "report::snapshot", "report::diff", "report::baseline"];
     assert_eq!(listed_as_ignored(&s), ignored);
 
     s.env = vec![
@@ -84,10 +85,18 @@ fn only_a_trial_filter_given_on_purpose_leaves_the_report_whole() {
 
     // `cargo test --lib --tests -- sass`: no step is called so.
     let plain = harness(&s, "coverage-report", &["sass"], LIMIT);
-    assert!(plain.success && plain.text().contains("0 passed; 0 failed; 0 ignored; 0 measured; 16 filtered out"), "{}", plain.text());
+    assert!(
+        plain.success && plain.text().contains("0 passed; 0 failed; 0 ignored; 0 measured; 16 filtered out"),
+        "{}",
+        plain.text()
+    );
     assert!(!s.ws.join("report").exists(), "a plain filter made a report:\n{}", plain.text());
     let several = harness(&s, "coverage-report", &["--exact", "report::merge", "report::html"], LIMIT);
-    assert!(several.text().contains("2 passed; 0 failed; 0 ignored; 0 measured; 14 filtered out"), "{}", several.text());
+    assert!(
+        several.text().contains("2 passed; 0 failed; 0 ignored; 0 measured; 14 filtered out"),
+        "{}",
+        several.text()
+    );
     let refused = harness(&s, "report", &["AllReduce::1K"], LIMIT);
     assert_eq!(refused.code, Some(2), "{}", refused.text());
     assert!(refused.text().contains("no report step matches `AllReduce::1K`"), "{}", refused.text());
@@ -123,7 +132,11 @@ fn under_nextest_a_step_ignored_at_run_time_says_so_and_the_totals_print_once() 
         assert!(out.success && totals(&out) == 0, "{step} printed the totals: {}", out.text());
     }
     let forced = harness(&s, "coverage-report", &["--exact", "report::device_coverage", "--include-ignored"], LIMIT);
-    assert!(forced.stdout.contains("SKIP: report::device_coverage: does not apply: this build has host-only coverage"), "{}", forced.text());
+    assert!(
+        forced.stdout.contains("SKIP: report::device_coverage: does not apply: this build has host-only coverage"),
+        "{}",
+        forced.text()
+    );
 }
 
 fn read_json(path: &std::path::Path) -> Value {

@@ -2,11 +2,11 @@
 //! trial, each run by the suite (`suite/`: the shared build, placement, the
 //! trial's lifecycle), with a line of progress as each ends.
 
+use super::select::{Intent, Selection};
 use crate::exec::interrupt;
 use crate::plan;
 use crate::suite::{Outcome, Suite};
 use crate::verdict::Status;
-use super::select::{Intent, Selection};
 use libtest_mimic::{Completion, Failed, Trial};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -32,7 +32,13 @@ impl Progress {
         eprintln!("{}", self.line(name, took, since, outcome));
     }
 
-    fn line(&self, name: &str, took: std::time::Duration, since: Option<std::time::Instant>, outcome: &Outcome) -> String {
+    fn line(
+        &self,
+        name: &str,
+        took: std::time::Duration,
+        since: Option<std::time::Instant>,
+        outcome: &Outcome,
+    ) -> String {
         let done = self.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         let verdict = match outcome {
             Outcome::Passed => "PASS",

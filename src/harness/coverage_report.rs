@@ -90,7 +90,7 @@ fn report(selection: &Selection, intent: Intent, after_run: bool) -> ExitCode {
     let running = trials.iter().filter(selected).filter(runs).count();
     if !args.list {
         match &inputs.nothing {
-            Some(nothing) if trials.iter().filter(selected).next().is_some() => {
+            Some(nothing) if trials.iter().any(|t| selected(&t)) => {
                 eprintln!("ccl-coverage: nothing to report: {nothing}");
             }
             _ => {

@@ -99,15 +99,21 @@ impl Selection {
     /// `--include-ignored`: what the report keeps of `cargo coverage`'s
     /// arguments, whose selection is the trials'.
     pub(crate) fn without_selection(&self) -> Selection {
-        let args =
-            Arguments { filter: None, exact: false, skip: Vec::new(), ignored: false, include_ignored: false, ..self.args.clone() };
+        let args = Arguments {
+            filter: None,
+            exact: false,
+            skip: Vec::new(),
+            ignored: false,
+            include_ignored: false,
+            ..self.args.clone()
+        };
         Selection { filters: Vec::new(), args }
     }
 
     /// Why nothing was selected among `names` when the filters were given on
     /// purpose: each filter that matches none of them (with the name it was
     /// most likely meant to be), or that `--skip` left out every name.
-    pub(crate) fn refusal<'a>(&self, what: &str, names: &[&'a str]) -> Option<String> {
+    pub(crate) fn refusal(&self, what: &str, names: &[&str]) -> Option<String> {
         let missing: Vec<String> = self
             .filters
             .iter()

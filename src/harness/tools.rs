@@ -3,13 +3,13 @@
 //! what the harness made: the workspace and, when asked, the build cache).
 
 use super::Access;
+use super::select::Selection;
 use crate::context::Context;
 use crate::env_names::KNOWN;
 use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
-use crate::workspace::files;
-use super::select::Selection;
 use crate::verdict::Status;
+use crate::workspace::files;
 use std::process::ExitCode;
 
 /// Every `CCL_COV_*` setting with its value here (secrets masked), then the

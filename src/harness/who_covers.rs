@@ -71,7 +71,7 @@ fn answer(
 ) -> Result<(String, bool)> {
     let total = attribution.trials.len();
     Ok(match attribution.who_covers(file, line)? {
-        (path, Coverage::NotInstrumented) => match lines_in(&path) {
+        (path, Coverage::NotInstrumented) => match lines_in(path) {
             Some(n) if line as usize > n => (format!("{path}:{line}: past the end of the file ({n} lines)\n"), false),
             _ => (format!("{path}:{line}: no code here (llvm-cov instruments nothing on this line)\n"), false),
         },
@@ -119,7 +119,10 @@ mod tests {
         );
         assert_eq!(answer(&att, "a.cc", 2, &four).unwrap().0, "/s/a.cc:2: covered by none of the 1 trials\n");
         assert!(answer(&att, "a.cc", 3, &four).unwrap().0.contains("no code here"));
-        assert_eq!(answer(&att, "a.cc", 99999, &four).unwrap().0, "/s/a.cc:99999: past the end of the file (4 lines)\n");
+        assert_eq!(
+            answer(&att, "a.cc", 99999, &four).unwrap().0,
+            "/s/a.cc:99999: past the end of the file (4 lines)\n"
+        );
         assert!(answer(&att, "a.cc", 99999, &|_| None).unwrap().0.contains("no code here"), "unreadable: no claim");
         assert!(answer(&att, "b.cc", 1, &four).is_err());
         assert_eq!((line_count(b"a\nb\n"), line_count(b"a\nb"), line_count(b"")), (2, 2, 0));

@@ -513,7 +513,10 @@ impl Runs {
     pub(crate) fn mixed_short(&self) -> Option<String> {
         let latest = self.latest.as_ref()?;
         let (earlier, _) = earlier_results(&self.earlier)?;
-        Some(format!("{earlier} of {} trial results come from earlier runs of this build", earlier + latest.trials.len()))
+        Some(format!(
+            "{earlier} of {} trial results come from earlier runs of this build",
+            earlier + latest.trials.len()
+        ))
     }
 }
 
