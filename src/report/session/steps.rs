@@ -107,7 +107,7 @@ impl Session {
             }
         }
         match self.attributed(merged) {
-            Ok(a) => md.push_str(&attribution::markdown(&a.summaries)),
+            Ok(a) => md.push_str(&attribution::markdown(&a.summaries, self.ctx.report.ci_run_url.as_deref())),
             Err(e) => md.push_str(&format!("\nPer-trial attribution is not available: {e}\n")),
         }
         let out = self.report_dir().join("summary.md");
