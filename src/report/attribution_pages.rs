@@ -43,8 +43,9 @@ fn head(title: &str) -> String {
     format!(
         "<!doctype html><html><head><meta name='viewport' content='width=device-width,initial-scale=1'>\
          <meta charset='UTF-8'><title>{}</title><link rel='stylesheet' type='text/css' href='../html/style.css'>\
-         <style>tr:target td{{background-color:#ff06}} td.trials{{text-align:left;padding:0 1em;max-width:22em}} \
-         td.trials a{{text-decoration:none;white-space:nowrap}} td.trials pre{{white-space:normal}} .light-row td{{padding:0 .6em}}</style></head><body>",
+         <style>tr:target td{{background-color:#ff06}} td.trials{{text-align:right;padding:0 1em}} \
+         td.trials a{{text-decoration:none}} td.who{{min-width:26em;max-width:32em;font-size:85%;color:#06d}} \
+         td.who a{{text-decoration:none;white-space:nowrap}} .light-row td{{padding:0 .6em}}</style></head><body>",
         escape(title)
     )
 }
@@ -227,7 +228,8 @@ fn file_page(
         html,
         "<h1>{0}</h1><p><a href='index.html'>all files and trials</a> · <a href='{1}'>llvm-cov's view of this file</a></p>\
          <div class='centered'><div class='source-name-title'><pre>{0}</pre></div><table>\
-         <tr><td class='column-entry-bold'>Line</td><td class='column-entry-bold'>Trials (up to three by name)</td>\
+         <tr><td class='column-entry-bold'>Line</td><td class='column-entry-bold'>Trials</td>\
+         <td class='column-entry-bold'>Which (up to three)</td>\
          <td class='column-entry-bold'>Source</td></tr>",
         escape(&shown),
         escape(&(sources.llvm_cov_page)(file))
@@ -235,9 +237,9 @@ fn file_page(
     let mut used_sets = std::collections::BTreeSet::new();
     for (i, code) in source.iter().enumerate() {
         let n = i as u32 + 1;
-        let (count, class) = match set_of.get(&n) {
-            None => (String::new(), ""),
-            Some(0) => ("<span class='uncovered-line'>0</span>".to_string(), " class='red'"),
+        let (count, who, class) = match set_of.get(&n) {
+            None => (String::new(), String::new(), ""),
+            Some(0) => ("<span class='uncovered-line'>0</span>".to_string(), String::new(), " class='red'"),
             Some(&set) => {
                 used_sets.insert(set);
                 let members = names(set);
@@ -252,13 +254,14 @@ fn file_page(
                 if members.len() > NAMED {
                     shown.push(format!("<a href='#S{set}'>+{} more</a>", members.len() - NAMED));
                 }
-                (format!("<a href='#S{set}' title='{} trials'>{}</a> {}", members.len(), members.len(), shown.join(", ")), "")
+                (format!("<a href='#S{set}'>{}</a>", members.len()), shown.join(", "), "")
             }
         };
         let _ = write!(
             html,
             "<tr id='L{n}'><td class='line-number'><a href='#L{n}'><pre>{n}</pre></a></td>\
-             <td class='trials covered-line'><pre>{count}</pre></td><td class='code'><pre{class}>{}</pre></td></tr>",
+             <td class='trials covered-line'><pre>{count}</pre></td><td class='who'>{who}</td>\
+             <td class='code'><pre{class}>{}</pre></td></tr>",
             escape(code)
         );
     }
@@ -407,8 +410,11 @@ mod tests {
         assert!(index.contains("<tr class='light-row-bold'><td><pre>Totals</pre></td><td class='column-entry-red'><pre>  75.00% (3/4)</pre>"), "{index}");
         let a = page(&a_page);
         // One row per line: the count of trials links to who they are, and names them.
-        assert!(a.contains("<tr id='L3'>") && a.contains("<a href='#S1' title='2 trials'>2</a> "), "{a}");
-        assert!(a.contains("<a href='trial-A__1K.html'>A::1K</a>, <a href='trial-A__1K__mpi.html'>A::1K::mpi</a>"), "{a}");
+        assert!(a.contains("<tr id='L3'>") && a.contains("<a href='#S1'>2</a>"), "{a}");
+        assert!(
+            a.contains("<td class='who'><a href='trial-A__1K.html'>A::1K</a>, <a href='trial-A__1K__mpi.html'>A::1K::mpi</a></td>"),
+            "{a}"
+        );
         assert!(a.contains("<pre>  return &lt;1&gt;;</pre>"), "{a}");
         assert!(a.contains("<span class='uncovered-line'>0</span>"), "{a}");
         assert!(a.contains("<h3 id='S1'>A::1K and 1 more</h3>"), "{a}");
