@@ -99,7 +99,9 @@ impl Screen {
             "always" => true,
             "never" => false,
             other => {
-                return Err(Error::new(format!("CCL_COV_COLOR={other:?} is not a colour choice: expected auto, always or never")));
+                return Err(Error::new(format!(
+                    "CCL_COV_COLOR={other:?} is not a colour choice: expected auto, always or never"
+                )));
             }
         };
         let verbosity = match env("CCL_COV_VERBOSITY").unwrap_or_default().as_str() {
@@ -107,7 +109,9 @@ impl Screen {
             "quiet" => Verbosity::Quiet,
             "verbose" => Verbosity::Verbose,
             other => {
-                return Err(Error::new(format!("CCL_COV_VERBOSITY={other:?} is not a verbosity: expected quiet, normal or verbose")));
+                return Err(Error::new(format!(
+                    "CCL_COV_VERBOSITY={other:?} is not a verbosity: expected quiet, normal or verbose"
+                )));
             }
         };
         Ok(Screen { color, verbosity })

@@ -85,7 +85,8 @@ fn list_show_env_and_clean() {
 fn flaky_setup(once: &std::path::Path) -> support::Setup {
     setup(|v| {
         only(v, "AllReduce", &["1K"], json!([{"name": "flaky", "ranks": 2}]));
-        v["collectives"][0]["binary"] = json!(support::root().join("tests/fixtures/fail-once.sh").display().to_string());
+        v["collectives"][0]["binary"] =
+            json!(support::root().join("tests/fixtures/fail-once.sh").display().to_string());
         v["collectives"][0]["env"] =
             json!({"CCL_E2E_PERF": "{bin_dir}/all_reduce_perf", "CCL_E2E_ONCE": once.display().to_string()});
     })
@@ -148,8 +149,22 @@ fn each_format_goes_to_its_own_output_path() {
     let p = |name: &str| out.join(name).display().to_string();
     let (lcov, cob, codecov, summary) = (p("a.lcov"), p("c.xml"), p("codecov.json"), p("summary.json"));
     let args = [
-        "--lcov", "--output-path", &lcov, "--cobertura", "--output-path", &cob, "--codecov", "--output-path",
-        &codecov, "--json", "--summary-only", "--output-path", &summary, "--text", "--show-missing-lines", "-v",
+        "--lcov",
+        "--output-path",
+        &lcov,
+        "--cobertura",
+        "--output-path",
+        &cob,
+        "--codecov",
+        "--output-path",
+        &codecov,
+        "--json",
+        "--summary-only",
+        "--output-path",
+        &summary,
+        "--text",
+        "--show-missing-lines",
+        "-v",
     ];
     let report = harness(&s, "report", &args, LIMIT);
     assert!(report.success, "{}", report.text());
@@ -174,7 +189,11 @@ fn each_format_goes_to_its_own_output_path() {
     // The text summary on stdout, then the lines no trial ran; also after the totals.
     // (libtest's own lines are on stdout too: a report on stdout is #33's.)
     assert!(report.stdout.contains("\nFilename ") && report.stdout.contains("\nTOTAL "), "{}", report.stdout);
-    assert!(report.stdout.contains("\nUncovered lines:\nccl") && report.stdout.contains("\nccl/src/all_gather.cc: "), "{}", report.stdout);
+    assert!(
+        report.stdout.contains("\nUncovered lines:\nccl") && report.stdout.contains("\nccl/src/all_gather.cc: "),
+        "{}",
+        report.stdout
+    );
     assert!(report.stderr.contains("Uncovered lines:\n"), "{}", report.stderr);
     // Under its bar the report fails, and is still handed over: CI uploads the drop.
     let gated_lcov = p("gated.lcov");
@@ -209,8 +228,17 @@ fn verbose_jobs_and_help_of_the_new_options() {
     };
     let run = help("run");
     for flag in [
-        "--no-report", "--retries <N>", "--jobs <N>", "--color <WHEN>", "--quiet", "--verbose", "--text",
-        "--summary-only", "--show-missing-lines", "--codecov", "--output-path <PATH>",
+        "--no-report",
+        "--retries <N>",
+        "--jobs <N>",
+        "--color <WHEN>",
+        "--quiet",
+        "--verbose",
+        "--text",
+        "--summary-only",
+        "--show-missing-lines",
+        "--codecov",
+        "--output-path <PATH>",
     ] {
         assert!(run.contains(flag), "run --help lacks {flag}:\n{run}");
     }

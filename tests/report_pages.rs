@@ -20,9 +20,7 @@ const WIDTHS: [u32; 2] = [1000, 1400];
 fn chromium() -> &'static str {
     ["chromium", "chromium-browser", "google-chrome"]
         .into_iter()
-        .find(|c| {
-            std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(c).is_file()))
-        })
+        .find(|c| std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(c).is_file())))
         .expect("headless Chromium is needed (scripts/install-deps installs it)")
 }
 
@@ -201,13 +199,20 @@ fn the_report_pages_read_well_at_1000_and_1400_px() {
         };
         assert!(trials_cells.iter().any(|c| named(c) == 3), "no line names three trials");
         assert!(trials_cells.iter().all(|c| named(c) <= 3), "a line names more than three trials");
-        let busy = trials_cells.iter().find(|c| c["text"].as_str().unwrap().contains("+3 more")).expect("6 trials: +3 more");
+        let busy =
+            trials_cells.iter().find(|c| c["text"].as_str().unwrap().contains("+3 more")).expect("6 trials: +3 more");
         // Below the fold, but within the page's width: nothing to scroll sideways for.
         let (left, right) = (busy["box"]["x"].as_f64().unwrap(), busy["box"]["right"].as_f64().unwrap());
         assert!(left >= 0.0 && right <= f64::from(width), "{width}px: {busy}");
-        assert!(busy["box"]["h"].as_f64().unwrap() <= 3.0 * 16.0, "{width}px: three names take more than two lines: {busy}");
+        assert!(
+            busy["box"]["h"].as_f64().unwrap() <= 3.0 * 16.0,
+            "{width}px: three names take more than two lines: {busy}"
+        );
         let code = m["rows"].as_array().unwrap().iter().filter_map(|r| r.as_array()?.get(3)).nth(20).unwrap();
-        assert!(code["box"]["x"].as_f64().unwrap() < f64::from(width) / 2.0, "{width}px: the source is pushed off: {code}");
+        assert!(
+            code["box"]["x"].as_f64().unwrap() < f64::from(width) / 2.0,
+            "{width}px: the source is pushed off: {code}"
+        );
         screenshot(home, width, &attribution_page, "attribution-all_reduce.cc");
 
         // Both indexes: the same cells, colours and totals.
@@ -220,10 +225,19 @@ fn the_report_pages_read_well_at_1000_and_1400_px() {
             let text = cell["text"].as_str().unwrap();
             assert_eq!(cell["class"], expected_class(text), "{file}: {cell}");
             let llvm = &html_files.get(file).unwrap_or_else(|| panic!("{file} is not in the HTML index"))[2];
-            assert_eq!((&cell["class"], cell["text"].as_str().unwrap().trim()), (&llvm["class"], llvm["text"].as_str().unwrap().trim()), "{file}");
+            assert_eq!(
+                (&cell["class"], cell["text"].as_str().unwrap().trim()),
+                (&llvm["class"], llvm["text"].as_str().unwrap().trim()),
+                "{file}"
+            );
         }
         let totals = |m: &Value, column: usize| {
-            m["rows"].as_array().unwrap().iter().find(|r| r[0]["text"].as_str().is_some_and(|t| t.trim() == "Totals")).map(|r| r[column].clone())
+            m["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r[0]["text"].as_str().is_some_and(|t| t.trim() == "Totals"))
+                .map(|r| r[column].clone())
         };
         let (att_total, html_total) = (totals(&att, 1).expect("a totals row"), totals(&html, 2).unwrap());
         assert!(att_total["box"]["visible"] == true, "{att_total}");
@@ -246,7 +260,8 @@ fn the_report_pages_read_well_at_1000_and_1400_px() {
             assert!(body.contains("every line it covers, another trial covers too"), "{name}: {body}");
         } else {
             assert!(body.contains(&format!("{unique} of them no other trial covers")), "{name}: {body}");
-            let links: usize = m["rows"].as_array().unwrap().iter().skip(1).map(|r| r[2]["links"].as_array().unwrap().len()).sum();
+            let links: usize =
+                m["rows"].as_array().unwrap().iter().skip(1).map(|r| r[2]["links"].as_array().unwrap().len()).sum();
             assert!(links > 0, "{name}: the column of its own lines is empty");
         }
     }

@@ -232,8 +232,11 @@ impl Output {
                 }
             }
         }
-        let printed: Vec<String> =
-            targets.iter().filter(|(f, p)| p.is_none() && *f != Format::Html).map(|(f, _)| format!("--{}", f.flag())).collect();
+        let printed: Vec<String> = targets
+            .iter()
+            .filter(|(f, p)| p.is_none() && *f != Format::Html)
+            .map(|(f, _)| format!("--{}", f.flag()))
+            .collect();
         if printed.len() > 1 {
             return Err(format!(
                 "{} would all be printed: give each but one its own --output-path",

@@ -50,11 +50,8 @@ impl Progress {
             Outcome::Flaky { attempts } => format!(", passed on attempt {}", attempts + 1),
             _ => String::new(),
         };
-        let shown = if self.screen.color {
-            format!("\x1b[{colour}m{verdict:<7}\x1b[0m")
-        } else {
-            format!("{verdict:<7}")
-        };
+        let shown =
+            if self.screen.color { format!("\x1b[{colour}m{verdict:<7}\x1b[0m") } else { format!("{verdict:<7}") };
         eprintln!("ccl-coverage: [{done}/{total}] {shown} {name} ({}{flaky}{left})", short(took));
     }
 }

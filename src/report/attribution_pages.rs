@@ -347,8 +347,10 @@ pub(crate) fn source_page(page: &str, attribution_page: &str) -> String {
     static STYLE_HREF: std::sync::LazyLock<regex::Regex> =
         std::sync::LazyLock::new(|| regex::Regex::new(r"href='((?:\.\./)*)style\.css'").expect("a valid regex"));
     static COUNT: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
-        regex::Regex::new(r"(<a name='L(\d+)' href='#L\d+'><pre>\d+</pre></a></td><td class='covered-line'>)<pre>([^<]*)</pre>")
-            .expect("a valid regex")
+        regex::Regex::new(
+            r"(<a name='L(\d+)' href='#L\d+'><pre>\d+</pre></a></td><td class='covered-line'>)<pre>([^<]*)</pre>",
+        )
+        .expect("a valid regex")
     });
     let to_html = STYLE_HREF.captures(page).map_or("", |c| c.get(1).map_or("", |m| m.as_str()));
     let attribution = format!("{to_html}../attribution/{}", escape(attribution_page));

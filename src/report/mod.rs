@@ -600,11 +600,7 @@ pub(crate) fn markdown(
     ));
     let flaky: Vec<String> = results.iter().filter(|r| r.flaky).map(|r| format!("`{}`", r.trial)).collect();
     if !flaky.is_empty() {
-        md.push_str(&format!(
-            "\n**Flaky:** {} passed only on a retry: {}.\n",
-            flaky.len(),
-            flaky.join(", ")
-        ));
+        md.push_str(&format!("\n**Flaky:** {} passed only on a retry: {}.\n", flaky.len(), flaky.join(", ")));
     }
     if let Some(mixed) = Runs::of(results).mixed() {
         md.push_str(&format!("\n**Not one run:** {mixed}. Their coverage is counted.\n"));

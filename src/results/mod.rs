@@ -1102,7 +1102,10 @@ mod tests {
         writer.record(&flaky, RunBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         let junit = std::fs::read_to_string(ws.results_dir().join("junit.xml")).unwrap();
-        assert!(junit.contains("<flakyFailure ") && junit.contains("message=\"exit status 1\" type=\"FAILED\""), "{junit}");
+        assert!(
+            junit.contains("<flakyFailure ") && junit.contains("message=\"exit status 1\" type=\"FAILED\""),
+            "{junit}"
+        );
         assert!(junit.contains("the end"), "{junit}");
         let run: Value =
             serde_json::from_str(&std::fs::read_to_string(ws.results_dir().join("run.json")).unwrap()).unwrap();

@@ -33,7 +33,9 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 pub(crate) enum Outcome {
     Passed,
     /// Passed after `attempts` attempts that did not (`--retries`).
-    Flaky { attempts: usize },
+    Flaky {
+        attempts: usize,
+    },
     /// Not run, and why (it does not fit the nodes).
     Ignored(String),
     /// Failed, timed out, interrupted or not run (`Status::Failed`): the
