@@ -124,7 +124,7 @@ fn rows_by_file(m: &Value) -> std::collections::BTreeMap<String, Vec<Value>> {
         .filter_map(|r| {
             let cells = r.as_array()?.clone();
             let name = cells.first()?["text"].as_str()?.trim().to_string();
-            name.ends_with(".cc").then_some((name, cells))
+            Path::new(&name).extension().is_some_and(|e| e == "cc").then_some((name, cells))
         })
         .collect()
 }

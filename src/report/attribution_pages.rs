@@ -321,7 +321,7 @@ pub(crate) fn link_source_pages(ws: &crate::workspace::Workspace, html_dir: &Pat
             let Some(page) = name.to_str() else { continue };
             match kind {
                 Kind::Dir => stack.push(path),
-                Kind::File if page.ends_with(".html") => {
+                Kind::File if Path::new(page).extension().is_some_and(|e| e == "html") => {
                     // llvm-cov names the page of `/a/b.cc` `coverage/a/b.cc.html`.
                     let Ok(rel) = path.strip_prefix(&root) else { continue };
                     let source = format!("/{}", rel.display());
@@ -403,7 +403,11 @@ mod tests {
         let page = |name: &str| &all_pages.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no {name}")).1;
         let index = page("index.html");
         let (a_page, b_page) = (file_page_name("/src/a.cc"), file_page_name("/src/b.cc"));
-        assert!(a_page.starts_with("a.cc-") && a_page.ends_with(".html") && a_page != file_page_name("/other/a.cc"));
+        assert!(
+            a_page.starts_with("a.cc-")
+                && Path::new(&a_page).extension().is_some_and(|e| e == "html")
+                && a_page != file_page_name("/other/a.cc")
+        );
         assert!(index.contains("href='../html/style.css'") && index.contains("href='../html/index.html'"));
         assert!(index.contains(&format!("<a href='{a_page}'>a.cc</a>")) && !index.contains("/src/"), "{index}");
         assert!(index.contains("<a href='trial-A__1K__mpi.html'>A::1K::mpi</a>"), "{index}");
