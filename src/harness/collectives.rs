@@ -2,6 +2,7 @@
 //! trial, each run by the suite (`suite/`: the shared build, placement, the
 //! trial's lifecycle), with a line of progress as each ends.
 
+use crate::context::Verbosity;
 use crate::exec::interrupt;
 use crate::plan;
 use crate::suite::{Outcome, Suite};
@@ -18,6 +19,7 @@ struct Shared {
 /// `[n/M]`, each trial's verdict and duration, and the time left, one line
 /// per trial on stderr (no escape codes: it reads the same in a CI log).
 struct Progress {
+    screen: crate::context::Screen,
     /// Trials this run will run: not filtered out, not ignored.
     total: std::sync::atomic::AtomicUsize,
     done: std::sync::atomic::AtomicUsize,
@@ -27,18 +29,30 @@ struct Progress {
 impl Progress {
     fn finished(&self, name: &str, took: std::time::Duration, outcome: &Outcome) {
         let done = self.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        let verdict = match outcome {
-            Outcome::Passed => "PASS",
-            Outcome::Ignored(_) => "IGNORED",
-            Outcome::Failed(Status::Timeout, _) => "TIMEOUT",
-            Outcome::Failed(Status::Interrupted, _) => "INTERRUPTED",
-            Outcome::Failed(_, _) => "FAIL",
+        // SGR colours: green, yellow, red.
+        let (verdict, colour) = match outcome {
+            Outcome::Passed => ("PASS", 32),
+            Outcome::Flaky { .. } => ("FLAKY", 33),
+            Outcome::Ignored(_) => ("IGNORED", 33),
+            Outcome::Failed(Status::Timeout, _) => ("TIMEOUT", 31),
+            Outcome::Failed(Status::Interrupted, _) => ("INTERRUPTED", 31),
+            Outcome::Failed(_, _) => ("FAIL", 31),
         };
         let total = self.total.load(std::sync::atomic::Ordering::SeqCst).max(done);
+        // `-q`: only what did not simply pass.
+        if self.screen.verbosity == Verbosity::Quiet && matches!(outcome, Outcome::Passed) {
+            return;
+        }
         // Trials run side by side: the wall time so far per trial ended.
         let left = (done < total).then(|| self.started.elapsed().mul_f64((total - done) as f64 / done as f64));
         let left = left.map_or_else(String::new, |l| format!(", about {} left", short(l)));
-        eprintln!("ccl-coverage: [{done}/{total}] {verdict:<7} {name} ({}{left})", short(took));
+        let flaky = match outcome {
+            Outcome::Flaky { attempts } => format!(", passed on attempt {}", attempts + 1),
+            _ => String::new(),
+        };
+        let shown =
+            if self.screen.color { format!("\x1b[{colour}m{verdict:<7}\x1b[0m") } else { format!("{verdict:<7}") };
+        eprintln!("ccl-coverage: [{done}/{total}] {shown} {name} ({}{flaky}{left})", short(took));
     }
 }
 
@@ -101,6 +115,7 @@ pub fn run(args: Arguments) -> Ran {
         }
     };
     let progress = Progress {
+        screen: ctx.screen,
         total: std::sync::atomic::AtomicUsize::new(0),
         done: std::sync::atomic::AtomicUsize::new(0),
         started: std::time::Instant::now(),
@@ -119,7 +134,7 @@ pub fn run(args: Arguments) -> Ran {
                 let outcome = shared.suite.run(&spec);
                 shared.progress.finished(&spec.name, started.elapsed(), &outcome);
                 match outcome {
-                    Outcome::Passed => Ok(Completion::Completed),
+                    Outcome::Passed | Outcome::Flaky { .. } => Ok(Completion::Completed),
                     Outcome::Ignored(reason) => Ok(Completion::ignored_with(reason)),
                     Outcome::Failed(_, message) => Err(Failed::from(message)),
                 }

@@ -17,10 +17,25 @@ pub fn main() -> ExitCode {
     main_with(Arguments::from_args())
 }
 
-pub fn main_with(mut args: Arguments) -> ExitCode {
+pub fn main_with(args: Arguments) -> ExitCode {
+    run(args).code
+}
+
+/// How a report ended, for `ccl-coverage run` and `report`.
+pub struct Reported {
+    pub code: ExitCode,
+    /// Whether this report was installed whole (a failed check, a bar not
+    /// reached, still installs it): its files may be handed over, so that
+    /// CI gets the lcov of a run whose coverage dropped.
+    pub installed: bool,
+}
+
+/// The report as [`main_with`] writes it, saying whether it was installed.
+pub fn run(mut args: Arguments) -> Reported {
+    let refused = |code| Reported { code, installed: false };
     let ctx = match super::load_context() {
         Ok(ctx) => ctx,
-        Err(code) => return code,
+        Err(code) => return refused(code),
     };
     drop_trial_filter(&mut args, &Step::ALL.map(Step::name));
     interrupt::stop_commands_too();
@@ -30,7 +45,7 @@ pub fn main_with(mut args: Arguments) -> ExitCode {
     } else {
         match super::take_workspace(&ctx, super::Access::Report) {
             Ok(lock) => Some(lock),
-            Err(code) => return code,
+            Err(code) => return refused(code),
         }
     };
     let session = Arc::new(Session::new(ctx));
@@ -56,9 +71,12 @@ pub fn main_with(mut args: Arguments) -> ExitCode {
     match session.install() {
         Err(e) => {
             eprintln!("ccl-coverage: {e}");
-            ExitCode::FAILURE
+            refused(ExitCode::FAILURE)
         }
-        Ok(()) => interrupt::exit_code().map_or_else(|| conclusion.exit_code(), ExitCode::from),
+        Ok(installed) => Reported {
+            code: interrupt::exit_code().map_or_else(|| conclusion.exit_code(), ExitCode::from),
+            installed: installed && !args.list,
+        },
     }
 }
 

@@ -105,8 +105,12 @@ pub fn print_run_line() {
     let Some(run) = read(ctx.workspace.results_dir().join("run.json")) else { return };
     let n = |key: &str| run["summary"][key].as_u64().unwrap_or(0);
     let planned = crate::plan::names(ctx.config()).len() as u64;
+    let flaky = match n("flaky") {
+        0 => String::new(),
+        f => format!(" ({f} flaky: passed on a retry)"),
+    };
     let mut line = format!(
-        "ccl-coverage: {} trials: {} passed, {} failed, {} timed out, {} not run (ignored or filtered out)",
+        "ccl-coverage: {} trials: {} passed{flaky}, {} failed, {} timed out, {} not run (ignored or filtered out)",
         planned,
         n("passed"),
         n("failed"),
@@ -123,4 +127,43 @@ pub fn print_run_line() {
         ));
     }
     eprintln!("{line}");
+}
+
+/// `--show-missing-lines`: each file's lines that no trial ran, from the
+/// installed report's `coverage.lcov` (the model; its file names), as
+/// `file: 3, 7-9` under a heading, as cargo-llvm-cov lists them.
+pub fn missing_lines(report: &std::path::Path) -> Result<String> {
+    let path = report.join("coverage.lcov");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(missing_lines_of(&crate::coverage::lcov::parse_lcov(&text, &path.display().to_string())?))
+}
+
+fn missing_lines_of(lcov: &crate::coverage::lcov::Lcov) -> String {
+    let mut out = String::from("Uncovered lines:\n");
+    for (file, coverage) in &lcov.files {
+        let mut ranges: Vec<(u32, u32)> = Vec::new();
+        for (&line, _) in coverage.lines.iter().filter(|(_, hits)| **hits == 0) {
+            match ranges.last_mut() {
+                Some(last) if last.1 + 1 == line => last.1 = line,
+                _ => ranges.push((line, line)),
+            }
+        }
+        if !ranges.is_empty() {
+            out.push_str(&format!("{file}: {}\n", crate::report::attribution::ranges_text(&ranges)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn missing_lines_are_ranges_per_file_with_uncovered_lines() {
+        let lcov = crate::coverage::lcov::parse_lcov(
+            "SF:a.cc\nDA:1,1\nDA:2,0\nDA:3,0\nDA:5,0\nend_of_record\nSF:b.cc\nDA:1,4\nend_of_record\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(super::missing_lines_of(&lcov), "Uncovered lines:\na.cc: 2-3, 5\n");
+    }
 }
