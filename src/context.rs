@@ -58,11 +58,64 @@ pub(crate) struct Context {
     pub(crate) merge_overlap: bool,
     /// `CCL_COV_HEARTBEAT_S`: how often a long trial reports that it still runs.
     pub(crate) heartbeat: std::time::Duration,
+    /// `CCL_COV_RETRIES` (`--retries`): how many times a failed trial runs
+    /// again; one that passes on a later attempt is flaky (nextest's rule).
+    pub(crate) retries: u32,
+    /// What the terminal is told while trials run (`CCL_COV_COLOR`, `CCL_COV_VERBOSITY`).
+    pub(crate) screen: Screen,
     /// The executable that supervises each trial: this one (every entry
     /// point can act as the supervisor, `supervisor.rs`). `/proc/self/exe`
     /// still works when cargo rebuilds the binary during a run.
     pub(crate) supervisor: PathBuf,
     pub(crate) report: ReportSettings,
+}
+
+/// How much the terminal is told, and whether in colour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Screen {
+    /// `CCL_COV_COLOR`: `always`, or `auto` (the default) on a terminal
+    /// without `NO_COLOR`; `never` is plain text.
+    pub(crate) color: bool,
+    pub(crate) verbosity: Verbosity,
+}
+
+/// `CCL_COV_VERBOSITY` (`-q`, `-v`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Verbosity {
+    /// Failures and the final tallies only: no line per passing trial, no totals table.
+    Quiet,
+    Normal,
+    /// Also each trial's command line as it starts.
+    Verbose,
+}
+
+impl Screen {
+    fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Screen> {
+        let color = match env("CCL_COV_COLOR").unwrap_or_default().as_str() {
+            "" | "auto" => {
+                use std::io::IsTerminal;
+                env("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stderr().is_terminal()
+            }
+            "always" => true,
+            "never" => false,
+            other => {
+                return Err(Error::new(format!(
+                    "CCL_COV_COLOR={other:?} is not a colour choice: expected auto, always or never"
+                )));
+            }
+        };
+        let verbosity = match env("CCL_COV_VERBOSITY").unwrap_or_default().as_str() {
+            "" | "normal" => Verbosity::Normal,
+            "quiet" => Verbosity::Quiet,
+            "verbose" => Verbosity::Verbose,
+            other => {
+                return Err(Error::new(format!(
+                    "CCL_COV_VERBOSITY={other:?} is not a verbosity: expected quiet, normal or verbose"
+                )));
+            }
+        };
+        Ok(Screen { color, verbosity })
+    }
 }
 
 /// What the report's steps are asked to do, read from the environment once,
@@ -84,6 +137,10 @@ pub(crate) struct ReportSettings {
     pub(crate) attribution_exports: bool,
     /// `GITHUB_STEP_SUMMARY`: a file the Markdown summary is appended to.
     pub(crate) step_summary: Option<PathBuf>,
+    /// The GitHub Actions run's page (`GITHUB_SERVER_URL`, `GITHUB_REPOSITORY`,
+    /// `GITHUB_RUN_ID`), which lists its artifacts: where summary.md sends
+    /// the reader for the HTML.
+    pub(crate) ci_run_url: Option<String>,
     /// `INSTA_UPDATE` asks insta to write a config's snapshot into its project.
     pub(crate) insta_update: bool,
 }
@@ -103,6 +160,10 @@ impl ReportSettings {
             fail_on_lost: switch("CCL_COV_FAIL_ON_LOST", false)?,
             attribution_exports: switch("CCL_COV_ATTRIBUTION_EXPORTS", false)?,
             step_summary: set("GITHUB_STEP_SUMMARY").map(PathBuf::from),
+            ci_run_url: match (set("GITHUB_SERVER_URL"), set("GITHUB_REPOSITORY"), set("GITHUB_RUN_ID")) {
+                (Some(server), Some(repo), Some(run)) => Some(format!("{server}/{repo}/actions/runs/{run}")),
+                _ => None,
+            },
             insta_update: env("INSTA_UPDATE").is_some_and(|u| matches!(u.as_str(), "always" | "1" | "force")),
         })
     }
@@ -200,6 +261,9 @@ impl Context {
         let keep_raw = switch("CCL_COV_KEEP_RAW", false)?;
         let merge_overlap = switch("CCL_COV_MERGE_OVERLAP", true)?;
         let heartbeat = std::time::Duration::from_secs(number("CCL_COV_HEARTBEAT_S")?.unwrap_or(60));
+        let retries = env_names::count("CCL_COV_RETRIES", &env("CCL_COV_RETRIES").unwrap_or_default())?.unwrap_or(0);
+        let retries = u32::try_from(retries)
+            .map_err(|_| Error::new(format!("CCL_COV_RETRIES={retries} is more retries than make sense")))?;
         Ok(Context {
             root,
             loaded,
@@ -218,6 +282,8 @@ impl Context {
             keep_raw,
             merge_overlap,
             heartbeat,
+            retries,
+            screen: Screen::from_env(&env)?,
             supervisor: PathBuf::from("/proc/self/exe"),
             report: ReportSettings::from_env(&env)?,
         })
@@ -273,6 +339,7 @@ fn check_env(vars: impl IntoIterator<Item = (OsString, OsString)>, referenced: &
             ))),
             Kind::Percent => env_names::percent(&name, value).map(drop),
             Kind::Positive => env_names::positive(&name, value).map(drop),
+            Kind::Count => env_names::count(&name, value).map(drop),
             Kind::Globs => redact::Rules::with(value).map(drop),
         };
         problems.extend(checked.err().map(|e| e.to_string()));

@@ -88,6 +88,8 @@ pub(crate) enum Kind {
     Percent,
     /// A whole number above 0.
     Positive,
+    /// A whole number, 0 or more.
+    Count,
     /// Comma-separated glob patterns.
     Globs,
 }
@@ -148,6 +150,9 @@ pub(crate) const KNOWN: &[Known] = &[
     known(CGROUP, Kind::Text, "auto, on or off: each trial in a cgroup v2 of its own (default auto: where allowed)"),
     known("CCL_COV_HEARTBEAT_S", Kind::Positive, "seconds between a long trial's still-running messages"),
     known("CCL_COV_JOBS", Kind::Positive, "build parallelism, {jobs} (default: all cores)"),
+    known("CCL_COV_RETRIES", Kind::Count, "runs a failed trial again up to N times; a later pass is flaky"),
+    known("CCL_COV_COLOR", Kind::Text, "auto, always or never: colour on the terminal (default auto)"),
+    known("CCL_COV_VERBOSITY", Kind::Text, "quiet, normal or verbose: how much is said while trials run"),
     known(REDACT, Kind::Globs, "more names whose values are secrets, as glob patterns"),
     known("CCL_COV_LLVM_BIN", Kind::Text, "the LLVM bin folder the shipped configs take their clang from"),
     known("CCL_COV_ROOT", Kind::Text, "${CCL_COV_ROOT} in a config: set by the harness to its checkout, not read"),
@@ -241,6 +246,17 @@ pub(crate) fn positive(name: &str, value: &str) -> Result<Option<u64>> {
     }
 }
 
+/// A whole number, 0 or more: `None` when empty (the default applies).
+pub(crate) fn count(name: &str, value: &str) -> Result<Option<u64>> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    match value.parse::<u64>() {
+        Ok(n) => Ok(Some(n)),
+        _ => bail!("{name}={value:?} is not a number: expected a whole number, 0 or more"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,6 +302,8 @@ mod tests {
         assert_eq!(positive("N", "4"), Ok(Some(4)));
         assert!(positive("N", "0").unwrap_err().to_string().contains("expected a whole number above 0"));
         assert!(positive("N", "two").is_err() && positive("N", "-3").is_err());
+        assert_eq!((count("R", "0"), count("R", "3"), count("R", "")), (Ok(Some(0)), Ok(Some(3)), Ok(None)));
+        assert!(count("R", "-1").unwrap_err().to_string().contains("expected a whole number, 0 or more"));
         assert_eq!(switch("S", "ON"), Ok(Some(true)));
         assert_eq!(switch("S", "0"), Ok(Some(false)));
         assert!(switch("S", "yes").unwrap_err().to_string().contains("expected on or off"));

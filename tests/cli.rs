@@ -271,3 +271,171 @@ fn clean_builds_keeps_what_another_workspace_uses_and_leaves_no_lock_files() {
     assert!(cleaned.success, "{}", cleaned.text());
     assert_eq!(listed(), Vec::<String>::new(), "left in {}", builds.display());
 }
+
+/// A config whose one trial, `AllReduce::1K::flaky`, fails its first
+/// attempt (`tests/fixtures/fail-once.sh`) and passes after.
+fn flaky_setup(once: &std::path::Path) -> support::Setup {
+    setup(|v| {
+        only(v, "AllReduce", &["1K"], json!([{"name": "flaky", "ranks": 2}]));
+        v["collectives"][0]["binary"] =
+            json!(support::root().join("tests/fixtures/fail-once.sh").display().to_string());
+        v["collectives"][0]["env"] =
+            json!({"CCL_E2E_PERF": "{bin_dir}/all_reduce_perf", "CCL_E2E_ONCE": once.display().to_string()});
+    })
+}
+
+/// `--retries N`: a trial that fails once then passes is flaky, and every
+/// format says so: its result, run.json, JUnit, the progress line, the run
+/// line and summary.md. Without `--retries` it fails. `--color always`
+/// colours the verdicts, `--color never` (and a pipe, by default) does not.
+#[test]
+fn retries_name_a_flaky_pass_in_every_format_and_color_is_asked_for() {
+    let once = tempfile::tempdir().unwrap();
+    let flag = once.path().join("failed-once");
+    let s = flaky_setup(&flag);
+    let failed = harness(&s, "run", &["--no-report"], LIMIT);
+    assert!(!failed.success && failed.text().contains("FAIL    AllReduce::1K::flaky"), "{}", failed.text());
+    assert!(!failed.text().contains('\x1b'), "colour on a pipe: {}", failed.text());
+    assert!(!s.ws.join("report").exists(), "--no-report wrote a report");
+    std::fs::remove_dir(&flag).unwrap();
+
+    let ran = harness(&s, "run", &["--retries", "2", "--color", "always"], LIMIT);
+    let text = ran.text();
+    assert!(ran.success, "{text}");
+    assert!(text.contains("AllReduce::1K::flaky FAILED on attempt 1 of 3: exit status 1"), "{text}");
+    assert!(text.contains("\x1b[33mFLAKY  \x1b[0m AllReduce::1K::flaky ("), "{text}");
+    assert!(text.contains(", passed on attempt 2"), "{text}");
+    assert!(text.contains("1 passed (1 flaky: passed on a retry)"), "{text}");
+    let result = support::result(&s, "AllReduce.1K.flaky");
+    assert_eq!((&result["status"], &result["flaky"]), (&json!("PASSED"), &json!(true)), "{result:#}");
+    assert_eq!(result["attempts"][0]["status"], "FAILED", "{result:#}");
+    assert!(result["attempts"][0]["log_tail"].as_str().unwrap().contains("fail-once: failing"), "{result:#}");
+    let read = |p: &str| std::fs::read_to_string(s.ws.join(p)).unwrap();
+    let run: serde_json::Value = serde_json::from_str(&read("results/run.json")).unwrap();
+    assert_eq!((&run["summary"]["passed"], &run["summary"]["flaky"]), (&json!(1), &json!(1)), "{:#}", run["summary"]);
+    let junit = read("results/junit.xml");
+    assert!(junit.contains("<flakyFailure ") && junit.contains("message=\"exit status 1\" type=\"FAILED\""), "{junit}");
+    let md = read("report/summary.md");
+    assert!(md.contains("**Flaky:** 1 passed only on a retry: `AllReduce::1K::flaky`."), "{md}");
+
+    // No colour when asked for none, whatever libtest would do.
+    std::fs::remove_dir(&flag).unwrap();
+    let plain = harness(&s, "run", &["--retries", "1", "--color", "never"], LIMIT);
+    assert!(plain.success && plain.text().contains("FLAKY   AllReduce::1K::flaky"), "{}", plain.text());
+    assert!(!plain.text().contains('\x1b'), "{}", plain.text());
+}
+
+/// One `--output-path` per format, each after its flag; `--summary-only`
+/// with `--json`; `--text` printed with `--show-missing-lines`; Codecov's
+/// JSON; and what cannot be handed over refused before anything runs.
+#[test]
+fn each_format_goes_to_its_own_output_path() {
+    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
+    let ran = harness(&s, "run", &["-q"], LIMIT);
+    let text = ran.text();
+    assert!(ran.success, "{text}");
+    assert!(!text.contains("PASS    AllReduce::1K::one"), "-q shows passing trials: {text}");
+    assert!(!text.contains("least covered files"), "-q shows the totals table: {text}");
+    assert!(text.contains("1 of 1 trials ran: 1 passed"), "-q drops the tallies: {text}");
+    let out = s.dir.path().join("out");
+    let p = |name: &str| out.join(name).display().to_string();
+    let (lcov, cob, codecov, summary) = (p("a.lcov"), p("c.xml"), p("codecov.json"), p("summary.json"));
+    let args = [
+        "--lcov",
+        "--output-path",
+        &lcov,
+        "--cobertura",
+        "--output-path",
+        &cob,
+        "--codecov",
+        "--output-path",
+        &codecov,
+        "--json",
+        "--summary-only",
+        "--output-path",
+        &summary,
+        "--text",
+        "--show-missing-lines",
+        "-v",
+    ];
+    let report = harness(&s, "report", &args, LIMIT);
+    assert!(report.success, "{}", report.text());
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+    assert!(read(&lcov).starts_with("SF:") || read(&lcov).contains("\nSF:"), "not an lcov");
+    assert!(read(&cob).contains("<coverage "), "not Cobertura");
+    let summary: serde_json::Value = serde_json::from_str(&read(&summary)).unwrap();
+    assert!(summary["data"][0]["files"][0].get("segments").is_none(), "--summary-only gave the full export");
+    let lines = &summary["data"][0]["totals"]["lines"];
+    // Codecov's format: per file, per line, hits or "covered/total".
+    let codecov: serde_json::Value = serde_json::from_str(&read(&codecov)).unwrap();
+    let file = &codecov["coverage"]["ccl/src/all_reduce.cc"];
+    assert!(file.as_object().is_some_and(|f| !f.is_empty()), "{codecov:#}");
+    let (mut count, mut covered) = (0, 0);
+    for (_, lines) in codecov["coverage"].as_object().unwrap() {
+        for (_, hits) in lines.as_object().unwrap() {
+            count += 1;
+            covered += u64::from(hits.as_u64().is_none_or(|h| h > 0));
+        }
+    }
+    assert_eq!((json!(covered), json!(count)), (lines["covered"].clone(), lines["count"].clone()), "{lines}");
+    // The text summary on stdout, then the lines no trial ran; also after the totals.
+    // (libtest's own lines are on stdout too: a report on stdout is #33's.)
+    assert!(report.stdout.contains("\nFilename ") && report.stdout.contains("\nTOTAL "), "{}", report.stdout);
+    assert!(
+        report.stdout.contains("\nUncovered lines:\nccl") && report.stdout.contains("\nccl/src/all_gather.cc: "),
+        "{}",
+        report.stdout
+    );
+    assert!(report.stderr.contains("Uncovered lines:\n"), "{}", report.stderr);
+    // Under its bar the report fails, and is still handed over: CI uploads the drop.
+    let gated_lcov = p("gated.lcov");
+    let gated = harness(&s, "report", &["--fail-under-lines", "99.9", "--lcov", "--output-path", &gated_lcov], LIMIT);
+    assert!(!gated.success && gated.text().contains("report::thresholds"), "{}", gated.text());
+    assert!(read(&gated_lcov).contains("SF:ccl/src/"), "the report under its bar was not handed over");
+    // Two formats with nowhere to go but stdout, or a path for no format.
+    for bad in [&["--lcov", "--cobertura"][..], &["--output-path", "x", "--lcov", "--json"]] {
+        let refused = harness(&s, "report", bad, LIMIT);
+        assert_eq!(refused.code, Some(2), "{bad:?}: {}", refused.text());
+        assert!(!refused.text().contains("report::merge"), "{bad:?} ran the report: {}", refused.text());
+    }
+}
+
+/// `-v` names each trial's command as it starts; `--jobs` reaches the
+/// build's `{jobs}` (shown by the dry run); every new option is in `--help`.
+#[test]
+fn verbose_jobs_and_help_of_the_new_options() {
+    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
+    let ran = harness(&s, "run", &["-v", "--no-report"], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    assert!(ran.text().contains("ccl-coverage: AllReduce::1K::one starts: "), "{}", ran.text());
+    assert!(ran.text().contains("all_reduce_perf -c 1 -d all"), "{}", ran.text());
+    let dry = harness(&s, "run", &["--jobs", "3", "--dry-run"], LIMIT);
+    assert!(dry.success && dry.stdout.contains("--parallel 3"), "{}", dry.text());
+    let bad = harness(&s, "run", &["--retries=many", "--dry-run"], LIMIT);
+    assert_eq!(bad.code, Some(2), "{}", bad.text());
+    let help = |sub: &str| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
+        cmd.args([sub, "--help"]);
+        String::from_utf8_lossy(&output_within(cmd, LIMIT).stdout).into_owned()
+    };
+    let run = help("run");
+    for flag in [
+        "--no-report",
+        "--retries <N>",
+        "--jobs <N>",
+        "--color <WHEN>",
+        "--quiet",
+        "--verbose",
+        "--text",
+        "--summary-only",
+        "--show-missing-lines",
+        "--codecov",
+        "--output-path <PATH>",
+    ] {
+        assert!(run.contains(flag), "run --help lacks {flag}:\n{run}");
+    }
+    let report = help("report");
+    for flag in ["--codecov", "--text", "--show-missing-lines", "--color <WHEN>", "--quiet"] {
+        assert!(report.contains(flag), "report --help lacks {flag}:\n{report}");
+    }
+}

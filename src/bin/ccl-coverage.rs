@@ -125,28 +125,252 @@ struct Gates {
     ignore_filename_regex: Option<String>,
 }
 
-/// What to hand over once the report is written: copied to --output-path,
-/// else printed (lcov, json, cobertura) or named (html).
+/// What to hand over once the report is written: each chosen format copied
+/// to the --output-path given after it, else printed (one at most) or, for
+/// html, named.
 #[derive(Args)]
 struct Output {
     /// The lcov report (report/coverage.lcov).
-    #[arg(long, group = "out")]
+    #[arg(long)]
     lcov: bool,
     /// The HTML report (report/html).
-    #[arg(long, group = "out")]
+    #[arg(long)]
     html: bool,
-    /// llvm-cov's JSON export (report/coverage.json).
-    #[arg(long, group = "out")]
+    /// llvm-cov's JSON export (report/coverage.json; with --summary-only, report/summary.json).
+    #[arg(long)]
     json: bool,
     /// The Cobertura XML report (report/cobertura.xml).
-    #[arg(long, group = "out")]
+    #[arg(long)]
     cobertura: bool,
-    /// Where to copy the chosen report.
-    #[arg(long, value_name = "PATH", requires = "out")]
-    output_path: Option<PathBuf>,
+    /// Codecov's JSON coverage format (report/codecov.json).
+    #[arg(long)]
+    codecov: bool,
+    /// The per-file text summary, llvm-cov report's columns (report/summary.txt).
+    #[arg(long)]
+    text: bool,
+    /// Only the summary: with --json, report/summary.json; otherwise the text summary, as --text.
+    #[arg(long)]
+    summary_only: bool,
+    /// After the totals (and at the end of --text): each file's lines that no trial ran.
+    #[arg(long)]
+    show_missing_lines: bool,
+    /// Where to copy the format named before it; one per format, e.g.
+    /// --lcov --output-path lcov.info --cobertura --output-path cobertura.xml.
+    #[arg(long, value_name = "PATH")]
+    output_path: Vec<PathBuf>,
     /// Open the HTML report in a browser (xdg-open) once written.
     #[arg(long)]
     open: bool,
+}
+
+/// A report format the command line hands over.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Format {
+    Lcov,
+    Html,
+    Json,
+    Cobertura,
+    Codecov,
+    Text,
+}
+
+impl Format {
+    /// The option that asks for it (also its clap id, with `_` for `-`).
+    fn flag(self) -> &'static str {
+        match self {
+            Format::Lcov => "lcov",
+            Format::Html => "html",
+            Format::Json => "json",
+            Format::Cobertura => "cobertura",
+            Format::Codecov => "codecov",
+            Format::Text => "text",
+        }
+    }
+}
+
+/// Each chosen format and where it goes (`None`: stdout, or named for html).
+type Targets = Vec<(Format, Option<PathBuf>)>;
+
+impl Output {
+    /// Whether a report will be printed on stdout (the HTML one's path too).
+    fn to_stdout(targets: &Targets) -> bool {
+        targets.iter().any(|(_, to)| to.is_none())
+    }
+
+    fn chosen(&self) -> Vec<Format> {
+        let text = self.text || (self.summary_only && !self.json);
+        [
+            (self.lcov, Format::Lcov),
+            (self.html, Format::Html),
+            (self.json, Format::Json),
+            (self.cobertura, Format::Cobertura),
+            (self.codecov, Format::Codecov),
+            (text, Format::Text),
+        ]
+        .into_iter()
+        .filter_map(|(on, f)| on.then_some(f))
+        .collect()
+    }
+
+    /// Pairs each --output-path with the format flag given before it on the
+    /// command line (one format and one path pair whatever their order), and
+    /// refuses what cannot be handed over: a path before any format, two for
+    /// one format, or more than one format for stdout.
+    fn targets(&self, m: &ArgMatches) -> Result<Targets, String> {
+        let chosen = self.chosen();
+        let index = |f: Format| {
+            let id = if f == Format::Text && !self.text { "summary_only" } else { f.flag() };
+            (m.value_source(id) == Some(ValueSource::CommandLine)).then(|| m.index_of(id)).flatten().unwrap_or(0)
+        };
+        let paths: Vec<(usize, PathBuf)> = match m.indices_of("output_path") {
+            Some(at) => at.zip(self.output_path.iter().cloned()).collect(),
+            None => Vec::new(),
+        };
+        let mut targets: Targets = chosen.iter().map(|&f| (f, None)).collect();
+        if let ([_], [(_, path)]) = (chosen.as_slice(), paths.as_slice()) {
+            targets[0].1 = Some(path.clone());
+        } else {
+            for (at, path) in paths {
+                let owner = targets.iter_mut().filter(|(f, _)| index(*f) < at).max_by_key(|(f, _)| index(*f));
+                match owner {
+                    None => {
+                        return Err(format!(
+                            "--output-path {} names no format: give it after the format it is for (--lcov, --html, --json, --cobertura, --codecov, --text)",
+                            path.display()
+                        ));
+                    }
+                    Some((f, Some(first))) => {
+                        return Err(format!(
+                            "--{} has two --output-paths ({} and {}): one per format",
+                            f.flag(),
+                            first.display(),
+                            path.display()
+                        ));
+                    }
+                    Some((_, slot)) => *slot = Some(path),
+                }
+            }
+        }
+        let printed: Vec<String> = targets
+            .iter()
+            .filter(|(f, p)| p.is_none() && *f != Format::Html)
+            .map(|(f, _)| format!("--{}", f.flag()))
+            .collect();
+        if printed.len() > 1 {
+            return Err(format!(
+                "{} would all be printed: give each but one its own --output-path",
+                printed.join(", ")
+            ));
+        }
+        Ok(targets)
+    }
+
+    /// Hands over the chosen reports, and opens the HTML one if asked.
+    fn deliver(&self, targets: &Targets, report: &Path) -> ExitCode {
+        let missing = || tools::missing_lines(report).map_err(|e| e.to_string());
+        if self.show_missing_lines {
+            match missing() {
+                Ok(text) => eprint!("{text}"),
+                Err(e) => {
+                    eprintln!("ccl-coverage: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        for (format, to) in targets {
+            let path = report.join(match format {
+                Format::Lcov => "coverage.lcov",
+                Format::Html => "html",
+                Format::Json if self.summary_only => "summary.json",
+                Format::Json => "coverage.json",
+                Format::Cobertura => "cobertura.xml",
+                Format::Codecov => "codecov.json",
+                Format::Text => "summary.txt",
+            });
+            let read = || -> Result<String, String> {
+                let mut text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+                if *format == Format::Text && self.show_missing_lines {
+                    text.push('\n');
+                    text.push_str(&missing()?);
+                }
+                Ok(text)
+            };
+            let delivered = match (to, format) {
+                (None, Format::Html) => {
+                    println!("{}", path.join("index.html").display());
+                    Ok(())
+                }
+                (None, _) => read().map(|text| print!("{text}")),
+                (Some(to), Format::Html) => copy_all(&path, to).map_err(|e| e.to_string()),
+                (Some(to), _) => read().and_then(|text| write_file(to, &text).map_err(|e| e.to_string())),
+            };
+            match delivered {
+                Ok(()) => {
+                    if let Some(to) = to {
+                        eprintln!("ccl-coverage: wrote {}", to.display());
+                    }
+                }
+                Err(e) => {
+                    eprintln!("ccl-coverage: cannot hand over {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        if self.open {
+            let index = report.join("html/index.html");
+            // The report was written: no browser here is no failure of the run.
+            let opened = ccl_coverage::exec::process::Cmd::new("xdg-open").arg(&index).read();
+            if let Err(e) = opened {
+                eprintln!("ccl-coverage: warning: cannot open {} ({e}); open it yourself", index.display());
+            }
+        }
+        ExitCode::SUCCESS
+    }
+}
+
+/// What the terminal is told.
+#[derive(Args)]
+struct Display {
+    /// Colour on the terminal: auto (on a terminal, without NO_COLOR), always or never.
+    #[arg(long, env = "CCL_COV_COLOR", value_enum, value_name = "WHEN")]
+    color: Option<Color>,
+    /// Say less: no line per passing trial, no totals table (failures and the tallies stay).
+    #[arg(short, long, conflicts_with = "verbose")]
+    quiet: bool,
+    /// Say more: each trial's command line as it starts.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
+impl Display {
+    /// Sets the variables, and adds libtest's own options to `argv`.
+    fn apply(&self, argv: &mut Vec<String>) {
+        let color = self.color.map(|c| match c {
+            Color::Auto => "auto",
+            Color::Always => "always",
+            Color::Never => "never",
+        });
+        set("CCL_COV_COLOR", color);
+        if let Some(color) = color {
+            argv.extend(["--color".to_string(), color.to_string()]);
+        }
+        if self.quiet {
+            set("CCL_COV_VERBOSITY", Some("quiet"));
+            // libtest's --quiet is its terse format, which --format overrides.
+            if !argv.iter().any(|a| a == "--format") {
+                argv.push("--quiet".into());
+            }
+        } else if self.verbose {
+            set("CCL_COV_VERBOSITY", Some("verbose"));
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -170,6 +394,17 @@ struct Run {
     /// Print what would run and run nothing; `--dry-run=json` for JSON.
     #[arg(long, num_args = 0..=1, default_missing_value = "1", require_equals = true, value_name = "json")]
     dry_run: Option<String>,
+    /// Run the trials, write no report (`ccl-coverage report` writes it later).
+    #[arg(long, conflicts_with_all = ["lcov", "html", "json", "cobertura", "codecov", "text", "summary_only", "show_missing_lines", "open"])]
+    no_report: bool,
+    /// Run a trial that did not pass again, up to N times; one that then passes is flaky, and said so everywhere.
+    #[arg(long, env = "CCL_COV_RETRIES", value_name = "N")]
+    retries: Option<String>,
+    /// Build parallelism: the config's {jobs} (default: all cores).
+    #[arg(short, long, env = "CCL_COV_JOBS", value_name = "N")]
+    jobs: Option<String>,
+    #[command(flatten)]
+    display: Display,
     #[command(flatten)]
     gates: Gates,
     #[command(flatten)]
@@ -188,6 +423,8 @@ struct Report {
     /// List the report steps.
     #[arg(long)]
     list: bool,
+    #[command(flatten)]
+    display: Display,
     #[command(flatten)]
     gates: Gates,
     #[command(flatten)]
@@ -288,8 +525,11 @@ impl Select {
 
 /// The options that set a harness variable, by argument id: a message
 /// about the setting names the option (`--fail-under-lines 80`).
-const OPTIONS: [(&str, &str, &str); 12] = [
+const OPTIONS: [(&str, &str, &str); 15] = [
     ("config", "CCL_COV_CONFIG", "--config"),
+    ("retries", "CCL_COV_RETRIES", "--retries"),
+    ("jobs", "CCL_COV_JOBS", "--jobs"),
+    ("color", "CCL_COV_COLOR", "--color"),
     ("workspace", "CCL_COV_WORKSPACE", "--workspace"),
     ("device_coverage", "CCL_COV_DEVICE_COVERAGE", "--device-coverage"),
     ("dry_run", "CCL_COV_DRY_RUN", "--dry-run"),
@@ -333,46 +573,12 @@ fn stdout_on_stderr<T>(on: bool, f: impl FnOnce() -> T) -> T {
     f()
 }
 
-impl Output {
-    /// Whether a report will be printed on stdout.
-    fn to_stdout(&self) -> bool {
-        self.output_path.is_none() && (self.lcov || self.html || self.json || self.cobertura)
+/// Writes `text` to `to`, making its folder.
+fn write_file(to: &Path, text: &str) -> std::io::Result<()> {
+    if let Some(parent) = to.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
     }
-
-    /// Hands over the chosen report, and opens the HTML one if asked.
-    fn deliver(&self, report: &Path) -> ExitCode {
-        let chosen = [
-            (self.lcov, "coverage.lcov"),
-            (self.html, "html"),
-            (self.json, "coverage.json"),
-            (self.cobertura, "cobertura.xml"),
-        ]
-        .into_iter()
-        .find_map(|(on, name)| on.then(|| report.join(name)));
-        if let Some(path) = chosen {
-            let delivered = match (&self.output_path, self.html) {
-                (Some(to), _) => copy_all(&path, to).map(|()| eprintln!("ccl-coverage: wrote {}", to.display())),
-                (None, true) => {
-                    println!("{}", path.join("index.html").display());
-                    Ok(())
-                }
-                (None, false) => std::fs::read_to_string(&path).map(|text| print!("{text}")),
-            };
-            if let Err(e) = delivered {
-                eprintln!("ccl-coverage: cannot hand over {}: {e}", path.display());
-                return ExitCode::FAILURE;
-            }
-        }
-        if self.open {
-            let index = report.join("html/index.html");
-            // The report was written: no browser here is no failure of the run.
-            let opened = ccl_coverage::exec::process::Cmd::new("xdg-open").arg(&index).read();
-            if let Err(e) = opened {
-                eprintln!("ccl-coverage: warning: cannot open {} ({e}); open it yourself", index.display());
-            }
-        }
-        ExitCode::SUCCESS
-    }
+    std::fs::write(to, text)
 }
 
 /// Copies a file, or a folder with everything in it.
@@ -396,16 +602,20 @@ fn worst(a: ExitCode, b: ExitCode) -> ExitCode {
     if a == ExitCode::SUCCESS { b } else { a }
 }
 
+/// A command line that cannot be carried out, said before anything runs.
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("ccl-coverage: {message}");
+    ExitCode::from(2)
+}
+
 fn main() -> ExitCode {
     if let Some(code) = ccl_coverage::exec::supervisor::run_if_requested() {
         return code;
     }
     let matches = Cli::command().get_matches();
     note_options(&matches);
-    let cli = match Cli::from_arg_matches(&matches) {
-        Ok(cli) => cli,
-        Err(e) => e.exit(),
-    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let sub = matches.subcommand().map(|(_, m)| m);
     let trial_filter = || set(env_names::TRIAL_FILTER, Some("1"));
     match cli.command {
         Command::Collectives { args } => {
@@ -417,6 +627,10 @@ fn main() -> ExitCode {
             coverage_report::main_with(Selection::parse(argv), Intent::from_env())
         }
         Command::Run(run) => {
+            let targets = match sub.map(|m| run.output.targets(m)).unwrap_or_else(|| Ok(Vec::new())) {
+                Ok(t) => t,
+                Err(e) => return usage_error(&e),
+            };
             run.place.apply();
             run.gates.apply();
             trial_filter();
@@ -429,8 +643,15 @@ fn main() -> ExitCode {
                 }),
             );
             set("CCL_COV_DRY_RUN", run.dry_run.as_ref());
-            let selection = run.select.selection(Some(&run.libtest));
-            let (code, report_dir) = stdout_on_stderr(run.output.to_stdout() && run.dry_run.is_none(), || {
+            set("CCL_COV_RETRIES", run.retries.as_ref());
+            set("CCL_COV_JOBS", run.jobs.as_ref());
+            let mut argv = run.select.argv(Some(&run.libtest));
+            let mut report_argv = vec!["ccl-coverage".to_string()];
+            run.display.apply(&mut argv);
+            run.display.apply(&mut report_argv);
+            let selection = Selection::parse(argv);
+            let to_stdout = Output::to_stdout(&targets) && run.dry_run.is_none() && !run.no_report;
+            let (code, report_dir) = stdout_on_stderr(to_stdout, || {
                 let ran = collectives::run(&selection, Intent::Trials);
                 // Refused (the workspace in use, a wrong config, no trial
                 // matched): what the workspace holds is another run's, not
@@ -438,30 +659,41 @@ fn main() -> ExitCode {
                 if run.dry_run.is_some() || !ran.ran {
                     return (ran.code, None);
                 }
+                if run.no_report {
+                    tools::print_run_line();
+                    return (ran.code, None);
+                }
                 // The report covers what the workspace holds, whatever the trials did.
-                let report = coverage_report::after_run();
+                let report = coverage_report::after_run(&Selection::parse(report_argv));
                 tools::print_run_line();
-                (worst(ran.code, report), tools::report_dir().filter(|_| report == ExitCode::SUCCESS))
+                // Also when a bar was not reached: CI uploads the lcov of a drop.
+                (worst(ran.code, report.code), tools::report_dir().filter(|_| report.installed))
             });
             match report_dir {
-                Some(dir) => worst(code, run.output.deliver(&dir)),
+                Some(dir) => worst(code, run.output.deliver(&targets, &dir)),
                 None => code,
             }
         }
         Command::Report(report) => {
+            let targets = match sub.map(|m| report.output.targets(m)).unwrap_or_else(|| Ok(Vec::new())) {
+                Ok(t) => t,
+                Err(e) => return usage_error(&e),
+            };
             report.place.apply();
             report.gates.apply();
-            let code = stdout_on_stderr(report.output.to_stdout() && !report.list, || {
-                let mut selection = report.select.selection(Some(&report.libtest));
+            let mut argv = report.select.argv(Some(&report.libtest));
+            report.display.apply(&mut argv);
+            let reported = stdout_on_stderr(Output::to_stdout(&targets) && !report.list, || {
+                let mut selection = Selection::parse(argv);
                 selection.args.list = report.list;
-                coverage_report::main_with(selection, Intent::Steps)
+                coverage_report::run(&selection, Intent::Steps)
             });
-            if report.list || code != ExitCode::SUCCESS {
-                return code;
+            if report.list || !reported.installed {
+                return reported.code;
             }
             match tools::report_dir() {
-                Some(dir) => report.output.deliver(&dir),
-                None => code,
+                Some(dir) => worst(reported.code, report.output.deliver(&targets, &dir)),
+                None => reported.code,
             }
         }
         Command::List(list) => {

@@ -3,6 +3,7 @@
 //! trial's lifecycle), with a line of progress as each ends.
 
 use super::select::{Intent, Selection};
+use crate::context::Verbosity;
 use crate::exec::interrupt;
 use crate::plan;
 use crate::suite::{Outcome, Suite};
@@ -19,6 +20,7 @@ struct Shared {
 /// `[n/M]`, each trial's verdict and duration, and the time left, one line
 /// per trial on stderr (no escape codes: it reads the same in a CI log).
 struct Progress {
+    screen: crate::context::Screen,
     /// Trials this run will run: not filtered out, not ignored.
     total: std::sync::atomic::AtomicUsize,
     done: std::sync::atomic::AtomicUsize,
@@ -29,7 +31,9 @@ impl Progress {
     /// `since`: when the build was ready, so that its time is not taken for
     /// the trials' (the first trial's estimate would include it).
     fn finished(&self, name: &str, took: std::time::Duration, since: Option<std::time::Instant>, outcome: &Outcome) {
-        eprintln!("{}", self.line(name, took, since, outcome));
+        if let Some(line) = self.line(name, took, since, outcome) {
+            eprintln!("{line}");
+        }
     }
 
     fn line(
@@ -38,21 +42,33 @@ impl Progress {
         took: std::time::Duration,
         since: Option<std::time::Instant>,
         outcome: &Outcome,
-    ) -> String {
+    ) -> Option<String> {
         let done = self.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        let verdict = match outcome {
-            Outcome::Passed => "PASS",
-            Outcome::Ignored(_) => "IGNORED",
-            Outcome::Failed(Status::Timeout, _) => "TIMEOUT",
-            Outcome::Failed(Status::Interrupted, _) => "INTERRUPTED",
-            Outcome::Failed(_, _) => "FAIL",
+        // SGR colours: green, yellow, red.
+        let (verdict, colour) = match outcome {
+            Outcome::Passed => ("PASS", 32),
+            Outcome::Flaky { .. } => ("FLAKY", 33),
+            Outcome::Ignored(_) => ("IGNORED", 33),
+            Outcome::Failed(Status::Timeout, _) => ("TIMEOUT", 31),
+            Outcome::Failed(Status::Interrupted, _) => ("INTERRUPTED", 31),
+            Outcome::Failed(_, _) => ("FAIL", 31),
         };
         let total = self.total.load(std::sync::atomic::Ordering::SeqCst).max(done);
+        // `-q`: only what did not simply pass.
+        if self.screen.verbosity == Verbosity::Quiet && matches!(outcome, Outcome::Passed) {
+            return None;
+        }
         // Trials run side by side: the wall time so far per trial ended.
         let since = since.map_or(self.started, |ready| ready.max(self.started));
         let left = (done < total).then(|| since.elapsed().mul_f64((total - done) as f64 / done as f64));
         let left = left.map_or_else(String::new, |l| format!(", about {} left", short(l)));
-        format!("ccl-coverage: [{done}/{total}] {verdict:<7} {name} ({}{left})", short(took))
+        let flaky = match outcome {
+            Outcome::Flaky { attempts } => format!(", passed on attempt {}", attempts + 1),
+            _ => String::new(),
+        };
+        let shown =
+            if self.screen.color { format!("\x1b[{colour}m{verdict:<7}\x1b[0m") } else { format!("{verdict:<7}") };
+        Some(format!("ccl-coverage: [{done}/{total}] {shown} {name} ({}{flaky}{left})", short(took)))
     }
 }
 
@@ -115,6 +131,7 @@ pub fn run(selection: &Selection, intent: Intent) -> Ran {
         return refused(super::dry_run::print(&ctx, &specs, &args));
     }
     let progress = Progress {
+        screen: ctx.screen,
         total: std::sync::atomic::AtomicUsize::new(0),
         done: std::sync::atomic::AtomicUsize::new(0),
         started: std::time::Instant::now(),
@@ -134,7 +151,7 @@ pub fn run(selection: &Selection, intent: Intent) -> Ran {
                 let began = ready.map_or(started, |r| r.max(started));
                 shared.progress.finished(&spec.name, began.elapsed(), ready, &outcome);
                 match outcome {
-                    Outcome::Passed => Ok(Completion::Completed),
+                    Outcome::Passed | Outcome::Flaky { .. } => Ok(Completion::Completed),
                     Outcome::Ignored(reason) => Ok(Completion::ignored_with(reason)),
                     Outcome::Failed(_, message) => Err(Failed::from(message)),
                 }
@@ -213,14 +230,15 @@ mod tests {
     fn the_time_left_leaves_the_build_out() {
         let now = Instant::now();
         let progress = Progress {
+            screen: crate::context::Screen { color: false, verbosity: Verbosity::Normal },
             total: std::sync::atomic::AtomicUsize::new(3),
             done: std::sync::atomic::AtomicUsize::new(0),
             started: now.checked_sub(Duration::from_secs(600)).unwrap(),
         };
         let ready = now.checked_sub(Duration::from_secs(2)).unwrap();
-        let line = progress.line("A::1K::ring", Duration::from_secs(2), Some(ready), &Outcome::Passed);
+        let line = progress.line("A::1K::ring", Duration::from_secs(2), Some(ready), &Outcome::Passed).unwrap();
         assert!(line.starts_with("ccl-coverage: [1/3] PASS    A::1K::ring (2.00s, about 4."), "{line}");
-        let line = progress.line("A::1K::mpi", Duration::from_secs(1), None, &Outcome::Passed);
+        let line = progress.line("A::1K::mpi", Duration::from_secs(1), None, &Outcome::Passed).unwrap();
         assert!(line.contains("about 5m"), "without a build, from the start: {line}");
         assert_eq!(short(Duration::from_secs(4000)), "1h06m");
     }

@@ -22,19 +22,35 @@ pub fn main() -> ExitCode {
 }
 
 pub fn main_with(selection: Selection, intent: Intent) -> ExitCode {
-    report(&selection, intent, false)
+    run(&selection, intent).code
 }
 
-/// `ccl-coverage run`'s report, after its trials: every step; the run's
-/// last line says which results it covers, so the report does not.
-pub fn after_run() -> ExitCode {
-    report(&Selection::parse(["ccl-coverage".to_string()]), Intent::Trials, true)
+/// How a report ended, for `ccl-coverage run` and `report`.
+pub struct Reported {
+    pub code: ExitCode,
+    /// Whether this report was installed whole (a failed check, a bar not
+    /// reached, still installs it): its files may be handed over, so that
+    /// CI gets the lcov of a run whose coverage dropped.
+    pub installed: bool,
 }
 
-fn report(selection: &Selection, intent: Intent, after_run: bool) -> ExitCode {
+/// The report as [`main_with`] writes it, saying whether it was installed.
+pub fn run(selection: &Selection, intent: Intent) -> Reported {
+    report(selection, intent, false)
+}
+
+/// `ccl-coverage run`'s report, after its trials: every step (`display`:
+/// libtest's `--color` and `--quiet`); the run's last line says which
+/// results it covers, so the report does not.
+pub fn after_run(display: &Selection) -> Reported {
+    report(display, Intent::Trials, true)
+}
+
+fn report(selection: &Selection, intent: Intent, after_run: bool) -> Reported {
+    let refused = |code| Reported { code, installed: false };
     let ctx = match super::load_context() {
         Ok(ctx) => ctx,
-        Err(code) => return code,
+        Err(code) => return refused(code),
     };
     let names = Step::ALL.map(Step::name);
     let selection = match intent {
@@ -48,7 +64,7 @@ fn report(selection: &Selection, intent: Intent, after_run: bool) -> ExitCode {
         Intent::Steps => {
             if let Some(why) = selection.refusal("report step", &names) {
                 eprintln!("ccl-coverage: {why}; `ccl-coverage report --list` names every step");
-                return ExitCode::from(2);
+                return refused(ExitCode::from(2));
             }
             selection.clone()
         }
@@ -59,7 +75,7 @@ fn report(selection: &Selection, intent: Intent, after_run: bool) -> ExitCode {
     // A place no workspace may be is refused before anything there is read.
     let place = super::check_place(&ctx);
     if let (Err(code), false) = (place, args.list) {
-        return code;
+        return refused(code);
     }
     let inputs = if place.is_ok() { Inputs::read(&ctx) } else { Inputs::default() };
     let mut session = Session::new(ctx);
@@ -110,15 +126,18 @@ fn report(selection: &Selection, intent: Intent, after_run: bool) -> ExitCode {
     } else {
         match super::take_workspace(&session.ctx, super::Access::Report) {
             Ok(lock) => Some(lock),
-            Err(code) => return code,
+            Err(code) => return refused(code),
         }
     };
     let conclusion = libtest_mimic::run(&args, trials);
     match session.install() {
         Err(e) => {
             eprintln!("ccl-coverage: {e}");
-            ExitCode::FAILURE
+            refused(ExitCode::FAILURE)
         }
-        Ok(()) => interrupt::exit_code().map_or_else(|| conclusion.exit_code(), ExitCode::from),
+        Ok(installed) => Reported {
+            code: interrupt::exit_code().map_or_else(|| conclusion.exit_code(), ExitCode::from),
+            installed: installed && !args.list,
+        },
     }
 }

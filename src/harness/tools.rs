@@ -160,8 +160,12 @@ pub fn print_run_line() {
     let this: Vec<&crate::results::TrialResult> = run.trials.iter().filter(|t| run.ran.contains(&t.trial)).collect();
     let count = |status: Status| this.iter().filter(|t| t.status == status).count();
     let planned = crate::plan::names(ctx.config()).len();
+    let flaky = match this.iter().filter(|t| t.flaky).count() {
+        0 => String::new(),
+        f => format!(" ({f} flaky: passed on a retry)"),
+    };
     let mut line = format!(
-        "ccl-coverage: {} of {planned} trials ran: {} passed, {} failed, {} timed out",
+        "ccl-coverage: {} of {planned} trials ran: {} passed{flaky}, {} failed, {} timed out",
         this.len(),
         count(Status::Passed),
         count(Status::Failed),
@@ -238,4 +242,43 @@ pub fn list(selection: &Selection, format: ListFormat) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// `--show-missing-lines`: each file's lines that no trial ran, from the
+/// installed report's `coverage.lcov` (the model; its file names), as
+/// `file: 3, 7-9` under a heading, as cargo-llvm-cov lists them.
+pub fn missing_lines(report: &std::path::Path) -> Result<String> {
+    let path = report.join("coverage.lcov");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(missing_lines_of(&crate::coverage::lcov::parse_lcov(&text, &path.display().to_string())?))
+}
+
+fn missing_lines_of(lcov: &crate::coverage::lcov::Lcov) -> String {
+    let mut out = String::from("Uncovered lines:\n");
+    for (file, coverage) in &lcov.files {
+        let mut ranges: Vec<(u32, u32)> = Vec::new();
+        for (&line, _) in coverage.lines.iter().filter(|(_, hits)| **hits == 0) {
+            match ranges.last_mut() {
+                Some(last) if last.1 + 1 == line => last.1 = line,
+                _ => ranges.push((line, line)),
+            }
+        }
+        if !ranges.is_empty() {
+            out.push_str(&format!("{file}: {}\n", crate::report::attribution::ranges_text(&ranges)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn missing_lines_are_ranges_per_file_with_uncovered_lines() {
+        let lcov = crate::coverage::lcov::parse_lcov(
+            "SF:a.cc\nDA:1,1\nDA:2,0\nDA:3,0\nDA:5,0\nend_of_record\nSF:b.cc\nDA:1,4\nend_of_record\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(super::missing_lines_of(&lcov), "Uncovered lines:\na.cc: 2-3, 5\n");
+    }
 }

@@ -298,8 +298,12 @@ pub(crate) fn top_unique(summaries: &[TrialSummary], n: usize) -> Vec<&TrialSumm
     top
 }
 
-/// The Markdown section of `summary.md` for attribution.
-pub(crate) fn markdown(summaries: &[TrialSummary]) -> String {
+/// The Markdown section of `summary.md` for attribution. It names the
+/// pages rather than linking them: the summary is also shown on the CI
+/// job's page (`$GITHUB_STEP_SUMMARY`), where a relative link is dead; in
+/// CI the pages are in the job's report artifact, on the run's page
+/// (`run_url`).
+pub(crate) fn markdown(summaries: &[TrialSummary], run_url: Option<&str>) -> String {
     let mut md = String::from("\n### Trials that add the most unique lines\n\n");
     let top = top_unique(summaries, 5);
     if top.is_empty() {
@@ -313,10 +317,14 @@ pub(crate) fn markdown(summaries: &[TrialSummary]) -> String {
             ));
         }
     }
-    md.push_str(
-        "\nWhich trial covered which line: [attribution/index.html](attribution/index.html) \
-         (`ccl-coverage who-covers FILE:LINE`); a smaller suite with the same coverage: `minimal-suite.json`.\n",
-    );
+    let artifact = match run_url {
+        Some(url) => format!("in CI, in the report artifact of [this run]({url})"),
+        None => "in CI, in the job's report artifact".to_string(),
+    };
+    md.push_str(&format!(
+        "\nWhich trial covered which line: `report/attribution/index.html` in the workspace ({artifact}), \
+         or `ccl-coverage who-covers FILE:LINE`; a smaller suite with the same coverage: `report/minimal-suite.json`.\n"
+    ));
     md
 }
 
@@ -398,7 +406,10 @@ pub(crate) mod tests {
         let summaries = trial_summaries(&[t0, t1]);
         assert_eq!((summaries[0].unique_lines, summaries[1].unique_lines), (0, 1));
         assert_eq!(top_unique(&summaries, 5).iter().map(|s| s.trial.as_str()).collect::<Vec<_>>(), ["A::1K::mpi"]);
-        assert!(markdown(&summaries).contains("| `A::1K::mpi` | 1 | 0 |"));
+        assert!(markdown(&summaries, None).contains("| `A::1K::mpi` | 1 | 0 |"));
+        let md = markdown(&summaries, Some("https://github.com/o/r/actions/runs/7"));
+        assert!(md.contains("in the report artifact of [this run](https://github.com/o/r/actions/runs/7)"), "{md}");
+        assert!(!md.contains("](attribution/"), "a relative link is dead on the job's page: {md}");
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! per trial (the lines no other trial covers, by file). File names are
 //! relative to the source roots.
 
+use crate::coverage::llvm_export::Metric;
 use crate::report::attribution::{Attribution, expand, ranges_text};
+use crate::report::html_index;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
@@ -42,7 +44,8 @@ fn head(title: &str) -> String {
         "<!doctype html><html><head><meta name='viewport' content='width=device-width,initial-scale=1'>\
          <meta charset='UTF-8'><title>{}</title><link rel='stylesheet' type='text/css' href='../html/style.css'>\
          <style>tr:target td{{background-color:#ff06}} td.trials{{text-align:right;padding:0 1em}} \
-         td.trials a{{text-decoration:none}} .light-row td{{padding:0 .6em}}</style></head><body>",
+         td.trials a{{text-decoration:none}} td.who{{min-width:26em;max-width:32em;font-size:85%;color:#06d}} \
+         td.who a{{text-decoration:none;white-space:nowrap}} .light-row td{{padding:0 .6em}}</style></head><body>",
         escape(title)
     )
 }
@@ -54,21 +57,26 @@ fn page_name(prefix: &str, name: &str) -> String {
     format!("{prefix}{safe}.html")
 }
 
+/// The page of source file `file` (its path as the model has it): from the
+/// path alone, so that llvm-cov's page of the file, written by another
+/// step, links to it: the file's name and a hash of its path, which keeps
+/// two files of one name apart.
+pub(crate) fn file_page_name(file: &str) -> String {
+    use sha2::Digest;
+    let base = Path::new(file).file_name().map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
+    let hash = sha2::Sha256::digest(file.as_bytes());
+    let short: String = hash.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    page_name("", &format!("{base}-{short}"))
+}
+
 /// `report/attribution/` as (file name, page) pairs.
 pub(crate) fn pages(attribution: &Attribution, sources: &Sources) -> Vec<(String, String)> {
     let names = |set: u32| -> Vec<u32> {
         attribution.trial_sets.get(set as usize).map(|s| expand(s).collect()).unwrap_or_default()
     };
     let trial_page = |i: u32| page_name("trial-", attribution.trials.get(i as usize).map_or("unknown", String::as_str));
-    let file_pages: BTreeMap<&str, String> = attribution
-        .files
-        .keys()
-        .enumerate()
-        .map(|(i, file)| {
-            let base = Path::new(file).file_name().map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
-            (file.as_str(), page_name(&format!("{i:04}-"), &base))
-        })
-        .collect();
+    let file_pages: BTreeMap<&str, String> =
+        attribution.files.keys().map(|file| (file.as_str(), file_page_name(file))).collect();
     // Per trial: lines covered and lines only it covers, by file.
     let mut covered: Vec<BTreeMap<&str, u32>> = vec![BTreeMap::new(); attribution.trials.len()];
     let mut unique: Vec<BTreeMap<&str, Vec<(u32, u32)>>> = vec![BTreeMap::new(); attribution.trials.len()];
@@ -95,27 +103,27 @@ pub(crate) fn pages(attribution: &Attribution, sources: &Sources) -> Vec<(String
          executed it and which; a trial's page, the lines no other trial covers. \
          <a href='../html/index.html'>llvm-cov's report</a></p>\
          <h2>Files</h2><div class='centered'><table><tr><td class='column-entry-bold'>File</td>\
-         <td class='column-entry-bold'>Lines covered</td><td class='column-entry-bold'>Instrumented</td></tr>",
+         <td class='column-entry-bold'>Line Coverage</td></tr>",
         attribution.trials.len()
     );
+    let (mut all_hit, mut all_instrumented) = (0u64, 0u64);
     for (file, ranges) in &attribution.files {
-        let instrumented: u32 = ranges.iter().map(|&(a, b, _)| b - a + 1).sum();
-        let hit: u32 = ranges.iter().filter(|r| r.2 != 0).map(|&(a, b, _)| b - a + 1).sum();
-        let class = if hit == instrumented {
-            "column-entry-green"
-        } else if hit == 0 {
-            "column-entry-red"
-        } else {
-            "column-entry-yellow"
-        };
+        let instrumented: u64 = ranges.iter().map(|&(a, b, _)| u64::from(b - a + 1)).sum();
+        let hit: u64 = ranges.iter().filter(|r| r.2 != 0).map(|&(a, b, _)| u64::from(b - a + 1)).sum();
+        (all_hit, all_instrumented) = (all_hit + hit, all_instrumented + instrumented);
         let _ = write!(
             index,
-            "<tr class='light-row'><td><pre><a href='{}'>{}</a></pre></td><td class='{class}'><pre>{hit}</pre></td>\
-             <td class='column-entry'><pre>{instrumented}</pre></td></tr>",
+            "<tr class='light-row'><td><pre><a href='{}'>{}</a></pre></td>{}</tr>",
             file_pages[file.as_str()],
-            escape(&(sources.shown)(file))
+            escape(&(sources.shown)(file)),
+            html_index::cell(&Metric { count: instrumented, covered: hit })
         );
     }
+    let _ = write!(
+        index,
+        "<tr class='light-row-bold'><td><pre>Totals</pre></td>{}</tr>",
+        html_index::cell(&Metric { count: all_instrumented, covered: all_hit })
+    );
     index.push_str(
         "</table></div><h2>Trials</h2><div class='centered'><table><tr><td class='column-entry-bold'>Trial</td>\
          <td class='column-entry-bold'>Lines covered</td><td class='column-entry-bold'>Lines only it covers</td></tr>",
@@ -140,29 +148,46 @@ pub(crate) fn pages(attribution: &Attribution, sources: &Sources) -> Vec<(String
     for (i, trial) in attribution.trials.iter().enumerate() {
         let mut html = head(trial);
         let lines: u32 = covered[i].values().sum();
+        let only: u32 = unique[i].values().flatten().map(|&(a, b)| b - a + 1).sum();
+        // The third column only when it has something in it.
+        let (said, column) = if only == 0 {
+            ("every line it covers, another trial covers too.".to_string(), "")
+        } else {
+            (
+                format!("{only} of them no other trial covers (the last column)."),
+                "<td class='column-entry-bold'>Lines only this trial covers</td>",
+            )
+        };
         let _ = write!(
             html,
             "<h1>{}</h1><p><a href='index.html'>all files and trials</a></p><p>{lines} lines covered in {} files; \
-             the lines below are covered by no other trial.</p><div class='centered'><table>\
-             <tr><td class='column-entry-bold'>File</td><td class='column-entry-bold'>Lines covered</td>\
-             <td class='column-entry-bold'>Lines only this trial covers</td></tr>",
+             {said}</p><div class='centered'><table>\
+             <tr><td class='column-entry-bold'>File</td><td class='column-entry-bold'>Lines covered</td>{column}</tr>",
             escape(trial),
             covered[i].len()
         );
         for (file, n) in &covered[i] {
-            let only = unique[i].get(file).map_or_else(String::new, |r| {
-                r.iter()
-                    .map(|&(a, b)| {
-                        let text = ranges_text(&[(a, b)]);
-                        format!("<a href='{}#L{a}'>{text}</a>", file_pages[file])
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            });
+            let only_cell = if only == 0 {
+                String::new()
+            } else {
+                let links = unique[i].get(file).map_or_else(
+                    || "none".to_string(),
+                    |r| {
+                        r.iter()
+                            .map(|&(a, b)| {
+                                let text = ranges_text(&[(a, b)]);
+                                format!("<a href='{}#L{a}'>{text}</a>", file_pages[file])
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    },
+                );
+                format!("<td class='column-entry'>{links}</td>")
+            };
             let _ = write!(
                 html,
                 "<tr class='light-row'><td><pre><a href='{}'>{}</a></pre></td><td class='column-entry'><pre>{n}</pre></td>\
-                 <td class='column-entry'>{only}</td></tr>",
+                 {only_cell}</tr>",
                 file_pages[file],
                 escape(&(sources.shown)(file))
             );
@@ -172,6 +197,10 @@ pub(crate) fn pages(attribution: &Attribution, sources: &Sources) -> Vec<(String
     }
     out
 }
+
+/// How many covering trials a file page names on each line; the rest are a
+/// link to the line's full list.
+const NAMED: usize = 3;
 
 fn file_page(
     attribution: &Attribution,
@@ -200,6 +229,7 @@ fn file_page(
         "<h1>{0}</h1><p><a href='index.html'>all files and trials</a> · <a href='{1}'>llvm-cov's view of this file</a></p>\
          <div class='centered'><div class='source-name-title'><pre>{0}</pre></div><table>\
          <tr><td class='column-entry-bold'>Line</td><td class='column-entry-bold'>Trials</td>\
+         <td class='column-entry-bold'>Which (up to three)</td>\
          <td class='column-entry-bold'>Source</td></tr>",
         escape(&shown),
         escape(&(sources.llvm_cov_page)(file))
@@ -207,18 +237,31 @@ fn file_page(
     let mut used_sets = std::collections::BTreeSet::new();
     for (i, code) in source.iter().enumerate() {
         let n = i as u32 + 1;
-        let (count, class) = match set_of.get(&n) {
-            None => (String::new(), ""),
-            Some(0) => ("<span class='uncovered-line'>0</span>".to_string(), " class='red'"),
+        let (count, who, class) = match set_of.get(&n) {
+            None => (String::new(), String::new(), ""),
+            Some(0) => ("<span class='uncovered-line'>0</span>".to_string(), String::new(), " class='red'"),
             Some(&set) => {
                 used_sets.insert(set);
-                (format!("<a href='#S{set}'>{}</a>", names(set).len()), "")
+                let members = names(set);
+                let mut shown: Vec<String> = members
+                    .iter()
+                    .take(NAMED)
+                    .map(|&m| {
+                        let name = attribution.trials.get(m as usize).map_or("?", String::as_str);
+                        format!("<a href='{}'>{}</a>", trial_page(m), escape(name))
+                    })
+                    .collect();
+                if members.len() > NAMED {
+                    shown.push(format!("<a href='#S{set}'>+{} more</a>", members.len() - NAMED));
+                }
+                (format!("<a href='#S{set}'>{}</a>", members.len()), shown.join(", "), "")
             }
         };
         let _ = write!(
             html,
             "<tr id='L{n}'><td class='line-number'><a href='#L{n}'><pre>{n}</pre></a></td>\
-             <td class='trials covered-line'><pre>{count}</pre></td><td class='code'><pre{class}>{}</pre></td></tr>",
+             <td class='trials covered-line'><pre>{count}</pre></td><td class='who'>{who}</td>\
+             <td class='code'><pre{class}>{}</pre></td></tr>",
             escape(code)
         );
     }
@@ -261,6 +304,80 @@ pub(crate) fn link_from_llvm_cov_index(ws: &crate::workspace::Workspace, index: 
     ws.write(index, linked.as_bytes())
 }
 
+/// llvm-cov's page of each source file (`html/coverage/<path>.html`), made
+/// to link back to the index and to the attribution page of its file
+/// ([`source_page`]); how many pages it changed.
+pub(crate) fn link_source_pages(ws: &crate::workspace::Workspace, html_dir: &Path) -> crate::error::Result<usize> {
+    use crate::workspace::confined::Kind;
+    let root = html_dir.join("coverage");
+    if ws.kind(&root)?.is_none() {
+        return Ok(0);
+    }
+    let mut stack = vec![root.clone()];
+    let mut changed = 0;
+    while let Some(dir) = stack.pop() {
+        for (name, kind) in ws.list(&dir)? {
+            let path = dir.join(&name);
+            let Some(page) = name.to_str() else { continue };
+            match kind {
+                Kind::Dir => stack.push(path),
+                Kind::File if Path::new(page).extension().is_some_and(|e| e == "html") => {
+                    // llvm-cov names the page of `/a/b.cc` `coverage/a/b.cc.html`.
+                    let Ok(rel) = path.strip_prefix(&root) else { continue };
+                    let source = format!("/{}", rel.display());
+                    let source = source.strip_suffix(".html").unwrap_or(&source);
+                    let text = ws.read_to_string(&path)?;
+                    ws.write(&path, source_page(&text, &file_page_name(source)).as_bytes())?;
+                    changed += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(changed)
+}
+
+/// One of llvm-cov's source pages with what it lacks: its floating "next
+/// uncovered" links kept in the page's flow (fixed at the top right, they
+/// covered the title on a narrow window), a link back to the index and to
+/// the file's attribution page, and each covered line's count linking to
+/// that line's covering trials. `attribution_page`: the file's page under
+/// `attribution/`.
+pub(crate) fn source_page(page: &str, attribution_page: &str) -> String {
+    static STYLE_HREF: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"href='((?:\.\./)*)style\.css'").expect("a valid regex"));
+    static COUNT: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(<a name='L(\d+)' href='#L\d+'><pre>\d+</pre></a></td><td class='covered-line'>)<pre>([^<]*)</pre>",
+        )
+        .expect("a valid regex")
+    });
+    let to_html = STYLE_HREF.captures(page).map_or("", |c| c.get(1).map_or("", |m| m.as_str()));
+    let attribution = format!("{to_html}../attribution/{}", escape(attribution_page));
+    let style = "<style>.control{position:sticky;top:0;display:block;text-align:right;z-index:1} \
+                 td.covered-line a{text-decoration:none} .ccl-nav{margin:.3em 0}</style>";
+    let nav = format!(
+        "<p class='ccl-nav'><a href='{to_html}index.html'>&larr; index</a> \u{b7} \
+         <a href='{attribution}'>which trials ran each line of this file</a></p>"
+    );
+    let linked = COUNT.replace_all(page, |c: &regex::Captures| {
+        format!(
+            "{}<a href='{attribution}#L{line}' title='the trials that ran line {line}'><pre>{}</pre></a>",
+            &c[1],
+            &c[3],
+            line = &c[2]
+        )
+    });
+    let styled = match linked.find("</head>") {
+        Some(at) => format!("{}{style}{}", &linked[..at], &linked[at..]),
+        None => format!("{style}{linked}"),
+    };
+    match styled.find("<body>").map(|at| at + "<body>".len()) {
+        Some(at) => format!("{}{nav}{}", &styled[..at], &styled[at..]),
+        None => format!("{nav}{styled}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,24 +399,63 @@ mod tests {
             llvm_cov_page: &|f| format!("../html/coverage{f}.html"),
             shown: &|f| f.trim_start_matches("/src/").to_string(),
         };
-        let pages = pages(&att, &sources);
-        let page = |name: &str| &pages.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no {name}")).1;
+        let all_pages = pages(&att, &sources);
+        let page = |name: &str| &all_pages.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no {name}")).1;
         let index = page("index.html");
+        let (a_page, b_page) = (file_page_name("/src/a.cc"), file_page_name("/src/b.cc"));
+        assert!(
+            a_page.starts_with("a.cc-")
+                && Path::new(&a_page).extension().is_some_and(|e| e == "html")
+                && a_page != file_page_name("/other/a.cc")
+        );
         assert!(index.contains("href='../html/style.css'") && index.contains("href='../html/index.html'"));
-        assert!(index.contains("<a href='0000-a.cc.html'>a.cc</a>") && !index.contains("/src/"), "{index}");
+        assert!(index.contains(&format!("<a href='{a_page}'>a.cc</a>")) && !index.contains("/src/"), "{index}");
         assert!(index.contains("<a href='trial-A__1K__mpi.html'>A::1K::mpi</a>"), "{index}");
-        let a = page("0000-a.cc.html");
-        // One row per line: the count of trials links to who they are.
+        // The HTML index's cells and colours (under 80 % red), and the totals.
+        assert!(index.contains("<td class='column-entry-red'><pre>  66.67% (2/3)</pre></td>"), "{index}");
+        assert!(index.contains("<tr class='light-row-bold'><td><pre>Totals</pre></td><td class='column-entry-red'><pre>  75.00% (3/4)</pre>"), "{index}");
+        let a = page(&a_page);
+        // One row per line: the count of trials links to who they are, and names them.
         assert!(a.contains("<tr id='L3'>") && a.contains("<a href='#S1'>2</a>"), "{a}");
+        assert!(
+            a.contains("<td class='who'><a href='trial-A__1K.html'>A::1K</a>, <a href='trial-A__1K__mpi.html'>A::1K::mpi</a></td>"),
+            "{a}"
+        );
         assert!(a.contains("<pre>  return &lt;1&gt;;</pre>"), "{a}");
         assert!(a.contains("<span class='uncovered-line'>0</span>"), "{a}");
         assert!(a.contains("<h3 id='S1'>A::1K and 1 more</h3>"), "{a}");
         assert!(a.contains("<li><a href='trial-A__1K.html'>A::1K</a></li>"), "{a}");
         let mpi = page("trial-A__1K__mpi.html");
-        assert!(mpi.contains("2 lines covered in 2 files"), "{mpi}");
-        assert!(mpi.contains("<a href='0001-b.cc.html#L1'>1</a>"), "its unique line links to it: {mpi}");
+        assert!(mpi.contains("2 lines covered in 2 files; 1 of them no other trial covers"), "{mpi}");
+        assert!(mpi.contains(&format!("<a href='{b_page}#L1'>1</a>")), "its unique line links to it: {mpi}");
+        assert!(mpi.contains("<td class='column-entry'>none</td>"), "a file with no unique line says so: {mpi}");
         let one = page("trial-A__1K.html");
-        assert!(one.contains("<a href='0000-a.cc.html#L4'>4</a>"), "{one}");
+        assert!(one.contains(&format!("<a href='{a_page}#L4'>4</a>")), "{one}");
+        // A trial with no line of its own has no column for them.
+        let t2 = trial("A::1K::again", "SF:/src/a.cc\nDA:3,1\nend_of_record\n");
+        let att = Attribution::new(&all, &[trial("A::1K", "SF:/src/a.cc\nDA:3,1\nDA:4,1\nend_of_record\n"), t2]);
+        let later = pages(&att, &sources);
+        let again = &later.iter().find(|(n, _)| n == "trial-A__1K__again.html").unwrap().1;
+        assert!(again.contains("every line it covers, another trial covers too"), "{again}");
+        assert!(!again.contains("no other trial covers") && !again.contains("Lines only this trial covers"), "{again}");
+    }
+
+    #[test]
+    fn source_pages_link_back_and_keep_their_controls_off_the_title() {
+        let page = "<!doctype html><html><head><link rel='stylesheet' type='text/css' href='../../../style.css'></head>\
+                    <body><h1>t</h1><span class='control'>x</span><table>\
+                    <tr><td class='line-number'><a name='L7' href='#L7'><pre>7</pre></a></td><td class='covered-line'><pre>1.2k</pre></td></tr>\
+                    <tr><td class='line-number'><a name='L8' href='#L8'><pre>8</pre></a></td><td class='uncovered-line'><pre>0</pre></td></tr>\
+                    </table></body></html>";
+        let out = source_page(page, "x.cc-0011.html");
+        assert!(out.contains(".control{position:sticky;"), "{out}");
+        assert!(out.contains("<body><p class='ccl-nav'><a href='../../../index.html'>&larr; index</a>"), "{out}");
+        assert!(out.contains("<a href='../../../../attribution/x.cc-0011.html'>which trials ran"), "{out}");
+        assert!(
+            out.contains("<td class='covered-line'><a href='../../../../attribution/x.cc-0011.html#L7' title='the trials that ran line 7'><pre>1.2k</pre></a></td>"),
+            "{out}"
+        );
+        assert!(out.contains("<td class='uncovered-line'><pre>0</pre></td>"), "an uncovered line has no trials: {out}");
     }
 
     #[test]

@@ -20,8 +20,9 @@ pub(crate) struct Index<'a> {
 }
 
 /// One cell as llvm-cov writes it: `  76.68% (720/939)`, green at 100 %,
-/// red under 80 % (its default watermarks), grey when nothing counts.
-fn cell(m: &Metric) -> String {
+/// red under 80 % (its default watermarks), grey when nothing counts; the
+/// attribution pages use it too, so that both indexes colour alike.
+pub(crate) fn cell(m: &Metric) -> String {
     let (text, class) = if m.count == 0 {
         (format!("- ({}/{})", m.covered, m.count), "column-entry-gray")
     } else {

@@ -282,6 +282,37 @@ pub(crate) fn relative_lcov(text: &str, prefix: &str) -> String {
     out
 }
 
+/// `report/codecov.json`: the model in Codecov's own JSON coverage format
+/// (`{"coverage": {file: {line: hits | "covered/total"}}}`), file names with
+/// `prefix` taken off as in `coverage.lcov`. A line with branches of which
+/// some, not all, were taken is partial: `"taken/total"`, as Codecov reads it.
+pub(crate) fn codecov_json(model: &Lcov, prefix: &str) -> String {
+    let prefix = dir_prefix(prefix);
+    let mut coverage = serde_json::Map::new();
+    for (file, c) in &model.files {
+        let name = file.strip_prefix(prefix.as_str()).filter(|_| !prefix.is_empty()).unwrap_or(file);
+        let mut branches: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        for (&(line, _, _), &taken) in &c.branches {
+            let b = branches.entry(line).or_default();
+            b.0 += u64::from(taken > 0);
+            b.1 += 1;
+        }
+        let lines: serde_json::Map<String, Value> = c
+            .lines
+            .iter()
+            .map(|(&line, &hits)| {
+                let value = match branches.get(&line) {
+                    Some(&(taken, total)) if hits > 0 && taken < total => json!(format!("{taken}/{total}")),
+                    _ => json!(hits),
+                };
+                (line.to_string(), value)
+            })
+            .collect();
+        coverage.insert(name.to_string(), Value::Object(lines));
+    }
+    serde_json::to_string(&json!({ "coverage": coverage })).expect("a JSON value serializes")
+}
+
 /// lcov text whose relative `SF:` file names are made absolute under
 /// `prefix` again (a baseline written by [`relative_lcov`]).
 pub(crate) fn absolute_lcov(text: &str, prefix: &str) -> String {
@@ -570,6 +601,10 @@ pub(crate) fn markdown(
         count(Status::Interrupted),
         runs.into_iter().collect::<Vec<_>>().join(", ")
     ));
+    let flaky: Vec<String> = results.iter().filter(|r| r.flaky).map(|r| format!("`{}`", r.trial)).collect();
+    if !flaky.is_empty() {
+        md.push_str(&format!("\n**Flaky:** {} passed only on a retry: {}.\n", flaky.len(), flaky.join(", ")));
+    }
     if let Some(mixed) = Runs::of(results).mixed() {
         md.push_str(&format!("\n**Not one run:** {mixed}. Their coverage is counted.\n"));
     }
@@ -729,7 +764,10 @@ mod tests {
         assert!(md.contains("| lines | 3 | 4 | 75.00 |"), "{md}");
         assert!(md.contains("Trials: 1 passed, 0 failed, 0 timed out, 1 interrupted (runs r1)."), "{md}");
         assert!(md.contains("No coverage from: A::1K::i (INTERRUPTED by SIGINT)"), "{md}");
-        assert!(!md.contains("Not one run"), "{md}");
+        assert!(!md.contains("Not one run") && !md.contains("Flaky"), "{md}");
+        let flaky = TrialResult { flaky: true, ..trial("A::1K::f", "PASSED", "") };
+        let md = markdown("local", &crate::build::cache::test_manifest("b1"), &summary, &[flaky], &health);
+        assert!(md.contains("\n**Flaky:** 1 passed only on a retry: `A::1K::f`.\n"), "{md}");
         let later = TrialResult { run_id: "r2".into(), started_unix_ms: 1, ..trial("A::1K::l", "PASSED", "") };
         let mixed = [results[0].clone(), later];
         let md = markdown("local", &crate::build::cache::test_manifest("b1"), &summary, &mixed, &health);
@@ -761,6 +799,21 @@ mod tests {
         let v = serde_json::to_value(ReportMeta::new(&crate::build::cache::test_manifest("b1"), &results, 7, &health))
             .unwrap();
         assert_eq!(v["device_counters_lost"], json!(["A::1G (killed)"]));
+    }
+
+    #[test]
+    fn codecov_json_gives_hits_and_partial_branches_per_line() {
+        let lcov = lcov::parse_lcov(
+            "SF:/src/lib/a.cc\nDA:1,3\nDA:2,0\nDA:3,1\nBRDA:3,0,0,1\nBRDA:3,0,1,0\nDA:4,2\nBRDA:4,0,0,1\nBRDA:4,0,1,1\nend_of_record\nSF:/usr/x.h\nDA:7,1\nend_of_record\n",
+            "t",
+        )
+        .unwrap();
+        let v: Value = serde_json::from_str(&codecov_json(&lcov, "/src/lib")).unwrap();
+        assert_eq!(
+            v,
+            json!({"coverage": {"a.cc": {"1": 3, "2": 0, "3": "1/2", "4": 2}, "/usr/x.h": {"7": 1}}}),
+            "a line with every branch taken is plain hits"
+        );
     }
 
     #[test]

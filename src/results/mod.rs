@@ -97,6 +97,39 @@ pub(crate) struct TrialResult {
     /// never changes the verdict.
     #[serde(default)]
     pub(crate) rerun: Option<Box<Rerun>>,
+    /// The attempts before this one that did not pass (`--retries`): with a
+    /// pass, the trial is flaky.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) attempts: Vec<Attempt>,
+    /// Passed after failing (`attempts` is not empty): said in every
+    /// format, as nextest does, so that a retry does not hide a flaky trial.
+    #[serde(default)]
+    pub(crate) flaky: bool,
+}
+
+/// An attempt at a trial that did not pass and was run again (`--retries`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct Attempt {
+    pub(crate) status: Status,
+    pub(crate) reason: String,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) signal: Option<i32>,
+    pub(crate) duration_s: f64,
+    /// The last lines of its log (the log itself is the last attempt's).
+    pub(crate) log_tail: String,
+}
+
+impl Attempt {
+    pub(crate) fn of(result: &TrialResult, log_tail: &str) -> Attempt {
+        Attempt {
+            status: result.status,
+            reason: result.reason.clone(),
+            exit_code: result.exit_code,
+            signal: result.signal,
+            duration_s: result.duration_s,
+            log_tail: log_tail.to_string(),
+        }
+    }
 }
 
 fn perf_kind() -> TrialKind {
@@ -213,6 +246,8 @@ impl TrialResult {
             rerun: None,
             containment: Containment::default(),
             no_cgroup: Some("the trial did not run".into()),
+            attempts: Vec::new(),
+            flaky: false,
         }
     }
 
@@ -272,6 +307,8 @@ impl TrialResult {
             perf,
             cases: Vec::new(),
             rerun: None,
+            attempts: Vec::new(),
+            flaky: false,
         }
     }
 
@@ -420,6 +457,9 @@ pub(crate) struct Summary {
     pub(crate) timeout: usize,
     #[serde(default)]
     pub(crate) interrupted: usize,
+    /// Passed on a retry (counted in `passed` too).
+    #[serde(default)]
+    pub(crate) flaky: usize,
     pub(crate) duration_s: f64,
 }
 
@@ -834,6 +874,7 @@ fn write_run(ws: &Workspace, run_build: &RunBuild, info: &RunInfo) -> Result<()>
             failed: count(Status::Failed),
             timeout: count(Status::Timeout),
             interrupted: count(Status::Interrupted),
+            flaky: trials.iter().filter(|t| t.flaky).count(),
             duration_s: trials.iter().map(|t| t.duration_s).sum(),
         },
         containment: trials.iter().fold(std::collections::BTreeMap::new(), |mut by, t| {
@@ -849,7 +890,7 @@ fn write_run(ws: &Workspace, run_build: &RunBuild, info: &RunInfo) -> Result<()>
 }
 
 fn junit(record: &RunRecord) -> Result<String> {
-    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestRerun, TestSuite};
     let mut suite = TestSuite::new(format!("collectives ({})", record.config));
     let classname = format!("ccl-coverage.{}", record.config);
     for t in &record.trials {
@@ -862,6 +903,15 @@ fn junit(record: &RunRecord) -> Result<String> {
                 s
             }
         };
+        let mut status = status;
+        // Earlier attempts: `<flakyFailure>` under a pass, `<rerunFailure>` under a failure (nextest's JUnit).
+        status.add_reruns(t.attempts.iter().map(|a| {
+            let mut rerun = TestRerun::new(NonSuccessKind::Failure);
+            rerun.set_type(a.status.as_str()).set_message(a.reason.clone());
+            rerun.set_time(Duration::try_from_secs_f64(a.duration_s).unwrap_or_default());
+            rerun.system_err = Some(a.log_tail.clone().into());
+            rerun
+        }));
         let mut case = TestCase::new(t.trial.clone(), status);
         case.set_classname(classname.clone());
         // A record read back from the workspace may hold anything; this must not panic.
@@ -963,6 +1013,8 @@ mod tests {
             perf: PerfReport::default(),
             cases: Vec::new(),
             rerun: None,
+            attempts: Vec::new(),
+            flaky: false,
         }
     }
 
@@ -1068,6 +1120,26 @@ mod tests {
         let run: Value =
             serde_json::from_str(&std::fs::read_to_string(ws.results_dir().join("run.json")).unwrap()).unwrap();
         assert_eq!(run["ignored"], json!([{"trial": "T::1", "reason": "why 1"}]));
+    }
+
+    #[test]
+    fn a_flaky_pass_keeps_its_failed_attempts_in_run_json_and_junit() {
+        let (_d, ws, manifest, info) = setup();
+        let failed = TrialResult { status: Status::Failed, reason: "exit status 1".into(), ..trial(1) };
+        let flaky = TrialResult { attempts: vec![Attempt::of(&failed, "the end")], flaky: true, ..trial(0) };
+        let writer = RunWriter::new(ws.clone());
+        writer.record(&flaky, RunBuild::Built(manifest.clone()), &info).unwrap();
+        writer.finish().unwrap();
+        let junit = std::fs::read_to_string(ws.results_dir().join("junit.xml")).unwrap();
+        assert!(
+            junit.contains("<flakyFailure ") && junit.contains("message=\"exit status 1\" type=\"FAILED\""),
+            "{junit}"
+        );
+        assert!(junit.contains("the end"), "{junit}");
+        let run: Value =
+            serde_json::from_str(&std::fs::read_to_string(ws.results_dir().join("run.json")).unwrap()).unwrap();
+        assert_eq!((&run["summary"]["flaky"], &run["summary"]["passed"]), (&json!(1), &json!(1)));
+        assert_eq!(run["trials"][0]["attempts"][0]["status"], "FAILED");
     }
 
     #[test]

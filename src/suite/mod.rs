@@ -17,7 +17,7 @@ use crate::launch;
 use crate::launch::allocation::{Allocation, Want};
 use crate::launch::slots::Slots;
 use crate::plan::{self, TrialSpec};
-use crate::results::{Ignored, Rerun, RunBuild, RunInfo, RunWriter, TrialIdentity, TrialResult};
+use crate::results::{Attempt, Ignored, Rerun, RunBuild, RunInfo, RunWriter, TrialIdentity, TrialResult};
 use crate::trial;
 use crate::upstream::TrialKind;
 use crate::verdict::output::TrialOutput;
@@ -32,6 +32,10 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Outcome {
     Passed,
+    /// Passed after `attempts` attempts that did not (`--retries`).
+    Flaky {
+        attempts: usize,
+    },
     /// Not run, and why (it does not fit the nodes).
     Ignored(String),
     /// Failed, timed out, interrupted or not run (`Status::Failed`): the
@@ -236,8 +240,53 @@ impl Suite {
         }
         let manifest = self.build().inspect_err(|e| self.record_unbuilt(spec, &e.to_string()))?;
         self.shared_filesystem(spec, manifest)?;
-        let ws = &ctx.workspace;
         let (slots, want) = launch::placement::pool(ctx, allocation, spec);
+        // `--retries`: a trial that did not pass runs again, up to N times;
+        // each attempt starts from nothing (its profiles cleared), so the
+        // coverage is the last attempt's. One that passes then is flaky.
+        let mut earlier: Vec<Attempt> = Vec::new();
+        let (mut result, tail) = loop {
+            let (result, tail) = self.attempt(spec, manifest, &slots, want)?;
+            let retry = !matches!(result.status, Status::Passed | Status::Interrupted)
+                && earlier.len() < ctx.retries as usize
+                && interrupt::requested().is_none();
+            if !retry {
+                break (result, tail);
+            }
+            eprintln!(
+                "ccl-coverage: {} {} on attempt {} of {}: {}; running it again",
+                spec.name,
+                result.status.as_str(),
+                earlier.len() + 1,
+                ctx.retries + 1,
+                result.reason
+            );
+            earlier.push(Attempt::of(&result, &tail));
+        };
+        result.flaky = result.status == Status::Passed && !earlier.is_empty();
+        result.attempts = earlier;
+        if result.status == Status::Failed && ctx.rerun_failed {
+            result.rerun = self.rerun(spec, manifest, &slots, want).map(Box::new);
+        }
+        self.results.record(&result, RunBuild::Built(manifest.clone()), self.run_info())?;
+        match result.failure_message(&tail) {
+            None if result.flaky => Ok(Outcome::Flaky { attempts: result.attempts.len() }),
+            None => Ok(Outcome::Passed),
+            Some(message) => Ok(Outcome::Failed(result.status, message)),
+        }
+    }
+
+    /// One attempt at `spec`: placed, run, judged; its record (not yet
+    /// written) and the last lines of its log.
+    fn attempt(
+        &self,
+        spec: &TrialSpec,
+        manifest: &BuildManifest,
+        slots: &Slots,
+        want: Want,
+    ) -> Result<(TrialResult, String)> {
+        let ctx = &self.ctx;
+        let ws = &ctx.workspace;
         let log = ws.trial_log(&spec.slug);
         let finish = || {
             let incremental = manifest.coverage && ctx.incremental_merge;
@@ -256,6 +305,10 @@ impl Suite {
             ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;
             let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices()), held.hosts())?;
             let timeout = launch.timeout.as_secs();
+            if ctx.screen.verbosity == crate::context::Verbosity::Verbose {
+                let line = crate::exec::redact::shell_line(&launch.cmd.display());
+                eprintln!("ccl-coverage: {} starts: {line}", spec.name);
+            }
             let execution = trial::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
                 eprintln!(
                     "ccl-coverage: {} still running after {}s (timeout {timeout}s)",
@@ -313,14 +366,7 @@ impl Suite {
         let id = TrialIdentity { spec, config: ctx.config(), manifest, run_id: &self.run_id };
         let mut result = TrialResult::new(id, &execution, &verdict, merged, perf);
         result.cases = cases;
-        if verdict.status == Status::Failed && ctx.rerun_failed {
-            result.rerun = self.rerun(spec, manifest, &slots, want).map(Box::new);
-        }
-        self.results.record(&result, RunBuild::Built(manifest.clone()), self.run_info())?;
-        match result.failure_message(&output.tail()) {
-            None => Ok(Outcome::Passed),
-            Some(message) => Ok(Outcome::Failed(result.status, message)),
-        }
+        Ok((result, output.tail()))
     }
 }
 

@@ -292,6 +292,9 @@ impl Session {
     /// The totals, the least-covered files and the installed report's pages,
     /// on the terminal (stderr: stdout is libtest's, `--format json` too).
     fn print_result(&self) {
+        if self.ctx.screen.verbosity == crate::context::Verbosity::Quiet {
+            return;
+        }
         let (Some(Ok(Merge::Done(merged))), Some(Ok(summary))) = (self.merged.get(), self.summary.get()) else {
             return;
         };
@@ -332,13 +335,15 @@ impl Session {
     /// it, the incomplete one is installed, said to be incomplete. When only
     /// some steps ran (a step filter, or nextest's one process per step),
     /// only what they wrote replaces its old version; the rest stays.
-    pub(crate) fn install(&self) -> Result<()> {
+    /// Whether this report was installed with every writing step passed
+    /// (a failed check still installs it): what may be handed over.
+    pub(crate) fn install(&self) -> Result<bool> {
         let ws = &self.ctx.workspace;
         let staged = self.report_dir();
         let report = ws.report_dir();
         let discard = || ws.remove(Area::ReportStaging, &staged).map(drop);
         match self.merged.get() {
-            None | Some(Ok(Merge::Off(_))) => return Ok(()),
+            None | Some(Ok(Merge::Off(_))) => return Ok(false),
             Some(Ok(Merge::Done(_))) => {}
             Some(Err(_)) => {
                 // Nothing of this attempt can be trusted, nor installed.
@@ -349,7 +354,7 @@ impl Session {
                         report.display()
                     );
                 }
-                return Ok(());
+                return Ok(false);
             }
         }
         if interrupt::requested().is_some() {
@@ -363,7 +368,7 @@ impl Session {
                 "ccl-coverage: interrupted by {}: the new report was not installed; {kept}",
                 interrupt::describe()
             );
-            return Ok(());
+            return Ok(false);
         }
         let outcomes = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
         let failed: Vec<&str> =
@@ -383,7 +388,7 @@ impl Session {
             if !nextest || outcomes.iter().any(|(step, _)| *step == Step::SummaryJson) {
                 self.print_result();
             }
-            return Ok(());
+            return Ok(true);
         }
         let what = failed.join(", ");
         if report.is_dir() {
@@ -396,7 +401,7 @@ impl Session {
             ws.install_report(&staged)?;
             eprintln!("ccl-coverage: the report in {} is incomplete: {what} failed", report.display());
         }
-        Ok(())
+        Ok(false)
     }
 
     /// What `report.path_prefix` takes off the file names of the lcov and

@@ -98,6 +98,8 @@ impl Session {
                 merged.inputs.ignore.check_kept(model.files.keys().map(String::as_str))?;
                 let prefix = self.path_prefix(merged);
                 self.ctx.workspace.write(&out, report::relative_lcov(&text, &prefix).as_bytes())?;
+                let codecov = report::codecov_json(&model, &prefix);
+                self.ctx.workspace.write(&self.report_dir().join("codecov.json"), codecov.as_bytes())?;
                 // The kernel lines alone, for checking them against NVIDIA's own tools.
                 if let Some(lines) = &merged.device_lines {
                     let device = report::relative_lcov(&device_lines::to_lcov(&lines.all), &prefix);

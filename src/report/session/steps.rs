@@ -63,6 +63,8 @@ impl Session {
         self.ctx.workspace.write(&index, html.as_bytes()).context("writing the index failed")?;
         attribution_pages::link_from_llvm_cov_index(&self.ctx.workspace, &index)
             .context("linking the attribution pages failed")?;
+        attribution_pages::link_source_pages(&self.ctx.workspace, &dir)
+            .context("linking llvm-cov's source pages to the index and the attribution pages failed")?;
         if let Some(device) = device {
             let device = device.context("writing the device pages failed")?;
             eprintln!("ccl-coverage: device HTML report: {}", self.shown(&device).display());
@@ -107,7 +109,7 @@ impl Session {
             }
         }
         match self.attributed(merged) {
-            Ok(a) => md.push_str(&attribution::markdown(&a.summaries)),
+            Ok(a) => md.push_str(&attribution::markdown(&a.summaries, self.ctx.report.ci_run_url.as_deref())),
             Err(e) => md.push_str(&format!("\nPer-trial attribution is not available: {e}\n")),
         }
         let out = self.report_dir().join("summary.md");
