@@ -496,7 +496,8 @@ impl Gates {
 }
 
 impl Select {
-    /// The libtest arguments these options stand for (filters last, after `--`).
+    /// The libtest arguments these options stand for, but the filters
+    /// ([`Select::filters_argv`], last).
     fn argv(&self, libtest: Option<&Libtest>) -> Vec<String> {
         let mut argv = vec!["ccl-coverage".to_string()];
         argv.extend(self.exact.then(|| "--exact".to_string()));
@@ -513,13 +514,16 @@ impl Select {
                 argv.extend(["--format".to_string(), format.clone()]);
             }
         }
-        argv.push("--".to_string());
-        argv.extend(self.filters.iter().cloned());
         argv
     }
 
+    /// `-- FILTER…`: after every option, so that a filter may start with `-`.
+    fn filters_argv(&self) -> impl Iterator<Item = String> + '_ {
+        std::iter::once("--".to_string()).chain(self.filters.iter().cloned())
+    }
+
     fn selection(&self, libtest: Option<&Libtest>) -> Selection {
-        Selection::parse(self.argv(libtest))
+        Selection::parse(self.argv(libtest).into_iter().chain(self.filters_argv()))
     }
 }
 
@@ -649,6 +653,7 @@ fn main() -> ExitCode {
             let mut report_argv = vec!["ccl-coverage".to_string()];
             run.display.apply(&mut argv);
             run.display.apply(&mut report_argv);
+            argv.extend(run.select.filters_argv());
             let selection = Selection::parse(argv);
             let to_stdout = Output::to_stdout(&targets) && run.dry_run.is_none() && !run.no_report;
             let (code, report_dir) = stdout_on_stderr(to_stdout, || {
@@ -683,6 +688,7 @@ fn main() -> ExitCode {
             report.gates.apply();
             let mut argv = report.select.argv(Some(&report.libtest));
             report.display.apply(&mut argv);
+            argv.extend(report.select.filters_argv());
             let reported = stdout_on_stderr(Output::to_stdout(&targets) && !report.list, || {
                 let mut selection = Selection::parse(argv);
                 selection.args.list = report.list;
