@@ -156,7 +156,7 @@ impl Context {
         let state_dir = target.join("ccl-coverage");
         let workspace = match env("CCL_COV_WORKSPACE").filter(|v| !v.is_empty()) {
             Some(ws) => Workspace::new(&absolute(&root, Path::new(&ws)))?,
-            None => Workspace::new(&state_dir.join(loaded.config.name.as_str()))?,
+            None => Workspace::new(&default_workspace(&loaded, &root, &state_dir))?,
         };
         let device_mode = device::requested_mode(&loaded.config.coverage.device, &env)?;
         // Read by each trial's supervisor; a wrong value is refused here, before anything runs.
@@ -209,6 +209,20 @@ impl Context {
     pub(crate) fn config(&self) -> &config::Config {
         &self.loaded.config
     }
+}
+
+/// The workspace without `CCL_COV_WORKSPACE`: `target/ccl-coverage/<name>`
+/// of the config's project ([`LoadedConfig::project_dir`]), beside the
+/// user's sources; for a config of the harness's own checkout, its state
+/// folder's (which `CARGO_TARGET_DIR` moves).
+fn default_workspace(loaded: &LoadedConfig, root: &Path, state_dir: &Path) -> PathBuf {
+    let project = loaded.project_dir();
+    let base = if crate::workspace::normalize(&project) == crate::workspace::normalize(root) {
+        state_dir.to_path_buf()
+    } else {
+        project.join("target").join("ccl-coverage")
+    };
+    base.join(loaded.config.name.as_str())
 }
 
 /// An on/off switch from the environment: `on`/`1`, `off`/`0`, or unset/empty for `default`.
@@ -288,6 +302,22 @@ fn project_root() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_workspace_and_snapshots_sit_beside_the_user_s_project() {
+        let load = |path: &str| config::load_str(config::DEFAULT_CONFIG_TEXT, Path::new(path), &|_| None).unwrap();
+        let (root, state) = (Path::new("/tool"), Path::new("/tool/target/ccl-coverage"));
+        let own = load("/home/u/vec/ccl-coverage.json");
+        assert_eq!(default_workspace(&own, root, state), Path::new("/home/u/vec/target/ccl-coverage/local"));
+        assert_eq!(own.snapshots_dir(), Path::new("/home/u/vec/snapshots"));
+        let in_configs = load("/home/u/vec/configs/cov.json");
+        assert_eq!(default_workspace(&in_configs, root, state), Path::new("/home/u/vec/target/ccl-coverage/local"));
+        assert_eq!(in_configs.snapshots_dir(), Path::new("/home/u/vec/snapshots"));
+        // The harness's own configs keep its state folder (CARGO_TARGET_DIR).
+        let shipped = load("/tool/configs/local.json");
+        assert_eq!(default_workspace(&shipped, root, Path::new("/t/ccl-coverage")), Path::new("/t/ccl-coverage/local"));
+        assert_eq!(shipped.snapshots_dir(), Path::new("/tool/snapshots"));
+    }
 
     fn check(vars: &[(&str, &str)], referenced: &[&str]) -> Result<()> {
         let vars = vars.iter().map(|(k, v)| (OsString::from(k), OsString::from(v)));

@@ -51,7 +51,7 @@ struct Place {
     /// The config file: a ccl-coverage config or an upstream RCCL test_runner config.
     #[arg(long, env = "CCL_COV_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// The workspace folder (default target/ccl-coverage/<config name>).
+    /// The workspace folder (default: target/ccl-coverage/<config name> in the config's project, its folder or the parent of a configs/ folder).
     #[arg(long, env = "CCL_COV_WORKSPACE", value_name = "DIR")]
     workspace: Option<PathBuf>,
 }

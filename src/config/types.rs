@@ -80,6 +80,10 @@ pub(super) fn optional_host_gpus<'de, D: Deserializer<'de>>(d: D) -> Result<Opti
     host_gpus(d).map(Some)
 }
 
+pub(super) fn optional_timeout_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    timeout_seconds(d).map(Some)
+}
+
 pub(super) fn optional_ranks<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
     ranks(d).map(Some)
 }
@@ -124,6 +128,10 @@ pub(super) fn gpu_target<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Strin
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// The JSON Schema the file is written against (`ccl-coverage
+    /// config-schema`), for editors; the harness reads nothing from it.
+    #[serde(rename = "$schema", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) schema: Option<String>,
     /// Names the workspace (`target/ccl-coverage/<name>`) and the report.
     pub(crate) name: Name,
     #[serde(default)]
@@ -149,15 +157,23 @@ pub struct Config {
     /// Environment of every trial.
     #[serde(default)]
     pub(crate) env: Env<TrialTemplate>,
-    /// Arguments every test binary gets (before size, collective and variant args).
+    /// Arguments every collective's perf binary gets (before size,
+    /// collective and variant args); `programs` take only their own.
     #[serde(default)]
     pub(crate) args: Vec<TrialTemplate>,
     #[serde(default)]
     pub(crate) iterations: Iterations,
-    #[serde(deserialize_with = "collectives")]
+    /// Perf binaries (nccl-tests style): one trial per collective × size ×
+    /// variant. At least one of `collectives` and `programs`.
+    #[serde(default, deserialize_with = "collectives")]
     pub(crate) collectives: Vec<Collective>,
-    #[serde(deserialize_with = "sizes")]
+    /// The sizes of every collective's trials; needed with `collectives`.
+    #[serde(default, deserialize_with = "sizes")]
     pub(crate) sizes: Vec<Size>,
+    /// Plain test programs: one trial each, named as the program, judged by
+    /// its exit status alone, run with exactly its own `args`.
+    #[serde(default)]
+    pub(crate) programs: Vec<Program>,
     #[serde(default)]
     pub(crate) variants: Vec<Variant>,
     #[serde(default)]
@@ -552,6 +568,36 @@ pub(crate) struct Collective {
     #[serde(default)]
     pub(crate) env: Env<TrialTemplate>,
     /// Marks its trials ignored (run with `--ignored` / `--include-ignored`).
+    #[serde(default)]
+    pub(crate) ignore: bool,
+}
+
+/// A plain test program: any executable whose exit status says whether it
+/// passed. Nothing is appended to its arguments, and its output is not read.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Program {
+    /// The trial's name, as libtest and the reports show it.
+    pub(crate) name: Name,
+    /// The program, relative to `tests.bin_dir` unless absolute.
+    #[serde(deserialize_with = "binary")]
+    pub(crate) binary: String,
+    /// Its arguments, exactly; the launcher's `program_args` are not added.
+    #[serde(default)]
+    pub(crate) args: Vec<TrialTemplate>,
+    /// Added to the config's `env`.
+    #[serde(default)]
+    pub(crate) env: Env<TrialTemplate>,
+    /// A key of `launchers`; `launch.launcher` when unset.
+    #[serde(default)]
+    pub(crate) launcher: Option<String>,
+    /// Ranks its launcher starts; `launch.ranks` when unset.
+    #[serde(default, deserialize_with = "optional_ranks")]
+    pub(crate) ranks: Option<usize>,
+    /// Seconds it may run; `timeouts.default` when unset.
+    #[serde(default, deserialize_with = "optional_timeout_seconds")]
+    pub(crate) timeout: Option<u64>,
+    /// Marks its trial ignored (run with `--ignored` / `--include-ignored`).
     #[serde(default)]
     pub(crate) ignore: bool,
 }
