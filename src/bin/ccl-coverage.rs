@@ -1,5 +1,5 @@
 //! The command line: `ccl-coverage run | report | list | who-covers | clean |
-//! show-env`, on top of the two test harnesses (`cargo test --test
+//! show-env | config-schema`, on top of the two test harnesses (`cargo test --test
 //! collectives` and `--test coverage_report` run exactly the same code).
 //! Every option falls back to its `CCL_COV_*` variable, and sets it for the
 //! harness: the variables stay the one way settings reach it.
@@ -37,6 +37,8 @@ enum Command {
     Clean(Clean),
     /// Every CCL_COV_* setting, its value here, and what the config and workspace resolve to.
     ShowEnv(Place),
+    /// Print the JSON Schema of a config (name it in a config's "$schema" for editors to check and complete keys).
+    ConfigSchema,
     /// The collectives test binary as it is: `ccl-coverage collectives [libtest arguments]`.
     #[command(hide = true)]
     Collectives {
@@ -376,6 +378,11 @@ fn main() -> ExitCode {
         Command::ShowEnv(place) => {
             place.apply();
             ccl_coverage::harness::tools::show_env()
+        }
+        Command::ConfigSchema => {
+            let schema = ccl_coverage::config::schema::json_schema();
+            println!("{}", serde_json::to_string_pretty(&schema).unwrap_or_default());
+            ExitCode::SUCCESS
         }
     }
 }
