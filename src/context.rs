@@ -56,6 +56,8 @@ pub(crate) struct Context {
     /// next trial runs. Off merges before the trial gives its rank slots back,
     /// so at most one trial's raw profiles are ever on disk.
     pub(crate) merge_overlap: bool,
+    /// `CCL_COV_PARTITION`: the shard of the trials this run runs.
+    pub(crate) partition: Option<crate::plan::Partition>,
     /// `CCL_COV_HEARTBEAT_S`: how often a long trial reports that it still runs.
     pub(crate) heartbeat: std::time::Duration,
     /// The executable that supervises each trial: this one (every entry
@@ -183,6 +185,10 @@ impl Context {
         let keep_raw = switch("CCL_COV_KEEP_RAW", false)?;
         let merge_overlap = switch("CCL_COV_MERGE_OVERLAP", true)?;
         let heartbeat = std::time::Duration::from_secs(number("CCL_COV_HEARTBEAT_S")?.unwrap_or(60));
+        let partition = match env("CCL_COV_PARTITION").filter(|v| !v.is_empty()) {
+            Some(text) => Some(crate::plan::Partition::parse(&text).map_err(|e| Error::new(format!("CCL_COV_PARTITION: {e}")))?),
+            None => None,
+        };
         Ok(Context {
             root,
             loaded,
@@ -200,6 +206,7 @@ impl Context {
             incremental_merge,
             keep_raw,
             merge_overlap,
+            partition,
             heartbeat,
             supervisor: PathBuf::from("/proc/self/exe"),
             report: ReportSettings::from_env(&env)?,

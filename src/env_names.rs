@@ -111,6 +111,7 @@ pub(crate) const KNOWN: &[Known] = &[
     known(CGROUP, Kind::Text, "auto, on or off: each trial in a cgroup v2 of its own (default auto: where allowed)"),
     known("CCL_COV_HEARTBEAT_S", Kind::Positive, "seconds between a long trial's still-running messages"),
     known("CCL_COV_JOBS", Kind::Positive, "build parallelism, {jobs} (default: all cores)"),
+    known("CCL_COV_PARTITION", Kind::Text, "count:K/N or hash:K/N: run only this shard's trials (nextest's --partition)"),
     known(REDACT, Kind::Globs, "more names whose values are secrets, as glob patterns"),
     known("CCL_COV_LLVM_BIN", Kind::Text, "the LLVM bin folder the shipped configs take their clang from"),
     known("CCL_COV_ROOT", Kind::Text, "${CCL_COV_ROOT} in a config: set by the harness to its checkout, not read"),

@@ -155,6 +155,55 @@ impl TrialSpec {
     }
 }
 
+/// One shard of a run split across jobs, as nextest spells it: `count:K/N`
+/// deals the trials that would run out in turn (the first to shard 1, the
+/// second to shard 2, …); `hash:K/N` puts a trial in the shard its name
+/// hashes to, so a trial stays in its shard when others are added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Partition {
+    Count { shard: u64, of: u64 },
+    Hash { shard: u64, of: u64 },
+}
+
+impl Partition {
+    pub(crate) fn parse(text: &str) -> std::result::Result<Partition, String> {
+        let expected = || format!("{text:?} is not a partition: expected count:K/N or hash:K/N with 1 <= K <= N");
+        let (kind, share) = text.split_once(':').ok_or_else(expected)?;
+        let (k, n) = share.split_once('/').ok_or_else(expected)?;
+        let (Ok(shard), Ok(of)) = (k.parse::<u64>(), n.parse::<u64>()) else { return Err(expected()) };
+        if shard == 0 || shard > of {
+            return Err(expected());
+        }
+        match kind {
+            "count" => Ok(Partition::Count { shard, of }),
+            "hash" => Ok(Partition::Hash { shard, of }),
+            _ => Err(expected()),
+        }
+    }
+
+    /// As it was given: `count:2/3`.
+    pub(crate) fn describe(self) -> String {
+        match self {
+            Partition::Count { shard, of } => format!("count:{shard}/{of}"),
+            Partition::Hash { shard, of } => format!("hash:{shard}/{of}"),
+        }
+    }
+
+    /// Whether the trial `name`, the `index`-th (from 0) of the trials that
+    /// would run, is this shard's.
+    pub(crate) fn holds(self, index: usize, name: &str) -> bool {
+        match self {
+            Partition::Count { shard, of } => index as u64 % of == shard - 1,
+            Partition::Hash { shard, of } => {
+                use sha2::Digest;
+                let digest = sha2::Sha256::digest(name.as_bytes());
+                let first: [u8; 8] = digest[..8].try_into().expect("a SHA-256 has 32 bytes");
+                u64::from_be_bytes(first) % of == shard - 1
+            }
+        }
+    }
+}
+
 /// Every trial of the config, in config order (collective, then size, then
 /// variant; or upstream's suite and test order).
 pub fn plan(config: &Config) -> Vec<TrialSpec> {
@@ -436,6 +485,28 @@ mod tests {
         v.as_object_mut().unwrap().remove("sizes");
         let err = checked(&v).unwrap_err().to_string();
         assert!(err.contains(": sizes: missing"), "{err}");
+    }
+
+    #[test]
+    fn partitions_split_the_trials_into_disjoint_shards_that_cover_them_all() {
+        let names: Vec<String> = plan(&local()).into_iter().map(|t| t.name).collect();
+        for kind in ["count", "hash"] {
+            let shards: Vec<Partition> = (1..=3).map(|k| Partition::parse(&format!("{kind}:{k}/3")).unwrap()).collect();
+            for (i, name) in names.iter().enumerate() {
+                let holders = shards.iter().filter(|p| p.holds(i, name)).count();
+                assert_eq!(holders, 1, "{kind}: {name} is in {holders} shards");
+            }
+            let sizes: Vec<usize> =
+                shards.iter().map(|p| names.iter().enumerate().filter(|(i, n)| p.holds(*i, n)).count()).collect();
+            assert!(sizes.iter().all(|&n| n > 0), "{kind}: an empty shard: {sizes:?}");
+        }
+        let count = Partition::parse("count:2/3").unwrap();
+        assert!(!count.holds(0, "a") && count.holds(1, "a") && count.holds(4, "a"), "dealt in turn");
+        let hash = Partition::parse("hash:1/2").unwrap();
+        assert_eq!(hash.holds(0, "AllReduce::1K::ring"), hash.holds(9, "AllReduce::1K::ring"), "by name alone");
+        for bad in ["count:0/3", "count:4/3", "count:1", "slice:1/2", "hash:a/b", "count:1/0", ""] {
+            assert!(Partition::parse(bad).unwrap_err().contains("expected count:K/N or hash:K/N"), "{bad}");
+        }
     }
 
     #[test]

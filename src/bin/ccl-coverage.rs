@@ -143,12 +143,22 @@ enum DeviceCoverage {
     Off,
 }
 
+/// Which shard of the trials runs.
+#[derive(Args)]
+struct Shard {
+    /// Run only this shard of the trials: count:K/N deals them out in turn, hash:K/N by name (as nextest).
+    #[arg(long, env = "CCL_COV_PARTITION", value_name = "count:K/N|hash:K/N")]
+    partition: Option<String>,
+}
+
 #[derive(Args)]
 struct Run {
     #[command(flatten)]
     place: Place,
     #[command(flatten)]
     select: Select,
+    #[command(flatten)]
+    shard: Shard,
     /// Device (GPU kernel) coverage: auto, on or off (overrides coverage.device.mode).
     #[arg(long, env = "CCL_COV_DEVICE_COVERAGE", value_enum)]
     device_coverage: Option<DeviceCoverage>,
@@ -171,6 +181,9 @@ struct Report {
     /// List the report steps.
     #[arg(long)]
     list: bool,
+    /// Merge these shards' workspaces (runs with --partition, of the same build) into this one first; a trial two shards ran counts once.
+    #[arg(long, value_name = "DIR", num_args = 1..)]
+    merge_from: Vec<PathBuf>,
     #[command(flatten)]
     gates: Gates,
     #[command(flatten)]
@@ -183,6 +196,8 @@ struct List {
     place: Place,
     #[command(flatten)]
     select: Select,
+    #[command(flatten)]
+    shard: Shard,
 }
 
 #[derive(Args)]
@@ -321,6 +336,7 @@ fn main() -> ExitCode {
         }
         Command::Run(run) => {
             run.place.apply();
+            set("CCL_COV_PARTITION", run.shard.partition.as_ref());
             run.gates.apply();
             set(
                 "CCL_COV_DEVICE_COVERAGE",
@@ -350,6 +366,12 @@ fn main() -> ExitCode {
         Command::Report(report) => {
             report.place.apply();
             report.gates.apply();
+            if !report.merge_from.is_empty() {
+                let merged = ccl_coverage::harness::coverage_report::merge_shards(&report.merge_from);
+                if merged != ExitCode::SUCCESS {
+                    return merged;
+                }
+            }
             let mut argv = report.select.argv();
             argv.extend(report.list.then(|| "--list".to_string()));
             let code = ccl_coverage::harness::coverage_report::main_with(Arguments::from_iter(argv));
@@ -363,6 +385,7 @@ fn main() -> ExitCode {
         }
         Command::List(list) => {
             list.place.apply();
+            set("CCL_COV_PARTITION", list.shard.partition.as_ref());
             let mut argv = list.select.argv();
             argv.push("--list".into());
             ccl_coverage::harness::collectives::main_with(Arguments::from_iter(argv))

@@ -18,151 +18,159 @@ pub fn json_schema() -> Value {
     schema
 }
 
-/// One key of the config as the reference lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Key {
-    /// `library.steps[].argv`, `launchers.<name>.kind`, `env.<NAME>`.
-    pub(crate) path: String,
-    pub(crate) kind: String,
-    /// `required`, or the default as JSON.
-    pub(crate) default: String,
-    /// Ranges, patterns, accepted values and the placeholders a template takes.
-    pub(crate) accepts: String,
-    pub(crate) description: String,
-}
+/// docs/config.md's key reference, made from the schema: only its test
+/// writes and reads it.
+#[cfg(test)]
+mod reference {
+    use super::*;
 
-/// Every key the schema describes, depth first, each object's keys in the
-/// schema's (alphabetical) order.
-pub(crate) fn keys(schema: &Value) -> Vec<Key> {
-    let mut out = Vec::new();
-    walk(schema, "", &mut out);
-    out
-}
+    /// One key of the config as the reference lists it.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) struct Key {
+        /// `library.steps[].argv`, `launchers.<name>.kind`, `env.<NAME>`.
+        pub(crate) path: String,
+        pub(crate) kind: String,
+        /// `required`, or the default as JSON.
+        pub(crate) default: String,
+        /// Ranges, patterns, accepted values and the placeholders a template takes.
+        pub(crate) accepts: String,
+        pub(crate) description: String,
+    }
 
-fn walk(schema: &Value, path: &str, out: &mut Vec<Key>) {
-    let join = |child: &str| if path.is_empty() { child.to_string() } else { format!("{path}.{child}") };
-    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-        let required: Vec<&str> =
-            schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
-        for (name, sub) in props {
-            let child = join(name);
-            // A key a section needs, when the section itself has a default.
-            let in_default = schema.get("default").and_then(|d| d.get(name));
-            out.push(describe(&child, sub, required.contains(&name.as_str()), in_default));
+    /// Every key the schema describes, depth first, each object's keys in the
+    /// schema's (alphabetical) order.
+    pub(crate) fn keys(schema: &Value) -> Vec<Key> {
+        let mut out = Vec::new();
+        walk(schema, "", &mut out);
+        out
+    }
+
+    fn walk(schema: &Value, path: &str, out: &mut Vec<Key>) {
+        let join = |child: &str| if path.is_empty() { child.to_string() } else { format!("{path}.{child}") };
+        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+            let required: Vec<&str> =
+                schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+            for (name, sub) in props {
+                let child = join(name);
+                // A key a section needs, when the section itself has a default.
+                let in_default = schema.get("default").and_then(|d| d.get(name));
+                out.push(describe(&child, sub, required.contains(&name.as_str()), in_default));
+                walk(sub, &child, out);
+            }
+        }
+        // A map: `launchers.<name>`, `env.<NAME>`.
+        if let Some(sub) = schema.get("patternProperties").and_then(Value::as_object).and_then(|m| m.values().next()) {
+            let child = join(if path.ends_with("env") { "<NAME>" } else { "<name>" });
             walk(sub, &child, out);
         }
-    }
-    // A map: `launchers.<name>`, `env.<NAME>`.
-    if let Some(sub) = schema.get("patternProperties").and_then(Value::as_object).and_then(|m| m.values().next()) {
-        let child = join(if path.ends_with("env") { "<NAME>" } else { "<name>" });
-        walk(sub, &child, out);
-    }
-    if let Some(items) = schema.get("items") {
-        walk(items, &format!("{path}[]"), out);
-    }
-}
-
-fn describe(path: &str, sub: &Value, required: bool, in_default: Option<&Value>) -> Key {
-    let default = match sub.get("default") {
-        _ if required => in_default.map_or_else(
-            || "required".to_string(),
-            |d| format!("`{d}` without the section; required in it"),
-        ),
-        Some(Value::Object(_)) => "each key's".to_string(),
-        Some(Value::Null) | None => "unset".to_string(),
-        Some(v) => format!("`{v}`"),
-    };
-    Key {
-        path: path.to_string(),
-        kind: kind(sub),
-        default,
-        accepts: accepts(sub),
-        description: sub.get("description").and_then(Value::as_str).map(one_line).unwrap_or_default(),
-    }
-}
-
-/// `string`, `integer`, `array of string`, `map of object`, …
-fn kind(sub: &Value) -> String {
-    if sub.get("oneOf").is_some() || sub.get("enum").is_some() {
-        return "string".into();
-    }
-    let types: Vec<&str> = match sub.get("type") {
-        Some(Value::String(t)) => vec![t.as_str()],
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect(),
-        _ => Vec::new(),
-    };
-    match types.as_slice() {
-        ["array"] => format!("array of {}", sub.get("items").map_or_else(|| "any".into(), kind)),
-        ["object"] if sub.get("properties").is_none() => {
-            let value = sub.get("patternProperties").and_then(Value::as_object).and_then(|m| m.values().next());
-            format!("map of {}", value.map_or_else(|| "any".into(), kind))
+        if let Some(items) = schema.get("items") {
+            walk(items, &format!("{path}[]"), out);
         }
-        [t] => (*t).to_string(),
-        _ => types.join(" or "),
     }
-}
 
-/// What the value may be, beyond its type.
-fn accepts(sub: &Value) -> String {
-    let mut parts = Vec::new();
-    // A documented variant is a `oneOf` entry of its own (`const`), the rest
-    // share one (`enum`).
-    let alternatives = sub.get("oneOf").and_then(Value::as_array).map_or_else(|| vec![sub], |vs| vs.iter().collect());
-    let values: Vec<String> = alternatives
-        .into_iter()
-        .flat_map(|v| v.get("const").into_iter().chain(v.get("enum").and_then(Value::as_array).into_iter().flatten()))
-        .map(|v| format!("`{v}`"))
-        .collect();
-    if !values.is_empty() {
-        parts.push(values.join(", "));
+    fn describe(path: &str, sub: &Value, required: bool, in_default: Option<&Value>) -> Key {
+        let default = match sub.get("default") {
+            _ if required => in_default.map_or_else(
+                || "required".to_string(),
+                |d| format!("`{d}` without the section; required in it"),
+            ),
+            Some(Value::Object(_)) => "each key's".to_string(),
+            Some(Value::Null) | None => "unset".to_string(),
+            Some(v) => format!("`{v}`"),
+        };
+        Key {
+            path: path.to_string(),
+            kind: kind(sub),
+            default,
+            accepts: accepts(sub),
+            description: sub.get("description").and_then(Value::as_str).map(one_line).unwrap_or_default(),
+        }
     }
-    let num = |k: &str| sub.get(k).and_then(Value::as_u64);
-    match (num("minimum"), num("maximum")) {
-        (Some(lo), Some(hi)) => parts.push(format!("{lo}..={hi}")),
-        (Some(lo), None) => parts.push(format!("at least {lo}")),
-        _ => {}
-    }
-    if num("minItems") == Some(1) {
-        parts.push("not empty".into());
-    }
-    if num("minLength") == Some(1) {
-        parts.push("not empty".into());
-    }
-    let inner = sub.get("items").unwrap_or(sub);
-    if let Some(p) = inner.get("pattern").and_then(Value::as_str) {
-        parts.push(format!("`{p}`"));
-    }
-    if let Some(n) = inner.get("maxLength").and_then(Value::as_u64) {
-        parts.push(format!("at most {n} bytes"));
-    }
-    let template = sub.get("patternProperties").and_then(Value::as_object).and_then(|m| m.values().next());
-    let template = [Some(sub), sub.get("items"), template].into_iter().flatten().find_map(|s| s.get("x-placeholders"));
-    if let Some(Value::Array(names)) = template {
-        let kind = if names.iter().any(|n| n == "{ranks}") { "trial" } else { "build" };
-        parts.push(format!("{kind} placeholders"));
-    }
-    parts.join("; ")
-}
 
-/// A doc comment's first paragraph on one line, rustdoc links unwrapped.
-fn one_line(text: &str) -> String {
-    let first = text.split("\n\n").next().unwrap_or_default();
-    first.split_whitespace().collect::<Vec<_>>().join(" ").replace("[`Default`]'s", "the default")
-}
-
-/// The reference table of docs/config.md, as the schema has it.
-pub(crate) fn reference_table() -> String {
-    let mut out = String::from("| key | type | default | accepts | what it is |\n|---|---|---|---|---|\n");
-    for k in keys(&json_schema()) {
-        let cells = [format!("`{}`", k.path), k.kind, k.default, k.accepts, k.description];
-        let cells: Vec<String> = cells.iter().map(|c| c.replace('|', "\\|")).collect();
-        out.push_str(&format!("| {} |\n", cells.join(" | ")));
+    /// `string`, `integer`, `array of string`, `map of object`, …
+    fn kind(sub: &Value) -> String {
+        if sub.get("oneOf").is_some() || sub.get("enum").is_some() {
+            return "string".into();
+        }
+        let types: Vec<&str> = match sub.get("type") {
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect(),
+            _ => Vec::new(),
+        };
+        match types.as_slice() {
+            ["array"] => format!("array of {}", sub.get("items").map_or_else(|| "any".into(), kind)),
+            ["object"] if sub.get("properties").is_none() => {
+                let value = sub.get("patternProperties").and_then(Value::as_object).and_then(|m| m.values().next());
+                format!("map of {}", value.map_or_else(|| "any".into(), kind))
+            }
+            [t] => (*t).to_string(),
+            _ => types.join(" or "),
+        }
     }
-    out
+
+    /// What the value may be, beyond its type.
+    fn accepts(sub: &Value) -> String {
+        let mut parts = Vec::new();
+        // A documented variant is a `oneOf` entry of its own (`const`), the rest
+        // share one (`enum`).
+        let alternatives = sub.get("oneOf").and_then(Value::as_array).map_or_else(|| vec![sub], |vs| vs.iter().collect());
+        let values: Vec<String> = alternatives
+            .into_iter()
+            .flat_map(|v| v.get("const").into_iter().chain(v.get("enum").and_then(Value::as_array).into_iter().flatten()))
+            .map(|v| format!("`{v}`"))
+            .collect();
+        if !values.is_empty() {
+            parts.push(values.join(", "));
+        }
+        let num = |k: &str| sub.get(k).and_then(Value::as_u64);
+        match (num("minimum"), num("maximum")) {
+            (Some(lo), Some(hi)) => parts.push(format!("{lo}..={hi}")),
+            (Some(lo), None) => parts.push(format!("at least {lo}")),
+            _ => {}
+        }
+        if num("minItems") == Some(1) {
+            parts.push("not empty".into());
+        }
+        if num("minLength") == Some(1) {
+            parts.push("not empty".into());
+        }
+        let inner = sub.get("items").unwrap_or(sub);
+        if let Some(p) = inner.get("pattern").and_then(Value::as_str) {
+            parts.push(format!("`{p}`"));
+        }
+        if let Some(n) = inner.get("maxLength").and_then(Value::as_u64) {
+            parts.push(format!("at most {n} bytes"));
+        }
+        let template = sub.get("patternProperties").and_then(Value::as_object).and_then(|m| m.values().next());
+        let template = [Some(sub), sub.get("items"), template].into_iter().flatten().find_map(|s| s.get("x-placeholders"));
+        if let Some(Value::Array(names)) = template {
+            let kind = if names.iter().any(|n| n == "{ranks}") { "trial" } else { "build" };
+            parts.push(format!("{kind} placeholders"));
+        }
+        parts.join("; ")
+    }
+
+    /// A doc comment's first paragraph on one line, rustdoc links unwrapped.
+    fn one_line(text: &str) -> String {
+        let first = text.split("\n\n").next().unwrap_or_default();
+        first.split_whitespace().collect::<Vec<_>>().join(" ").replace("[`Default`]'s", "the default")
+    }
+
+    /// The reference table of docs/config.md, as the schema has it.
+    pub(crate) fn reference_table() -> String {
+        let mut out = String::from("| key | type | default | accepts | what it is |\n|---|---|---|---|---|\n");
+        for k in keys(&json_schema()) {
+            let cells = [format!("`{}`", k.path), k.kind, k.default, k.accepts, k.description];
+            let cells: Vec<String> = cells.iter().map(|c| c.replace('|', "\\|")).collect();
+            out.push_str(&format!("| {} |\n", cells.join(" | ")));
+        }
+        out
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::reference::{Key, keys, reference_table};
     use super::*;
     use crate::config::template::{BUILD_PLACEHOLDERS, TRIAL_PLACEHOLDERS};
     use std::path::Path;
