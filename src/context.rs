@@ -186,7 +186,9 @@ impl Context {
         let merge_overlap = switch("CCL_COV_MERGE_OVERLAP", true)?;
         let heartbeat = std::time::Duration::from_secs(number("CCL_COV_HEARTBEAT_S")?.unwrap_or(60));
         let partition = match env("CCL_COV_PARTITION").filter(|v| !v.is_empty()) {
-            Some(text) => Some(crate::plan::Partition::parse(&text).map_err(|e| Error::new(format!("CCL_COV_PARTITION: {e}")))?),
+            Some(text) => {
+                Some(crate::plan::Partition::parse(&text).map_err(|e| Error::new(format!("CCL_COV_PARTITION: {e}")))?)
+            }
             None => None,
         };
         Ok(Context {

@@ -302,10 +302,9 @@ fn trial_parts(c: &Config, t: &TrialSpec) -> Vec<(String, String)> {
             }
             parts
         }
-        Source::Program(i) => vec![(
-            format!("programs[{i}].name"),
-            c.programs.get(*i).map_or_else(String::new, |p| p.name.to_string()),
-        )],
+        Source::Program(i) => {
+            vec![(format!("programs[{i}].name"), c.programs.get(*i).map_or_else(String::new, |p| p.name.to_string()))]
+        }
         Source::Upstream(u) => vec![(format!("{}.name", u.test.json_path), u.test.name.clone())],
     }
 }

@@ -70,8 +70,9 @@ fn three_shards_merged_report_what_one_run_reports() {
     for k in [2, 3] {
         for sub in ["results", "profiles"] {
             for entry in std::fs::read_dir(shard(k).join(sub)).unwrap().flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.ends_with(".json") && name != "run.json" || name.ends_with(".profdata") {
+                let name = entry.file_name();
+                let ext = Path::new(&name).extension().and_then(|e| e.to_str());
+                if ext == Some("json") && name != "run.json" || ext == Some("profdata") {
                     std::fs::copy(entry.path(), union.join(sub).join(&name)).unwrap();
                 }
             }

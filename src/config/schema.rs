@@ -48,8 +48,13 @@ mod reference {
     fn walk(schema: &Value, path: &str, out: &mut Vec<Key>) {
         let join = |child: &str| if path.is_empty() { child.to_string() } else { format!("{path}.{child}") };
         if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-            let required: Vec<&str> =
-                schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+            let required: Vec<&str> = schema
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
             for (name, sub) in props {
                 let child = join(name);
                 // A key a section needs, when the section itself has a default.
@@ -70,10 +75,8 @@ mod reference {
 
     fn describe(path: &str, sub: &Value, required: bool, in_default: Option<&Value>) -> Key {
         let default = match sub.get("default") {
-            _ if required => in_default.map_or_else(
-                || "required".to_string(),
-                |d| format!("`{d}` without the section; required in it"),
-            ),
+            _ if required => in_default
+                .map_or_else(|| "required".to_string(), |d| format!("`{d}` without the section; required in it")),
             Some(Value::Object(_)) => "each key's".to_string(),
             Some(Value::Null) | None => "unset".to_string(),
             Some(v) => format!("`{v}`"),
@@ -113,10 +116,13 @@ mod reference {
         let mut parts = Vec::new();
         // A documented variant is a `oneOf` entry of its own (`const`), the rest
         // share one (`enum`).
-        let alternatives = sub.get("oneOf").and_then(Value::as_array).map_or_else(|| vec![sub], |vs| vs.iter().collect());
+        let alternatives =
+            sub.get("oneOf").and_then(Value::as_array).map_or_else(|| vec![sub], |vs| vs.iter().collect());
         let values: Vec<String> = alternatives
             .into_iter()
-            .flat_map(|v| v.get("const").into_iter().chain(v.get("enum").and_then(Value::as_array).into_iter().flatten()))
+            .flat_map(|v| {
+                v.get("const").into_iter().chain(v.get("enum").and_then(Value::as_array).into_iter().flatten())
+            })
             .map(|v| format!("`{v}`"))
             .collect();
         if !values.is_empty() {
@@ -142,7 +148,8 @@ mod reference {
             parts.push(format!("at most {n} bytes"));
         }
         let template = sub.get("patternProperties").and_then(Value::as_object).and_then(|m| m.values().next());
-        let template = [Some(sub), sub.get("items"), template].into_iter().flatten().find_map(|s| s.get("x-placeholders"));
+        let template =
+            [Some(sub), sub.get("items"), template].into_iter().flatten().find_map(|s| s.get("x-placeholders"));
         if let Some(Value::Array(names)) = template {
             let kind = if names.iter().any(|n| n == "{ranks}") { "trial" } else { "build" };
             parts.push(format!("{kind} placeholders"));
@@ -236,7 +243,8 @@ mod tests {
             match value {
                 Value::Object(map) => {
                     let props = schema.get("properties").and_then(Value::as_object);
-                    let pattern = schema.get("patternProperties").and_then(Value::as_object).and_then(|m| m.values().next());
+                    let pattern =
+                        schema.get("patternProperties").and_then(Value::as_object).and_then(|m| m.values().next());
                     for (key, item) in map {
                         match props.and_then(|p| p.get(key)).or(pattern) {
                             Some(sub) => check(item, sub, &format!("{path}.{key}"), unknown),

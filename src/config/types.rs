@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::error::Result;
-use serde::de::{self, Deserializer, Visitor};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -28,7 +28,10 @@ pub(super) fn validate(c: &Config) -> Result<(), Invalid> {
 /// config with something to run (`collectives` with `sizes`, or `programs`).
 pub(super) fn check_programs(c: &Config) -> Result<(), Invalid> {
     if c.upstream.is_none() && c.collectives.is_empty() && c.programs.is_empty() {
-        return Err(invalid("", "expected `collectives` (perf binaries, with `sizes`) or `programs` (plain test programs), or both"));
+        return Err(invalid(
+            "",
+            "expected `collectives` (perf binaries, with `sizes`) or `programs` (plain test programs), or both",
+        ));
     }
     if !c.collectives.is_empty() && c.sizes.is_empty() {
         return Err(invalid("sizes", "missing: `collectives` need at least one size such as \"1K\""));

@@ -54,15 +54,20 @@ pub(crate) fn merge(ctx: &Context, dirs: &[PathBuf]) -> Result<Merged> {
     let mut shards = Vec::new();
     for dir in dirs {
         let shard = Workspace::new(dir)?;
-        if crate::workspace::normalize(&canonical(shard.root())) == crate::workspace::normalize(&canonical(target.root()))
+        if crate::workspace::normalize(&canonical(shard.root()))
+            == crate::workspace::normalize(&canonical(target.root()))
         {
             bail!("--merge-from {}: that is the workspace being merged into", dir.display());
         }
         shard
             .check_marked(&config.name)
             .with_context(|| format!("--merge-from {}: not a shard of config {}", dir.display(), config.name))?;
-        let manifest = read_manifest(&shard)?
-            .ok_or_else(|| crate::error::Error::new(format!("--merge-from {}: it has no build.json: no trial ran there", dir.display())))?;
+        let manifest = read_manifest(&shard)?.ok_or_else(|| {
+            crate::error::Error::new(format!(
+                "--merge-from {}: it has no build.json: no trial ran there",
+                dir.display()
+            ))
+        })?;
         shards.push((shard, manifest));
     }
     // This workspace's own trials count too, when it has any.
@@ -179,7 +184,10 @@ fn checked(shard: &Workspace, path: &Path, sha: &str) -> Result<Vec<u8>> {
     let bytes = shard.read_opt(path)?.ok_or_else(|| crate::error::Error::new(format!("{} is gone", path.display())))?;
     let actual = crate::workspace::files::hex(&Sha256::digest(&bytes));
     if actual != sha {
-        bail!("{} is not the profile its trial recorded (SHA-256 {actual}, recorded {sha}): not merged", path.display());
+        bail!(
+            "{} is not the profile its trial recorded (SHA-256 {actual}, recorded {sha}): not merged",
+            path.display()
+        );
     }
     Ok(bytes)
 }
