@@ -138,10 +138,6 @@ pub(super) fn gpu_target<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Strin
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// The JSON Schema the file is written against (`ccl-coverage
-    /// config-schema`), for editors; the harness reads nothing from it.
-    #[serde(rename = "$schema", default, skip_serializing_if = "Option::is_none")]
-    pub(crate) schema: Option<String>,
     /// Names the workspace (`target/ccl-coverage/<name>`) and the report.
     pub(crate) name: Name,
     /// One line for people: shown with the run and in the report.
@@ -202,6 +198,10 @@ pub struct Config {
     pub(crate) report: ReportConfig,
     #[serde(default)]
     pub(crate) logs: Logs,
+    /// The JSON Schema the file is written against (`ccl-coverage
+    /// config-schema`), for editors; the harness reads nothing from it.
+    #[serde(rename = "$schema", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) schema: Option<String>,
     /// Set when the config file is an upstream RCCL `test_runner` config: the
     /// rest of the config then comes from the overlay (`config/overlay.rs`)
     /// and the plan is the resolved tests.
