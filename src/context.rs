@@ -56,6 +56,8 @@ pub(crate) struct Context {
     /// next trial runs. Off merges before the trial gives its rank slots back,
     /// so at most one trial's raw profiles are ever on disk.
     pub(crate) merge_overlap: bool,
+    /// `CCL_COV_PARTITION`: the shard of the trials this run runs.
+    pub(crate) partition: Option<crate::plan::Partition>,
     /// `CCL_COV_HEARTBEAT_S`: how often a long trial reports that it still runs.
     pub(crate) heartbeat: std::time::Duration,
     /// `CCL_COV_RETRIES` (`--retries`): how many times a failed trial runs
@@ -217,7 +219,7 @@ impl Context {
         let state_dir = target.join("ccl-coverage");
         let workspace = match env("CCL_COV_WORKSPACE").filter(|v| !v.is_empty()) {
             Some(ws) => Workspace::new(&absolute(&root, Path::new(&ws)))?,
-            None => Workspace::new(&state_dir.join(loaded.config.name.as_str()))?,
+            None => Workspace::new(&default_workspace(&loaded, &root, &state_dir))?,
         };
         let device_mode = device::requested_mode(&loaded.config.coverage.device, &env)?;
         // Read by each trial's supervisor; a wrong value is refused here, before anything runs.
@@ -247,6 +249,12 @@ impl Context {
         let retries = env_names::count("CCL_COV_RETRIES", &env("CCL_COV_RETRIES").unwrap_or_default())?.unwrap_or(0);
         let retries = u32::try_from(retries)
             .map_err(|_| Error::new(format!("CCL_COV_RETRIES={retries} is more retries than make sense")))?;
+        let partition = match env("CCL_COV_PARTITION").filter(|v| !v.is_empty()) {
+            Some(text) => {
+                Some(crate::plan::Partition::parse(&text).map_err(|e| Error::new(format!("CCL_COV_PARTITION: {e}")))?)
+            }
+            None => None,
+        };
         Ok(Context {
             root,
             loaded,
@@ -264,6 +272,7 @@ impl Context {
             incremental_merge,
             keep_raw,
             merge_overlap,
+            partition,
             heartbeat,
             retries,
             screen: Screen::from_env(&env)?,
@@ -275,6 +284,20 @@ impl Context {
     pub(crate) fn config(&self) -> &config::Config {
         &self.loaded.config
     }
+}
+
+/// The workspace without `CCL_COV_WORKSPACE`: `target/ccl-coverage/<name>`
+/// of the config's project ([`LoadedConfig::project_dir`]), beside the
+/// user's sources; for a config of the harness's own checkout, its state
+/// folder's (which `CARGO_TARGET_DIR` moves).
+fn default_workspace(loaded: &LoadedConfig, root: &Path, state_dir: &Path) -> PathBuf {
+    let project = loaded.project_dir();
+    let base = if crate::workspace::normalize(&project) == crate::workspace::normalize(root) {
+        state_dir.to_path_buf()
+    } else {
+        project.join("target").join("ccl-coverage")
+    };
+    base.join(loaded.config.name.as_str())
 }
 
 /// An on/off switch from the environment: `on`/`1`, `off`/`0`, or unset/empty for `default`.
@@ -355,6 +378,22 @@ fn project_root() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_workspace_and_snapshots_sit_beside_the_user_s_project() {
+        let load = |path: &str| config::load_str(config::DEFAULT_CONFIG_TEXT, Path::new(path), &|_| None).unwrap();
+        let (root, state) = (Path::new("/tool"), Path::new("/tool/target/ccl-coverage"));
+        let own = load("/home/u/vec/ccl-coverage.json");
+        assert_eq!(default_workspace(&own, root, state), Path::new("/home/u/vec/target/ccl-coverage/local"));
+        assert_eq!(own.snapshots_dir(), Path::new("/home/u/vec/snapshots"));
+        let in_configs = load("/home/u/vec/configs/cov.json");
+        assert_eq!(default_workspace(&in_configs, root, state), Path::new("/home/u/vec/target/ccl-coverage/local"));
+        assert_eq!(in_configs.snapshots_dir(), Path::new("/home/u/vec/snapshots"));
+        // The harness's own configs keep its state folder (CARGO_TARGET_DIR).
+        let shipped = load("/tool/configs/local.json");
+        assert_eq!(default_workspace(&shipped, root, Path::new("/t/ccl-coverage")), Path::new("/t/ccl-coverage/local"));
+        assert_eq!(shipped.snapshots_dir(), Path::new("/tool/snapshots"));
+    }
 
     fn check(vars: &[(&str, &str)], referenced: &[&str]) -> Result<()> {
         let vars = vars.iter().map(|(k, v)| (OsString::from(k), OsString::from(v)));

@@ -83,7 +83,11 @@ const fn known(name: &'static str, kind: Kind, meaning: &'static str) -> Known {
 pub(crate) const KNOWN: &[Known] = &[
     known("CCL_COV_CONFIG", Kind::Text, "the config file (default configs/local.json)"),
     known("CCL_COV_OVERLAY", Kind::Text, "ccl-coverage's settings laid over an upstream test_runner config"),
-    known("CCL_COV_WORKSPACE", Kind::Text, "the workspace folder (default target/ccl-coverage/<config>)"),
+    known(
+        "CCL_COV_WORKSPACE",
+        Kind::Text,
+        "the workspace folder (default target/ccl-coverage/<config> of the config's project)",
+    ),
     known("CCL_COV_HOSTFILE", Kind::Text, "the nodes and slots launched trials may use"),
     known("CCL_COV_DEVICE_COVERAGE", Kind::Text, "auto, on or off: overrides coverage.device.mode"),
     known("CCL_COV_CUPTI", Kind::Text, "the libcupti (or its folder) for NVIDIA device coverage"),
@@ -116,6 +120,11 @@ pub(crate) const KNOWN: &[Known] = &[
     known("CCL_COV_RETRIES", Kind::Count, "runs a failed trial again up to N times; a later pass is flaky"),
     known("CCL_COV_COLOR", Kind::Text, "auto, always or never: colour on the terminal (default auto)"),
     known("CCL_COV_VERBOSITY", Kind::Text, "quiet, normal or verbose: how much is said while trials run"),
+    known(
+        "CCL_COV_PARTITION",
+        Kind::Text,
+        "count:K/N or hash:K/N: run only this shard's trials (nextest's --partition)",
+    ),
     known(REDACT, Kind::Globs, "more names whose values are secrets, as glob patterns"),
     known("CCL_COV_LLVM_BIN", Kind::Text, "the LLVM bin folder the shipped configs take their clang from"),
     known("CCL_COV_ROOT", Kind::Text, "${CCL_COV_ROOT} in a config: set by the harness to its checkout, not read"),

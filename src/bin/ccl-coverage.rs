@@ -1,5 +1,5 @@
 //! The command line: `ccl-coverage run | report | list | who-covers | clean |
-//! show-env`, on top of the two test harnesses (`cargo test --test
+//! show-env | config-schema`, on top of the two test harnesses (`cargo test --test
 //! collectives` and `--test coverage_report` run exactly the same code).
 //! Every option falls back to its `CCL_COV_*` variable, and sets it for the
 //! harness: the variables stay the one way settings reach it.
@@ -38,6 +38,8 @@ enum Command {
     Clean(Clean),
     /// Every CCL_COV_* setting, its value here, and what the config and workspace resolve to.
     ShowEnv(Place),
+    /// Print the JSON Schema of a config (name it in a config's "$schema" for editors to check and complete keys).
+    ConfigSchema,
     /// The collectives test binary as it is: `ccl-coverage collectives [libtest arguments]`.
     #[command(hide = true)]
     Collectives {
@@ -52,7 +54,7 @@ struct Place {
     /// The config file: a ccl-coverage config or an upstream RCCL test_runner config.
     #[arg(long, env = "CCL_COV_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// The workspace folder (default target/ccl-coverage/<config name>).
+    /// The workspace folder (default: target/ccl-coverage/<config name> in the config's project, its folder or the parent of a configs/ folder).
     #[arg(long, env = "CCL_COV_WORKSPACE", value_name = "DIR")]
     workspace: Option<PathBuf>,
 }
@@ -361,12 +363,22 @@ enum DeviceCoverage {
     Off,
 }
 
+/// Which shard of the trials runs.
+#[derive(Args)]
+struct Shard {
+    /// Run only this shard of the trials: count:K/N deals them out in turn, hash:K/N by name (as nextest).
+    #[arg(long, env = "CCL_COV_PARTITION", value_name = "count:K/N|hash:K/N")]
+    partition: Option<String>,
+}
+
 #[derive(Args)]
 struct Run {
     #[command(flatten)]
     place: Place,
     #[command(flatten)]
     select: Select,
+    #[command(flatten)]
+    shard: Shard,
     /// Device (GPU kernel) coverage: auto, on or off (overrides coverage.device.mode).
     #[arg(long, env = "CCL_COV_DEVICE_COVERAGE", value_enum)]
     device_coverage: Option<DeviceCoverage>,
@@ -400,6 +412,9 @@ struct Report {
     /// List the report steps.
     #[arg(long)]
     list: bool,
+    /// Merge these shards' workspaces (runs with --partition, of the same build) into this one first; a trial two shards ran counts once.
+    #[arg(long, value_name = "DIR", num_args = 1..)]
+    merge_from: Vec<PathBuf>,
     #[command(flatten)]
     display: Display,
     #[command(flatten)]
@@ -414,6 +429,8 @@ struct List {
     place: Place,
     #[command(flatten)]
     select: Select,
+    #[command(flatten)]
+    shard: Shard,
 }
 
 #[derive(Args)]
@@ -536,6 +553,7 @@ fn main() -> ExitCode {
                 Err(e) => return usage_error(&e),
             };
             run.place.apply();
+            set("CCL_COV_PARTITION", run.shard.partition.as_ref());
             run.gates.apply();
             set(
                 "CCL_COV_DEVICE_COVERAGE",
@@ -580,6 +598,12 @@ fn main() -> ExitCode {
             };
             report.place.apply();
             report.gates.apply();
+            if !report.merge_from.is_empty() {
+                let merged = ccl_coverage::harness::coverage_report::merge_shards(&report.merge_from);
+                if merged != ExitCode::SUCCESS {
+                    return merged;
+                }
+            }
             let mut argv = report.select.argv();
             argv.extend(report.list.then(|| "--list".to_string()));
             report.display.apply(&mut argv);
@@ -594,6 +618,7 @@ fn main() -> ExitCode {
         }
         Command::List(list) => {
             list.place.apply();
+            set("CCL_COV_PARTITION", list.shard.partition.as_ref());
             let mut argv = list.select.argv();
             argv.push("--list".into());
             ccl_coverage::harness::collectives::main_with(Arguments::from_iter(argv))
@@ -609,6 +634,11 @@ fn main() -> ExitCode {
         Command::ShowEnv(place) => {
             place.apply();
             ccl_coverage::harness::tools::show_env()
+        }
+        Command::ConfigSchema => {
+            let schema = ccl_coverage::config::schema::json_schema();
+            println!("{}", serde_json::to_string_pretty(&schema).unwrap_or_default());
+            ExitCode::SUCCESS
         }
     }
 }

@@ -31,11 +31,21 @@ impl LoadedConfig {
         self.resolve(&self.config.tests.source_dir)
     }
 
-    /// The config's project's `snapshots/`: beside the folder that holds the
-    /// config (its overlay, for an upstream config), as `snapshots/` sits
-    /// beside `configs/` here; never found from the current directory.
+    /// The project the config belongs to: the folder that holds it, or that
+    /// folder's parent when it is called `configs` (this repository's layout:
+    /// `configs/local.json` beside `snapshots/` and `target/`). Never found
+    /// from the current directory, and never the harness's own checkout
+    /// unless the config is there.
+    pub(crate) fn project_dir(&self) -> PathBuf {
+        match self.dir.file_name() {
+            Some(name) if name == "configs" => self.dir.parent().map_or_else(|| self.dir.clone(), Path::to_path_buf),
+            _ => self.dir.clone(),
+        }
+    }
+
+    /// The project's `snapshots/` ([`LoadedConfig::project_dir`]).
     pub(crate) fn snapshots_dir(&self) -> PathBuf {
-        self.resolve("../snapshots")
+        self.project_dir().join("snapshots")
     }
 }
 

@@ -15,6 +15,7 @@ use std::path::Path;
 
 mod load;
 mod overlay;
+pub mod schema;
 mod types;
 mod validate;
 mod values;

@@ -171,6 +171,7 @@ pub(crate) fn load_upstream(
         resolved,
     };
     let config = Config {
+        schema: None,
         name,
         description,
         toolchain: o.toolchain,
@@ -186,6 +187,7 @@ pub(crate) fn load_upstream(
         iterations: super::Iterations::default(),
         collectives: Vec::new(),
         sizes: Vec::new(),
+        programs: Vec::new(),
         variants: Vec::new(),
         timeouts: Timeouts { default: o.timeouts.uncapped_cap, grace: o.timeouts.grace, ..Timeouts::default() },
         report: o.report,

@@ -12,6 +12,7 @@ pub(crate) mod html_index;
 pub(crate) mod minimal_suite;
 pub(crate) mod screen;
 pub(crate) mod session;
+pub(crate) mod shards;
 
 use crate::bail;
 use crate::build::cache::BuildManifest;

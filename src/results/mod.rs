@@ -204,16 +204,13 @@ impl TrialResult {
         TrialResult {
             trial: spec.name.clone(),
             slug: spec.slug.clone(),
-            collective: match spec.upstream() {
-                Some(u) => u.test.suite.clone(),
-                None => spec.collective(config).map(|c| c.name.to_string()).unwrap_or_default(),
-            },
+            collective: spec.group(config),
             size: spec.size().to_string(),
             variant: match spec.upstream() {
                 Some(u) => Some(u.test.name.clone()),
                 None => spec.variant(config).map(|v| v.name.to_string()),
             },
-            kind: spec.upstream().map_or(TrialKind::Perf, |u| u.test.kind),
+            kind: spec.kind(),
             build_id: build_id.to_string(),
             run_id: run_id.to_string(),
             status: Status::Failed,
@@ -265,10 +262,7 @@ impl TrialResult {
         TrialResult {
             trial: spec.name.clone(),
             slug: spec.slug.clone(),
-            collective: match spec.upstream() {
-                Some(u) => u.test.suite.clone(),
-                None => spec.collective(config).map(|c| c.name.to_string()).unwrap_or_default(),
-            },
+            collective: spec.group(config),
             size: spec.size().to_string(),
             variant: match spec.upstream() {
                 Some(u) => Some(u.test.name.clone()),

@@ -434,6 +434,9 @@ fn judge(
                 verdict::judge_gtest(&execution.finished, &reports("json"), &output.gtest, filter, launch.timeout);
             (v, cases, PerfReport::default())
         }
+        TrialKind::Plain => {
+            (verdict::judge_plain(&execution.finished, launch.timeout), Vec::new(), PerfReport::default())
+        }
         TrialKind::Pytest => {
             let junit = reports("xml");
             let (v, cases) =

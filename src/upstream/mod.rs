@@ -157,7 +157,7 @@ pub(crate) enum BuildCommand {
 /// What kind of test a trial runs, which decides how it is launched and
 /// judged. For an upstream test it is decided as upstream does: `is_pytest`
 /// first, then `is_gtest` (default true), else a plain (perf) binary; a
-/// matrix trial is always a perf binary.
+/// matrix trial is always a perf binary, a config's program always plain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TrialKind {
@@ -167,6 +167,8 @@ pub enum TrialKind {
     Perf,
     /// A pytest suite: exit status and its JUnit XML.
     Pytest,
+    /// Any test program: its exit status alone.
+    Plain,
 }
 
 impl TrialKind {
@@ -175,6 +177,7 @@ impl TrialKind {
             TrialKind::Perf => "perf",
             TrialKind::Gtest => "gtest",
             TrialKind::Pytest => "pytest",
+            TrialKind::Plain => "plain",
         }
     }
 }

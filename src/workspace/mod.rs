@@ -386,6 +386,16 @@ impl Workspace {
         }
     }
 
+    /// For a workspace read only as input (a shard to merge): it carries the
+    /// marker of `config`. Nothing is created, locked or written.
+    pub(crate) fn check_marked(&self, config: &str) -> Result<()> {
+        match self.read_marker()? {
+            Some(marker) if marker.config == config => Ok(()),
+            Some(marker) => bail!("{} holds the results of config {:?}", self.root.display(), marker.config),
+            None => bail!("{} is not a ccl-coverage workspace (no {MARKER} marker)", self.root.display()),
+        }
+    }
+
     fn check_place(&self, protected: &[Protected]) -> Result<()> {
         let root = canonical(&self.root);
         if root.parent().is_none() {
@@ -676,8 +686,9 @@ pub(crate) struct Cleaned {
 
 /// What the harness makes at the top of a workspace (besides its marker and
 /// lock files): what `clean` deletes.
-const OWN_ENTRIES: [&str; 13] = [
+const OWN_ENTRIES: [&str; 14] = [
     "build.json",
+    "shards.json",
     "profiles",
     "quarantine",
     "logs",
