@@ -15,9 +15,10 @@
 pub(crate) mod record;
 
 use super::decision::{Available, Found, join};
+use crate::env_names::Lookup;
 use crate::error::Result;
 use crate::exec::process::Cmd;
-use crate::toolchain::{Lookup, Tool};
+use crate::toolchain::Tool;
 use crate::workspace::files;
 use record::Record;
 use std::collections::BTreeSet;

@@ -238,9 +238,9 @@ impl Supervised {
     /// The supervisor's report, and how many processes the harness still had
     /// to kill itself (0 unless the supervisor failed). A supervisor that died
     /// or was killed without a report gives one that says so
-    /// ([`Report::lost`]): its trial is then recorded as failed, never
+    /// ([`SupervisorReport::lost`]): its trial is then recorded as failed, never
     /// dropped.
-    pub(crate) fn finish(mut self, status: ExitStatus) -> Result<(Report, usize)> {
+    pub(crate) fn finish(mut self, status: ExitStatus) -> Result<(SupervisorReport, usize)> {
         let mut text = String::new();
         let report = match self.child.stdout.take() {
             Some(mut out) => {
@@ -263,7 +263,7 @@ impl Supervised {
             }
             backstop += killed.len();
         }
-        let report: Report = match (report, self.lost.take()) {
+        let report: SupervisorReport = match (report, self.lost.take()) {
             (Some(report), None) => report,
             (_, lost) => {
                 let why = lost.unwrap_or_else(|| {
@@ -274,7 +274,7 @@ impl Supervised {
                 });
                 eprintln!("ccl-coverage: {}: {why}; see {}", self.display, self.log.display());
                 let containment = if had_cgroup { Containment::Cgroup } else { Containment::ProcessTree };
-                Report { lost: Some(why), containment, ..Report::default() }
+                SupervisorReport { lost: Some(why), containment, ..SupervisorReport::default() }
             }
         };
         if let Some(why) = &report.spawn_error {
@@ -323,7 +323,7 @@ pub enum Containment {
 
 /// How the trial ended, as the supervisor saw it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Report {
+pub struct SupervisorReport {
     /// The main process's raw wait status.
     pub(crate) wait_status: Option<i32>,
     pub stopped: Option<StopCause>,
@@ -357,7 +357,9 @@ pub fn run_if_requested() -> Option<ExitCode> {
     let spec = std::env::var_os(SUPERVISE)?;
     let report = match serde_json::from_str::<Spec>(&spec.to_string_lossy()) {
         Ok(spec) => supervise(&spec, std::env::args_os().skip(1).collect()),
-        Err(e) => Report { spawn_error: Some(format!("bad {SUPERVISE}: {e}")), ..Report::default() },
+        Err(e) => {
+            SupervisorReport { spawn_error: Some(format!("bad {SUPERVISE}: {e}")), ..SupervisorReport::default() }
+        }
     };
     let mut line = serde_json::to_string(&report).unwrap_or_default();
     line.push('\n');
@@ -366,7 +368,7 @@ pub fn run_if_requested() -> Option<ExitCode> {
     Some(ExitCode::SUCCESS)
 }
 
-fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
+fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> SupervisorReport {
     // SAFETY: prctl with these arguments only sets a flag of this process.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let token = std::env::var(TRIAL_TOKEN).unwrap_or_default();
@@ -468,10 +470,10 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     // The child is reaped with waitpid below, together with adopted orphans.
     std::mem::forget(child);
     let mut main_status = None;
-    let mut report = Report {
+    let mut report = SupervisorReport {
         containment: if trial_cgroup.is_some() { Containment::Cgroup } else { Containment::ProcessTree },
         no_cgroup,
-        ..Report::default()
+        ..SupervisorReport::default()
     };
     let mut stop_at: Option<Instant> = None;
     let grace = Duration::from_millis(spec.grace_ms);
@@ -601,8 +603,8 @@ fn raise_memlock() {
     }
 }
 
-fn spawn_failed(why: String) -> Report {
-    Report { spawn_error: Some(why), ..Report::default() }
+fn spawn_failed(why: String) -> SupervisorReport {
+    SupervisorReport { spawn_error: Some(why), ..SupervisorReport::default() }
 }
 
 /// Reaps every finished child (adopted orphans too); records `main`'s status.

@@ -619,7 +619,7 @@ mod tests {
         assert_eq!(export.totals().rows().iter().map(|r| r.0).collect::<Vec<_>>(), metrics, "every metric has a bar");
         for (_, var) in crate::env_names::FAIL_UNDER {
             let known = crate::env_names::lookup(var).map(|k| k.kind);
-            assert_eq!(known, Some(crate::env_names::Kind::Percent), "{var} is a known percentage");
+            assert_eq!(known, Some(crate::env_names::ValueKind::Percent), "{var} is a known percentage");
         }
     }
 

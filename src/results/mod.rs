@@ -374,7 +374,7 @@ pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &Planned) ->
         }
         let stem = &name[..name.len() - ".json".len()];
         let read = match kind {
-            workspace::confined::Kind::File => {
+            workspace::confined::EntryKind::File => {
                 ws.read_opt(&path).and_then(|bytes| bytes.ok_or_else(|| Error::new("it vanished while it was read")))
             }
             other => Err(Error::new(format!("it is {}, not a regular file", other.describe()))),

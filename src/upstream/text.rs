@@ -8,7 +8,7 @@
 //! variable stays literal text here, as upstream leaves it, and the caller
 //! turns that into a warning.
 
-pub(super) type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+use crate::env_names::Lookup;
 
 /// How many passes upstream makes before giving up on reaching a fixed point.
 const PASSES: usize = 10;

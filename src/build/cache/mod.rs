@@ -379,7 +379,7 @@ impl BuildSetup {
         coverage: bool,
         device_mode: crate::config::DeviceMode,
         tools: Option<&Path>,
-        env: toolchain::Lookup,
+        env: crate::env_names::Lookup,
     ) -> Result<BuildSetup> {
         let toolchain = toolchain::resolve(&config.toolchain, env)?;
         let device = if coverage {

@@ -452,7 +452,7 @@ fn caught(profdata: &Path, f: impl FnOnce() -> Result<ProfileCounts>) -> std::re
 
 #[cfg(test)]
 mod tests {
-    use super::super::counts::Lookup;
+    use super::super::counts::InProfile;
     use super::*;
 
     const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/profdata");
@@ -492,14 +492,17 @@ mod tests {
             }
         }
         let fe = ProfileCounts::from_indexed(&fixture("fe22.profdata")).unwrap();
-        assert!(matches!(fe.lookup("_Z1fv", 7), Lookup::Found([3, 0])));
-        assert!(matches!(fe.lookup("_Z1fv", 1 << 60 | 7), Lookup::Found([1, 2, u64::MAX])));
-        assert!(matches!(fe.lookup("main", 24), Lookup::Found([1])), "the value profile after its counters is skipped");
-        assert!(matches!(fe.lookup("lib.cc:_ZL6helperi", 99164), Lookup::Found([0, 0, 0, 0])));
-        assert!(matches!(fe.lookup("_Z5emptyv", 1), Lookup::HashMismatch));
+        assert!(matches!(fe.lookup("_Z1fv", 7), InProfile::Found([3, 0])));
+        assert!(matches!(fe.lookup("_Z1fv", 1 << 60 | 7), InProfile::Found([1, 2, u64::MAX])));
+        assert!(
+            matches!(fe.lookup("main", 24), InProfile::Found([1])),
+            "the value profile after its counters is skipped"
+        );
+        assert!(matches!(fe.lookup("lib.cc:_ZL6helperi", 99164), InProfile::Found([0, 0, 0, 0])));
+        assert!(matches!(fe.lookup("_Z5emptyv", 1), InProfile::HashMismatch));
         let cs = ProfileCounts::from_indexed(&fixture("cs22.profdata")).unwrap();
-        assert!(matches!(cs.lookup("foo", 29), Lookup::Found([6])));
-        assert!(matches!(cs.lookup("foo", 1 << 60 | 1), Lookup::Found([5, 1])));
+        assert!(matches!(cs.lookup("foo", 29), InProfile::Found([6])));
+        assert!(matches!(cs.lookup("foo", 1 << 60 | 1), InProfile::Found([5, 1])));
     }
 
     #[test]
