@@ -754,7 +754,7 @@ impl WriterShared {
 }
 
 fn lock_error(path: &Path, e: std::io::Error) -> Error {
-    Error::new(format!("cannot lock {}: {e}", path.display()))
+    Error::from(e).context(format_args!("cannot lock {}", path.display()))
 }
 
 /// The workspace's `.lock`, held while `run.json` is rebuilt.

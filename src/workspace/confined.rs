@@ -118,7 +118,7 @@ impl Beneath {
                     root.display()
                 )))
             }
-            Err(e) => Err(Error::new(format!("cannot open the workspace {}: {e}", root.display()))),
+            Err(e) => Err(Error::from(e).context(format_args!("cannot open the workspace {}", root.display()))),
         }
     }
 

@@ -346,19 +346,24 @@ impl Workspace {
                 false
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let unwritable = |e: &dyn std::fmt::Display| {
-                    Error::new(format!("the workspace {} is not writable: cannot create it: {e}", self.root.display()))
+                let unwritable = |e: std::io::Error| {
+                    Error::from(e).context(format_args!(
+                        "the workspace {} is not writable: cannot create it",
+                        self.root.display()
+                    ))
                 };
                 if let Some(parent) = self.root.parent() {
-                    fs::create_dir_all(parent).map_err(|e| unwritable(&e))?;
+                    fs::create_dir_all(parent).map_err(unwritable)?;
                 }
                 match fs::create_dir(&self.root) {
                     Ok(()) => true,
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
-                    Err(e) => return Err(unwritable(&e)),
+                    Err(e) => return Err(unwritable(e)),
                 }
             }
-            Err(e) => bail!("cannot inspect the workspace {}: {e}", self.root.display()),
+            Err(e) => {
+                return Err(Error::from(e).context(format_args!("cannot inspect the workspace {}", self.root.display())));
+            }
         };
         let marker = Marker {
             tool: "ccl-coverage".into(),
