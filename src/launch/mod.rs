@@ -486,8 +486,7 @@ pub(crate) fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSp
 }
 
 pub(crate) fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 #[cfg(test)]
