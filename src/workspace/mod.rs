@@ -362,7 +362,9 @@ impl Workspace {
                 }
             }
             Err(e) => {
-                return Err(Error::from(e).context(format_args!("cannot inspect the workspace {}", self.root.display())));
+                return Err(
+                    Error::from(e).context(format_args!("cannot inspect the workspace {}", self.root.display()))
+                );
             }
         };
         let marker = Marker {
