@@ -6,6 +6,7 @@
 //! relative to the source roots.
 
 use crate::report::attribution::{Attribution, expand, ranges_text};
+use crate::report::escape_html as escape;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
@@ -18,21 +19,6 @@ pub(crate) struct Sources<'a> {
     pub(crate) llvm_cov_page: &'a dyn Fn(&str) -> String,
     /// A file's name as the report shows it (relative to the source roots).
     pub(crate) shown: &'a dyn Fn(&str) -> String,
-}
-
-pub(crate) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
 }
 
 /// llvm-cov's stylesheet (`../html/style.css`), and what its pages lack: a

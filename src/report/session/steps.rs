@@ -187,7 +187,7 @@ impl Session {
 
 /// `html` with a warning at the top of its body.
 fn with_warning(html: &str, warning: &str) -> String {
-    let escaped = warning.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let escaped = report::escape_html(warning);
     let banner = format!("<p class='warning' style='color:#a00;font-weight:bold'>{escaped}</p>");
     match html.find("<body>").map(|at| at + "<body>".len()) {
         Some(at) => format!("{}{banner}{}", &html[..at], &html[at..]),
