@@ -177,10 +177,10 @@ if has nccl; then
     run n20-first configs/.nccl-n20-first.json
   fi
   # Host-only, the same trials, for the cost (a build of its own: no -lineinfo).
-  CCL_COV_DEVICE_COVERAGE=off CCL_COV_WORKSPACE=/tmp/ws-nccl-host $cov collectives --ignored --test-threads 1 AllReduce \
-    > "$out/host-collectives.log" 2>&1
-  echo "rc=$?" >> "$out/host-collectives.log"
-  mkdir -p "$out/host"; cp /tmp/ws-nccl-host/results/run.json "$out/host/" 2>/dev/null
+  CCL_COV_DEVICE_COVERAGE=off CCL_COV_CONFIG=configs/h200_nccl.json CCL_COV_WORKSPACE=/tmp/ws-nccl-host \
+    $cov collectives --ignored --test-threads 1 AllReduce > "$out/nccl-host-collectives.log" 2>&1
+  echo "rc=$?" >> "$out/nccl-host-collectives.log"
+  mkdir -p "$out/nccl-host"; cp /tmp/ws-nccl-host/results/run.json "$out/nccl-host/" 2>/dev/null
   stamp host
   # nvdisasm -gi against our reading of NCCL's cubins, frame by frame (the unit test, on these cubins).
   CCL_COV_CUDA_CUBINS="$build/cubins" /tmp/bin/unit-tests --exact \

@@ -578,3 +578,36 @@ fn a_profile_written_under_another_llvm_profile_file_is_named_as_such() {
     assert!(!reason.contains("wrote no coverage profile"), "{reason}");
     assert_eq!(r["merge"]["merged"], 1, "it was merged: {r}");
 }
+
+/// A library named through links to its versioned file, as NCCL's and RCCL's
+/// builds install it (`libnccl.so -> libnccl.so.2 -> libnccl.so.2.x.y`):
+/// the build records the file itself, checksums it, and the report reads it.
+/// The checksums refuse to follow links, so naming the link broke every
+/// trial of NCCL on the H200.
+#[test]
+fn a_library_named_through_a_chain_of_links_is_recorded_as_its_file() {
+    let mut s = setup(|v| {
+        only(v, "AllReduce", &["1K"], json!([{"name": "t", "ranks": 1}]));
+        let steps = v["library"]["steps"].as_array_mut().unwrap();
+        for (name, target, link) in
+            [("soname link", "libccl.so", "libccl.so.1"), ("dev link", "libccl.so.1", "libccl-dev.so")]
+        {
+            steps.push(json!({
+                "name": name,
+                "argv": ["cmake", "-E", "create_symlink", target, format!("{{build_dir}}/ccl/{link}")]
+            }));
+        }
+        v["library"]["objects"][0] = json!("{build_dir}/ccl/libccl-dev.so");
+    });
+    private_cache(&mut s);
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    let objects = manifest(&s)["objects"].clone();
+    let first = PathBuf::from(objects[0]["path"].as_str().unwrap());
+    assert_eq!(first.file_name().unwrap(), "libccl.so", "{objects}");
+    assert!(!fs::symlink_metadata(&first).unwrap().file_type().is_symlink());
+    let report = harness(&s, "report", &[], LIMIT);
+    assert!(report.success, "{}", report.text());
+    let summary: Value = serde_json::from_str(&fs::read_to_string(s.ws.join("report/summary.json")).unwrap()).unwrap();
+    assert!(summary.to_string().contains("algo.cc"), "the library's files are in the report");
+}

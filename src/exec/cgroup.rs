@@ -26,6 +26,9 @@ use std::sync::OnceLock;
 /// What every trial cgroup's name starts with (then the trial's token).
 const PREFIX: &str = "ccl-coverage-";
 
+/// How long [`Cgroup::remove`] waits for its last processes to finish exiting.
+const REMOVE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The magic number of a cgroup v2 filesystem (`statfs`).
 const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 
@@ -126,8 +129,26 @@ impl Cgroup {
     }
 
     /// Removes it, and any cgroup a trial made below it, deepest first;
-    /// false while a process is left.
+    /// false while a process is left after [`REMOVE_LIMIT`]. A killed
+    /// process leaves `cgroup.procs` before it has finished exiting, and
+    /// the cgroup stays busy until it has (a CUDA process's teardown of its
+    /// GPU context takes a while): one `rmdir` at once failed every NCCL
+    /// trial on the H200. What is still there is killed again between tries.
     pub(crate) fn remove(&self) -> bool {
+        let end = std::time::Instant::now() + REMOVE_LIMIT;
+        loop {
+            if self.remove_once() {
+                return true;
+            }
+            if std::time::Instant::now() >= end {
+                return false;
+            }
+            self.kill();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    fn remove_once(&self) -> bool {
         let mut dirs = vec![self.path.clone()];
         let mut i = 0;
         while i < dirs.len() {
@@ -248,6 +269,33 @@ mod tests {
             assert_eq!(Cgroup::existing(made.path(), "another-trial"), None, "only the record's own trial's");
             assert!(!made.populated());
             assert!(made.remove());
+        }
+    }
+
+    /// A cgroup whose processes were just killed is removed once they have
+    /// finished exiting, not refused while they still are.
+    #[test]
+    fn a_cgroup_is_removed_right_after_its_processes_are_killed() {
+        let Ok(_) = available() else {
+            eprintln!("no cgroup can be made here: skipping");
+            return;
+        };
+        for round in 0..20 {
+            let made = Cgroup::create(&format!("unit-kill-{}-{round}", std::process::id())).unwrap();
+            let mut children: Vec<std::process::Child> =
+                (0..4).map(|_| std::process::Command::new("sleep").arg("100").spawn().unwrap()).collect();
+            for child in &children {
+                std::fs::write(made.path.join("cgroup.procs"), child.id().to_string()).unwrap();
+            }
+            assert!(made.kill());
+            // Reaped as a parent would: the cgroup is empty only when they are gone.
+            let reaper = std::thread::spawn(move || {
+                for child in &mut children {
+                    child.wait().unwrap();
+                }
+            });
+            assert!(made.remove(), "round {round}: {} still there", made.path.display());
+            reaper.join().unwrap();
         }
     }
 }

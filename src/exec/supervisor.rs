@@ -524,7 +524,7 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> SupervisorReport {
     if let Some(made) = &trial_cgroup
         && !made.remove()
     {
-        report.survivors = report.survivors.max(1);
+        report.survivors = report.survivors.max(made.members().len()).max(1);
     }
     if report.survivors == 0 {
         record.remove();

@@ -141,6 +141,12 @@ pub(super) fn library_objects(
         if !path.is_file() {
             return Err(missing(i, &path));
         }
+        // A library is often a chain of links to its versioned file
+        // (libnccl.so -> libnccl.so.2 -> libnccl.so.2.x.y): the record names
+        // the file itself, whose bytes the checksums then cover, and which
+        // they read without following a link.
+        let path = std::fs::canonicalize(&path)
+            .with_context(|| format!("library.objects[{i}]: cannot resolve {} to the file it names", path.display()))?;
         let instrumentation = objects::inspect(&path)?;
         if coverage && !instrumentation.is_instrumented() {
             return Err(uninstrumented(i, &path));
