@@ -5,7 +5,7 @@
 
 use crate::config::{self, DeviceMode, LoadedConfig};
 use crate::device;
-use crate::env_names::{self, Kind};
+use crate::env_names::{self, Lookup, ValueKind};
 use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
 use crate::workspace::Workspace;
@@ -148,7 +148,7 @@ pub(crate) struct ReportSettings {
 }
 
 impl ReportSettings {
-    fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<ReportSettings> {
+    fn from_env(env: Lookup<'_>) -> Result<ReportSettings> {
         let set = |name: &str| env(name).filter(|v| !v.is_empty());
         let bars = env_names::FAIL_UNDER
             .iter()
@@ -337,16 +337,16 @@ fn check_env(vars: impl IntoIterator<Item = (OsString, OsString)>, referenced: &
             continue;
         };
         let checked = match known.kind {
-            Kind::Text => Ok(()),
-            Kind::Switch => env_names::switch(&name, value).map(drop),
+            ValueKind::Text => Ok(()),
+            ValueKind::Switch => env_names::switch(&name, value).map(drop),
             // Empty is what an unset CI secret or variable gives: the bar would vanish silently.
-            Kind::Percent if value.is_empty() => Err(Error::new(format!(
+            ValueKind::Percent if value.is_empty() => Err(Error::new(format!(
                 "{name} is set but empty (as an unset CI secret or variable gives it): its check would be skipped silently; set a percentage from 0 to 100, or unset {name}"
             ))),
-            Kind::Percent => env_names::percent(&name, value).map(drop),
-            Kind::Positive => env_names::positive(&name, value).map(drop),
-            Kind::Count => env_names::count(&name, value).map(drop),
-            Kind::Globs => redact::Rules::with(value).map(drop),
+            ValueKind::Percent => env_names::percent(&name, value).map(drop),
+            ValueKind::Positive => env_names::positive(&name, value).map(drop),
+            ValueKind::Count => env_names::count(&name, value).map(drop),
+            ValueKind::Globs => redact::Rules::with(value).map(drop),
         };
         problems.extend(checked.err().map(|e| e.to_string()));
     }

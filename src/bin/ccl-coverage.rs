@@ -357,7 +357,7 @@ impl Display {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum DeviceCoverage {
+enum DeviceModeArg {
     Auto,
     On,
     Off,
@@ -381,7 +381,7 @@ struct Run {
     shard: Shard,
     /// Device (GPU kernel) coverage: auto, on or off (overrides coverage.device.mode).
     #[arg(long, env = "CCL_COV_DEVICE_COVERAGE", value_enum)]
-    device_coverage: Option<DeviceCoverage>,
+    device_coverage: Option<DeviceModeArg>,
     /// Print what would run and run nothing; `--dry-run=json` for JSON.
     #[arg(long, num_args = 0..=1, default_missing_value = "1", require_equals = true, value_name = "json")]
     dry_run: Option<String>,
@@ -558,9 +558,9 @@ fn main() -> ExitCode {
             set(
                 "CCL_COV_DEVICE_COVERAGE",
                 run.device_coverage.map(|d| match d {
-                    DeviceCoverage::Auto => "auto",
-                    DeviceCoverage::On => "on",
-                    DeviceCoverage::Off => "off",
+                    DeviceModeArg::Auto => "auto",
+                    DeviceModeArg::On => "on",
+                    DeviceModeArg::Off => "off",
                 }),
             );
             set("CCL_COV_DRY_RUN", run.dry_run.as_ref());

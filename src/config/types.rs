@@ -110,7 +110,7 @@ macro_rules! non_empty_fields {
 }
 
 non_empty_fields! {
-    steps: Step = "at least one build step";
+    steps: BuildStep = "at least one build step";
     argv: BuildTemplate = "a non-empty argv (program first), or rccl_install";
     objects: BuildTemplate = "at least one instrumented object";
     collectives: Collective = "at least one collective";
@@ -359,7 +359,7 @@ fn max_launches<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(try_from = "StepFields")]
-pub(crate) struct Step {
+pub(crate) struct BuildStep {
     pub(crate) name: String,
     /// The command; exactly one of `argv` and `rccl_install`.
     pub(crate) argv: Vec<BuildTemplate>,
@@ -371,7 +371,7 @@ pub(crate) struct Step {
     pub(crate) cwd: Option<BuildTemplate>,
 }
 
-/// A [`Step`] before its command is checked: the fields check themselves,
+/// A [`BuildStep`] before its command is checked: the fields check themselves,
 /// but only the whole step knows whether it has exactly one command.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -394,15 +394,15 @@ pub(super) struct StepFields {
     cwd: Option<BuildTemplate>,
 }
 
-impl TryFrom<StepFields> for Step {
+impl TryFrom<StepFields> for BuildStep {
     type Error = &'static str;
 
-    fn try_from(f: StepFields) -> Result<Step, Self::Error> {
+    fn try_from(f: StepFields) -> Result<BuildStep, Self::Error> {
         let StepFields { name, argv, rccl_install, env, cwd } = f;
         match (argv.is_empty(), &rccl_install) {
             (true, None) => Err("expected argv (program first) or rccl_install"),
             (false, Some(_)) => Err("expected either argv or rccl_install, not both"),
-            _ => Ok(Step { name, argv, rccl_install, env, cwd }),
+            _ => Ok(BuildStep { name, argv, rccl_install, env, cwd }),
         }
     }
 }
@@ -436,7 +436,7 @@ pub(crate) struct LibraryBuild {
     /// The commands that build it, in order, each supervised and logged.
     #[serde(deserialize_with = "steps")]
     #[schemars(length(min = 1))]
-    pub(crate) steps: Vec<Step>,
+    pub(crate) steps: Vec<BuildStep>,
     /// Objects the report covers. Each must carry coverage mapping.
     #[serde(deserialize_with = "objects")]
     #[schemars(length(min = 1))]
@@ -459,7 +459,7 @@ pub(crate) struct TestsBuild {
     /// The commands that build the test programs, after the library's.
     #[serde(deserialize_with = "steps")]
     #[schemars(length(min = 1))]
-    pub(crate) steps: Vec<Step>,
+    pub(crate) steps: Vec<BuildStep>,
     /// Where the test binaries land.
     pub(crate) bin_dir: BuildTemplate,
     /// Already-built test binaries to use instead of running `steps`;

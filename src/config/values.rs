@@ -202,18 +202,18 @@ pub trait Placeholders {
 /// Build steps, objects and the test-binary folder: filled in before
 /// anything runs, when no trial (and so no `{ranks}`) exists yet.
 #[derive(Clone)]
-pub enum Build {}
+pub enum AtBuild {}
 
-impl Placeholders for Build {
+impl Placeholders for AtBuild {
     const ALLOWED: &'static [&'static str] = BUILD_PLACEHOLDERS;
     const SCHEMA_NAME: &'static str = "BuildTemplate";
 }
 
 /// Launcher and test-binary arguments and environments: filled in per trial.
 #[derive(Clone)]
-pub enum Trial {}
+pub enum AtTrial {}
 
-impl Placeholders for Trial {
+impl Placeholders for AtTrial {
     const ALLOWED: &'static [&'static str] = TRIAL_PLACEHOLDERS;
     const SCHEMA_NAME: &'static str = "TrialTemplate";
 }
@@ -225,8 +225,8 @@ impl Placeholders for Trial {
 #[serde(try_from = "String", into = "String", bound = "K: Placeholders + Clone")]
 pub struct Template<K: Placeholders>(String, PhantomData<K>);
 
-pub type BuildTemplate = Template<Build>;
-pub type TrialTemplate = Template<Trial>;
+pub type BuildTemplate = Template<AtBuild>;
+pub type TrialTemplate = Template<AtTrial>;
 
 impl<K: Placeholders> TryFrom<String> for Template<K> {
     type Error = String;

@@ -24,7 +24,7 @@ use crate::env_names::{PROFILE_FILE, PROFILE_INIT_ONCE, TRIAL_TOKEN};
 use crate::error::Result;
 use crate::exec::process::Cmd;
 use crate::plan::{Source, TrialSpec, UpstreamTrial};
-use crate::upstream::{Env, TrialKind};
+use crate::upstream::{TrialKind, UpstreamEnv};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -61,7 +61,7 @@ pub(crate) fn prepare(
 ) -> Result<TrialLaunch> {
     match &spec.source {
         Source::Matrix { .. } | Source::Program(_) => prepare_own(ctx, manifest, spec, profile_dir, slots, hosts),
-        Source::Upstream(u) => prepare_upstream(ctx, manifest, spec, u, profile_dir, &Env::new()),
+        Source::Upstream(u) => prepare_upstream(ctx, manifest, spec, u, profile_dir, &UpstreamEnv::new()),
     }
 }
 
@@ -165,7 +165,7 @@ fn prepare_upstream(
     spec: &TrialSpec,
     u: &UpstreamTrial,
     profile_dir: &Path,
-    extra_env: &Env,
+    extra_env: &UpstreamEnv,
 ) -> Result<TrialLaunch> {
     let config = ctx.config();
     let Some(run) = &config.upstream else { bail!("trial {} is upstream's, but the config is not", spec.name) };
@@ -497,8 +497,7 @@ pub(crate) fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSp
 }
 
 pub(crate) fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 #[cfg(test)]

@@ -227,7 +227,7 @@ pub(crate) struct Optimality {
 }
 
 /// One planned trial: its name and whether it is ignored by default.
-pub(crate) struct Planned<'a> {
+pub(crate) struct PlannedTrial<'a> {
     pub(crate) name: &'a str,
     pub(crate) ignored: bool,
 }
@@ -235,7 +235,7 @@ pub(crate) struct Planned<'a> {
 /// `cargo test --test collectives -- --exact [--include-ignored] --skip X …`:
 /// every planned trial but `selected` skipped by its exact name (libtest-mimic
 /// 0.8 accepts one filter only, `--skip` many).
-pub(crate) fn command(selected: &[&str], planned: &[Planned]) -> Vec<String> {
+pub(crate) fn command(selected: &[&str], planned: &[PlannedTrial]) -> Vec<String> {
     let mut argv: Vec<String> =
         ["cargo", "test", "--test", "collectives", "--", "--exact"].iter().map(|s| (*s).to_string()).collect();
     let include_ignored = planned.iter().any(|p| p.ignored && selected.contains(&p.name));
@@ -256,7 +256,7 @@ pub(crate) fn command(selected: &[&str], planned: &[Planned]) -> Vec<String> {
 /// without a profile included.
 pub(crate) fn minimal_suite(
     trials: &[TrialCoverage],
-    planned: &[Planned],
+    planned: &[PlannedTrial],
     full_trials: usize,
     full_duration_s: f64,
 ) -> MinimalSuite {
@@ -364,7 +364,7 @@ mod tests {
     /// does not change the set.
     #[test]
     fn branches_are_kept_and_noise_does_not_change_the_set() {
-        let planned = [Planned { name: "a", ignored: false }, Planned { name: "b", ignored: false }];
+        let planned = [PlannedTrial { name: "a", ignored: false }, PlannedTrial { name: "b", ignored: false }];
         let a = "SF:/f.cc\nDA:1,1\nBRDA:1,0,0,1\nBRDA:1,0,1,0\nend_of_record\n";
         let b = "SF:/f.cc\nDA:1,1\nBRDA:1,0,0,0\nBRDA:1,0,1,4\nend_of_record\n";
         let suite = minimal_suite(&[trial("a", 1.0, a), trial("b", 2.0, b)], &planned, 2, 3.0);
@@ -381,9 +381,9 @@ mod tests {
     #[test]
     fn the_command_skips_every_other_trial_by_exact_name() {
         let planned = [
-            Planned { name: "A::1K::ring", ignored: false },
-            Planned { name: "A::1K::mpi", ignored: false },
-            Planned { name: "A::1K::slow", ignored: true },
+            PlannedTrial { name: "A::1K::ring", ignored: false },
+            PlannedTrial { name: "A::1K::mpi", ignored: false },
+            PlannedTrial { name: "A::1K::slow", ignored: true },
         ];
         assert_eq!(
             command(&["A::1K::mpi"], &planned).join(" "),

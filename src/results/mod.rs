@@ -405,7 +405,7 @@ pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &Planned) ->
         }
         let stem = &name[..name.len() - ".json".len()];
         let read = match kind {
-            workspace::confined::Kind::File => {
+            workspace::confined::EntryKind::File => {
                 ws.read_opt(&path).and_then(|bytes| bytes.ok_or_else(|| Error::new("it vanished while it was read")))
             }
             other => Err(Error::new(format!("it is {}, not a regular file", other.describe()))),
@@ -788,7 +788,7 @@ impl WriterShared {
 }
 
 fn lock_error(path: &Path, e: std::io::Error) -> Error {
-    Error::new(format!("cannot lock {}: {e}", path.display()))
+    Error::from(e).context(format_args!("cannot lock {}", path.display()))
 }
 
 /// The workspace's `.lock`, held while `run.json` is rebuilt.

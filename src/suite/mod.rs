@@ -418,7 +418,8 @@ fn judge(
             .unwrap_or_default()
             .into_iter()
             .filter(|(name, kind)| {
-                *kind == crate::workspace::confined::Kind::File && Path::new(name).extension().is_some_and(|e| e == ext)
+                *kind == crate::workspace::confined::EntryKind::File
+                    && Path::new(name).extension().is_some_and(|e| e == ext)
             })
             .filter_map(|(name, _)| ws.read_to_string(&dir.join(name)).ok())
             .collect()

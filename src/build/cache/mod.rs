@@ -194,7 +194,8 @@ impl BuildPlan {
         files::create_dir(self.cache_dir.parent().expect("builds/<key>"))?;
         let lock_path = self.cache_dir.with_extension("lock");
         let lock = files::open_lock_file(&lock_path)?;
-        let cannot_lock = |e: std::io::Error| Error::new(format!("cannot lock {}: {e}", lock_path.display()));
+        let cannot_lock =
+            |e: std::io::Error| Error::from(e).context(format_args!("cannot lock {}", lock_path.display()));
         if lock.try_lock_shared().is_err() {
             eprintln!("ccl-coverage: waiting for another process building {}", self.cache_dir.display());
             lock.lock_shared().map_err(cannot_lock)?;
@@ -379,7 +380,7 @@ impl BuildSetup {
         coverage: bool,
         device_mode: crate::config::DeviceMode,
         tools: Option<&Path>,
-        env: toolchain::Lookup,
+        env: crate::env_names::Lookup,
     ) -> Result<BuildSetup> {
         let toolchain = toolchain::resolve(&config.toolchain, env)?;
         let device = if coverage {
