@@ -5,7 +5,7 @@
 
 use crate::config::{self, DeviceMode, LoadedConfig};
 use crate::device;
-use crate::env_names::{self, Kind};
+use crate::env_names::{self, Lookup, ValueKind};
 use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
 use crate::workspace::Workspace;
@@ -56,6 +56,8 @@ pub(crate) struct Context {
     /// next trial runs. Off merges before the trial gives its rank slots back,
     /// so at most one trial's raw profiles are ever on disk.
     pub(crate) merge_overlap: bool,
+    /// `CCL_COV_PARTITION`: the shard of the trials this run runs.
+    pub(crate) partition: Option<crate::plan::Partition>,
     /// `CCL_COV_HEARTBEAT_S`: how often a long trial reports that it still runs.
     pub(crate) heartbeat: std::time::Duration,
     /// `CCL_COV_RETRIES` (`--retries`): how many times a failed trial runs
@@ -146,7 +148,7 @@ pub(crate) struct ReportSettings {
 }
 
 impl ReportSettings {
-    fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<ReportSettings> {
+    fn from_env(env: Lookup<'_>) -> Result<ReportSettings> {
         let set = |name: &str| env(name).filter(|v| !v.is_empty());
         let bars = env_names::FAIL_UNDER
             .iter()
@@ -234,7 +236,7 @@ impl Context {
         let state_dir = target.join("ccl-coverage");
         let workspace = match env("CCL_COV_WORKSPACE").filter(|v| !v.is_empty()) {
             Some(ws) => Workspace::new(&absolute(&root, Path::new(&ws)))?,
-            None => Workspace::new(&state_dir.join(loaded.config.name.as_str()))?,
+            None => Workspace::new(&default_workspace(&loaded, &root, &state_dir))?,
         };
         let device_mode = device::requested_mode(&loaded.config.coverage.device, &env)?;
         // Read by each trial's supervisor; a wrong value is refused here, before anything runs.
@@ -264,6 +266,12 @@ impl Context {
         let retries = env_names::count("CCL_COV_RETRIES", &env("CCL_COV_RETRIES").unwrap_or_default())?.unwrap_or(0);
         let retries = u32::try_from(retries)
             .map_err(|_| Error::new(format!("CCL_COV_RETRIES={retries} is more retries than make sense")))?;
+        let partition = match env("CCL_COV_PARTITION").filter(|v| !v.is_empty()) {
+            Some(text) => {
+                Some(crate::plan::Partition::parse(&text).map_err(|e| Error::new(format!("CCL_COV_PARTITION: {e}")))?)
+            }
+            None => None,
+        };
         Ok(Context {
             root,
             loaded,
@@ -281,6 +289,7 @@ impl Context {
             incremental_merge,
             keep_raw,
             merge_overlap,
+            partition,
             heartbeat,
             retries,
             screen: Screen::from_env(&env)?,
@@ -292,6 +301,20 @@ impl Context {
     pub(crate) fn config(&self) -> &config::Config {
         &self.loaded.config
     }
+}
+
+/// The workspace without `CCL_COV_WORKSPACE`: `target/ccl-coverage/<name>`
+/// of the config's project ([`LoadedConfig::project_dir`]), beside the
+/// user's sources; for a config of the harness's own checkout, its state
+/// folder's (which `CARGO_TARGET_DIR` moves).
+fn default_workspace(loaded: &LoadedConfig, root: &Path, state_dir: &Path) -> PathBuf {
+    let project = loaded.project_dir();
+    let base = if crate::workspace::normalize(&project) == crate::workspace::normalize(root) {
+        state_dir.to_path_buf()
+    } else {
+        project.join("target").join("ccl-coverage")
+    };
+    base.join(loaded.config.name.as_str())
 }
 
 /// An on/off switch from the environment: `on`/`1`, `off`/`0`, or unset/empty for `default`.
@@ -331,16 +354,16 @@ fn check_env(vars: impl IntoIterator<Item = (OsString, OsString)>, referenced: &
             continue;
         };
         let checked = match known.kind {
-            Kind::Text => Ok(()),
-            Kind::Switch => env_names::switch(&name, value).map(drop),
+            ValueKind::Text => Ok(()),
+            ValueKind::Switch => env_names::switch(&name, value).map(drop),
             // Empty is what an unset CI secret or variable gives: the bar would vanish silently.
-            Kind::Percent if value.is_empty() => Err(Error::new(format!(
+            ValueKind::Percent if value.is_empty() => Err(Error::new(format!(
                 "{name} is set but empty (as an unset CI secret or variable gives it): its check would be skipped silently; set a percentage from 0 to 100, or unset {name}"
             ))),
-            Kind::Percent => env_names::percent(&name, value).map(drop),
-            Kind::Positive => env_names::positive(&name, value).map(drop),
-            Kind::Count => env_names::count(&name, value).map(drop),
-            Kind::Globs => redact::Rules::with(value).map(drop),
+            ValueKind::Percent => env_names::percent(&name, value).map(drop),
+            ValueKind::Positive => env_names::positive(&name, value).map(drop),
+            ValueKind::Count => env_names::count(&name, value).map(drop),
+            ValueKind::Globs => redact::Rules::with(value).map(drop),
         };
         problems.extend(checked.err().map(|e| e.to_string()));
     }
@@ -372,6 +395,22 @@ fn project_root() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_workspace_and_snapshots_sit_beside_the_user_s_project() {
+        let load = |path: &str| config::load_str(config::DEFAULT_CONFIG_TEXT, Path::new(path), &|_| None).unwrap();
+        let (root, state) = (Path::new("/tool"), Path::new("/tool/target/ccl-coverage"));
+        let own = load("/home/u/vec/ccl-coverage.json");
+        assert_eq!(default_workspace(&own, root, state), Path::new("/home/u/vec/target/ccl-coverage/local"));
+        assert_eq!(own.snapshots_dir(), Path::new("/home/u/vec/snapshots"));
+        let in_configs = load("/home/u/vec/configs/cov.json");
+        assert_eq!(default_workspace(&in_configs, root, state), Path::new("/home/u/vec/target/ccl-coverage/local"));
+        assert_eq!(in_configs.snapshots_dir(), Path::new("/home/u/vec/snapshots"));
+        // The harness's own configs keep its state folder (CARGO_TARGET_DIR).
+        let shipped = load("/tool/configs/local.json");
+        assert_eq!(default_workspace(&shipped, root, Path::new("/t/ccl-coverage")), Path::new("/t/ccl-coverage/local"));
+        assert_eq!(shipped.snapshots_dir(), Path::new("/tool/snapshots"));
+    }
 
     fn check(vars: &[(&str, &str)], referenced: &[&str]) -> Result<()> {
         let vars = vars.iter().map(|(k, v)| (OsString::from(k), OsString::from(v)));

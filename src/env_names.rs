@@ -6,6 +6,10 @@
 use crate::bail;
 use crate::error::Result;
 
+/// How a stage reads the environment: `std::env::var` in the binaries, a
+/// map in tests, so that nothing below the context reads the process's own.
+pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
 /// Marks every process of one trial (and of one build step), so none escapes
 /// the kill; its value names the harness that owns it (`proctree.rs`).
 pub const TRIAL_TOKEN: &str = "CCL_COV_TRIAL_TOKEN";
@@ -79,7 +83,7 @@ pub(crate) fn setting(var: &str, value: &str) -> String {
 /// variable against its kind when it loads, so a value read only late (a
 /// report step's bar) is refused before anything runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub(crate) enum ValueKind {
     /// A path, revision, mode or marker: its reader checks it.
     Text,
     /// `on`/`1` or `off`/`0`.
@@ -101,11 +105,11 @@ pub(crate) const PREFIX: &str = "CCL_COV_";
 #[derive(Debug)]
 pub(crate) struct Known {
     pub(crate) name: &'static str,
-    pub(crate) kind: Kind,
+    pub(crate) kind: ValueKind,
     pub(crate) meaning: &'static str,
 }
 
-const fn known(name: &'static str, kind: Kind, meaning: &'static str) -> Known {
+const fn known(name: &'static str, kind: ValueKind, meaning: &'static str) -> Known {
     Known { name, kind, meaning }
 }
 
@@ -113,59 +117,72 @@ const fn known(name: &'static str, kind: Kind, meaning: &'static str) -> Known {
 /// misspelt bar must not switch its check off), unless the loaded config
 /// looks it up (`${CCL_COV_…}`). The table of docs/environment.md says the same.
 pub(crate) const KNOWN: &[Known] = &[
-    known("CCL_COV_CONFIG", Kind::Text, "the config file (default configs/local.json)"),
-    known("CCL_COV_OVERLAY", Kind::Text, "ccl-coverage's settings laid over an upstream test_runner config"),
-    known("CCL_COV_WORKSPACE", Kind::Text, "the workspace folder (default target/ccl-coverage/<config>)"),
-    known("CCL_COV_HOSTFILE", Kind::Text, "the nodes and slots launched trials may use"),
-    known("CCL_COV_DEVICE_COVERAGE", Kind::Text, "auto, on or off: overrides coverage.device.mode"),
-    known("CCL_COV_CUPTI", Kind::Text, "the libcupti (or its folder) for NVIDIA device coverage"),
-    known("CCL_COV_DRY_RUN", Kind::Text, "1 or json: print what would run, run nothing"),
+    known("CCL_COV_CONFIG", ValueKind::Text, "the config file (default configs/local.json)"),
+    known("CCL_COV_OVERLAY", ValueKind::Text, "ccl-coverage's settings laid over an upstream test_runner config"),
+    known(
+        "CCL_COV_WORKSPACE",
+        ValueKind::Text,
+        "the workspace folder (default target/ccl-coverage/<config> of the config's project)",
+    ),
+    known("CCL_COV_HOSTFILE", ValueKind::Text, "the nodes and slots launched trials may use"),
+    known("CCL_COV_DEVICE_COVERAGE", ValueKind::Text, "auto, on or off: overrides coverage.device.mode"),
+    known("CCL_COV_CUPTI", ValueKind::Text, "the libcupti (or its folder) for NVIDIA device coverage"),
+    known("CCL_COV_DRY_RUN", ValueKind::Text, "1 or json: print what would run, run nothing"),
     known(
         TRIAL_FILTER,
-        Kind::Switch,
+        ValueKind::Switch,
         "set by cargo coverage: the test filter selects trials; the report runs every step",
     ),
-    known("CCL_COV_RERUN_FAILED", Kind::Switch, "rerun a failed upstream trial with its rerun_env_variables"),
-    known("CCL_COV_BUILD_DIR", Kind::Text, "an existing instrumented library build"),
-    known("CCL_COV_TESTS_DIR", Kind::Text, "existing test binaries"),
-    known("CCL_COV_COVERAGE", Kind::Switch, "off builds and runs without instrumentation"),
-    known("CCL_COV_TRIM_ITERATIONS", Kind::Switch, "-n 1 -w 0 under coverage (default: the config's)"),
-    known("CCL_COV_INCREMENTAL_MERGE", Kind::Switch, "merge each trial's raw profiles as it ends (default on)"),
-    known("CCL_COV_MERGE_OVERLAP", Kind::Switch, "a trial's merge runs while the next trial runs (default on)"),
-    known("CCL_COV_KEEP_RAW", Kind::Switch, "keep raw profiles after merging them"),
-    known("CCL_COV_FAIL_UNDER_LINES", Kind::Percent, "report::thresholds fails below this line coverage"),
-    known("CCL_COV_FAIL_UNDER_FUNCTIONS", Kind::Percent, "report::thresholds fails below this function coverage"),
-    known("CCL_COV_FAIL_UNDER_REGIONS", Kind::Percent, "report::thresholds fails below this region coverage"),
-    known("CCL_COV_FAIL_UNDER_BRANCHES", Kind::Percent, "report::thresholds fails below this branch coverage"),
-    known("CCL_COV_DIFF_BASE", Kind::Text, "a git revision: changed-line coverage (report::diff)"),
-    known("CCL_COV_FAIL_UNDER_DIFF", Kind::Percent, "report::diff fails below this changed-line coverage"),
-    known("CCL_COV_BASELINE", Kind::Text, "an earlier workspace or its coverage.lcov (report::baseline)"),
-    known("CCL_COV_IGNORE_FILENAME_REGEX", Kind::Text, "one more report.ignore_filename_regex: files left out"),
+    known("CCL_COV_RERUN_FAILED", ValueKind::Switch, "rerun a failed upstream trial with its rerun_env_variables"),
+    known("CCL_COV_BUILD_DIR", ValueKind::Text, "an existing instrumented library build"),
+    known("CCL_COV_TESTS_DIR", ValueKind::Text, "existing test binaries"),
+    known("CCL_COV_COVERAGE", ValueKind::Switch, "off builds and runs without instrumentation"),
+    known("CCL_COV_TRIM_ITERATIONS", ValueKind::Switch, "-n 1 -w 0 under coverage (default: the config's)"),
+    known("CCL_COV_INCREMENTAL_MERGE", ValueKind::Switch, "merge each trial's raw profiles as it ends (default on)"),
+    known("CCL_COV_MERGE_OVERLAP", ValueKind::Switch, "a trial's merge runs while the next trial runs (default on)"),
+    known("CCL_COV_KEEP_RAW", ValueKind::Switch, "keep raw profiles after merging them"),
+    known("CCL_COV_FAIL_UNDER_LINES", ValueKind::Percent, "report::thresholds fails below this line coverage"),
+    known("CCL_COV_FAIL_UNDER_FUNCTIONS", ValueKind::Percent, "report::thresholds fails below this function coverage"),
+    known("CCL_COV_FAIL_UNDER_REGIONS", ValueKind::Percent, "report::thresholds fails below this region coverage"),
+    known("CCL_COV_FAIL_UNDER_BRANCHES", ValueKind::Percent, "report::thresholds fails below this branch coverage"),
+    known("CCL_COV_DIFF_BASE", ValueKind::Text, "a git revision: changed-line coverage (report::diff)"),
+    known("CCL_COV_FAIL_UNDER_DIFF", ValueKind::Percent, "report::diff fails below this changed-line coverage"),
+    known("CCL_COV_BASELINE", ValueKind::Text, "an earlier workspace or its coverage.lcov (report::baseline)"),
+    known("CCL_COV_IGNORE_FILENAME_REGEX", ValueKind::Text, "one more report.ignore_filename_regex: files left out"),
     known(
         "CCL_COV_ATTRIBUTION_EXPORTS",
-        Kind::Switch,
+        ValueKind::Switch,
         "attribution runs llvm-cov per trial, not the mapping read once",
     ),
-    known("CCL_COV_FAIL_ON_LOST", Kind::Switch, "report::baseline fails if any line lost its coverage"),
-    known(CGROUP, Kind::Text, "auto, on or off: each trial in a cgroup v2 of its own (default auto: where allowed)"),
-    known("CCL_COV_HEARTBEAT_S", Kind::Positive, "seconds between a long trial's still-running messages"),
-    known("CCL_COV_JOBS", Kind::Positive, "build parallelism, {jobs} (default: all cores)"),
-    known("CCL_COV_RETRIES", Kind::Count, "runs a failed trial again up to N times; a later pass is flaky"),
-    known("CCL_COV_COLOR", Kind::Text, "auto, always or never: colour on the terminal (default auto)"),
-    known("CCL_COV_VERBOSITY", Kind::Text, "quiet, normal or verbose: how much is said while trials run"),
-    known(REDACT, Kind::Globs, "more names whose values are secrets, as glob patterns"),
-    known("CCL_COV_LLVM_BIN", Kind::Text, "the LLVM bin folder the shipped configs take their clang from"),
-    known("CCL_COV_ROOT", Kind::Text, "${CCL_COV_ROOT} in a config: set by the harness to its checkout, not read"),
-    known(SUPERVISE, Kind::Text, "internal: makes the process a trial's supervisor"),
-    known(TRIAL_TOKEN, Kind::Text, "internal: marks the processes of one trial"),
-    known("CCL_COV_SASS_DIR", Kind::Text, "set for NVIDIA trials: where the collector writes kernel records"),
-    known("CCL_COV_SASS_CUBINS", Kind::Text, "set for NVIDIA trials: where the collector saves cubins"),
-    known("CCL_COV_SASS_KERNELS", Kind::Text, "set for NVIDIA trials: the kernels the collector counts"),
-    known("CCL_COV_SASS_MAX_LAUNCHES", Kind::Text, "set for NVIDIA trials: the launches of each kernel it counts"),
-    known("CCL_COV_CUDA_CAPTURE", Kind::Text, "a fresh H200 capture for the fixture-marker unit test"),
+    known("CCL_COV_FAIL_ON_LOST", ValueKind::Switch, "report::baseline fails if any line lost its coverage"),
+    known(
+        CGROUP,
+        ValueKind::Text,
+        "auto, on or off: each trial in a cgroup v2 of its own (default auto: where allowed)",
+    ),
+    known("CCL_COV_HEARTBEAT_S", ValueKind::Positive, "seconds between a long trial's still-running messages"),
+    known("CCL_COV_JOBS", ValueKind::Positive, "build parallelism, {jobs} (default: all cores)"),
+    known("CCL_COV_RETRIES", ValueKind::Count, "runs a failed trial again up to N times; a later pass is flaky"),
+    known("CCL_COV_COLOR", ValueKind::Text, "auto, always or never: colour on the terminal (default auto)"),
+    known("CCL_COV_VERBOSITY", ValueKind::Text, "quiet, normal or verbose: how much is said while trials run"),
+    known(
+        "CCL_COV_PARTITION",
+        ValueKind::Text,
+        "count:K/N or hash:K/N: run only this shard's trials (nextest's --partition)",
+    ),
+    known(REDACT, ValueKind::Globs, "more names whose values are secrets, as glob patterns"),
+    known("CCL_COV_LLVM_BIN", ValueKind::Text, "the LLVM bin folder the shipped configs take their clang from"),
+    known("CCL_COV_ROOT", ValueKind::Text, "${CCL_COV_ROOT} in a config: set by the harness to its checkout, not read"),
+    known(SUPERVISE, ValueKind::Text, "internal: makes the process a trial's supervisor"),
+    known(TRIAL_TOKEN, ValueKind::Text, "internal: marks the processes of one trial"),
+    known("CCL_COV_SASS_DIR", ValueKind::Text, "set for NVIDIA trials: where the collector writes kernel records"),
+    known("CCL_COV_SASS_CUBINS", ValueKind::Text, "set for NVIDIA trials: where the collector saves cubins"),
+    known("CCL_COV_SASS_KERNELS", ValueKind::Text, "set for NVIDIA trials: the kernels the collector counts"),
+    known("CCL_COV_SASS_MAX_LAUNCHES", ValueKind::Text, "set for NVIDIA trials: the launches of each kernel it counts"),
+    known("CCL_COV_CUDA_CAPTURE", ValueKind::Text, "a fresh H200 capture for the fixture-marker unit test"),
     known(
         "CCL_COV_CUDA_CUBINS",
-        Kind::Text,
+        ValueKind::Text,
         "another cubin folder for the nvdisasm -gi unit test (NCCL's, on a GPU host)",
     ),
 ];
@@ -192,26 +209,10 @@ pub(crate) fn nearest<'a>(
     let slack = (significant / 3).max(2);
     candidates
         .into_iter()
-        .map(|c| (edit_distance(&upper, &c.to_ascii_uppercase()), c))
+        .map(|c| (strsim::levenshtein(&upper, &c.to_ascii_uppercase()), c))
         .filter(|&(d, _)| d <= slack)
         .min_by_key(|&(d, _)| d)
         .map(|(_, c)| c)
-}
-
-/// Levenshtein distance, by bytes (names are ASCII).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b = b.as_bytes();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.bytes().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let next = (diagonal + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
-            diagonal = row[j + 1];
-            row[j + 1] = next;
-        }
-    }
-    row[b.len()]
 }
 
 /// An on/off switch's value: `None` when empty (the default applies).
@@ -274,8 +275,6 @@ mod tests {
         assert_eq!(did_you_mean("CCL_COV_FAIL_UNDER_FUNCTION", names()), Some("CCL_COV_FAIL_UNDER_FUNCTIONS"));
         assert_eq!(did_you_mean("CCL_COV_SOMETHING_ELSE", names()), None, "nothing close: no guess");
         assert_eq!(did_you_mean("CCL_COV_MY_BIN", ["CCL_COV_MY_BINS"]), Some("CCL_COV_MY_BINS"));
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     /// A message names the option the user typed, not the variable it set.

@@ -87,6 +87,7 @@ macro_rules! foreign {
 foreign!(
     std::io::Error,
     std::string::FromUtf8Error,
+    std::num::ParseIntError,
     serde_json::Error,
     regex::Error,
     globset::Error,

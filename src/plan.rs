@@ -1,11 +1,12 @@
 //! The plan: one trial per collective × size × variant, named
-//! `Collective::size[::variant]`; or, for an upstream RCCL `test_runner`
-//! config, one trial per resolved test, named `<suite>::<test>`. Planning
+//! `Collective::size[::variant]`, then one per plain program, named as the
+//! program; or, for an upstream RCCL `test_runner` config, one trial per
+//! resolved test, named `<suite>::<test>`. Planning
 //! reads only the config, so listing trials is instant and builds nothing.
 
-use crate::config::{self, Collective, Config, LauncherConfig, LoadedConfig, UpstreamRun, Variant, limits};
+use crate::config::{self, Collective, Config, LauncherConfig, LoadedConfig, Program, UpstreamRun, Variant, limits};
 use crate::error::Result;
-use crate::upstream;
+use crate::upstream::{self, TrialKind};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
@@ -29,6 +30,8 @@ pub struct TrialSpec {
 pub(crate) enum Source {
     /// ccl-coverage's own matrix: indices into the config.
     Matrix { collective: usize, size: String, variant: Option<usize> },
+    /// A plain program of the config: an index into `programs`.
+    Program(usize),
     /// A resolved upstream test.
     Upstream(Box<UpstreamTrial>),
 }
@@ -45,28 +48,55 @@ impl TrialSpec {
     pub(crate) fn collective<'c>(&self, config: &'c Config) -> Option<&'c Collective> {
         match &self.source {
             Source::Matrix { collective, .. } => config.collectives.get(*collective),
-            Source::Upstream(_) => None,
+            Source::Program(_) | Source::Upstream(_) => None,
         }
     }
 
     pub(crate) fn variant<'c>(&self, config: &'c Config) -> Option<&'c Variant> {
         match &self.source {
             Source::Matrix { variant, .. } => variant.and_then(|i| config.variants.get(i)),
-            Source::Upstream(_) => None,
+            Source::Program(_) | Source::Upstream(_) => None,
+        }
+    }
+
+    pub(crate) fn program<'c>(&self, config: &'c Config) -> Option<&'c Program> {
+        match &self.source {
+            Source::Program(i) => config.programs.get(*i),
+            Source::Matrix { .. } | Source::Upstream(_) => None,
         }
     }
 
     pub(crate) fn size(&self) -> &str {
         match &self.source {
             Source::Matrix { size, .. } => size,
-            Source::Upstream(_) => "",
+            Source::Program(_) | Source::Upstream(_) => "",
         }
     }
 
     pub(crate) fn upstream(&self) -> Option<&UpstreamTrial> {
         match &self.source {
-            Source::Matrix { .. } => None,
+            Source::Matrix { .. } | Source::Program(_) => None,
             Source::Upstream(u) => Some(u),
+        }
+    }
+
+    /// How the trial is launched and judged: a collective's is a perf
+    /// binary, a program's plain, an upstream test's as upstream decided.
+    pub(crate) fn kind(&self) -> TrialKind {
+        match &self.source {
+            Source::Matrix { .. } => TrialKind::Perf,
+            Source::Program(_) => TrialKind::Plain,
+            Source::Upstream(u) => u.test.kind,
+        }
+    }
+
+    /// The first part of its name as the records keep it (`collective`):
+    /// the collective, the program, or the upstream suite.
+    pub(crate) fn group(&self, config: &Config) -> String {
+        match &self.source {
+            Source::Matrix { .. } => self.collective(config).map(|c| c.name.to_string()).unwrap_or_default(),
+            Source::Program(_) => self.program(config).map(|p| p.name.to_string()).unwrap_or_default(),
+            Source::Upstream(u) => u.test.suite.clone(),
         }
     }
 
@@ -78,9 +108,10 @@ impl TrialSpec {
             return None;
         }
         let by_config = || {
-            let marked = match self.collective(config).filter(|c| c.ignore) {
-                Some(c) => format!("collective {}", c.name.as_str()),
-                None => format!("variant {}", self.variant(config).map_or("", |v| v.name.as_str())),
+            let marked = match (self.collective(config).filter(|c| c.ignore), self.program(config)) {
+                (Some(c), _) => format!("collective {}", c.name.as_str()),
+                (None, Some(p)) => format!("program {}", p.name.as_str()),
+                (None, None) => format!("variant {}", self.variant(config).map_or("", |v| v.name.as_str())),
             };
             format!("the config marks {marked} \"ignore\": true (run it with --include-ignored)")
         };
@@ -101,6 +132,9 @@ impl TrialSpec {
             let seconds = u.test.timeout.unwrap_or(run.uncapped_cap).saturating_mul(factor);
             return Duration::from_secs(seconds.min(limits::TIMEOUT_SECONDS.max));
         }
+        if let Some(p) = self.program(config) {
+            return Duration::from_secs(p.timeout.unwrap_or(config.timeouts.default));
+        }
         let collective = self.collective(config).map_or("", |c| c.name.as_str());
         let variant = self.variant(config).map(|v| v.name.as_str());
         let device_rules = if device_coverage { &config.timeouts.device_coverage[..] } else { &[] };
@@ -118,6 +152,55 @@ impl TrialSpec {
     /// lets run forever (`timeout: 0`).
     pub(crate) fn capped(&self) -> bool {
         self.upstream().is_some_and(|u| u.test.timeout.is_none())
+    }
+}
+
+/// One shard of a run split across jobs, as nextest spells it: `count:K/N`
+/// deals the trials that would run out in turn (the first to shard 1, the
+/// second to shard 2, …); `hash:K/N` puts a trial in the shard its name
+/// hashes to, so a trial stays in its shard when others are added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Partition {
+    Count { shard: u64, of: u64 },
+    Hash { shard: u64, of: u64 },
+}
+
+impl Partition {
+    pub(crate) fn parse(text: &str) -> std::result::Result<Partition, String> {
+        let expected = || format!("{text:?} is not a partition: expected count:K/N or hash:K/N with 1 <= K <= N");
+        let (kind, share) = text.split_once(':').ok_or_else(expected)?;
+        let (k, n) = share.split_once('/').ok_or_else(expected)?;
+        let (Ok(shard), Ok(of)) = (k.parse::<u64>(), n.parse::<u64>()) else { return Err(expected()) };
+        if shard == 0 || shard > of {
+            return Err(expected());
+        }
+        match kind {
+            "count" => Ok(Partition::Count { shard, of }),
+            "hash" => Ok(Partition::Hash { shard, of }),
+            _ => Err(expected()),
+        }
+    }
+
+    /// As it was given: `count:2/3`.
+    pub(crate) fn describe(self) -> String {
+        match self {
+            Partition::Count { shard, of } => format!("count:{shard}/{of}"),
+            Partition::Hash { shard, of } => format!("hash:{shard}/{of}"),
+        }
+    }
+
+    /// Whether the trial `name`, the `index`-th (from 0) of the trials that
+    /// would run, is this shard's.
+    pub(crate) fn holds(self, index: usize, name: &str) -> bool {
+        match self {
+            Partition::Count { shard, of } => index as u64 % of == shard - 1,
+            Partition::Hash { shard, of } => {
+                use sha2::Digest;
+                let digest = sha2::Sha256::digest(name.as_bytes());
+                let first: [u8; 8] = digest[..8].try_into().expect("a SHA-256 has 32 bytes");
+                u64::from_be_bytes(first) % of == shard - 1
+            }
+        }
     }
 }
 
@@ -151,6 +234,17 @@ pub fn plan(config: &Config) -> Vec<TrialSpec> {
                 });
             }
         }
+    }
+    for (pi, program) in config.programs.iter().enumerate() {
+        trials.push(TrialSpec {
+            name: program.name.to_string(),
+            slug: program.name.to_string(),
+            source: Source::Program(pi),
+            launcher: program.launcher.clone().unwrap_or_else(|| config.launch.launcher.clone()),
+            ranks: program.ranks.unwrap_or(config.launch.ranks),
+            ignored: program.ignore,
+            ignore_reason: None,
+        });
     }
     trials
 }
@@ -207,6 +301,9 @@ fn trial_parts(c: &Config, t: &TrialSpec) -> Vec<(String, String)> {
                 ));
             }
             parts
+        }
+        Source::Program(i) => {
+            vec![(format!("programs[{i}].name"), c.programs.get(*i).map_or_else(String::new, |p| p.name.to_string()))]
         }
         Source::Upstream(u) => vec![(format!("{}.name", u.test.json_path), u.test.name.clone())],
     }
@@ -349,6 +446,66 @@ mod tests {
         let by_collective = "the config marks collective AllReduce \"ignore\": true (run it with --include-ignored)";
         assert_eq!(why(&config, "AllReduce::1K::ring").as_deref(), Some(by_collective));
         assert_eq!(why(&config, "AllReduce::1K::smallchunks").as_deref(), Some(by_collective));
+    }
+
+    #[test]
+    fn a_program_is_one_plain_trial_named_as_the_program() {
+        let mut v: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG_TEXT).unwrap();
+        v.as_object_mut().unwrap().remove("collectives");
+        v.as_object_mut().unwrap().remove("sizes");
+        v["programs"] = serde_json::json!([
+            {"name": "unit", "binary": "vec_test", "args": ["--all"], "timeout": 7},
+            {"name": "stress", "binary": "/abs/stress", "launcher": "mpi", "ranks": 2, "ignore": true}
+        ]);
+        let loaded = checked(&v).unwrap();
+        let trials = plan(&loaded.config);
+        let names: Vec<(&str, &str)> = trials.iter().map(|t| (t.name.as_str(), t.slug.as_str())).collect();
+        assert_eq!(names, [("unit", "unit"), ("stress", "stress")]);
+        assert_eq!(trials[0].kind(), TrialKind::Plain);
+        assert_eq!((trials[0].launcher.as_str(), trials[0].ranks), ("threads", 4), "launch's defaults");
+        assert_eq!(trials[0].timeout(&loaded.config, false).as_secs(), 7);
+        assert_eq!(trials[1].timeout(&loaded.config, false).as_secs(), 120, "timeouts.default");
+        assert_eq!((trials[1].launcher.as_str(), trials[1].ranks, trials[1].ignored), ("mpi", 2, true));
+        let why = trials[1].why_ignored(&loaded.config).unwrap();
+        assert!(why.contains("program stress"), "{why}");
+
+        // A program and a collective's trial may not share files.
+        let mut v: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG_TEXT).unwrap();
+        v["programs"] = serde_json::json!([{"name": "AllReduce.1K.ring", "binary": "x"}]);
+        let err = checked(&v).unwrap_err().to_string();
+        assert!(err.contains(": programs[0].name: trials"), "{err}");
+
+        // Nothing to run, and collectives without sizes, are errors.
+        let mut v: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG_TEXT).unwrap();
+        v.as_object_mut().unwrap().remove("collectives");
+        let err = checked(&v).unwrap_err().to_string();
+        assert!(err.contains(": $: expected `collectives`"), "{err}");
+        let mut v: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG_TEXT).unwrap();
+        v.as_object_mut().unwrap().remove("sizes");
+        let err = checked(&v).unwrap_err().to_string();
+        assert!(err.contains(": sizes: missing"), "{err}");
+    }
+
+    #[test]
+    fn partitions_split_the_trials_into_disjoint_shards_that_cover_them_all() {
+        let names: Vec<String> = plan(&local()).into_iter().map(|t| t.name).collect();
+        for kind in ["count", "hash"] {
+            let shards: Vec<Partition> = (1..=3).map(|k| Partition::parse(&format!("{kind}:{k}/3")).unwrap()).collect();
+            for (i, name) in names.iter().enumerate() {
+                let holders = shards.iter().filter(|p| p.holds(i, name)).count();
+                assert_eq!(holders, 1, "{kind}: {name} is in {holders} shards");
+            }
+            let sizes: Vec<usize> =
+                shards.iter().map(|p| names.iter().enumerate().filter(|(i, n)| p.holds(*i, n)).count()).collect();
+            assert!(sizes.iter().all(|&n| n > 0), "{kind}: an empty shard: {sizes:?}");
+        }
+        let count = Partition::parse("count:2/3").unwrap();
+        assert!(!count.holds(0, "a") && count.holds(1, "a") && count.holds(4, "a"), "dealt in turn");
+        let hash = Partition::parse("hash:1/2").unwrap();
+        assert_eq!(hash.holds(0, "AllReduce::1K::ring"), hash.holds(9, "AllReduce::1K::ring"), "by name alone");
+        for bad in ["count:0/3", "count:4/3", "count:1", "slice:1/2", "hash:a/b", "count:1/0", ""] {
+            assert!(Partition::parse(bad).unwrap_err().contains("expected count:K/N or hash:K/N"), "{bad}");
+        }
     }
 
     #[test]

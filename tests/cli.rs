@@ -20,7 +20,7 @@ fn every_subcommand_has_help_and_who_covers_help_is_not_a_query() {
     let out = output_within(bin(&["--help"]), LIMIT);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    for sub in ["run", "report", "list", "who-covers", "clean", "show-env"] {
+    for sub in ["run", "report", "list", "who-covers", "clean", "show-env", "config-schema"] {
         assert!(text.contains(sub), "{sub} is not in --help:\n{text}");
         let out = output_within(bin(&[sub, "--help"]), LIMIT);
         assert!(out.status.success(), "{sub} --help: {}", String::from_utf8_lossy(&out.stderr));
@@ -30,6 +30,20 @@ fn every_subcommand_has_help_and_who_covers_help_is_not_a_query() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("<FILE:LINE>"));
     let out = output_within(bin(&["nonsense"]), LIMIT);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// `config-schema` prints the JSON Schema a config may name in `"$schema"`.
+#[test]
+fn config_schema_is_a_json_schema_of_strict_configs() {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
+    cmd.arg("config-schema");
+    let out = output_within(cmd, LIMIT);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let schema: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
+    assert_eq!(schema["additionalProperties"], false);
+    assert_eq!(schema["properties"]["capacity"]["maximum"], 4096);
+    assert!(schema["properties"]["programs"]["items"]["properties"]["binary"].is_object(), "{schema}");
 }
 
 /// `run` with a filter: progress per trial, the report (the filter does not

@@ -5,7 +5,7 @@
 
 use ccl_coverage::env_names::{SUPERVISE, TRIAL_TOKEN};
 use ccl_coverage::exec::process::Cmd;
-use ccl_coverage::exec::supervisor::{self, Report, Spec, StopCause};
+use ccl_coverage::exec::supervisor::{self, Spec, StopCause, SupervisorReport};
 use ccl_coverage::launch::TrialLaunch;
 use ccl_coverage::trial::{self as run, Ending, Finished};
 use ccl_coverage::upstream::TrialKind;
@@ -255,7 +255,7 @@ fn the_supervisor_stops_the_trial_when_the_harness_goes_away() {
         text
     });
     let gone_after = cut.elapsed();
-    let report: Report = serde_json::from_str(report.trim()).unwrap();
+    let report: SupervisorReport = serde_json::from_str(report.trim()).unwrap();
     assert_eq!(report.stopped, Some(StopCause::HarnessGone));
     assert_eq!(report.killed_with.as_deref(), Some("SIGKILL"));
     let alive = alive_with_token(&token);

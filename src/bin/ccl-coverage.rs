@@ -1,5 +1,5 @@
 //! The command line: `ccl-coverage run | report | list | who-covers | clean |
-//! show-env`, on top of the two test harnesses (`cargo test --test
+//! show-env | config-schema`, on top of the two test harnesses (`cargo test --test
 //! collectives` and `--test coverage_report` run exactly the same code).
 //! Every option falls back to its `CCL_COV_*` variable, and sets it for the
 //! harness: the variables stay the one way settings reach it.
@@ -40,6 +40,8 @@ enum Command {
     Clean(Clean),
     /// Every CCL_COV_* setting, its value here, and what the config and workspace resolve to.
     ShowEnv(Place),
+    /// Print the JSON Schema of a config (name it in a config's "$schema" for editors to check and complete keys).
+    ConfigSchema,
     /// The collectives test binary as it is: `ccl-coverage collectives [libtest arguments]`.
     #[command(hide = true)]
     Collectives {
@@ -60,7 +62,7 @@ struct Place {
     /// The config file: a ccl-coverage config or an upstream RCCL test_runner config.
     #[arg(long, env = "CCL_COV_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// The workspace folder (default target/ccl-coverage/<config name>).
+    /// The workspace folder (default: target/ccl-coverage/<config name> in the config's project, its folder or the parent of a configs/ folder).
     #[arg(long, env = "CCL_COV_WORKSPACE", value_name = "DIR")]
     workspace: Option<PathBuf>,
 }
@@ -374,10 +376,18 @@ impl Display {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum DeviceCoverage {
+enum DeviceModeArg {
     Auto,
     On,
     Off,
+}
+
+/// Which shard of the trials runs.
+#[derive(Args)]
+struct Shard {
+    /// Run only this shard of the trials: count:K/N deals them out in turn, hash:K/N by name (as nextest).
+    #[arg(long, env = "CCL_COV_PARTITION", value_name = "count:K/N|hash:K/N")]
+    partition: Option<String>,
 }
 
 #[derive(Args)]
@@ -388,9 +398,11 @@ struct Run {
     select: Select,
     #[command(flatten)]
     libtest: Libtest,
+    #[command(flatten)]
+    shard: Shard,
     /// Device (GPU kernel) coverage: auto, on or off (overrides coverage.device.mode).
     #[arg(long, env = "CCL_COV_DEVICE_COVERAGE", value_enum)]
-    device_coverage: Option<DeviceCoverage>,
+    device_coverage: Option<DeviceModeArg>,
     /// Print what would run and run nothing; `--dry-run=json` for JSON.
     #[arg(long, num_args = 0..=1, default_missing_value = "1", require_equals = true, value_name = "json")]
     dry_run: Option<String>,
@@ -423,6 +435,9 @@ struct Report {
     /// List the report steps.
     #[arg(long)]
     list: bool,
+    /// Merge these shards' workspaces (runs with --partition, of the same build) into this one first; a trial two shards ran counts once.
+    #[arg(long, value_name = "DIR", num_args = 1..)]
+    merge_from: Vec<PathBuf>,
     #[command(flatten)]
     display: Display,
     #[command(flatten)]
@@ -440,6 +455,8 @@ struct List {
     /// pretty (one trial a line, ignored ones marked), terse (libtest's `NAME: test`) or json.
     #[arg(long, value_enum, default_value = "pretty")]
     format: ListFormat,
+    #[command(flatten)]
+    shard: Shard,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -636,14 +653,15 @@ fn main() -> ExitCode {
                 Err(e) => return usage_error(&e),
             };
             run.place.apply();
+            set("CCL_COV_PARTITION", run.shard.partition.as_ref());
             run.gates.apply();
             trial_filter();
             set(
                 "CCL_COV_DEVICE_COVERAGE",
                 run.device_coverage.map(|d| match d {
-                    DeviceCoverage::Auto => "auto",
-                    DeviceCoverage::On => "on",
-                    DeviceCoverage::Off => "off",
+                    DeviceModeArg::Auto => "auto",
+                    DeviceModeArg::On => "on",
+                    DeviceModeArg::Off => "off",
                 }),
             );
             set("CCL_COV_DRY_RUN", run.dry_run.as_ref());
@@ -686,6 +704,12 @@ fn main() -> ExitCode {
             };
             report.place.apply();
             report.gates.apply();
+            if !report.merge_from.is_empty() {
+                let merged = coverage_report::merge_shards(&report.merge_from);
+                if merged != ExitCode::SUCCESS {
+                    return merged;
+                }
+            }
             let mut argv = report.select.argv(Some(&report.libtest));
             report.display.apply(&mut argv);
             argv.extend(report.select.filters_argv());
@@ -705,6 +729,13 @@ fn main() -> ExitCode {
         Command::List(list) => {
             list.place.apply();
             trial_filter();
+            // A shard's share is dealt by the collectives harness as it lists.
+            if list.shard.partition.is_some() {
+                set("CCL_COV_PARTITION", list.shard.partition.as_ref());
+                let mut selection = list.select.selection(None);
+                selection.args.list = true;
+                return collectives::main_with(selection, Intent::Trials);
+            }
             let format = match list.format {
                 ListFormat::Pretty => tools::ListFormat::Pretty,
                 ListFormat::Terse => tools::ListFormat::Terse,
@@ -723,6 +754,11 @@ fn main() -> ExitCode {
         Command::ShowEnv(place) => {
             place.apply();
             tools::show_env()
+        }
+        Command::ConfigSchema => {
+            let schema = ccl_coverage::config::schema::json_schema();
+            println!("{}", serde_json::to_string_pretty(&schema).unwrap_or_default());
+            ExitCode::SUCCESS
         }
     }
 }

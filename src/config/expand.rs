@@ -11,6 +11,7 @@
 //! - `$$` is a literal `$`; a `$` not followed by `{` stays as it is, so
 //!   linker arguments such as `-Wl,-rpath,$ORIGIN` survive untouched.
 
+use crate::env_names::Lookup;
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +54,7 @@ impl fmt::Display for ExpandError {
 }
 
 /// Expands `input`, looking variables up with `lookup`.
-pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ExpandError> {
+pub fn expand(input: &str, lookup: Lookup<'_>) -> Result<String, ExpandError> {
     let mut out = String::with_capacity(input.len());
     expand_into(input, 0, 0, lookup, &mut out)?;
     Ok(out)
@@ -61,13 +62,7 @@ pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<St
 
 /// Expands `text` (which starts at byte `base` of the original value, for
 /// error positions) into `out`.
-fn expand_into(
-    text: &str,
-    base: usize,
-    depth: usize,
-    lookup: &dyn Fn(&str) -> Option<String>,
-    out: &mut String,
-) -> Result<(), ExpandError> {
+fn expand_into(text: &str, base: usize, depth: usize, lookup: Lookup<'_>, out: &mut String) -> Result<(), ExpandError> {
     let bytes = text.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
@@ -122,13 +117,7 @@ fn matching_brace(text: &str, start: usize) -> Option<usize> {
 }
 
 /// Handles the body of one `${...}`.
-fn substitute(
-    body: &str,
-    base: usize,
-    depth: usize,
-    lookup: &dyn Fn(&str) -> Option<String>,
-    out: &mut String,
-) -> Result<(), ExpandError> {
+fn substitute(body: &str, base: usize, depth: usize, lookup: Lookup<'_>, out: &mut String) -> Result<(), ExpandError> {
     let name_len = body
         .bytes()
         .enumerate()

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::bail;
+use crate::env_names::Lookup;
 use crate::error::{Context, Error, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -31,11 +32,21 @@ impl LoadedConfig {
         self.resolve(&self.config.tests.source_dir)
     }
 
-    /// The config's project's `snapshots/`: beside the folder that holds the
-    /// config (its overlay, for an upstream config), as `snapshots/` sits
-    /// beside `configs/` here; never found from the current directory.
+    /// The project the config belongs to: the folder that holds it, or that
+    /// folder's parent when it is called `configs` (this repository's layout:
+    /// `configs/local.json` beside `snapshots/` and `target/`). Never found
+    /// from the current directory, and never the harness's own checkout
+    /// unless the config is there.
+    pub(crate) fn project_dir(&self) -> PathBuf {
+        match self.dir.file_name() {
+            Some(name) if name == "configs" => self.dir.parent().map_or_else(|| self.dir.clone(), Path::to_path_buf),
+            _ => self.dir.clone(),
+        }
+    }
+
+    /// The project's `snapshots/` ([`LoadedConfig::project_dir`]).
     pub(crate) fn snapshots_dir(&self) -> PathBuf {
-        self.resolve("../snapshots")
+        self.project_dir().join("snapshots")
     }
 }
 
@@ -64,7 +75,7 @@ pub(crate) fn read_text(path: &Path, what: &str) -> std::io::Result<String> {
 
 /// Loads the config at `path`, or the embedded default's text if `path` is
 /// the default location and does not exist there.
-pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
+pub fn load(path: &Path, env: Lookup<'_>) -> Result<LoadedConfig> {
     let text = match read_text(path, "the config") {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && path.ends_with(DEFAULT_CONFIG_PATH) => {
@@ -84,7 +95,7 @@ pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedC
 /// Loads the config at `path` in either format: an upstream RCCL
 /// `test_runner` config (told by its top-level keys) is combined with the
 /// overlay at `overlay`; anything else is ccl-coverage's own format.
-pub(crate) fn load_any(path: &Path, overlay: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
+pub(crate) fn load_any(path: &Path, overlay: &Path, env: Lookup<'_>) -> Result<LoadedConfig> {
     // `load` says why an unreadable file cannot be read.
     let Ok(text) = read_text(path, "the config") else { return load(path, env) };
     match serde_json::from_str::<Value>(&text) {
@@ -99,7 +110,7 @@ pub(crate) fn error_at(path: &Path, json_path: &str, msg: &dyn std::fmt::Display
 }
 
 /// Parses, expands and checks config text said to come from `path`.
-pub fn load_str(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig> {
+pub fn load_str(text: &str, path: &Path, env: Lookup<'_>) -> Result<LoadedConfig> {
     let at = |json_path: &str, msg: &dyn std::fmt::Display| error_at(path, json_path, msg);
     let mut value: Value = serde_json::from_str(text).with_context(|| format!("{}: not valid JSON", path.display()))?;
     if !value.is_object() {
@@ -125,11 +136,7 @@ pub fn load_str(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -
 
 /// Expands `${VAR}` in every string value, and rejects NUL characters in
 /// values and keys: they cannot reach an argv, an environment or a path.
-pub(super) fn expand_strings(
-    value: &mut Value,
-    json_path: &mut String,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(), Invalid> {
+pub(super) fn expand_strings(value: &mut Value, json_path: &mut String, env: Lookup<'_>) -> Result<(), Invalid> {
     const NUL: &str = "contains a NUL character, which no argument, environment variable or path can hold";
     match value {
         Value::String(s) => {

@@ -15,6 +15,7 @@ use std::path::Path;
 
 mod load;
 mod overlay;
+pub mod schema;
 mod types;
 mod validate;
 mod values;
@@ -22,7 +23,9 @@ pub use load::*;
 pub(crate) use overlay::UpstreamRun;
 pub use types::*;
 pub(crate) use validate::{Invalid, invalid};
-pub use values::{Build, BuildTemplate, EnvName, HostName, Name, Placeholders, Size, Template, Trial, TrialTemplate};
+pub use values::{
+    AtBuild, AtTrial, BuildTemplate, EnvName, HostName, Name, Placeholders, Size, Template, TrialTemplate,
+};
 
 /// The embedded default: the CPU fixture, runnable on any Linux machine.
 pub const DEFAULT_CONFIG_TEXT: &str = include_str!("../../configs/local.json");

@@ -15,6 +15,7 @@ use super::{
     LibraryBuild, LoadedConfig, Logs, MpiFlavor, Name, ReportConfig, TestsBuild, Timeouts, ToolchainConfig, error_at,
     expand_strings, invalid, limits,
 };
+use crate::env_names::Lookup;
 use crate::error::{Context, Error, Result};
 use crate::upstream::{self, Machine, Options, Resolved};
 use serde::Deserialize;
@@ -122,12 +123,7 @@ pub(crate) struct UpstreamRun {
 
 /// Loads the upstream config `path` (its `text` already read) with the
 /// overlay at `overlay`.
-pub(crate) fn load_upstream(
-    path: &Path,
-    text: &str,
-    overlay: &Path,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<LoadedConfig> {
+pub(crate) fn load_upstream(path: &Path, text: &str, overlay: &Path, env: Lookup<'_>) -> Result<LoadedConfig> {
     let o = load_overlay(overlay, env)?;
     let overlay_dir = overlay.parent().map(Path::to_path_buf).unwrap_or_default();
     let rccl_root = o.upstream.rccl_root.as_deref().map(|r| crate::workspace::normalize(&overlay_dir.join(r)));
@@ -171,6 +167,7 @@ pub(crate) fn load_upstream(
         resolved,
     };
     let config = Config {
+        schema: None,
         name,
         description,
         toolchain: o.toolchain,
@@ -186,6 +183,7 @@ pub(crate) fn load_upstream(
         iterations: super::Iterations::default(),
         collectives: Vec::new(),
         sizes: Vec::new(),
+        programs: Vec::new(),
         variants: Vec::new(),
         timeouts: Timeouts { default: o.timeouts.uncapped_cap, grace: o.timeouts.grace, ..Timeouts::default() },
         report: o.report,
@@ -208,7 +206,7 @@ pub(crate) fn load_upstream(
 /// `requires_build: false` (upstream neither builds nor checks `librccl.so`)
 /// feeds nothing and leaves the overlay's steps or `existing_build` to decide,
 /// with a warning: the harness needs an instrumented library either way.
-fn feed_build(path: &Path, resolved: &mut Resolved, steps: &mut [super::Step]) -> Result<()> {
+fn feed_build(path: &Path, resolved: &mut Resolved, steps: &mut [super::BuildStep]) -> Result<()> {
     let mut installs = steps.iter_mut().filter_map(|s| s.rccl_install.as_mut().map(|i| (i, &mut s.env))).peekable();
     if installs.peek().is_none() {
         return Ok(());
@@ -257,7 +255,7 @@ fn upstream_mpirun(resolved: &Resolved) -> String {
 }
 
 /// Reads, expands and checks the overlay at `path`.
-pub(crate) fn load_overlay(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Overlay> {
+pub(crate) fn load_overlay(path: &Path, env: Lookup<'_>) -> Result<Overlay> {
     let at = |json_path: &str, msg: &dyn std::fmt::Display| error_at(path, json_path, msg);
     let text = super::load::read_text(path, "the overlay").map_err(|e| {
         Error::new(format!(
@@ -359,7 +357,7 @@ mod tests {
       "test_suites": [{"name": "S", "config": "u"}]
     }"#;
 
-    fn loaded_steps(up: &str, overlay: &str) -> (Vec<crate::config::Step>, Vec<upstream::Warning>) {
+    fn loaded_steps(up: &str, overlay: &str) -> (Vec<crate::config::BuildStep>, Vec<upstream::Warning>) {
         let dir = tempfile::tempdir().unwrap();
         let overlay = write(dir.path(), "o.json", overlay);
         let loaded = load_upstream(&dir.path().join("up.json"), up, &overlay, &|_| None).unwrap();

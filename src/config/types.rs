@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::error::Result;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -54,30 +55,43 @@ pub(super) fn bounded<'de, D: Deserializer<'de>>(d: D, bound: Bound) -> Result<u
 }
 
 /// Field deserializers for `#[serde(deserialize_with)]`, one per bound.
+/// Each with the schema of its bound, for `#[schemars(schema_with)]`.
 macro_rules! bounded_fields {
-    ($($name:ident: $ty:ty = $bound:expr;)*) => {$(
+    ($($name:ident, $schema:ident: $ty:ty = $bound:expr;)*) => {$(
         pub(super) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
             bounded(d, $bound).and_then(|n| <$ty>::try_from(n).map_err(de::Error::custom))
+        }
+        pub(super) fn $schema(_: &mut SchemaGenerator) -> Schema {
+            bound_schema($bound)
         }
     )*};
 }
 
+/// An integer within `bound`, in JSON Schema's words.
+fn bound_schema(bound: Bound) -> Schema {
+    schemars::json_schema!({ "type": "integer", "minimum": bound.min, "maximum": bound.max })
+}
+
 bounded_fields! {
-    capacity: usize = limits::CAPACITY;
-    ranks: usize = limits::RANKS;
-    timeout_seconds: u64 = limits::TIMEOUT_SECONDS;
-    grace_seconds: u64 = limits::GRACE_SECONDS;
-    iters: u32 = limits::ITERS;
-    warmup: u32 = limits::WARMUP;
-    nodes: usize = limits::NODES;
-    gpus_per_task: usize = limits::GPUS_PER_TASK;
-    host_slots: usize = limits::HOST_SLOTS;
-    host_gpus: usize = limits::HOST_GPUS;
-    log_mib: u64 = limits::LOG_MIB;
+    capacity, capacity_schema: usize = limits::CAPACITY;
+    ranks, ranks_schema: usize = limits::RANKS;
+    timeout_seconds, timeout_schema: u64 = limits::TIMEOUT_SECONDS;
+    grace_seconds, grace_schema: u64 = limits::GRACE_SECONDS;
+    iters, iters_schema: u32 = limits::ITERS;
+    warmup, warmup_schema: u32 = limits::WARMUP;
+    nodes, nodes_schema: usize = limits::NODES;
+    gpus_per_task, gpus_per_task_schema: usize = limits::GPUS_PER_TASK;
+    host_slots, host_slots_schema: usize = limits::HOST_SLOTS;
+    host_gpus, host_gpus_schema: usize = limits::HOST_GPUS;
+    log_mib, log_mib_schema: u64 = limits::LOG_MIB;
 }
 
 pub(super) fn optional_host_gpus<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
     host_gpus(d).map(Some)
+}
+
+pub(super) fn optional_timeout_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    timeout_seconds(d).map(Some)
 }
 
 pub(super) fn optional_ranks<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
@@ -96,7 +110,7 @@ macro_rules! non_empty_fields {
 }
 
 non_empty_fields! {
-    steps: Step = "at least one build step";
+    steps: BuildStep = "at least one build step";
     argv: BuildTemplate = "a non-empty argv (program first), or rccl_install";
     objects: BuildTemplate = "at least one instrumented object";
     collectives: Collective = "at least one collective";
@@ -121,13 +135,15 @@ pub(super) fn gpu_target<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Strin
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Names the workspace (`target/ccl-coverage/<name>`) and the report.
     pub(crate) name: Name,
+    /// One line for people: shown with the run and in the report.
     #[serde(default)]
     pub(crate) description: String,
+    /// The compilers and LLVM tools.
     pub(crate) toolchain: ToolchainConfig,
     #[serde(default)]
     pub(crate) coverage: CoverageConfig,
@@ -135,9 +151,11 @@ pub struct Config {
     pub(crate) library: LibraryBuild,
     /// The test binaries: built without instrumentation, linked to the library.
     pub(crate) tests: TestsBuild,
+    /// How trials start, by name: the test binary itself, `mpirun` or `srun`.
     pub(crate) launchers: BTreeMap<Name, LauncherConfig>,
     /// Most ranks that may run at once on this machine (GPUs, or cores).
     #[serde(deserialize_with = "capacity")]
+    #[schemars(schema_with = "capacity_schema")]
     pub capacity: usize,
     /// The nodes launched trials may use when neither `CCL_COV_HOSTFILE` nor
     /// a Slurm allocation names them (`allocation.rs`); also where the GPU
@@ -149,23 +167,41 @@ pub struct Config {
     /// Environment of every trial.
     #[serde(default)]
     pub(crate) env: Env<TrialTemplate>,
-    /// Arguments every test binary gets (before size, collective and variant args).
+    /// Arguments every collective's perf binary gets (before size,
+    /// collective and variant args); `programs` take only their own.
     #[serde(default)]
     pub(crate) args: Vec<TrialTemplate>,
+    /// Perf binaries' `-n` and `-w`.
     #[serde(default)]
     pub(crate) iterations: Iterations,
-    #[serde(deserialize_with = "collectives")]
+    /// Perf binaries (nccl-tests style): one trial per collective × size ×
+    /// variant. At least one of `collectives` and `programs`.
+    #[serde(default, deserialize_with = "collectives")]
+    #[schemars(length(min = 1))]
     pub(crate) collectives: Vec<Collective>,
-    #[serde(deserialize_with = "sizes")]
+    /// The sizes of every collective's trials; needed with `collectives`.
+    #[serde(default, deserialize_with = "sizes")]
+    #[schemars(length(min = 1))]
     pub(crate) sizes: Vec<Size>,
+    /// Plain test programs: one trial each, named as the program, judged by
+    /// its exit status alone, run with exactly its own `args`.
+    #[serde(default)]
+    pub(crate) programs: Vec<Program>,
+    /// Each collective × size runs once per variant (its own launcher,
+    /// ranks, env, args); once without a variant when there are none.
     #[serde(default)]
     pub(crate) variants: Vec<Variant>,
+    /// How long trials may run.
     #[serde(default)]
     pub timeouts: Timeouts,
     #[serde(default)]
     pub(crate) report: ReportConfig,
     #[serde(default)]
     pub(crate) logs: Logs,
+    /// The JSON Schema the file is written against (`ccl-coverage
+    /// config-schema`), for editors; the harness reads nothing from it.
+    #[serde(rename = "$schema", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) schema: Option<String>,
     /// Set when the config file is an upstream RCCL `test_runner` config: the
     /// rest of the config then comes from the overlay (`config/overlay.rs`)
     /// and the plan is the resolved tests.
@@ -173,7 +209,7 @@ pub struct Config {
     pub(crate) upstream: Option<Box<UpstreamRun>>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ToolchainConfig {
     /// C compiler; `CC` overrides it.
@@ -183,12 +219,14 @@ pub(crate) struct ToolchainConfig {
     /// Tried in order when `cc` / `cxx` do not exist (e.g. `amdclang++`, `hipcc`).
     #[serde(default)]
     pub(crate) cc_fallbacks: Vec<String>,
+    /// As `cc_fallbacks`, for `cxx`.
     #[serde(default)]
     pub(crate) cxx_fallbacks: Vec<String>,
     /// Explicit tools; `LLVM_PROFDATA` / `LLVM_COV` override them. When unset the
     /// tools next to the compiler are used.
     #[serde(default)]
     pub(crate) llvm_profdata: Option<String>,
+    /// As `llvm_profdata`, for `llvm-cov`.
     #[serde(default)]
     pub(crate) llvm_cov: Option<String>,
     /// Folders searched for llvm-profdata / llvm-cov after the compiler's own
@@ -199,7 +237,7 @@ pub(crate) struct ToolchainConfig {
 
 /// How the build is instrumented and profiles are named. Every field may be
 /// left out: its value is then [`Default`]'s.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct CoverageConfig {
     /// Host instrumentation flags, handed to the build as `{coverage_flags}`.
@@ -225,7 +263,7 @@ impl Default for CoverageConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceMode {
     #[default]
@@ -255,7 +293,7 @@ impl DeviceMode {
 
 /// Device coverage. Every field may be left out: its value is then
 /// [`Default`]'s.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DeviceConfig {
     /// `CCL_COV_DEVICE_COVERAGE` overrides it.
@@ -263,6 +301,7 @@ pub struct DeviceConfig {
     /// The GPU architecture device code is built for: `gfx942` (HIP) or
     /// `sm_90` (CUDA); none means there is no device code to instrument.
     #[serde(deserialize_with = "gpu_target")]
+    #[schemars(regex(pattern = r"^(gfx|sm_|compute_)"))]
     pub target: Option<String>,
     /// The ROCm installation whose version gates AMDGPU device coverage.
     pub rocm_path: Option<String>,
@@ -280,6 +319,7 @@ pub struct DeviceConfig {
     /// process; every launch when unset (the safe default: a later launch
     /// can take paths the first ones did not).
     #[serde(deserialize_with = "max_launches")]
+    #[schemars(range(min = 1))]
     pub max_launches: Option<u32>,
 }
 
@@ -298,7 +338,7 @@ impl Default for DeviceConfig {
 }
 
 /// Which NVIDIA kernels device coverage counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum KernelSelection {
     /// The kernels in the library's objects' cubins (`library.objects`).
@@ -317,9 +357,9 @@ fn max_launches<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(try_from = "StepFields")]
-pub(crate) struct Step {
+pub(crate) struct BuildStep {
     pub(crate) name: String,
     /// The command; exactly one of `argv` and `rccl_install`.
     pub(crate) argv: Vec<BuildTemplate>,
@@ -331,50 +371,60 @@ pub(crate) struct Step {
     pub(crate) cwd: Option<BuildTemplate>,
 }
 
-/// A [`Step`] before its command is checked: the fields check themselves,
+/// A [`BuildStep`] before its command is checked: the fields check themselves,
 /// but only the whole step knows whether it has exactly one command.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct StepFields {
+    /// Names the step in its log (`NN-<name>.log` in the build's `logs/`) and in errors.
     name: String,
+    /// The command, program first; exactly one of `argv` and `rccl_install`.
     #[serde(default, deserialize_with = "argv")]
+    #[schemars(length(min = 1))]
     argv: Vec<BuildTemplate>,
+    /// RCCL's install.sh, with the coverage flags and CMake options the
+    /// harness resolves.
     #[serde(default)]
     rccl_install: Option<RcclInstall>,
+    /// Added to the step's environment.
     #[serde(default)]
     env: Env<BuildTemplate>,
+    /// Working directory; the build directory when unset.
     #[serde(default)]
     cwd: Option<BuildTemplate>,
 }
 
-impl TryFrom<StepFields> for Step {
+impl TryFrom<StepFields> for BuildStep {
     type Error = &'static str;
 
-    fn try_from(f: StepFields) -> Result<Step, Self::Error> {
+    fn try_from(f: StepFields) -> Result<BuildStep, Self::Error> {
         let StepFields { name, argv, rccl_install, env, cwd } = f;
         match (argv.is_empty(), &rccl_install) {
             (true, None) => Err("expected argv (program first) or rccl_install"),
             (false, Some(_)) => Err("expected either argv or rccl_install, not both"),
-            _ => Ok(Step { name, argv, rccl_install, env, cwd }),
+            _ => Ok(BuildStep { name, argv, rccl_install, env, cwd }),
         }
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RcclInstall {
+    /// The path of `install.sh`.
     pub(crate) script: BuildTemplate,
+    /// Its flags; the coverage flags are added or removed as `rccl.rs` says.
     #[serde(default)]
     pub(crate) flags: Vec<BuildTemplate>,
     /// CMake options for `--cmake-options`; one string may hold several,
     /// quoted as install.sh will see them.
     #[serde(default)]
     pub(crate) cmake_options: Vec<BuildTemplate>,
+    /// `--jobs`; `{jobs}` (`CCL_COV_JOBS`, else every core) when unset.
     #[serde(default)]
     pub(crate) jobs: Option<BuildTemplate>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct LibraryBuild {
     /// Source tree, relative to the config file; hashed into the build key.
@@ -383,10 +433,13 @@ pub(crate) struct LibraryBuild {
     /// build folders, for example). Hidden entries are always left out.
     #[serde(default)]
     pub(crate) hash_exclude: Vec<String>,
+    /// The commands that build it, in order, each supervised and logged.
     #[serde(deserialize_with = "steps")]
-    pub(crate) steps: Vec<Step>,
+    #[schemars(length(min = 1))]
+    pub(crate) steps: Vec<BuildStep>,
     /// Objects the report covers. Each must carry coverage mapping.
     #[serde(deserialize_with = "objects")]
+    #[schemars(length(min = 1))]
     pub(crate) objects: Vec<BuildTemplate>,
     /// An instrumented build to use instead of building (`{build_dir}`);
     /// `CCL_COV_BUILD_DIR` overrides it.
@@ -394,14 +447,19 @@ pub(crate) struct LibraryBuild {
     pub(crate) existing_build: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TestsBuild {
+    /// Source tree of the test programs, relative to the config file;
+    /// hashed into the build key.
     pub(crate) source_dir: String,
+    /// As `library.hash_exclude`.
     #[serde(default)]
     pub(crate) hash_exclude: Vec<String>,
+    /// The commands that build the test programs, after the library's.
     #[serde(deserialize_with = "steps")]
-    pub(crate) steps: Vec<Step>,
+    #[schemars(length(min = 1))]
+    pub(crate) steps: Vec<BuildStep>,
     /// Where the test binaries land.
     pub(crate) bin_dir: BuildTemplate,
     /// Already-built test binaries to use instead of running `steps`;
@@ -410,7 +468,7 @@ pub(crate) struct TestsBuild {
     pub(crate) existing_bin_dir: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum LauncherKind {
     /// The test binary itself (ranks as threads of one process).
@@ -419,7 +477,7 @@ pub(crate) enum LauncherKind {
     Srun,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum MpiFlavor {
     /// Open MPI: `-x NAME` forwards a variable; root needs `--allow-run-as-root`;
@@ -433,7 +491,7 @@ pub(crate) enum MpiFlavor {
     Auto,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(try_from = "LauncherFields")]
 pub(crate) struct LauncherConfig {
     pub(crate) kind: LauncherKind,
@@ -451,21 +509,31 @@ pub(crate) struct LauncherConfig {
 }
 
 /// A [`LauncherConfig`] before its kind and its fields are checked together.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct LauncherFields {
+    /// `direct` runs the test binary itself; `mpirun` and `srun` start its ranks.
     kind: LauncherKind,
+    /// Launcher program; `mpirun` / `srun` by default.
     #[serde(default)]
     program: Option<String>,
+    /// The MPI whose options `mpirun` and `srun --mpi=` take.
     #[serde(default)]
     flavor: MpiFlavor,
+    /// Launcher arguments, before the test binary.
     #[serde(default)]
     args: Vec<TrialTemplate>,
+    /// Appended to a collective's perf binary's arguments (`-t {ranks}`,
+    /// `-g 1`); not to a program's.
     #[serde(default)]
     program_args: Vec<TrialTemplate>,
+    /// Nodes a trial of this launcher spans (srun `--nodes`).
     #[serde(default = "one_node", deserialize_with = "nodes")]
+    #[schemars(schema_with = "nodes_schema")]
     nodes: usize,
+    /// GPUs each rank needs (srun `--gpus-per-task`); 0 is none.
     #[serde(default, deserialize_with = "gpus_per_task")]
+    #[schemars(schema_with = "gpus_per_task_schema")]
     gpus_per_task: usize,
 }
 
@@ -491,34 +559,42 @@ impl TryFrom<LauncherFields> for LauncherConfig {
 }
 
 /// One node of `hosts`: `{"name": "node1", "slots": 8, "gpus": 8}`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct HostConfig {
     /// The name the launcher reaches it by (`mpirun --host`).
     pub(crate) name: HostName,
     /// Ranks it may run.
     #[serde(deserialize_with = "host_slots")]
+    #[schemars(schema_with = "host_slots_schema")]
     pub(crate) slots: usize,
     /// Its GPUs; without it, one GPU slot per rank slot.
     #[serde(default, deserialize_with = "optional_host_gpus", skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "host_gpus_schema")]
     pub(crate) gpus: Option<usize>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct LaunchDefaults {
-    /// A key of `launchers` (checked by `validate`, which lists them).
+    /// A key of `launchers`.
     pub(crate) launcher: String,
+    /// Ranks a trial's launcher starts, at most `capacity`.
     #[serde(deserialize_with = "ranks")]
+    #[schemars(schema_with = "ranks_schema")]
     pub(crate) ranks: usize,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Iterations {
+    /// `-n`: timed iterations.
     #[serde(deserialize_with = "iters")]
+    #[schemars(schema_with = "iters_schema")]
     pub(crate) iters: u32,
+    /// `-w`: warm-up iterations.
     #[serde(deserialize_with = "warmup")]
+    #[schemars(schema_with = "warmup_schema")]
     pub(crate) warmup: u32,
     /// Under coverage, run `-n 1 -w 0` instead: coverage needs one pass
     /// through the code, not stable timings. `CCL_COV_TRIM_ITERATIONS`
@@ -540,15 +616,19 @@ impl Iterations {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Collective {
+    /// The first part of its trials' names (`AllReduce::1K::ring`).
     pub(crate) name: Name,
     /// Test binary, relative to `tests.bin_dir` unless absolute.
     #[serde(deserialize_with = "binary")]
+    #[schemars(length(min = 1))]
     pub(crate) binary: String,
+    /// After the config's `args`, `-n`/`-w` and `-b SIZE -e SIZE`.
     #[serde(default)]
     pub(crate) args: Vec<TrialTemplate>,
+    /// Added to the config's `env`.
     #[serde(default)]
     pub(crate) env: Env<TrialTemplate>,
     /// Marks its trials ignored (run with `--ignored` / `--include-ignored`).
@@ -556,30 +636,72 @@ pub(crate) struct Collective {
     pub(crate) ignore: bool,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// A plain test program: any executable whose exit status says whether it
+/// passed. Nothing is appended to its arguments, and its output is not read.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct Variant {
+pub(crate) struct Program {
+    /// The trial's name, as libtest and the reports show it.
     pub(crate) name: Name,
-    #[serde(default)]
-    pub(crate) launcher: Option<String>,
-    #[serde(default, deserialize_with = "optional_ranks")]
-    pub(crate) ranks: Option<usize>,
-    #[serde(default)]
-    pub(crate) env: Env<TrialTemplate>,
+    /// The program, relative to `tests.bin_dir` unless absolute.
+    #[serde(deserialize_with = "binary")]
+    #[schemars(length(min = 1))]
+    pub(crate) binary: String,
+    /// Its arguments, exactly; the launcher's `program_args` are not added.
     #[serde(default)]
     pub(crate) args: Vec<TrialTemplate>,
+    /// Added to the config's `env`.
+    #[serde(default)]
+    pub(crate) env: Env<TrialTemplate>,
+    /// A key of `launchers`; `launch.launcher` when unset.
+    #[serde(default)]
+    pub(crate) launcher: Option<String>,
+    /// Ranks its launcher starts; `launch.ranks` when unset.
+    #[serde(default, deserialize_with = "optional_ranks")]
+    #[schemars(schema_with = "ranks_schema")]
+    pub(crate) ranks: Option<usize>,
+    /// Seconds it may run; `timeouts.default` when unset.
+    #[serde(default, deserialize_with = "optional_timeout_seconds")]
+    #[schemars(schema_with = "timeout_schema")]
+    pub(crate) timeout: Option<u64>,
+    /// Marks its trial ignored (run with `--ignored` / `--include-ignored`).
     #[serde(default)]
     pub(crate) ignore: bool,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Variant {
+    /// The last part of its trials' names (`AllReduce::1K::ring`).
+    pub(crate) name: Name,
+    /// A key of `launchers`; `launch.launcher` when unset.
+    #[serde(default)]
+    pub(crate) launcher: Option<String>,
+    /// Ranks its launcher starts; `launch.ranks` when unset.
+    #[serde(default, deserialize_with = "optional_ranks")]
+    #[schemars(schema_with = "ranks_schema")]
+    pub(crate) ranks: Option<usize>,
+    /// Added to the config's and the collective's `env`.
+    #[serde(default)]
+    pub(crate) env: Env<TrialTemplate>,
+    /// After the collective's `args`.
+    #[serde(default)]
+    pub(crate) args: Vec<TrialTemplate>,
+    /// Marks its trials ignored (run with `--ignored` / `--include-ignored`).
+    #[serde(default)]
+    pub(crate) ignore: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Timeouts {
     /// Seconds a trial may run.
     #[serde(deserialize_with = "timeout_seconds")]
+    #[schemars(schema_with = "timeout_schema")]
     pub(crate) default: u64,
     /// Seconds between SIGTERM and SIGKILL.
     #[serde(deserialize_with = "grace_seconds")]
+    #[schemars(schema_with = "grace_schema")]
     pub grace: u64,
     /// Later rules win over earlier ones.
     #[serde(default)]
@@ -595,16 +717,21 @@ impl Default for Timeouts {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TimeoutRule {
+    /// The collective it applies to; every one when unset.
     #[serde(default)]
     pub(crate) collective: Option<String>,
+    /// The size it applies to; every one when unset.
     #[serde(default)]
     pub(crate) size: Option<String>,
+    /// The variant it applies to; every one when unset.
     #[serde(default)]
     pub(crate) variant: Option<String>,
+    /// The timeout of the trials it matches.
     #[serde(deserialize_with = "timeout_seconds")]
+    #[schemars(schema_with = "timeout_schema")]
     pub(crate) seconds: u64,
 }
 
@@ -617,12 +744,13 @@ impl TimeoutRule {
 }
 
 /// The logs of trials and build steps.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Logs {
     /// Most MiB of output one log keeps: the first half and the last half,
     /// with a line saying how much was cut between them.
     #[serde(deserialize_with = "log_mib")]
+    #[schemars(schema_with = "log_mib_schema")]
     pub(crate) max_mib: u64,
 }
 
@@ -640,7 +768,7 @@ impl Default for Logs {
 
 /// What the report leaves out and how it names files. Every field may be
 /// left out: its value is then [`Default`]'s.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct ReportConfig {
     /// Files left out of every report (llvm-cov `-ignore-filename-regex`,

@@ -20,7 +20,32 @@ pub(super) fn validate(c: &Config) -> Result<(), Invalid> {
     let sizes = unique_sizes(&c.sizes)?;
     let variants = check_variants(c)?;
     check_timeouts(&c.timeouts, &collectives, &sizes, &variants)?;
+    check_programs(c)?;
     check_trial_count(c)
+}
+
+/// `programs`: unique names, launchers that exist, ranks that fit; and a
+/// config with something to run (`collectives` with `sizes`, or `programs`).
+pub(super) fn check_programs(c: &Config) -> Result<(), Invalid> {
+    if c.upstream.is_none() && c.collectives.is_empty() && c.programs.is_empty() {
+        return Err(invalid(
+            "",
+            "expected `collectives` (perf binaries, with `sizes`) or `programs` (plain test programs), or both",
+        ));
+    }
+    if !c.collectives.is_empty() && c.sizes.is_empty() {
+        return Err(invalid("sizes", "missing: `collectives` need at least one size such as \"1K\""));
+    }
+    unique_names("programs", c.programs.iter().map(|p| &p.name))?;
+    for (i, p) in c.programs.iter().enumerate() {
+        if let Some(l) = &p.launcher {
+            launcher_known(c, format!("programs[{i}].launcher"), l)?;
+        }
+        if let Some(r) = p.ranks {
+            ranks_fit(c, format!("programs[{i}].ranks"), r)?;
+        }
+    }
+    Ok(())
 }
 
 /// Listing the defined launchers says how to fix a typo.
@@ -145,15 +170,21 @@ pub(super) fn check_timeouts(
 /// `plan::check`.)
 pub(super) fn check_trial_count(c: &Config) -> Result<(), Invalid> {
     let variants = c.variants.len().max(1);
-    let count = c.collectives.len().checked_mul(c.sizes.len()).and_then(|n| n.checked_mul(variants));
+    let count = c
+        .collectives
+        .len()
+        .checked_mul(c.sizes.len())
+        .and_then(|n| n.checked_mul(variants))
+        .and_then(|n| n.checked_add(c.programs.len()));
     if count.is_none_or(|n| n > limits::TRIALS) {
         return Err(invalid(
             "collectives",
             format!(
-                "{} collectives × {} sizes × {} variants is more than {} trials",
+                "{} collectives × {} sizes × {} variants{} is more than {} trials",
                 c.collectives.len(),
                 c.sizes.len(),
                 variants,
+                if c.programs.is_empty() { String::new() } else { format!(" + {} programs", c.programs.len()) },
                 limits::TRIALS
             ),
         ));

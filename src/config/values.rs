@@ -195,23 +195,27 @@ impl TryFrom<String> for HostName {
 /// Which `{placeholders}` a kind of template may use.
 pub trait Placeholders {
     const ALLOWED: &'static [&'static str];
+    /// Names its templates' schema (`BuildTemplate`, `TrialTemplate`).
+    const SCHEMA_NAME: &'static str;
 }
 
 /// Build steps, objects and the test-binary folder: filled in before
 /// anything runs, when no trial (and so no `{ranks}`) exists yet.
 #[derive(Clone)]
-pub enum Build {}
+pub enum AtBuild {}
 
-impl Placeholders for Build {
+impl Placeholders for AtBuild {
     const ALLOWED: &'static [&'static str] = BUILD_PLACEHOLDERS;
+    const SCHEMA_NAME: &'static str = "BuildTemplate";
 }
 
 /// Launcher and test-binary arguments and environments: filled in per trial.
 #[derive(Clone)]
-pub enum Trial {}
+pub enum AtTrial {}
 
-impl Placeholders for Trial {
+impl Placeholders for AtTrial {
     const ALLOWED: &'static [&'static str] = TRIAL_PLACEHOLDERS;
+    const SCHEMA_NAME: &'static str = "TrialTemplate";
 }
 
 /// Text with `{placeholders}` (`template.rs`), checked when the config loads
@@ -221,8 +225,8 @@ impl Placeholders for Trial {
 #[serde(try_from = "String", into = "String", bound = "K: Placeholders + Clone")]
 pub struct Template<K: Placeholders>(String, PhantomData<K>);
 
-pub type BuildTemplate = Template<Build>;
-pub type TrialTemplate = Template<Trial>;
+pub type BuildTemplate = Template<AtBuild>;
+pub type TrialTemplate = Template<AtTrial>;
 
 impl<K: Placeholders> TryFrom<String> for Template<K> {
     type Error = String;
@@ -230,6 +234,52 @@ impl<K: Placeholders> TryFrom<String> for Template<K> {
     fn try_from(text: String) -> Result<Template<K>, String> {
         template::check(&text, K::ALLOWED).map_err(|e| e.to_string())?;
         Ok(Template(text, PhantomData))
+    }
+}
+
+/// The strings' schemas: what each accepts, in JSON Schema's words where
+/// it has them (`pattern`) and in the description where it has not.
+mod schema {
+    use super::*;
+    use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+    use std::borrow::Cow;
+
+    macro_rules! string_schema {
+        ($($ty:ty => $name:literal, $schema:expr;)*) => {$(
+            impl JsonSchema for $ty {
+                fn schema_name() -> Cow<'static, str> {
+                    $name.into()
+                }
+                fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                    $schema
+                }
+            }
+        )*};
+    }
+
+    string_schema! {
+        Name => "Name", json_schema!({
+            "type": "string",
+            "pattern": "^[A-Za-z0-9_-][A-Za-z0-9_.-]*$",
+            "maxLength": limits::NAME_BYTES,
+        });
+        EnvName => "EnvName", json_schema!({ "type": "string", "pattern": "^[^=]+$" });
+        Size => "Size", json_schema!({ "type": "string", "pattern": "^[0-9]+[KMG]?$" });
+        HostName => "HostName", json_schema!({
+            "type": "string",
+            "pattern": "^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+            "maxLength": 253,
+        });
+    }
+
+    impl<K: Placeholders> JsonSchema for Template<K> {
+        fn schema_name() -> Cow<'static, str> {
+            K::SCHEMA_NAME.into()
+        }
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            let allowed: Vec<String> = K::ALLOWED.iter().map(|p| format!("{{{p}}}")).collect();
+            json_schema!({ "type": "string", "x-placeholders": allowed })
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use crate::device::{collector_records, is_device_profile};
 use crate::error::{Context, Error, Result};
 use crate::exec::process::Cmd;
 use crate::toolchain::Toolchain;
-use crate::workspace::confined::Kind;
+use crate::workspace::confined::EntryKind;
 use crate::workspace::{self, Area, Workspace};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -52,7 +52,7 @@ pub fn raw_files(ws: &Workspace, dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = ws
         .list(dir)?
         .into_iter()
-        .filter(|(name, kind)| *kind == Kind::File && Path::new(name).extension().is_some_and(|e| e == "profraw"))
+        .filter(|(name, kind)| *kind == EntryKind::File && Path::new(name).extension().is_some_and(|e| e == "profraw"))
         .map(|(name, _)| dir.join(name))
         .collect();
     files.sort();
@@ -318,7 +318,7 @@ fn trust_or_quarantine(
     quarantined: &mut Vec<Quarantined>,
 ) -> Result<bool> {
     let why = match ws.kind(file)? {
-        Some(Kind::File) => {
+        Some(EntryKind::File) => {
             let actual = ws.sha256(file)?;
             match recorded {
                 Some(sum) if *sum == actual => return Ok(true),

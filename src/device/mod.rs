@@ -18,8 +18,9 @@ pub use decision::{Backend, DeviceDecision, Found};
 
 use crate::bail;
 use crate::config::{DeviceConfig, DeviceMode};
+use crate::env_names::Lookup;
 use crate::error::Result;
-use crate::toolchain::{Lookup, Tool};
+use crate::toolchain::Tool;
 use std::path::{Path, PathBuf};
 
 /// Why device coverage is unavailable: no target, or a backend's own blocker,
@@ -51,7 +52,7 @@ impl Blocker {
 }
 
 /// The mode in force: `CCL_COV_DEVICE_COVERAGE` if set, else the config's.
-pub(crate) fn requested_mode(config: &DeviceConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<DeviceMode> {
+pub(crate) fn requested_mode(config: &DeviceConfig, env: Lookup<'_>) -> Result<DeviceMode> {
     match env("CCL_COV_DEVICE_COVERAGE").filter(|v| !v.is_empty()) {
         None => Ok(config.mode),
         Some(v) => match DeviceMode::parse(&v) {

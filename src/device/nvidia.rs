@@ -15,9 +15,11 @@
 pub(crate) mod record;
 
 use super::decision::{Available, Found, join};
-use crate::error::Result;
+use crate::bail;
+use crate::env_names::Lookup;
+use crate::error::{Context, Error, Result};
 use crate::exec::process::Cmd;
-use crate::toolchain::{Lookup, Tool};
+use crate::toolchain::Tool;
 use crate::workspace::files;
 use record::Record;
 use std::collections::BTreeSet;
@@ -220,13 +222,13 @@ pub(super) fn check(
     files::create_dir(&dir)?;
     let collector = dir.join(COLLECTOR_FILE);
     let probe = dir.join("probe");
-    if let Err(detail) = build(&dir, cxx, &nvcc, &cuda, &include, &cupti, target) {
-        return Ok(Err(Blocker::ProbeFailed { detail }));
+    if let Err(e) = build(&dir, cxx, &nvcc, &cuda, &include, &cupti, target) {
+        return Ok(Err(Blocker::ProbeFailed { detail: e.to_string() }));
     }
     let run = dir.join("probe-run");
     let (recorded, api) = match run_probe(&probe, &collector, &run, None) {
         Ok(found) => (found.recorded, found.api),
-        Err(detail) => return Ok(Err(Blocker::ProbeFailed { detail })),
+        Err(e) => return Ok(Err(Blocker::ProbeFailed { detail: e.to_string() })),
     };
     // A lone libcupti.so.13 names no release; CUPTI's own API version does.
     let version = match api.filter(|_| version.ends_with("(soname)")) {
@@ -260,22 +262,12 @@ pub(super) fn check(
 
 /// Builds the collector (with the host compiler, against CUPTI's C API) and
 /// the probe (with nvcc) into `dir`, unless a finished build is there.
-fn build(
-    dir: &Path,
-    cxx: &Tool,
-    nvcc: &Path,
-    cuda: &Path,
-    include: &Path,
-    cupti: &Path,
-    target: &str,
-) -> std::result::Result<(), String> {
+fn build(dir: &Path, cxx: &Tool, nvcc: &Path, cuda: &Path, include: &Path, cupti: &Path, target: &str) -> Result<()> {
     let done = dir.join("built");
     if done.is_file() {
         return Ok(());
     }
-    let write = |name: &str, text: &str| {
-        files::write_atomic(&dir.join(name), text.as_bytes()).map(|()| dir.join(name)).map_err(|e| e.to_string())
-    };
+    let write = |name: &str, text: &str| files::write_atomic(&dir.join(name), text.as_bytes()).map(|()| dir.join(name));
     let source = write("collector.cpp", COLLECTOR_SOURCE)?;
     let probe_source = write("probe.cu", PROBE_SOURCE)?;
     let lib_dir = cupti.parent().unwrap_or(Path::new("/"));
@@ -290,14 +282,14 @@ fn build(
         .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
         .args(["-ldl", "-o"])
         .arg(dir.join(COLLECTOR_FILE).display().to_string());
-    collector.read().map_err(|e| format!("the NVIDIA collector did not build: {e}"))?;
+    collector.read().context("the NVIDIA collector did not build")?;
     let probe = Cmd::new(nvcc.display().to_string())
         .arg(format!("-arch={target}"))
         .args(["-lineinfo", "-o"])
         .arg(dir.join("probe").display().to_string())
         .arg(probe_source.display().to_string());
-    probe.read().map_err(|e| format!("the NVIDIA probe did not build: {e}"))?;
-    files::write_atomic(&done, b"").map_err(|e| e.to_string())
+    probe.read().context("the NVIDIA probe did not build")?;
+    files::write_atomic(&done, b"")
 }
 
 /// What one probe run recorded.
@@ -314,61 +306,58 @@ struct ProbeRun {
 /// before k3, and the process ends with it off, as a suite whose last kernel
 /// is the test program's does. Works when only k2 ran, k1 and k3 were named
 /// as not counted, nothing was dropped, and the probe exited cleanly.
-fn probe_selection(dir: &Path, probe: &Path, collector: &Path) -> std::result::Result<(), String> {
+fn probe_selection(dir: &Path, probe: &Path, collector: &Path) -> Result<()> {
     let list = dir.join("probe-kernels.txt");
-    files::write_atomic(&list, b"_Z2k2Piii\n").map_err(|e| e.to_string())?;
+    files::write_atomic(&list, b"_Z2k2Piii\n")?;
     let run = run_probe(probe, collector, &dir.join("probe-run-selective"), Some(&list))?;
     let skipped = |k: &str| run.record.skipped.keys().any(|name| name.starts_with(k));
     let others = skipped(PROBE_KERNELS[0]) && skipped(PROBE_KERNELS[2]);
     if run.recorded != BTreeSet::from([PROBE_KERNELS[1]]) || !others || run.record.dropped > 0 {
-        return Err(format!(
+        bail!(
             "told to count k2 only, it recorded {:?}, k1 and k3 {}, {} records dropped (record {})",
             run.recorded,
             if others { "not counted" } else { "not named as uncounted" },
             run.record.dropped,
             run.record.origin
-        ));
+        );
     }
     Ok(())
 }
 
 /// Runs the probe under the collector (counting the kernels `kernels` lists,
 /// when given), with a time limit.
-fn run_probe(
-    probe: &Path,
-    collector: &Path,
-    run: &Path,
-    kernels: Option<&Path>,
-) -> std::result::Result<ProbeRun, String> {
+fn run_probe(probe: &Path, collector: &Path, run: &Path, kernels: Option<&Path>) -> Result<ProbeRun> {
     if run.exists() {
-        std::fs::remove_dir_all(run).map_err(|e| format!("cannot empty {}: {e}", run.display()))?;
+        std::fs::remove_dir_all(run).with_context(|| format!("cannot empty {}", run.display()))?;
     }
-    files::create_dir(run).map_err(|e| e.to_string())?;
+    files::create_dir(run)?;
     let log = run.join("probe.log");
     let probe = Cmd::new(probe.display().to_string())
         .envs(trial_env(collector, run, run, kernels, None))
         .time_limit(PROBE_LIMIT);
     // The one process builder: a failure names the whole command, the collector's variables included.
-    let said = probe.read_all().map_err(|e| format!("the NVIDIA probe failed; is there a GPU and a driver? {e}"))?;
-    files::write_atomic(&log, said.as_bytes()).map_err(|e| e.to_string())?;
+    let said = probe
+        .read_all()
+        .map_err(|e| Error::new(format!("the NVIDIA probe failed; is there a GPU and a driver? {e}")))?;
+    files::write_atomic(&log, said.as_bytes())?;
     let shown = format!("{} (under CUDA_INJECTION64_PATH={})", probe.program().to_string_lossy(), collector.display());
     let records: Vec<PathBuf> = std::fs::read_dir(run)
-        .map_err(|e| format!("cannot list {}: {e}", run.display()))?
+        .with_context(|| format!("cannot list {}", run.display()))?
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "tsv"))
         .collect();
     let [record] = records.as_slice() else {
-        return Err(format!(
+        bail!(
             "the NVIDIA probe {shown} left {} record files in {}, not one; the collector said:\n{}",
             records.len(),
             run.display(),
             crate::exec::process::indent_tail(&said, crate::exec::process::TAIL_LINES)
-        ));
+        );
     };
-    let record = Record::read(record).map_err(|e| e.to_string())?;
+    let record = Record::read(record)?;
     if !record.is_complete() {
-        return Err(format!("the NVIDIA probe's record {} has no end line", record.origin));
+        bail!("the NVIDIA probe's record {} has no end line", record.origin);
     }
     let recorded = PROBE_KERNELS
         .iter()
@@ -429,14 +418,10 @@ pub(crate) fn library_kernels_file(cache_dir: &Path) -> PathBuf {
 /// longer than a file name may be for NCCL). An object without device code
 /// adds none. On failure, why, and the file is not written: trials then
 /// count every kernel, which costs time, never coverage.
-pub(crate) fn write_library_kernels(
-    objects: &[PathBuf],
-    cache_dir: &Path,
-    env: Lookup,
-) -> std::result::Result<usize, String> {
+pub(crate) fn write_library_kernels(objects: &[PathBuf], cache_dir: &Path, env: Lookup) -> Result<usize> {
     let cuobjdump = cuda_home(env).join("bin/cuobjdump");
     if !cuobjdump.is_file() {
-        return Err(format!("{} does not exist", cuobjdump.display()));
+        bail!("{} does not exist", cuobjdump.display());
     }
     let mut kernels = BTreeSet::new();
     for object in objects {
@@ -445,11 +430,11 @@ pub(crate) fn write_library_kernels(
             Ok(text) => kernels.extend(resource_usage_functions(&text)),
             // cuobjdump fails on an object that holds no device code: nothing to count there.
             Err(e) if e.to_string().contains("does not contain device code") => {}
-            Err(e) => return Err(format!("cannot list the kernels of {}: {e}", object.display())),
+            Err(e) => return Err(e.context(format_args!("cannot list the kernels of {}", object.display()))),
         }
     }
     let text: String = kernels.iter().map(|k| format!("{k}\n")).collect();
-    files::write_atomic(&library_kernels_file(cache_dir), text.as_bytes()).map_err(|e| e.to_string())?;
+    files::write_atomic(&library_kernels_file(cache_dir), text.as_bytes())?;
     Ok(kernels.len())
 }
 
@@ -584,14 +569,14 @@ mod tests {
         };
         let collector = dir.path().join("libccl_cov_cupti.so");
         script("echo 'no CUDA-capable device is detected' >&2; exit 2");
-        let error = run_probe(&fake, &collector, &dir.path().join("run"), None).err().unwrap();
+        let error = run_probe(&fake, &collector, &dir.path().join("run"), None).err().unwrap().to_string();
         assert!(
             error.starts_with("the NVIDIA probe failed; is there a GPU and a driver? command failed (exit status 2): "),
             "{error}"
         );
         assert!(error.contains("CUDA_INJECTION64_PATH=") && error.contains("no CUDA-capable device"), "{error}");
         script("echo ran");
-        let error = run_probe(&fake, &collector, &dir.path().join("run"), None).err().unwrap();
+        let error = run_probe(&fake, &collector, &dir.path().join("run"), None).err().unwrap().to_string();
         assert!(error.contains("left 0 record files") && error.contains("ran"), "{error}");
         assert_eq!(std::fs::read_to_string(dir.path().join("run/probe.log")).unwrap(), "ran\n");
     }
@@ -643,12 +628,12 @@ mod tests {
         let cache = root.path().join("cache");
         std::fs::create_dir_all(&cache).unwrap();
         let objects = [PathBuf::from("/x/libk.so"), PathBuf::from("/x/libnodevice.so")];
-        assert_eq!(write_library_kernels(&objects, &cache, &env), Ok(3));
+        assert_eq!(write_library_kernels(&objects, &cache, &env).unwrap(), 3);
         let listed = std::fs::read_to_string(library_kernels_file(&cache)).unwrap();
         assert_eq!(listed, "_Z10scale_intsPKiPii\n_Z12scale_floatsPKfPfif\n_Z14never_launchedPi\n");
         std::fs::remove_file(library_kernels_file(&cache)).unwrap();
         script("echo 'cuobjdump fatal   : Could not open input file' >&2; exit 1");
-        let error = write_library_kernels(&objects, &cache, &env).unwrap_err();
+        let error = write_library_kernels(&objects, &cache, &env).unwrap_err().to_string();
         assert!(
             error.starts_with("cannot list the kernels of /x/libk.so: ") && error.contains("Could not open"),
             "{error}"
@@ -656,8 +641,8 @@ mod tests {
         assert!(!library_kernels_file(&cache).exists());
         let none = lookup(vec![("CUDA_HOME", "/nonexistent/cuda".into())]);
         assert_eq!(
-            write_library_kernels(&objects, &cache, &none),
-            Err("/nonexistent/cuda/bin/cuobjdump does not exist".into())
+            write_library_kernels(&objects, &cache, &none).unwrap_err().to_string(),
+            "/nonexistent/cuda/bin/cuobjdump does not exist"
         );
     }
 

@@ -7,9 +7,9 @@
 //! processes are gone: a supervisor killed with SIGKILL loses it (the head
 //! is on disk as it comes).
 
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -20,6 +20,9 @@ pub(crate) const CUT_MARK: &str = "[ccl-coverage: output cut here:";
 /// How long the copy goes on after the trial's processes are gone, for what
 /// one that escaped the tree still writes.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// How long one poll of the pipe waits, so that `done` is seen soon after it is set.
+const POLL_WAIT: Timespec = Timespec { tv_sec: 0, tv_nsec: 50_000_000 };
 
 /// The most of a log's tail held in memory (the supervisor's, per trial):
 /// a large `logs.max_mib` grows the head, on disk, not this.
@@ -167,13 +170,12 @@ pub(crate) fn copy(mut pipe: std::io::PipeReader, mut log: CappedLog, done: &Arc
         if drain_until.is_some_and(|t| Instant::now() >= t) {
             break;
         }
-        let mut fd = libc::pollfd { fd: pipe.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd.
-        let ready = unsafe { libc::poll(&raw mut fd, 1, 50) };
-        if ready < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
-        }
-        if ready <= 0 {
+        let mut fds = [PollFd::new(&pipe, PollFlags::IN)];
+        let ready = match poll(&mut fds, Some(&POLL_WAIT)) {
+            Err(rustix::io::Errno::INTR) => continue,
+            ready => ready.unwrap_or(0),
+        };
+        if ready == 0 {
             if drain_until.is_some() {
                 break;
             }

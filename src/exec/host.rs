@@ -31,13 +31,6 @@ pub(crate) fn hostname() -> String {
 
 /// Bytes available to this user on the filesystem that holds `path`.
 pub(crate) fn free_bytes(path: &std::path::Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs writes only into `stat`; an all-zero statvfs is a valid value.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c_path` is a valid C string and `stat` a valid out pointer.
-    if unsafe { libc::statvfs(c_path.as_ptr(), &raw mut stat) } != 0 {
-        return None;
-    }
+    let stat = rustix::fs::statvfs(path).ok()?;
     Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }

@@ -59,19 +59,19 @@ fn first(sig: i32, what: &str) -> bool {
 /// cargo does not forward SIGTERM to the test binary it runs, and dies of
 /// it: without this, the test binary would carry on alone.
 fn watch_cargo_parent() {
-    // SAFETY: getppid cannot fail.
-    let parent = unsafe { libc::getppid() };
-    let comm = std::fs::read_to_string(format!("/proc/{parent}/comm")).unwrap_or_default();
+    let Some(parent) = rustix::process::getppid() else {
+        return;
+    };
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", parent.as_raw_nonzero())).unwrap_or_default();
     if comm.trim() != "cargo" {
         return;
     }
     std::thread::spawn(move || {
         loop {
             std::thread::sleep(Duration::from_millis(100));
-            // SAFETY: as above.
             // Ctrl-C reaches cargo and this binary together: cargo's death
             // then is the same interruption, not a second one.
-            if unsafe { libc::getppid() } != parent {
+            if rustix::process::getppid() != Some(parent) {
                 first(libc::SIGTERM, "cargo (our parent) is gone");
                 return;
             }

@@ -175,7 +175,7 @@ pub(crate) fn liveness(path: &Path) -> Liveness {
 /// renamed, so nobody ever opens it unlocked and takes its holder for dead.
 pub(crate) fn create_locked(path: &Path, info: &impl Serialize) -> Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let cannot = |e: std::io::Error| Error::new(format!("cannot create {}: {e}", path.display()));
+    let cannot = |e: std::io::Error| Error::from(e).context(format_args!("cannot create {}", path.display()));
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let mut file = File::options()
         .write(true)

@@ -113,8 +113,7 @@ impl Tree {
             cgroup.kill();
         }
         for &pid in &members {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(pid, sig) };
+            kill(pid, sig);
         }
         members.len()
     }
@@ -133,8 +132,7 @@ impl Tree {
                 cgroup.kill();
             }
             for &pid in &members {
-                // SAFETY: as above.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+                kill(pid, libc::SIGKILL);
             }
             std::thread::sleep(POLL);
         }
@@ -327,9 +325,8 @@ fn kill_recorded(record: &ChildrenRecord) -> (Vec<Orphan>, bool) {
             if !killed.iter().any(|k| k.pid == pid) {
                 killed.push(Orphan { pid, owner: record.supervisor, command: command_of(pid) });
             }
-            // SAFETY: kill has no memory-safety preconditions; each pid was
-            // just proven to be the trial's (start time, session or parent).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // Each pid was just proven to be the trial's (start time, session or parent).
+            kill(pid, libc::SIGKILL);
         }
         std::thread::sleep(POLL);
     }
@@ -420,6 +417,16 @@ fn remove_gone_owners(state_dir: &Path, mut seen: BTreeMap<String, Liveness>) {
     }
 }
 
+/// Sends `sig` to `pid`; a process already gone (or a pid or signal that
+/// is not one) is nothing to do.
+fn kill(pid: libc::pid_t, sig: libc::c_int) {
+    if let (Some(pid), Some(sig)) =
+        (rustix::process::Pid::from_raw(pid.max(0)), rustix::process::Signal::from_named_raw(sig))
+    {
+        let _ = rustix::process::kill_process(pid, sig);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,8 +445,8 @@ mod tests {
         let pid = std::process::id() as libc::pid_t;
         let stat = stat_of(pid).unwrap();
         assert!(stat.state == 'R' || stat.state == 'S');
-        // SAFETY: getsid has no memory-safety preconditions.
-        assert_eq!(stat.session, unsafe { libc::getsid(pid) });
+        let session = rustix::process::getsid(rustix::process::Pid::from_raw(pid)).unwrap();
+        assert_eq!(stat.session, session.as_raw_nonzero().get());
         assert!(stat.start_time > 0);
     }
 
@@ -470,7 +477,7 @@ mod tests {
         // SAFETY: setsid is async-signal-safe.
         unsafe {
             cmd.pre_exec(|| {
-                libc::setsid();
+                rustix::process::setsid()?;
                 Ok(())
             });
         }

@@ -29,6 +29,7 @@ use crate::exec::cgroup::{self, Cgroup};
 use crate::exec::owner;
 use crate::exec::process::Cmd;
 use crate::exec::proctree::{self, ChildrenRecord, Tree};
+use rustix::process::{self, WaitOptions};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -131,9 +132,7 @@ impl Supervised {
         // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
         unsafe {
             command.pre_exec(|| {
-                if libc::setsid() < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                process::setsid()?;
                 Ok(())
             });
         }
@@ -238,9 +237,9 @@ impl Supervised {
     /// The supervisor's report, and how many processes the harness still had
     /// to kill itself (0 unless the supervisor failed). A supervisor that died
     /// or was killed without a report gives one that says so
-    /// ([`Report::lost`]): its trial is then recorded as failed, never
+    /// ([`SupervisorReport::lost`]): its trial is then recorded as failed, never
     /// dropped.
-    pub(crate) fn finish(mut self, status: ExitStatus) -> Result<(Report, usize)> {
+    pub(crate) fn finish(mut self, status: ExitStatus) -> Result<(SupervisorReport, usize)> {
         let mut text = String::new();
         let report = match self.child.stdout.take() {
             Some(mut out) => {
@@ -263,7 +262,7 @@ impl Supervised {
             }
             backstop += killed.len();
         }
-        let report: Report = match (report, self.lost.take()) {
+        let report: SupervisorReport = match (report, self.lost.take()) {
             (Some(report), None) => report,
             (_, lost) => {
                 let why = lost.unwrap_or_else(|| {
@@ -274,7 +273,7 @@ impl Supervised {
                 });
                 eprintln!("ccl-coverage: {}: {why}; see {}", self.display, self.log.display());
                 let containment = if had_cgroup { Containment::Cgroup } else { Containment::ProcessTree };
-                Report { lost: Some(why), containment, ..Report::default() }
+                SupervisorReport { lost: Some(why), containment, ..SupervisorReport::default() }
             }
         };
         if let Some(why) = &report.spawn_error {
@@ -323,7 +322,7 @@ pub enum Containment {
 
 /// How the trial ended, as the supervisor saw it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Report {
+pub struct SupervisorReport {
     /// The main process's raw wait status.
     pub(crate) wait_status: Option<i32>,
     pub stopped: Option<StopCause>,
@@ -357,7 +356,9 @@ pub fn run_if_requested() -> Option<ExitCode> {
     let spec = std::env::var_os(SUPERVISE)?;
     let report = match serde_json::from_str::<Spec>(&spec.to_string_lossy()) {
         Ok(spec) => supervise(&spec, std::env::args_os().skip(1).collect()),
-        Err(e) => Report { spawn_error: Some(format!("bad {SUPERVISE}: {e}")), ..Report::default() },
+        Err(e) => {
+            SupervisorReport { spawn_error: Some(format!("bad {SUPERVISE}: {e}")), ..SupervisorReport::default() }
+        }
     };
     let mut line = serde_json::to_string(&report).unwrap_or_default();
     line.push('\n');
@@ -366,12 +367,11 @@ pub fn run_if_requested() -> Option<ExitCode> {
     Some(ExitCode::SUCCESS)
 }
 
-fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
-    // SAFETY: prctl with these arguments only sets a flag of this process.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> SupervisorReport {
+    // PR_SET_CHILD_SUBREAPER takes a flag; rustix passes this pid, which is not 0.
+    let _ = process::set_child_subreaper(Some(process::getpid()));
     let token = std::env::var(TRIAL_TOKEN).unwrap_or_default();
-    // SAFETY: getpid cannot fail.
-    let me = unsafe { libc::getpid() };
+    let me = process::getpid().as_raw_nonzero().get();
     let log = match std::fs::File::options().create(true).append(true).custom_flags(libc::O_NOFOLLOW).open(&spec.log) {
         Ok(log) => log,
         Err(e) => return spawn_failed(format!("cannot open {}: {e}", spec.log.display())),
@@ -468,10 +468,10 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> Report {
     // The child is reaped with waitpid below, together with adopted orphans.
     std::mem::forget(child);
     let mut main_status = None;
-    let mut report = Report {
+    let mut report = SupervisorReport {
         containment: if trial_cgroup.is_some() { Containment::Cgroup } else { Containment::ProcessTree },
         no_cgroup,
-        ..Report::default()
+        ..SupervisorReport::default()
     };
     let mut stop_at: Option<Instant> = None;
     let grace = Duration::from_millis(spec.grace_ms);
@@ -587,62 +587,50 @@ impl Recorder<'_> {
 /// own locked-memory limit, which the trial inherits, as far as the system
 /// allows: unlimited when privileged, else the soft limit up to the hard one.
 fn raise_memlock() {
-    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
-    // SAFETY: setrlimit/getrlimit only read and write the rlimit passed in.
-    unsafe {
-        if libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const unlimited) == 0 {
-            return;
-        }
-        let mut current = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &raw mut current) == 0 {
-            current.rlim_cur = current.rlim_max;
-            libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const current);
-        }
+    use process::{Resource, Rlimit};
+    // `None` is RLIM_INFINITY.
+    if process::setrlimit(Resource::Memlock, Rlimit { current: None, maximum: None }).is_ok() {
+        return;
     }
+    let hard = process::getrlimit(Resource::Memlock).maximum;
+    let _ = process::setrlimit(Resource::Memlock, Rlimit { current: hard, maximum: hard });
 }
 
-fn spawn_failed(why: String) -> Report {
-    Report { spawn_error: Some(why), ..Report::default() }
+fn spawn_failed(why: String) -> SupervisorReport {
+    SupervisorReport { spawn_error: Some(why), ..SupervisorReport::default() }
 }
 
 /// Reaps every finished child (adopted orphans too); records `main`'s status.
 fn reap(main: libc::pid_t, main_status: &mut Option<i32>) {
-    loop {
-        let mut status = 0;
-        // SAFETY: waitpid writes only to `status`.
-        let pid = unsafe { libc::waitpid(-1, &raw mut status, libc::WNOHANG) };
-        if pid <= 0 {
-            return;
-        }
-        if pid == main {
-            *main_status = Some(status);
+    // Ok(None): no child has changed state; an error: no child is left.
+    while let Ok(Some((pid, status))) = process::waitpid(None, WaitOptions::NOHANG) {
+        if pid.as_raw_nonzero().get() == main {
+            *main_status = Some(status.as_raw());
         }
     }
 }
 
 /// Blocks until `main` is reaped (it was sent SIGKILL).
 fn wait_for(main: libc::pid_t, main_status: &mut Option<i32>) {
-    let mut status = 0;
-    // SAFETY: as above.
-    if unsafe { libc::waitpid(main, &raw mut status, 0) } == main {
-        *main_status = Some(status);
+    if let Ok(Some((_, status))) = process::waitpid(process::Pid::from_raw(main), WaitOptions::empty()) {
+        *main_status = Some(status.as_raw());
     }
 }
 
 /// Whether the harness asked to stop, or is gone; `None` while it waits.
 fn lifeline() -> Option<StopCause> {
-    let mut fd = libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd, no timeout.
-    let ready = unsafe { libc::poll(&raw mut fd, 1, 0) };
-    if ready <= 0 || fd.revents == 0 {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let stdin = std::io::stdin();
+    let mut fds = [PollFd::new(&stdin, PollFlags::IN)];
+    let ready = poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })).unwrap_or(0);
+    if ready == 0 || fds[0].revents().is_empty() {
         return None;
     }
     let mut byte = [0u8; 1];
-    // SAFETY: reads at most one byte into `byte`.
-    let n = unsafe { libc::read(0, byte.as_mut_ptr().cast(), 1) };
-    match n {
-        1 if byte[0] == STOP => Some(StopCause::Requested),
-        1 => None,
+    // fd 0 itself, not std's buffer: one byte, the harness's word.
+    match rustix::io::read(&stdin, &mut byte) {
+        Ok(1) if byte[0] == STOP => Some(StopCause::Requested),
+        Ok(1) => None,
         _ => Some(StopCause::HarnessGone),
     }
 }

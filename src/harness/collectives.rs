@@ -72,6 +72,35 @@ impl Progress {
     }
 }
 
+/// This shard's share of the trials that would run (`CCL_COV_PARTITION`,
+/// dealt in plan order as nextest deals tests); those that would not run
+/// (filtered out, ignored) stay, for libtest to show as such.
+fn shard(
+    partition: plan::Partition,
+    specs: Vec<plan::TrialSpec>,
+    trials: Vec<Trial>,
+    would_run: impl Fn(&Trial) -> bool,
+) -> (Vec<plan::TrialSpec>, Vec<Trial>) {
+    let mut index = 0;
+    let (mut kept, mut dealt) = (0, 0);
+    let (specs, trials): (Vec<_>, Vec<_>) = specs
+        .into_iter()
+        .zip(trials)
+        .filter(|(spec, trial)| {
+            if !would_run(trial) {
+                return true;
+            }
+            let holds = partition.holds(index, &spec.name);
+            index += 1;
+            dealt += 1;
+            kept += usize::from(holds);
+            holds
+        })
+        .unzip();
+    eprintln!("ccl-coverage: partition {}: {kept} of {dealt} trials in this shard", partition.describe());
+    (specs, trials)
+}
+
 /// `0.86s`, `1m20s`, `2h05m`.
 fn short(d: std::time::Duration) -> String {
     let s = d.as_secs_f64();
@@ -162,6 +191,10 @@ pub fn run(selection: &Selection, intent: Intent) -> Ran {
     // As libtest decides: `--ignored` filters out the trials not ignored.
     let is_selected = |t: &Trial| !args.is_filtered_out(t) && (!args.ignored || t.has_ignored_flag());
     let runs = |t: &Trial| !t.has_ignored_flag() || args.ignored || args.include_ignored;
+    let (specs, trials) = match shared.suite.ctx.partition {
+        Some(partition) => shard(partition, specs, trials, |t| is_selected(t) && runs(t)),
+        None => (specs, trials),
+    };
     let selected: Vec<(plan::TrialSpec, bool)> =
         specs.into_iter().zip(&trials).filter(|(_, t)| is_selected(t)).map(|(spec, t)| (spec, runs(t))).collect();
     let running = selected.iter().filter(|(_, runs)| *runs).count();

@@ -21,6 +21,43 @@ pub fn main() -> ExitCode {
     main_with(Selection::from_args(), Intent::from_env())
 }
 
+/// `ccl-coverage report --merge-from DIR…`: brings the shards' trials into
+/// this workspace (`report/shards.rs`), under its lock, before the report
+/// runs on it; says what two shards both ran and what was refused.
+pub fn merge_shards(dirs: &[std::path::PathBuf]) -> ExitCode {
+    let ctx = match super::load_context() {
+        Ok(ctx) => ctx,
+        Err(code) => return code,
+    };
+    let _lock = match super::take_workspace(&ctx, super::Access::Write) {
+        Ok(lock) => lock,
+        Err(code) => return code,
+    };
+    match crate::report::shards::merge(&ctx, dirs) {
+        Ok(merged) => {
+            for shard in &merged.shards {
+                eprintln!("ccl-coverage: merged {} trials from {}", shard.trials.len(), shard.dir.display());
+            }
+            for d in &merged.duplicates {
+                eprintln!(
+                    "ccl-coverage: trial {} ran in two shards: counted once, from {}; also in {}",
+                    d.trial,
+                    d.counted_from.display(),
+                    d.also_in.display()
+                );
+            }
+            for why in &merged.refused {
+                eprintln!("ccl-coverage: not merged: {why}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ccl-coverage: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 pub fn main_with(selection: Selection, intent: Intent) -> ExitCode {
     run(&selection, intent).code
 }

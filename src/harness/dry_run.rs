@@ -167,11 +167,7 @@ fn render_json(ctx: &Context, plan: &BuildPlan, selected: &[&TrialSpec]) -> Resu
         let (ignored, hosts) = placement(ctx, allocation.as_ref(), spec);
         let mut t = json!({
             "name": spec.name,
-            "kind": upstream.map_or("perf", |u| match u.test.kind {
-                crate::upstream::TrialKind::Gtest => "gtest",
-                crate::upstream::TrialKind::Perf => "perf",
-                crate::upstream::TrialKind::Pytest => "pytest",
-            }),
+            "kind": spec.kind().as_str(),
             "ranks": spec.ranks,
             "nodes": upstream.map_or_else(|| spec.launcher(ctx.config()).map_or(1, |l| l.nodes as u64), |u| u.nodes),
             "gpus": upstream.map(|u| u.gpus),

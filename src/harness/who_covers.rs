@@ -5,7 +5,7 @@
 //! code is there), 2 on an error.
 
 use crate::error::{Error, Result};
-use crate::report::attribution::{Attribution, Coverage};
+use crate::report::attribution::{Attribution, CoveredBy};
 use std::process::ExitCode;
 
 pub fn main(args: &[String]) -> ExitCode {
@@ -71,14 +71,14 @@ fn answer(
 ) -> Result<(String, bool)> {
     let total = attribution.trials.len();
     Ok(match attribution.who_covers(file, line)? {
-        (path, Coverage::NotInstrumented) => match lines_in(path) {
+        (path, CoveredBy::NotInstrumented) => match lines_in(path) {
             Some(n) if line as usize > n => (format!("{path}:{line}: past the end of the file ({n} lines)\n"), false),
             _ => (format!("{path}:{line}: no code here (llvm-cov instruments nothing on this line)\n"), false),
         },
-        (path, Coverage::Trials(names)) if names.is_empty() => {
+        (path, CoveredBy::Trials(names)) if names.is_empty() => {
             (format!("{path}:{line}: covered by none of the {total} trials\n"), false)
         }
-        (path, Coverage::Trials(names)) => {
+        (path, CoveredBy::Trials(names)) => {
             let mut text = format!("{path}:{line}: covered by {} of {total} trials:\n", names.len());
             for name in names {
                 text.push_str(&format!("{name}\n"));

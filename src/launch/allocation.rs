@@ -16,6 +16,7 @@
 
 use crate::bail;
 use crate::config::HostConfig;
+use crate::env_names::Lookup;
 use crate::error::{Context, Error, Result};
 use crate::exec::process::Cmd;
 use std::path::Path;
@@ -73,11 +74,7 @@ impl Allocation {
     /// From `env` (the process environment in the harness): the hostfile,
     /// else the Slurm allocation, else the config's `hosts` (of the config
     /// at `config`), else `None`. GPU counts as the module says.
-    pub(crate) fn detect(
-        env: &dyn Fn(&str) -> Option<String>,
-        hosts: &[HostConfig],
-        config: &Path,
-    ) -> Result<Option<Allocation>> {
+    pub(crate) fn detect(env: Lookup<'_>, hosts: &[HostConfig], config: &Path) -> Result<Option<Allocation>> {
         let found = match Self::from_env(env)? {
             Some(found) => found,
             None if hosts.is_empty() => return Ok(None),
@@ -102,7 +99,7 @@ impl Allocation {
     }
 
     /// The hostfile, else the Slurm allocation, as they name the nodes.
-    fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Allocation>> {
+    fn from_env(env: Lookup<'_>) -> Result<Option<Allocation>> {
         if let Some(path) = env(HOSTFILE).filter(|p| !p.is_empty()) {
             let text = std::fs::read_to_string(&path)
                 .with_context(|| format!("{HOSTFILE}={path}: cannot read the hostfile"))?;
@@ -181,7 +178,7 @@ impl Allocation {
 /// The GPUs per node of a Slurm job: `SLURM_GPUS_PER_NODE` (`8` or
 /// `h100:8`, from `--gpus-per-node`), else `SLURM_GPUS_ON_NODE`; `None`
 /// when the job asked for none.
-fn slurm_gpus(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<usize>> {
+fn slurm_gpus(env: Lookup<'_>) -> Result<Option<usize>> {
     for var in ["SLURM_GPUS_PER_NODE", "SLURM_GPUS_ON_NODE"] {
         let Some(spec) = env(var).filter(|v| !v.is_empty()) else { continue };
         let count = spec.rsplit(':').next().unwrap_or_default();

@@ -24,7 +24,7 @@ use crate::env_names::{PROFILE_FILE, PROFILE_INIT_ONCE, TRIAL_TOKEN};
 use crate::error::Result;
 use crate::exec::process::Cmd;
 use crate::plan::{Source, TrialSpec, UpstreamTrial};
-use crate::upstream::{Env, TrialKind};
+use crate::upstream::{TrialKind, UpstreamEnv};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -60,8 +60,8 @@ pub(crate) fn prepare(
     hosts: &[(String, usize)],
 ) -> Result<TrialLaunch> {
     match &spec.source {
-        Source::Matrix { .. } => prepare_matrix(ctx, manifest, spec, profile_dir, slots, hosts),
-        Source::Upstream(u) => prepare_upstream(ctx, manifest, spec, u, profile_dir, &Env::new()),
+        Source::Matrix { .. } | Source::Program(_) => prepare_own(ctx, manifest, spec, profile_dir, slots, hosts),
+        Source::Upstream(u) => prepare_upstream(ctx, manifest, spec, u, profile_dir, &UpstreamEnv::new()),
     }
 }
 
@@ -74,12 +74,12 @@ pub(crate) fn prepare_rerun(
     profile_dir: &Path,
 ) -> Result<Option<TrialLaunch>> {
     match &spec.source {
-        Source::Matrix { .. } => Ok(None),
+        Source::Matrix { .. } | Source::Program(_) => Ok(None),
         Source::Upstream(u) => prepare_upstream(ctx, manifest, spec, u, profile_dir, &u.test.rerun_env).map(Some),
     }
 }
 
-fn prepare_matrix(
+fn prepare_own(
     ctx: &Context,
     manifest: &BuildManifest,
     spec: &TrialSpec,
@@ -89,28 +89,31 @@ fn prepare_matrix(
 ) -> Result<TrialLaunch> {
     let config = ctx.config();
     let vars = trial_vars(ctx, manifest, spec, slots);
-    let Some(collective) = spec.collective(config) else { bail!("trial {} has no collective", spec.name) };
-    let variant = spec.variant(config);
-    let Some(launcher) = spec.launcher(config) else {
-        bail!("trial {}: unknown launcher {}", spec.name, spec.launcher)
+    let launcher = launcher_of(ctx, spec)?;
+    let (binary, program_args, maps) = match (spec.collective(config), spec.program(config)) {
+        (Some(collective), _) => {
+            let variant = spec.variant(config);
+            let mut args = vars.render_all(&config.args)?;
+            args.extend(iteration_args(config, manifest.coverage && ctx.trim_iterations));
+            args.extend(["-b".into(), spec.size().into(), "-e".into(), spec.size().into()]);
+            args.extend(vars.render_all(&collective.args)?);
+            if let Some(v) = variant {
+                args.extend(vars.render_all(&v.args)?);
+            }
+            args.extend(vars.render_all(&launcher.program_args)?);
+            let maps: Vec<_> = [&config.env, &collective.env].into_iter().chain(variant.map(|v| &v.env)).collect();
+            (&collective.binary, args, maps)
+        }
+        // A plain program gets exactly its own arguments.
+        (None, Some(program)) => (&program.binary, vars.render_all(&program.args)?, vec![&config.env, &program.env]),
+        (None, None) => bail!("trial {} has no collective or program", spec.name),
     };
-    let launcher = &*mpi::resolve(launcher)?;
-
     let binary = {
-        let b = Path::new(&collective.binary);
+        let b = Path::new(binary);
         if b.is_absolute() { b.to_path_buf() } else { manifest.bin_dir.join(b) }
     };
-    let mut program_args = vars.render_all(&config.args)?;
-    program_args.extend(iteration_args(config, manifest.coverage && ctx.trim_iterations));
-    program_args.extend(["-b".into(), spec.size().into(), "-e".into(), spec.size().into()]);
-    program_args.extend(vars.render_all(&collective.args)?);
-    if let Some(v) = variant {
-        program_args.extend(vars.render_all(&v.args)?);
-    }
-    program_args.extend(vars.render_all(&launcher.program_args)?);
 
     let mut env = Vec::new();
-    let maps = std::iter::once(&config.env).chain(std::iter::once(&collective.env)).chain(variant.map(|v| &v.env));
     for map in maps {
         for (k, v) in map {
             env.retain(|(key, _): &(String, String)| key != k.as_str());
@@ -120,10 +123,10 @@ fn prepare_matrix(
     let (env, token) = harness_env(env, config, manifest, profile_dir);
 
     let rendered = vars.render_all(&launcher.args)?;
-    let mut launcher_args = host_args(launcher, &rendered, hosts);
+    let mut launcher_args = host_args(&launcher, &rendered, hosts);
     launcher_args.extend(rendered);
     let argv = command_line(
-        launcher,
+        &launcher,
         &launcher_args,
         spec.ranks,
         &env,
@@ -141,9 +144,17 @@ fn prepare_matrix(
         log_cap: config.logs.max_bytes(),
         records: Some(ctx.children_dir()),
         token,
-        kind: TrialKind::Perf,
+        kind: spec.kind(),
         cases_dir: None,
     })
+}
+
+/// The trial's launcher, its MPI flavour resolved.
+fn launcher_of(ctx: &Context, spec: &TrialSpec) -> Result<LauncherConfig> {
+    let Some(launcher) = spec.launcher(ctx.config()) else {
+        bail!("trial {}: unknown launcher {}", spec.name, spec.launcher)
+    };
+    Ok(mpi::resolve(launcher)?.into_owned())
 }
 
 /// An upstream test's command. Paths under upstream's build directory are
@@ -154,7 +165,7 @@ fn prepare_upstream(
     spec: &TrialSpec,
     u: &UpstreamTrial,
     profile_dir: &Path,
-    extra_env: &Env,
+    extra_env: &UpstreamEnv,
 ) -> Result<TrialLaunch> {
     let config = ctx.config();
     let Some(run) = &config.upstream else { bail!("trial {} is upstream's, but the config is not", spec.name) };
@@ -175,7 +186,7 @@ fn prepare_upstream(
             args.push(format!("--junitxml={}", cases_dir.join("junit.xml").display()));
             (TrialKind::Pytest, python, args, rebase(dir))
         }
-        TrialKind::Gtest | TrialKind::Perf => {
+        TrialKind::Gtest | TrialKind::Perf | TrialKind::Plain => {
             let Some(binary) = &test.binary else { bail!("trial {}: no binary", spec.name) };
             let binary = rebase(binary);
             let mut args = Vec::new();
@@ -486,8 +497,7 @@ pub(crate) fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSp
 }
 
 pub(crate) fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 #[cfg(test)]

@@ -262,12 +262,12 @@ impl Slots {
         match File::options().write(true).open(path) {
             Ok(file) => Ok(Some(file)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => bail!("cannot open {}: {e}", path.display()),
+            Err(e) => Err(Error::from(e).context(format_args!("cannot open {}", path.display()))),
         }
     }
 
     fn lock_error(&self, name: &str, e: std::io::Error) -> Error {
-        Error::new(format!("cannot lock {}: {e}", self.dir.join(name).display()))
+        Error::from(e).context(format_args!("cannot lock {}", self.dir.join(name).display()))
     }
 }
 

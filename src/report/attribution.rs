@@ -109,7 +109,7 @@ pub(crate) struct Attribution {
 
 /// The answer to "who covers `file:line`".
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Coverage<'a> {
+pub(crate) enum CoveredBy<'a> {
     /// No code on that line (llvm-cov instruments nothing there).
     NotInstrumented,
     /// The trials that executed it (empty: instrumented, never executed).
@@ -181,7 +181,7 @@ impl Attribution {
     }
 
     /// Who covers `line` of `file` (a path as [`Attribution::find_files`] takes it).
-    pub(crate) fn who_covers(&self, file: &str, line: u32) -> Result<(&str, Coverage<'_>)> {
+    pub(crate) fn who_covers(&self, file: &str, line: u32) -> Result<(&str, CoveredBy<'_>)> {
         let found = self.find_files(file);
         let path = match found.as_slice() {
             [one] => *one,
@@ -202,7 +202,7 @@ impl Attribution {
         let ranges = &self.files[path];
         let i = ranges.partition_point(|&(_, end, _)| end < line);
         let Some(&(_, _, set)) = ranges.get(i).filter(|&&(start, _, _)| start <= line) else {
-            return Ok((path, Coverage::NotInstrumented));
+            return Ok((path, CoveredBy::NotInstrumented));
         };
         let set = self.trial_sets.get(set as usize).ok_or_else(|| {
             Error::new(format!("attribution.json is inconsistent: {path}:{line} names trial set {set}, which is not there; rerun the report"))
@@ -214,7 +214,7 @@ impl Attribution {
             })?;
             names.push(name.as_str());
         }
-        Ok((path, Coverage::Trials(names)))
+        Ok((path, CoveredBy::Trials(names)))
     }
 }
 
@@ -394,11 +394,11 @@ pub(crate) mod tests {
         let att = Attribution::new(&all, &[t0.clone(), t1.clone()]);
         assert_eq!(att.trial_sets, [vec![], vec![(0, 1)], vec![(1, 1)]]);
         assert_eq!(att.files["/src/a.cc"], [(3, 4, 1), (5, 5, 0), (9, 9, 0)]);
-        assert_eq!(att.who_covers("a.cc", 4).unwrap(), ("/src/a.cc", Coverage::Trials(vec!["A::1K", "A::1K::mpi"])));
-        assert_eq!(att.who_covers("src/b.cc", 1).unwrap().1, Coverage::Trials(vec!["A::1K::mpi"]));
-        assert_eq!(att.who_covers("/src/a.cc", 5).unwrap().1, Coverage::Trials(vec![]));
-        assert_eq!(att.who_covers("a.cc", 6).unwrap().1, Coverage::NotInstrumented);
-        assert_eq!(att.who_covers("a.cc", 100).unwrap().1, Coverage::NotInstrumented);
+        assert_eq!(att.who_covers("a.cc", 4).unwrap(), ("/src/a.cc", CoveredBy::Trials(vec!["A::1K", "A::1K::mpi"])));
+        assert_eq!(att.who_covers("src/b.cc", 1).unwrap().1, CoveredBy::Trials(vec!["A::1K::mpi"]));
+        assert_eq!(att.who_covers("/src/a.cc", 5).unwrap().1, CoveredBy::Trials(vec![]));
+        assert_eq!(att.who_covers("a.cc", 6).unwrap().1, CoveredBy::NotInstrumented);
+        assert_eq!(att.who_covers("a.cc", 100).unwrap().1, CoveredBy::NotInstrumented);
         assert!(att.who_covers("c.cc", 1).unwrap_err().to_string().contains("no instrumented source file matches"));
         assert!(att.who_covers("cc", 1).is_err(), "a partial file name is not a match");
         let back: Attribution = serde_json::from_str(&serde_json::to_string(&att).unwrap()).unwrap();

@@ -7,6 +7,7 @@
 
 use crate::coverage::llvm_export::Metric;
 use crate::report::attribution::{Attribution, expand, ranges_text};
+use crate::report::escape_html as escape;
 use crate::report::html_index;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -20,21 +21,6 @@ pub(crate) struct Sources<'a> {
     pub(crate) llvm_cov_page: &'a dyn Fn(&str) -> String,
     /// A file's name as the report shows it (relative to the source roots).
     pub(crate) shown: &'a dyn Fn(&str) -> String,
-}
-
-pub(crate) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
 }
 
 /// llvm-cov's stylesheet (`../html/style.css`), and what its pages lack: a
@@ -308,7 +294,7 @@ pub(crate) fn link_from_llvm_cov_index(ws: &crate::workspace::Workspace, index: 
 /// to link back to the index and to the attribution page of its file
 /// ([`source_page`]); how many pages it changed.
 pub(crate) fn link_source_pages(ws: &crate::workspace::Workspace, html_dir: &Path) -> crate::error::Result<usize> {
-    use crate::workspace::confined::Kind;
+    use crate::workspace::confined::EntryKind;
     let root = html_dir.join("coverage");
     if ws.kind(&root)?.is_none() {
         return Ok(0);
@@ -320,8 +306,8 @@ pub(crate) fn link_source_pages(ws: &crate::workspace::Workspace, html_dir: &Pat
             let path = dir.join(&name);
             let Some(page) = name.to_str() else { continue };
             match kind {
-                Kind::Dir => stack.push(path),
-                Kind::File if Path::new(page).extension().is_some_and(|e| e == "html") => {
+                EntryKind::Dir => stack.push(path),
+                EntryKind::File if Path::new(page).extension().is_some_and(|e| e == "html") => {
                     // llvm-cov names the page of `/a/b.cc` `coverage/a/b.cc.html`.
                     let Ok(rel) = path.strip_prefix(&root) else { continue };
                     let source = format!("/{}", rel.display());

@@ -4,12 +4,9 @@
 
 use crate::coverage::device_lines::DeviceLines;
 use crate::error::Result;
+use crate::report::escape_html as escape;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
 
 fn percent(covered: u64, count: u64) -> f64 {
     if count == 0 { 100.0 } else { covered as f64 * 100.0 / count as f64 }

@@ -6,7 +6,7 @@
 //! llvm-cov's page of each file.
 
 use crate::coverage::llvm_export::{Counts, Metric, SummaryExport};
-use crate::report::attribution_pages::escape;
+use crate::report::escape_html as escape;
 use std::fmt::Write;
 
 /// What the index shows besides the summary.

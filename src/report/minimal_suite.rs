@@ -237,7 +237,7 @@ pub(crate) struct Optimality {
 }
 
 /// One planned trial: its name and whether it is ignored by default.
-pub(crate) struct Planned<'a> {
+pub(crate) struct PlannedTrial<'a> {
     pub(crate) name: &'a str,
     pub(crate) ignored: bool,
 }
@@ -245,7 +245,7 @@ pub(crate) struct Planned<'a> {
 /// `cargo test --test collectives -- --exact [--include-ignored] A B …`:
 /// the selected trials by their exact names (the harness takes several
 /// filters, as libtest does).
-pub(crate) fn command(selected: &[&str], planned: &[Planned]) -> Vec<String> {
+pub(crate) fn command(selected: &[&str], planned: &[PlannedTrial]) -> Vec<String> {
     let mut argv: Vec<String> =
         ["cargo", "test", "--test", "collectives", "--", "--exact"].iter().map(|s| (*s).to_string()).collect();
     if planned.iter().any(|p| p.ignored && selected.contains(&p.name)) {
@@ -260,7 +260,7 @@ pub(crate) fn command(selected: &[&str], planned: &[Planned]) -> Vec<String> {
 /// the whole suite's, trials without a profile included.
 pub(crate) fn minimal_suite(
     trials: &[TrialCoverage],
-    planned: &[Planned],
+    planned: &[PlannedTrial],
     full_trials: usize,
     full_duration_s: f64,
 ) -> MinimalSuite {
@@ -372,7 +372,7 @@ mod tests {
     /// functions are all covered by another.
     #[test]
     fn branches_are_kept() {
-        let planned = [Planned { name: "a", ignored: false }, Planned { name: "b", ignored: false }];
+        let planned = [PlannedTrial { name: "a", ignored: false }, PlannedTrial { name: "b", ignored: false }];
         let a = "SF:/f.cc\nDA:1,1\nBRDA:1,0,0,1\nBRDA:1,0,1,0\nend_of_record\n";
         let b = "SF:/f.cc\nDA:1,1\nBRDA:1,0,0,0\nBRDA:1,0,1,4\nend_of_record\n";
         let suite = minimal_suite(&[trial("a", 1.0, a), trial("b", 2.0, b)], &planned, 2, 3.0);
@@ -388,7 +388,7 @@ mod tests {
     #[test]
     fn the_same_results_give_the_same_set_whatever_the_timing() {
         let names = ["b", "a", "d", "c"];
-        let planned: Vec<Planned> = names.iter().map(|n| Planned { name: n, ignored: false }).collect();
+        let planned: Vec<PlannedTrial> = names.iter().map(|n| PlannedTrial { name: n, ignored: false }).collect();
         // a and b cover lines 1-2, c and d lines 2-3; each pair ties.
         let lcov = |n: &str| match n {
             "a" | "b" => "SF:/f.cc\nDA:1,1\nDA:2,1\nend_of_record\n",
@@ -414,9 +414,9 @@ mod tests {
     #[test]
     fn the_command_names_the_chosen_trials_exactly() {
         let planned = [
-            Planned { name: "A::1K::ring", ignored: false },
-            Planned { name: "A::1K::mpi", ignored: false },
-            Planned { name: "A::1K::slow", ignored: true },
+            PlannedTrial { name: "A::1K::ring", ignored: false },
+            PlannedTrial { name: "A::1K::mpi", ignored: false },
+            PlannedTrial { name: "A::1K::slow", ignored: true },
         ];
         assert_eq!(command(&["A::1K::mpi"], &planned).join(" "), "cargo test --test collectives -- --exact A::1K::mpi");
         assert_eq!(

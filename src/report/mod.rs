@@ -12,6 +12,7 @@ pub(crate) mod html_index;
 pub(crate) mod minimal_suite;
 pub(crate) mod screen;
 pub(crate) mod session;
+pub(crate) mod shards;
 
 use crate::bail;
 use crate::build::cache::BuildManifest;
@@ -244,6 +245,24 @@ impl From<&Counts> for Totals {
     fn from(c: &Counts) -> Totals {
         Totals { lines: c.lines, functions: c.functions, regions: Some(c.regions), branches: c.branches }
     }
+}
+
+/// `text` for HTML, in an element or in an attribute quoted either way:
+/// the one escaper of every page the report writes (the HTML index, the
+/// attribution and the device pages, the sources-changed banner).
+pub(crate) fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 /// Cobertura XML (GitLab, Jenkins) converted from the lcov export.
@@ -657,7 +676,7 @@ mod tests {
         assert_eq!(export.totals().rows().iter().map(|r| r.0).collect::<Vec<_>>(), metrics, "every metric has a bar");
         for (_, var) in crate::env_names::FAIL_UNDER {
             let known = crate::env_names::lookup(var).map(|k| k.kind);
-            assert_eq!(known, Some(crate::env_names::Kind::Percent), "{var} is a known percentage");
+            assert_eq!(known, Some(crate::env_names::ValueKind::Percent), "{var} is a known percentage");
         }
     }
 

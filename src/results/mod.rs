@@ -204,16 +204,13 @@ impl TrialResult {
         TrialResult {
             trial: spec.name.clone(),
             slug: spec.slug.clone(),
-            collective: match spec.upstream() {
-                Some(u) => u.test.suite.clone(),
-                None => spec.collective(config).map(|c| c.name.to_string()).unwrap_or_default(),
-            },
+            collective: spec.group(config),
             size: spec.size().to_string(),
             variant: match spec.upstream() {
                 Some(u) => Some(u.test.name.clone()),
                 None => spec.variant(config).map(|v| v.name.to_string()),
             },
-            kind: spec.upstream().map_or(TrialKind::Perf, |u| u.test.kind),
+            kind: spec.kind(),
             build_id: build_id.to_string(),
             run_id: run_id.to_string(),
             status: Status::Failed,
@@ -265,10 +262,7 @@ impl TrialResult {
         TrialResult {
             trial: spec.name.clone(),
             slug: spec.slug.clone(),
-            collective: match spec.upstream() {
-                Some(u) => u.test.suite.clone(),
-                None => spec.collective(config).map(|c| c.name.to_string()).unwrap_or_default(),
-            },
+            collective: spec.group(config),
             size: spec.size().to_string(),
             variant: match spec.upstream() {
                 Some(u) => Some(u.test.name.clone()),
@@ -411,7 +405,7 @@ pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &Planned) ->
         }
         let stem = &name[..name.len() - ".json".len()];
         let read = match kind {
-            workspace::confined::Kind::File => {
+            workspace::confined::EntryKind::File => {
                 ws.read_opt(&path).and_then(|bytes| bytes.ok_or_else(|| Error::new("it vanished while it was read")))
             }
             other => Err(Error::new(format!("it is {}, not a regular file", other.describe()))),
@@ -823,7 +817,7 @@ impl WriterShared {
 }
 
 fn lock_error(path: &Path, e: std::io::Error) -> Error {
-    Error::new(format!("cannot lock {}: {e}", path.display()))
+    Error::from(e).context(format_args!("cannot lock {}", path.display()))
 }
 
 /// The workspace's `.lock`, held while `run.json` is rebuilt.

@@ -428,7 +428,8 @@ fn judge(
             .unwrap_or_default()
             .into_iter()
             .filter(|(name, kind)| {
-                *kind == crate::workspace::confined::Kind::File && Path::new(name).extension().is_some_and(|e| e == ext)
+                *kind == crate::workspace::confined::EntryKind::File
+                    && Path::new(name).extension().is_some_and(|e| e == ext)
             })
             .filter_map(|(name, _)| ws.read_to_string(&dir.join(name)).ok())
             .collect()
@@ -443,6 +444,9 @@ fn judge(
             let (v, cases) =
                 verdict::judge_gtest(&execution.finished, &reports("json"), &output.gtest, filter, launch.timeout);
             (v, cases, PerfReport::default())
+        }
+        TrialKind::Plain => {
+            (verdict::judge_plain(&execution.finished, launch.timeout), Vec::new(), PerfReport::default())
         }
         TrialKind::Pytest => {
             let junit = reports("xml");

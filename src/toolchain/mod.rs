@@ -11,6 +11,7 @@ pub(crate) mod objects;
 
 use crate::bail;
 use crate::config::ToolchainConfig;
+use crate::env_names::Lookup;
 use crate::error::{Error, Result};
 use crate::exec::process::Cmd;
 use serde::{Deserialize, Serialize};
@@ -33,8 +34,6 @@ pub struct Toolchain {
     pub llvm_profdata: Tool,
     pub llvm_cov: Tool,
 }
-
-pub(crate) type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// Resolves the toolchain from `config`, with `CC`, `CXX`, `LLVM_PROFDATA`
 /// and `LLVM_COV` from `env` taking precedence.

@@ -29,13 +29,16 @@ mod resolve;
 mod schema;
 mod text;
 
+use crate::env_names::Lookup;
 use crate::error::{Context, Error, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub(crate) type Env = BTreeMap<String, String>;
+/// An upstream config's variables, name to value, as upstream passes them
+/// on: names are not checked as [`EnvName`](crate::config::EnvName)s are.
+pub(crate) type UpstreamEnv = BTreeMap<String, String>;
 
 /// Whether a parsed config is in upstream's format: upstream requires
 /// `test_configurations` and `test_suites`, and ccl-coverage's own format
@@ -85,12 +88,12 @@ pub struct Resolved {
     pub(crate) build_dir: PathBuf,
     pub(crate) build_type: BuildType,
     /// Global `env_variables` with the `--system` overlay.
-    pub(crate) env: Env,
+    pub(crate) env: UpstreamEnv,
     /// The mpirun arguments every MPI test starts with (top-level `mpi_args`,
     /// else upstream's Open MPI default).
     pub(crate) mpi_base: Vec<String>,
     pub(crate) auto_detect_hosts: bool,
-    pub(crate) build: Build,
+    pub(crate) build: BuildConfiguration,
     /// `None` when the section is absent or empty (upstream skips the step).
     pub(crate) rccl_tests_build: Option<RcclTestsBuild>,
     pub tests: Vec<Test>,
@@ -121,7 +124,7 @@ pub(crate) enum BuildType {
 
 /// `build_configuration`: what upstream passes to RCCL's `install.sh`.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct Build {
+pub(crate) struct BuildConfiguration {
     /// `false`: no build and no `librccl.so` check (CPU-only suites).
     pub(crate) requires_build: bool,
     pub(crate) install_flags: Vec<String>,
@@ -129,7 +132,7 @@ pub(crate) struct Build {
     pub(crate) cmake_options: String,
     /// `-j N`.
     pub(crate) parallel_jobs: Option<u64>,
-    pub(crate) env: Env,
+    pub(crate) env: UpstreamEnv,
 }
 
 /// `rccl_tests_build_configuration`: how the perf binaries are built.
@@ -143,7 +146,7 @@ pub(crate) struct RcclTestsBuild {
     pub(crate) install_flags: Vec<String>,
     /// The RCCL to link against; the RCCL build dir unless given.
     pub(crate) rccl_home: String,
-    pub(crate) env: Env,
+    pub(crate) env: UpstreamEnv,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -157,7 +160,7 @@ pub(crate) enum BuildCommand {
 /// What kind of test a trial runs, which decides how it is launched and
 /// judged. For an upstream test it is decided as upstream does: `is_pytest`
 /// first, then `is_gtest` (default true), else a plain (perf) binary; a
-/// matrix trial is always a perf binary.
+/// matrix trial is always a perf binary, a config's program always plain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TrialKind {
@@ -167,6 +170,8 @@ pub enum TrialKind {
     Perf,
     /// A pytest suite: exit status and its JUnit XML.
     Pytest,
+    /// Any test program: its exit status alone.
+    Plain,
 }
 
 impl TrialKind {
@@ -175,6 +180,7 @@ impl TrialKind {
             TrialKind::Perf => "perf",
             TrialKind::Gtest => "gtest",
             TrialKind::Pytest => "pytest",
+            TrialKind::Plain => "plain",
         }
     }
 }
@@ -244,9 +250,9 @@ pub struct Test {
     /// `false` when the suite entry says `enabled: false`.
     pub(crate) enabled: bool,
     /// Global < configuration < test, as upstream merges them.
-    pub(crate) env: Env,
+    pub(crate) env: UpstreamEnv,
     /// Added to `env` when a failed test is rerun (configuration < test).
-    pub(crate) rerun_env: Env,
+    pub(crate) rerun_env: UpstreamEnv,
     /// Base, configuration (with `extends` and the suite entry), test, then
     /// `RCCL_TEST_MPI_ARGS`: upstream's order. Used only when ranks > 1.
     pub(crate) mpi_args: Vec<String>,
@@ -300,17 +306,12 @@ impl Test {
 
 /// Resolves upstream config `text` read from `path`, with `env` standing for
 /// upstream's process environment (`PWD` for its working directory).
-pub fn resolve(path: &Path, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Resolved> {
+pub fn resolve(path: &Path, text: &str, env: Lookup<'_>) -> Result<Resolved> {
     resolve_with(path, text, env, &Options::default())
 }
 
 /// [`resolve()`] with upstream's command-line choices.
-pub fn resolve_with(
-    path: &Path,
-    text: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-    options: &Options<'_>,
-) -> Result<Resolved> {
+pub fn resolve_with(path: &Path, text: &str, env: Lookup<'_>, options: &Options<'_>) -> Result<Resolved> {
     let mut ctx = Ctx { file: path, warnings: Vec::new() };
     let (root, duplicates) = json::parse(text).with_context(|| format!("{}: not valid JSON", path.display()))?;
     for dup in duplicates {

@@ -6,11 +6,12 @@
 
 use super::json::{J, Obj, join};
 use super::names::Names;
-use super::text::{self, Lookup};
+use super::text;
 use super::{
-    Build, BuildCommand, BuildType, Count, Ctx, Env, Options, Paths, Pytest, RcclTestsBuild, Resolved, Test, TrialKind,
-    schema,
+    BuildCommand, BuildConfiguration, BuildType, Count, Ctx, Options, Paths, Pytest, RcclTestsBuild, Resolved, Test,
+    TrialKind, UpstreamEnv, schema,
 };
+use crate::env_names::Lookup;
 use crate::error::Result;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -197,7 +198,7 @@ struct Combined {
 
 /// What every test of the config shares.
 struct Site<'a> {
-    global_env: &'a Env,
+    global_env: &'a UpstreamEnv,
     mpi_base: &'a [String],
     paths: &'a Paths,
     build_dir: &'a Path,
@@ -262,7 +263,7 @@ impl Resolver<'_, '_> {
     }
 
     /// Global `env_variables`, then `system_env_variables[system]` over them.
-    fn global_env(&mut self, root: &Obj, system: Option<&str>) -> Env {
+    fn global_env(&mut self, root: &Obj, system: Option<&str>) -> UpstreamEnv {
         let mut env = env_of(root.get("env_variables"));
         if let Some(system) = system {
             match root.get("system_env_variables").and_then(J::as_obj) {
@@ -311,7 +312,7 @@ impl Resolver<'_, '_> {
         })
     }
 
-    fn build(&mut self, cfg: &Obj) -> Build {
+    fn build(&mut self, cfg: &Obj) -> BuildConfiguration {
         if cfg.contains("generator") {
             self.ctx.warn(
                 "build_configuration.generator",
@@ -333,7 +334,7 @@ impl Resolver<'_, '_> {
             }
             _ => String::new(),
         };
-        Build {
+        BuildConfiguration {
             requires_build: !matches!(cfg.get("requires_build"), Some(J::Bool(false))),
             install_flags,
             cmake_options,
@@ -784,7 +785,7 @@ fn normalize_mpi_args(value: Option<&J>) -> String {
     }
 }
 
-fn env_of(value: Option<&J>) -> Env {
+fn env_of(value: Option<&J>) -> UpstreamEnv {
     value
         .and_then(J::as_obj)
         .map(|o| o.iter().filter_map(|(k, v)| Some((k.to_string(), v.as_str()?.to_string()))).collect())

@@ -11,7 +11,7 @@ use super::json::{J, Obj, join};
 use crate::error::Result;
 
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Kind {
+pub(super) enum FieldKind {
     Str,
     Bool,
     /// An integer, at least this.
@@ -27,7 +27,7 @@ pub(super) enum Kind {
     /// and warned about.
     CodeOnly,
     Object(&'static [&'static [Field]]),
-    /// Top-level `mpi_args`: [`Kind::MpiArgs`] or `{system: MpiArgs}`.
+    /// Top-level `mpi_args`: [`FieldKind::MpiArgs`] or `{system: MpiArgs}`.
     MpiArgsBySystem,
     /// `{system: Env}`.
     SystemEnv,
@@ -42,22 +42,22 @@ pub(super) enum Kind {
     Suites,
 }
 
-pub(super) type Field = (&'static str, Kind);
+pub(super) type Field = (&'static str, FieldKind);
 
 /// Fields a configuration, a suite entry and a test share as defaults.
 const DEFAULTS: &[Field] = &[
-    ("is_gtest", Kind::Bool),
-    ("binary", Kind::Str),
-    ("num_ranks", Kind::Count),
-    ("num_nodes", Kind::Int(1)),
-    ("num_gpus", Kind::Count),
-    ("timeout", Kind::Int(0)),
-    ("is_pytest", Kind::Bool),
-    ("test_dir", Kind::Str),
-    ("python_bin", Kind::Str),
-    ("setup_venv", Kind::Bool),
-    ("venv_dir", Kind::Str),
-    ("requirements", Kind::Str),
+    ("is_gtest", FieldKind::Bool),
+    ("binary", FieldKind::Str),
+    ("num_ranks", FieldKind::Count),
+    ("num_nodes", FieldKind::Int(1)),
+    ("num_gpus", FieldKind::Count),
+    ("timeout", FieldKind::Int(0)),
+    ("is_pytest", FieldKind::Bool),
+    ("test_dir", FieldKind::Str),
+    ("python_bin", FieldKind::Str),
+    ("setup_venv", FieldKind::Bool),
+    ("venv_dir", FieldKind::Str),
+    ("requirements", FieldKind::Str),
 ];
 
 /// The names of [`DEFAULTS`]: the cascade configuration → suite → test.
@@ -66,78 +66,78 @@ pub(super) fn default_fields() -> impl Iterator<Item = &'static str> {
 }
 
 const CONFIGURATION: &[Field] = &[
-    ("extends", Kind::Extends),
-    ("env_variables", Kind::Env),
-    ("rerun_env_variables", Kind::Env),
-    ("args", Kind::StrList),
-    ("mpi_args", Kind::MpiArgs),
-    ("command_args", Kind::Str),
-    ("description", Kind::Str),
-    ("tests", Kind::Tests),
+    ("extends", FieldKind::Extends),
+    ("env_variables", FieldKind::Env),
+    ("rerun_env_variables", FieldKind::Env),
+    ("args", FieldKind::StrList),
+    ("mpi_args", FieldKind::MpiArgs),
+    ("command_args", FieldKind::Str),
+    ("description", FieldKind::Str),
+    ("tests", FieldKind::Tests),
 ];
 
 const TEST: &[Field] = &[
-    ("name", Kind::Str),
-    ("description", Kind::Str),
-    ("test_binary_dir", Kind::Str),
-    ("test_filter", Kind::Str),
-    ("command_args", Kind::Str),
-    ("env_variables", Kind::Env),
-    ("rerun_env_variables", Kind::Env),
-    ("mpi_args", Kind::MpiArgs),
+    ("name", FieldKind::Str),
+    ("description", FieldKind::Str),
+    ("test_binary_dir", FieldKind::Str),
+    ("test_filter", FieldKind::Str),
+    ("command_args", FieldKind::Str),
+    ("env_variables", FieldKind::Env),
+    ("rerun_env_variables", FieldKind::Env),
+    ("mpi_args", FieldKind::MpiArgs),
 ];
 
 const SUITE: &[Field] = &[
-    ("name", Kind::Str),
-    ("description", Kind::Str),
-    ("config", Kind::Str),
-    ("enabled", Kind::Bool),
-    ("env_variables", Kind::Env),
-    ("mpi_args", Kind::MpiArgs),
+    ("name", FieldKind::Str),
+    ("description", FieldKind::Str),
+    ("config", FieldKind::Str),
+    ("enabled", FieldKind::Bool),
+    ("env_variables", FieldKind::Env),
+    ("mpi_args", FieldKind::MpiArgs),
 ];
 
-const SYSTEM: &[Field] = &[("name", Kind::Str), ("description", Kind::Str)];
+const SYSTEM: &[Field] = &[("name", FieldKind::Str), ("description", FieldKind::Str)];
 
 const PATHS: &[Field] = &[
-    ("workdir", Kind::Str),
-    ("rocm_path", Kind::Str),
-    ("mpi_path", Kind::Str),
-    ("test_binary_dir", Kind::Str),
-    ("llvm-profdata", Kind::CodeOnly),
-    ("llvm-cov", Kind::CodeOnly),
+    ("workdir", FieldKind::Str),
+    ("rocm_path", FieldKind::Str),
+    ("mpi_path", FieldKind::Str),
+    ("test_binary_dir", FieldKind::Str),
+    ("llvm-profdata", FieldKind::CodeOnly),
+    ("llvm-cov", FieldKind::CodeOnly),
 ];
 
 const BUILD: &[Field] = &[
-    ("requires_build", Kind::Bool),
-    ("install_flags", Kind::StrList),
-    ("cmake_options", Kind::CmakeOptions),
-    ("env_variables", Kind::Env),
-    ("parallel_jobs", Kind::Int(1)),
-    ("generator", Kind::Str),
-    ("build_type", Kind::CodeOnly),
+    ("requires_build", FieldKind::Bool),
+    ("install_flags", FieldKind::StrList),
+    ("cmake_options", FieldKind::CmakeOptions),
+    ("env_variables", FieldKind::Env),
+    ("parallel_jobs", FieldKind::Int(1)),
+    ("generator", FieldKind::Str),
+    ("build_type", FieldKind::CodeOnly),
 ];
 
 const RCCL_TESTS_BUILD: &[Field] = &[
-    ("enabled", Kind::Bool),
-    ("source_dir", Kind::Str),
-    ("install_script", Kind::Str),
-    ("build_command", Kind::BuildCommand),
-    ("install_flags", Kind::StrList),
-    ("rccl_home", Kind::Str),
-    ("env_variables", Kind::Env),
+    ("enabled", FieldKind::Bool),
+    ("source_dir", FieldKind::Str),
+    ("install_script", FieldKind::Str),
+    ("build_command", FieldKind::BuildCommand),
+    ("install_flags", FieldKind::StrList),
+    ("rccl_home", FieldKind::Str),
+    ("env_variables", FieldKind::Env),
 ];
 
 const TOP: &[Field] = &[
-    ("system_configurations", Kind::Object(&[SYSTEM])),
-    ("paths", Kind::Object(&[PATHS])),
-    ("env_variables", Kind::Env),
-    ("auto_detect_hosts", Kind::Bool),
-    ("mpi_args", Kind::MpiArgsBySystem),
-    ("system_env_variables", Kind::SystemEnv),
-    ("build_configuration", Kind::Object(&[BUILD])),
-    ("rccl_tests_build_configuration", Kind::Object(&[RCCL_TESTS_BUILD])),
-    ("test_configurations", Kind::Configurations),
-    ("test_suites", Kind::Suites),
+    ("system_configurations", FieldKind::Object(&[SYSTEM])),
+    ("paths", FieldKind::Object(&[PATHS])),
+    ("env_variables", FieldKind::Env),
+    ("auto_detect_hosts", FieldKind::Bool),
+    ("mpi_args", FieldKind::MpiArgsBySystem),
+    ("system_env_variables", FieldKind::SystemEnv),
+    ("build_configuration", FieldKind::Object(&[BUILD])),
+    ("rccl_tests_build_configuration", FieldKind::Object(&[RCCL_TESTS_BUILD])),
+    ("test_configurations", FieldKind::Configurations),
+    ("test_suites", FieldKind::Suites),
 ];
 
 /// Checks the whole document; `test_configurations` and a non-empty
@@ -186,17 +186,17 @@ fn describe(v: &J) -> String {
     }
 }
 
-fn check(ctx: &mut Ctx<'_>, v: &J, path: &str, kind: Kind) -> Result<()> {
+fn check(ctx: &mut Ctx<'_>, v: &J, path: &str, kind: FieldKind) -> Result<()> {
     match (kind, v) {
-        (Kind::Str, J::Str(_)) | (Kind::Bool, J::Bool(_)) => Ok(()),
-        (Kind::Str, _) => Err(expected(ctx, path, "a string", v)),
-        (Kind::Bool, _) => Err(expected(ctx, path, "a boolean", v)),
-        (Kind::Int(min), J::Num(n)) if n.as_u64().is_some_and(|n| n >= min) => Ok(()),
-        (Kind::Int(min), _) => Err(expected(ctx, path, &format!("an integer ≥ {min}"), v)),
-        (Kind::Count, J::Num(n)) if n.as_u64().is_some_and(|n| n >= 1) => Ok(()),
-        (Kind::Count, J::Str(s)) if s == "auto" => Ok(()),
-        (Kind::Count, _) => Err(expected(ctx, path, "an integer ≥ 1 or \"auto\"", v)),
-        (Kind::Env, J::Obj(o)) => {
+        (FieldKind::Str, J::Str(_)) | (FieldKind::Bool, J::Bool(_)) => Ok(()),
+        (FieldKind::Str, _) => Err(expected(ctx, path, "a string", v)),
+        (FieldKind::Bool, _) => Err(expected(ctx, path, "a boolean", v)),
+        (FieldKind::Int(min), J::Num(n)) if n.as_u64().is_some_and(|n| n >= min) => Ok(()),
+        (FieldKind::Int(min), _) => Err(expected(ctx, path, &format!("an integer ≥ {min}"), v)),
+        (FieldKind::Count, J::Num(n)) if n.as_u64().is_some_and(|n| n >= 1) => Ok(()),
+        (FieldKind::Count, J::Str(s)) if s == "auto" => Ok(()),
+        (FieldKind::Count, _) => Err(expected(ctx, path, "an integer ≥ 1 or \"auto\"", v)),
+        (FieldKind::Env, J::Obj(o)) => {
             for (k, item) in o.iter() {
                 if !matches!(item, J::Str(_)) {
                     return Err(expected(ctx, &join(path, k), "a string (environment values are strings)", item));
@@ -204,9 +204,9 @@ fn check(ctx: &mut Ctx<'_>, v: &J, path: &str, kind: Kind) -> Result<()> {
             }
             Ok(())
         }
-        (Kind::Env, _) => Err(expected(ctx, path, "an object of strings", v)),
-        (Kind::MpiArgs | Kind::BuildCommand, J::Str(_)) => Ok(()),
-        (Kind::MpiArgs | Kind::BuildCommand | Kind::StrList, J::Arr(items)) => {
+        (FieldKind::Env, _) => Err(expected(ctx, path, "an object of strings", v)),
+        (FieldKind::MpiArgs | FieldKind::BuildCommand, J::Str(_)) => Ok(()),
+        (FieldKind::MpiArgs | FieldKind::BuildCommand | FieldKind::StrList, J::Arr(items)) => {
             for (i, item) in items.iter().enumerate() {
                 if !matches!(item, J::Str(_)) {
                     return Err(expected(ctx, &format!("{path}[{i}]"), "a string", item));
@@ -214,31 +214,33 @@ fn check(ctx: &mut Ctx<'_>, v: &J, path: &str, kind: Kind) -> Result<()> {
             }
             Ok(())
         }
-        (Kind::StrList, _) => Err(expected(ctx, path, "a list of strings", v)),
-        (Kind::MpiArgs | Kind::BuildCommand, _) => Err(expected(ctx, path, "a string or a list of strings", v)),
-        (Kind::CodeOnly, J::Str(_)) => {
+        (FieldKind::StrList, _) => Err(expected(ctx, path, "a list of strings", v)),
+        (FieldKind::MpiArgs | FieldKind::BuildCommand, _) => {
+            Err(expected(ctx, path, "a string or a list of strings", v))
+        }
+        (FieldKind::CodeOnly, J::Str(_)) => {
             ctx.warn(path, "upstream's schema rejects this key, but its runner reads it; used");
             Ok(())
         }
-        (Kind::CodeOnly, _) => Err(expected(ctx, path, "a string", v)),
-        (Kind::Object(fields), J::Obj(o)) => check_object(ctx, o, path, fields),
-        (Kind::Object(_), _) => Err(expected(ctx, path, "an object", v)),
-        (Kind::MpiArgsBySystem, J::Obj(o)) => {
+        (FieldKind::CodeOnly, _) => Err(expected(ctx, path, "a string", v)),
+        (FieldKind::Object(fields), J::Obj(o)) => check_object(ctx, o, path, fields),
+        (FieldKind::Object(_), _) => Err(expected(ctx, path, "an object", v)),
+        (FieldKind::MpiArgsBySystem, J::Obj(o)) => {
             for (k, item) in o.iter() {
-                check(ctx, item, &join(path, k), Kind::MpiArgs)?;
+                check(ctx, item, &join(path, k), FieldKind::MpiArgs)?;
             }
             Ok(())
         }
-        (Kind::MpiArgsBySystem, _) => check(ctx, v, path, Kind::MpiArgs),
-        (Kind::SystemEnv, J::Obj(o)) => {
+        (FieldKind::MpiArgsBySystem, _) => check(ctx, v, path, FieldKind::MpiArgs),
+        (FieldKind::SystemEnv, J::Obj(o)) => {
             for (k, item) in o.iter() {
-                check(ctx, item, &join(path, k), Kind::Env)?;
+                check(ctx, item, &join(path, k), FieldKind::Env)?;
             }
             Ok(())
         }
-        (Kind::SystemEnv, _) => Err(expected(ctx, path, "an object of environment maps", v)),
-        (Kind::CmakeOptions, J::Str(_)) => Ok(()),
-        (Kind::CmakeOptions, J::Obj(o)) => {
+        (FieldKind::SystemEnv, _) => Err(expected(ctx, path, "an object of environment maps", v)),
+        (FieldKind::CmakeOptions, J::Str(_)) => Ok(()),
+        (FieldKind::CmakeOptions, J::Obj(o)) => {
             for (k, item) in o.iter() {
                 if !matches!(item, J::Str(_) | J::Num(_) | J::Bool(_)) {
                     return Err(expected(ctx, &join(path, k), "a string, a number or a boolean", item));
@@ -246,11 +248,11 @@ fn check(ctx: &mut Ctx<'_>, v: &J, path: &str, kind: Kind) -> Result<()> {
             }
             Ok(())
         }
-        (Kind::CmakeOptions, _) => Err(expected(ctx, path, "a string or an object", v)),
-        (Kind::Extends, J::Str(_)) => Ok(()),
-        (Kind::Extends, J::Arr(items)) if !items.is_empty() => check(ctx, v, path, Kind::StrList),
-        (Kind::Extends, _) => Err(expected(ctx, path, "a configuration name or a non-empty list of names", v)),
-        (Kind::Tests, J::Arr(items)) => {
+        (FieldKind::CmakeOptions, _) => Err(expected(ctx, path, "a string or an object", v)),
+        (FieldKind::Extends, J::Str(_)) => Ok(()),
+        (FieldKind::Extends, J::Arr(items)) if !items.is_empty() => check(ctx, v, path, FieldKind::StrList),
+        (FieldKind::Extends, _) => Err(expected(ctx, path, "a configuration name or a non-empty list of names", v)),
+        (FieldKind::Tests, J::Arr(items)) => {
             for (i, item) in items.iter().enumerate() {
                 let at = format!("{path}[{i}]");
                 match item {
@@ -270,18 +272,18 @@ fn check(ctx: &mut Ctx<'_>, v: &J, path: &str, kind: Kind) -> Result<()> {
             }
             Ok(())
         }
-        (Kind::Tests, _) => Err(expected(ctx, path, "a list of tests", v)),
-        (Kind::Configurations, J::Obj(o)) => {
+        (FieldKind::Tests, _) => Err(expected(ctx, path, "a list of tests", v)),
+        (FieldKind::Configurations, J::Obj(o)) => {
             for (name, item) in o.iter() {
-                check(ctx, item, &join(path, name), Kind::Object(&[DEFAULTS, CONFIGURATION]))?;
+                check(ctx, item, &join(path, name), FieldKind::Object(&[DEFAULTS, CONFIGURATION]))?;
             }
             Ok(())
         }
-        (Kind::Configurations, _) => Err(expected(ctx, path, "an object of named configurations", v)),
-        (Kind::Suites, J::Arr(items)) => {
+        (FieldKind::Configurations, _) => Err(expected(ctx, path, "an object of named configurations", v)),
+        (FieldKind::Suites, J::Arr(items)) => {
             for (i, item) in items.iter().enumerate() {
                 let at = format!("{path}[{i}]");
-                check(ctx, item, &at, Kind::Object(&[DEFAULTS, SUITE]))?;
+                check(ctx, item, &at, FieldKind::Object(&[DEFAULTS, SUITE]))?;
                 for key in ["name", "config"] {
                     if item.as_obj().is_some_and(|o| !o.contains(key)) {
                         return Err(ctx.error(&at, format!("missing field `{key}`: every suite needs one")));
@@ -290,6 +292,6 @@ fn check(ctx: &mut Ctx<'_>, v: &J, path: &str, kind: Kind) -> Result<()> {
             }
             Ok(())
         }
-        (Kind::Suites, _) => Err(expected(ctx, path, "a list of suites", v)),
+        (FieldKind::Suites, _) => Err(expected(ctx, path, "a list of suites", v)),
     }
 }

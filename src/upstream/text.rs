@@ -8,7 +8,7 @@
 //! variable stays literal text here, as upstream leaves it, and the caller
 //! turns that into a warning.
 
-pub(super) type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+use crate::env_names::Lookup;
 
 /// How many passes upstream makes before giving up on reaching a fixed point.
 const PASSES: usize = 10;
@@ -183,66 +183,13 @@ pub(super) fn expanduser(s: &str, env: Lookup<'_>) -> String {
     }
 }
 
-/// Splits a command line into words the way `sh` would for plain words:
-/// whitespace separates, `'...'` is literal, `"..."` allows `\"`, `\\`, `\$`
-/// and `` \` ``, and a backslash outside quotes escapes the next character.
-/// Returns `None` on an unterminated quote (the shell would fail the test).
+/// Splits a command line into words as `sh` does before expanding them
+/// (POSIX quoting, `shell-words`): blanks separate, `'...'` is literal,
+/// `"..."` allows `\"`, `\\`, `\$` and `` \` ``, a backslash outside quotes
+/// escapes the next character, and a word that starts with `#` starts a
+/// comment. Returns `None` on an unterminated quote (the shell would fail the test).
 pub(super) fn shell_words(s: &str) -> Option<Vec<String>> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut word));
-                    in_word = false;
-                }
-            }
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next()? {
-                        '\'' => break,
-                        c => word.push(c),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next()? {
-                        '"' => break,
-                        '\\' => match chars.next()? {
-                            c @ ('"' | '\\' | '$' | '`') => word.push(c),
-                            '\n' => {}
-                            c => {
-                                word.push('\\');
-                                word.push(c);
-                            }
-                        },
-                        c => word.push(c),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                match chars.next() {
-                    Some('\n') | None => {}
-                    Some(c) => word.push(c),
-                }
-            }
-            c => {
-                in_word = true;
-                word.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(word);
-    }
-    Some(words)
+    shell_words::split(s).ok()
 }
 
 /// Characters a shell would act on rather than pass along: upstream's
@@ -314,6 +261,12 @@ mod tests {
         );
         assert_eq!(shell_words("''").unwrap(), [""]);
         assert_eq!(shell_words("-x 'open"), None);
+        // As dash does it (`sh -c 'printf "[%s]" …'`): a comment, a trailing
+        // backslash kept, and a carriage return inside a word.
+        assert_eq!(shell_words("-b 8 #-e 1G").unwrap(), ["-b", "8"]);
+        assert_eq!(shell_words("a a#b").unwrap(), ["a", "a#b"]);
+        assert_eq!(shell_words("a\\").unwrap(), ["a\\"]);
+        assert_eq!(shell_words("a\rb").unwrap(), ["a\rb"]);
         assert!(shell_active("-o $OP") && !shell_active("-d all -o sum"));
     }
 }

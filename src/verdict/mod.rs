@@ -73,6 +73,23 @@ pub(crate) fn judge(finished: &Finished, perf: &PerfReport, timeout: Duration) -
     Verdict { status: Status::Passed, reason: String::new() }
 }
 
+/// A plain program's verdict: its exit status alone (and every process of
+/// it gone), whatever it printed.
+pub(crate) fn judge_plain(finished: &Finished, timeout: Duration) -> Verdict {
+    let fail = |reason: String| Verdict { status: Status::Failed, reason };
+    if let Some(v) = stopped(finished, timeout) {
+        return v;
+    }
+    let Ending::Exited(status) = finished.ending else { return fail("no exit status".into()) };
+    if !status.success() {
+        return fail(format!("{}{}", describe_status(status), signal_hint(status.code())));
+    }
+    if finished.survivors > 0 {
+        return fail(format!("{} processes of the trial could not be killed", finished.survivors));
+    }
+    Verdict { status: Status::Passed, reason: String::new() }
+}
+
 /// A timed-out or interrupted trial's verdict, whatever kind it is.
 fn stopped(finished: &Finished, timeout: Duration) -> Option<Verdict> {
     match &finished.ending {
@@ -526,6 +543,17 @@ mod tests {
         assert_eq!(v.reason, "exit status 5: pytest collected no tests");
         let (v, _) = judge_pytest(&exited(0), Some(xml.replace("<failure", "<x").as_str()), Duration::ZERO);
         assert_eq!(v.status, Status::Passed);
+    }
+
+    #[test]
+    fn a_plain_program_is_judged_by_its_exit_status_alone() {
+        assert_eq!(judge_plain(&exited(0), Duration::from_secs(1)).status, Status::Passed, "no perf table needed");
+        let v = judge_plain(&exited(3), Duration::from_secs(1));
+        assert_eq!((v.status, v.reason.as_str()), (Status::Failed, "exit status 3"));
+        let crash = Finished { ending: Ending::Exited(ExitStatusExt::from_raw(libc::SIGSEGV)), ..exited(0) };
+        assert_eq!(judge_plain(&crash, Duration::ZERO).reason, "killed by signal 11 (SIGSEGV)");
+        let stuck = Finished { survivors: 2, ..exited(0) };
+        assert_eq!(judge_plain(&stuck, Duration::ZERO).status, Status::Failed);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// What an entry is, read without following it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub(crate) enum EntryKind {
     File,
     Dir,
     Link,
@@ -30,27 +30,27 @@ pub(crate) enum Kind {
     Other(&'static str),
 }
 
-impl Kind {
-    fn of(t: FileType) -> Kind {
+impl EntryKind {
+    fn of(t: FileType) -> EntryKind {
         match t {
-            FileType::RegularFile => Kind::File,
-            FileType::Directory => Kind::Dir,
-            FileType::Symlink => Kind::Link,
-            FileType::Fifo => Kind::Other("a FIFO"),
-            FileType::Socket => Kind::Other("a socket"),
-            FileType::CharacterDevice => Kind::Other("a character device"),
-            FileType::BlockDevice => Kind::Other("a block device"),
-            FileType::Unknown => Kind::Other("of an unknown kind"),
+            FileType::RegularFile => EntryKind::File,
+            FileType::Directory => EntryKind::Dir,
+            FileType::Symlink => EntryKind::Link,
+            FileType::Fifo => EntryKind::Other("a FIFO"),
+            FileType::Socket => EntryKind::Other("a socket"),
+            FileType::CharacterDevice => EntryKind::Other("a character device"),
+            FileType::BlockDevice => EntryKind::Other("a block device"),
+            FileType::Unknown => EntryKind::Other("of an unknown kind"),
         }
     }
 
     /// `a folder`, `a symlink`, `a FIFO`: what a refusal says it found.
     pub(crate) fn describe(self) -> &'static str {
         match self {
-            Kind::File => "a regular file",
-            Kind::Dir => "a folder",
-            Kind::Link => "a symlink",
-            Kind::Other(what) => what,
+            EntryKind::File => "a regular file",
+            EntryKind::Dir => "a folder",
+            EntryKind::Link => "a symlink",
+            EntryKind::Other(what) => what,
         }
     }
 }
@@ -118,7 +118,7 @@ impl Beneath {
                     root.display()
                 )))
             }
-            Err(e) => Err(Error::new(format!("cannot open the workspace {}: {e}", root.display()))),
+            Err(e) => Err(Error::from(e).context(format_args!("cannot open the workspace {}", root.display()))),
         }
     }
 
@@ -199,7 +199,7 @@ impl Beneath {
         {
             let shown = self.shown(&at);
             let target = match kind {
-                Kind::Link => rfs::readlinkat(&self.fd, &at, Vec::new())
+                EntryKind::Link => rfs::readlinkat(&self.fd, &at, Vec::new())
                     .map(|t| format!(" (to {})", t.to_string_lossy()))
                     .unwrap_or_default(),
                 _ => String::new(),
@@ -217,16 +217,16 @@ impl Beneath {
 
     /// The first component of `rel` that is a link, or (before the last) not
     /// a folder.
-    fn first_odd_component(&self, rel: &Path) -> Option<(PathBuf, Kind)> {
+    fn first_odd_component(&self, rel: &Path) -> Option<(PathBuf, EntryKind)> {
         let parts: Vec<_> = rel.components().collect();
         let mut at = PathBuf::new();
         for (i, part) in parts.iter().enumerate() {
             at.push(part);
             let kind = match rfs::statat(&self.fd, &at, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(stat) => Kind::of(FileType::from_raw_mode(stat.st_mode)),
+                Ok(stat) => EntryKind::of(FileType::from_raw_mode(stat.st_mode)),
                 Err(_) => return None,
             };
-            if kind == Kind::Link || (i + 1 < parts.len() && kind != Kind::Dir) {
+            if kind == EntryKind::Link || (i + 1 < parts.len() && kind != EntryKind::Dir) {
                 return Some((at, kind));
             }
         }
@@ -251,9 +251,9 @@ impl Beneath {
     }
 
     /// What `path` is, without following it; `None` when nothing is there.
-    pub(crate) fn kind(&self, path: &Path) -> Result<Option<Kind>> {
+    pub(crate) fn kind(&self, path: &Path) -> Result<Option<EntryKind>> {
         let rel = self.relative(Op::Read, path)?;
-        let Ok((parent, name)) = self.split(Op::Read, &rel) else { return Ok(Some(Kind::Dir)) };
+        let Ok((parent, name)) = self.split(Op::Read, &rel) else { return Ok(Some(EntryKind::Dir)) };
         let dir = match self.resolve(parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()) {
             Ok(dir) => dir,
             Err(Errno::NOENT) => return Ok(None),
@@ -309,7 +309,7 @@ impl Beneath {
         let (parent, name) = self.split(Op::Write, &rel)?;
         let dir = self.make_dirs(parent)?;
         match kind_at(&dir, name).map_err(|e| self.error(Op::Write, &rel, e))? {
-            None | Some(Kind::File) => {}
+            None | Some(EntryKind::File) => {}
             Some(kind) => return Err(self.refused(Op::Write, &rel, kind)),
         }
         let (tmp, file) = temp_file(&dir, name).map_err(|e| self.error(Op::Write, &rel, e))?;
@@ -327,9 +327,9 @@ impl Beneath {
         written
     }
 
-    fn refused(&self, op: Op, rel: &Path, kind: Kind) -> Error {
+    fn refused(&self, op: Op, rel: &Path, kind: EntryKind) -> Error {
         let target = match kind {
-            Kind::Link => rfs::readlinkat(&self.fd, rel, Vec::new())
+            EntryKind::Link => rfs::readlinkat(&self.fd, rel, Vec::new())
                 .map(|t| format!(" (to {})", t.to_string_lossy()))
                 .unwrap_or_default(),
             _ => String::new(),
@@ -352,7 +352,7 @@ impl Beneath {
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK;
         let fd = self.resolve(&rel, flags, file_mode()).map_err(|e| self.error(Op::Write, &rel, e))?;
         let kind = fd_kind(&fd).map_err(|e| self.error(Op::Write, &rel, e))?;
-        if kind != Kind::File {
+        if kind != EntryKind::File {
             return Err(self.refused(Op::Write, &rel, kind));
         }
         rfs::ftruncate(&fd, 0).map_err(|e| self.error(Op::Write, &rel, e))?;
@@ -375,7 +375,7 @@ impl Beneath {
             Err(e) => return Err(self.error(Op::Read, &rel, e)),
         };
         match fd_kind(&fd).map_err(|e| self.error(Op::Read, &rel, e))? {
-            Kind::File => {
+            EntryKind::File => {
                 rfs::fcntl_setfl(&fd, OFlags::empty()).map_err(|e| self.error(Op::Read, &rel, e))?;
                 Ok(Some(File::from(fd)))
             }
@@ -392,14 +392,14 @@ impl Beneath {
         let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NONBLOCK;
         let fd = self.resolve(&rel, flags, file_mode()).map_err(|e| self.error(Op::Write, &rel, e))?;
         match fd_kind(&fd).map_err(|e| self.error(Op::Write, &rel, e))? {
-            Kind::File => Ok(File::from(fd)),
+            EntryKind::File => Ok(File::from(fd)),
             kind => Err(self.refused(Op::Write, &rel, kind)),
         }
     }
 
     /// The entries of the folder `path` and what each is (not followed);
     /// `None` when it does not exist.
-    pub(crate) fn list(&self, path: &Path) -> Result<Option<Vec<(OsString, Kind)>>> {
+    pub(crate) fn list(&self, path: &Path) -> Result<Option<Vec<(OsString, EntryKind)>>> {
         let rel = self.relative(Op::Read, path)?;
         let fd = match self.resolve(&rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()) {
             Ok(fd) => fd,
@@ -461,14 +461,14 @@ impl Beneath {
         let (from_dir, from_name, from_rel) = self.entry_dir(Op::Move, from)?;
         match kind_at(&from_dir, &from_name).map_err(|e| self.error(Op::Move, &from_rel, e))? {
             None => return Err(self.error(Op::Move, &from_rel, Errno::NOENT)),
-            Some(Kind::Link) if !any => return Err(self.refused(Op::Move, &from_rel, Kind::Link)),
+            Some(EntryKind::Link) if !any => return Err(self.refused(Op::Move, &from_rel, EntryKind::Link)),
             Some(_) => {}
         }
         let to_rel = self.relative(Op::Move, to)?;
         let (to_parent, to_name) = self.split(Op::Move, &to_rel)?;
         let to_dir = self.make_dirs(to_parent)?;
-        if kind_at(&to_dir, to_name).map_err(|e| self.error(Op::Move, &to_rel, e))? == Some(Kind::Link) {
-            return Err(self.refused(Op::Move, &to_rel, Kind::Link));
+        if kind_at(&to_dir, to_name).map_err(|e| self.error(Op::Move, &to_rel, e))? == Some(EntryKind::Link) {
+            return Err(self.refused(Op::Move, &to_rel, EntryKind::Link));
         }
         rfs::renameat(&from_dir, &from_name, &to_dir, to_name)
             .with_context(|| format!("cannot move {} to {}", from.display(), to.display()))
@@ -489,7 +489,7 @@ impl Beneath {
         let (b_dir, b_name, b_rel) = self.entry_dir(Op::Move, b)?;
         for (dir, name, rel) in [(&a_dir, &a_name, &a_rel), (&b_dir, &b_name, &b_rel)] {
             match kind_at(dir, name).map_err(|e| self.error(Op::Move, rel, e))? {
-                Some(Kind::Dir) => {}
+                Some(EntryKind::Dir) => {}
                 Some(kind) => return Err(self.refused(Op::Move, rel, kind)),
                 None => return Err(self.error(Op::Move, rel, Errno::NOENT)),
             }
@@ -519,20 +519,20 @@ impl Beneath {
 }
 
 /// What `name` in `dir` is, not followed; `None` when nothing is there.
-fn kind_at(dir: &impl AsFd, name: &std::ffi::OsStr) -> rustix::io::Result<Option<Kind>> {
+fn kind_at(dir: &impl AsFd, name: &std::ffi::OsStr) -> rustix::io::Result<Option<EntryKind>> {
     match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(stat) => Ok(Some(Kind::of(FileType::from_raw_mode(stat.st_mode)))),
+        Ok(stat) => Ok(Some(EntryKind::of(FileType::from_raw_mode(stat.st_mode)))),
         Err(Errno::NOENT) => Ok(None),
         Err(e) => Err(e),
     }
 }
 
 fn is_link_at(dir: &impl AsFd, name: &std::ffi::OsStr) -> bool {
-    matches!(kind_at(dir, name), Ok(Some(Kind::Link)))
+    matches!(kind_at(dir, name), Ok(Some(EntryKind::Link)))
 }
 
-fn fd_kind(fd: &impl AsFd) -> rustix::io::Result<Kind> {
-    Ok(Kind::of(FileType::from_raw_mode(rfs::fstat(fd)?.st_mode)))
+fn fd_kind(fd: &impl AsFd) -> rustix::io::Result<EntryKind> {
+    Ok(EntryKind::of(FileType::from_raw_mode(rfs::fstat(fd)?.st_mode)))
 }
 
 /// A new file beside `name` in `dir`, created `O_EXCL` under a name no one
@@ -588,7 +588,7 @@ fn empty_dir(fd: &OwnedFd) -> rustix::io::Result<()> {
 fn remove_at(dir: &impl AsFd, name: &std::ffi::OsStr) -> rustix::io::Result<()> {
     match kind_at(dir, name)? {
         None => Ok(()),
-        Some(Kind::Dir) => {
+        Some(EntryKind::Dir) => {
             let sub = rfs::openat(
                 dir,
                 name,
@@ -606,7 +606,7 @@ fn set_modes_under(fd: &OwnedFd) -> rustix::io::Result<()> {
     rfs::fchmod(fd, dir_mode())?;
     for name in entries(fd)? {
         match kind_at(fd, &name)? {
-            Some(Kind::Dir) => {
+            Some(EntryKind::Dir) => {
                 let sub = rfs::openat(
                     fd,
                     &name,
@@ -615,14 +615,14 @@ fn set_modes_under(fd: &OwnedFd) -> rustix::io::Result<()> {
                 )?;
                 set_modes_under(&sub)?;
             }
-            Some(Kind::File) => {
+            Some(EntryKind::File) => {
                 let file = rfs::openat(
                     fd,
                     &name,
                     OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
                     Mode::empty(),
                 )?;
-                if fd_kind(&file)? == Kind::File {
+                if fd_kind(&file)? == EntryKind::File {
                     rfs::fchmod(&file, file_mode())?;
                 }
             }
@@ -639,7 +639,7 @@ pub(crate) fn open_regular(path: &Path) -> Result<File> {
     let fd = rfs::open(path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
         .with_context(|| format!("cannot read {}", path.display()))?;
     match fd_kind(&fd) {
-        Ok(Kind::File) => {
+        Ok(EntryKind::File) => {
             rfs::fcntl_setfl(&fd, OFlags::empty()).with_context(|| format!("cannot read {}", path.display()))?;
             Ok(File::from(fd))
         }
@@ -668,7 +668,7 @@ mod tests {
     }
 
     /// One way of reaching a path, and its verb in the refusal.
-    type Case<'a> = (&'a str, &'a dyn Fn(&Path) -> Result<()>);
+    type Reach<'a> = (&'a str, &'a dyn Fn(&Path) -> Result<()>);
 
     /// Both ways of resolving: `openat2` and the walk.
     fn both(test: impl Fn()) {
@@ -690,7 +690,7 @@ mod tests {
             let mut text = String::new();
             std::io::Read::read_to_string(&mut b.open_read(&file).unwrap(), &mut text).unwrap();
             assert_eq!(text, "two");
-            assert_eq!(b.list(&b.root.join("a/b")).unwrap().unwrap(), [("c.json".into(), Kind::File)]);
+            assert_eq!(b.list(&b.root.join("a/b")).unwrap().unwrap(), [("c.json".into(), EntryKind::File)]);
             b.rename(&file, &b.root.join("q/c.json")).unwrap();
             assert_eq!(b.kind(&file).unwrap(), None);
             b.empty(&b.root.join("q")).unwrap();
@@ -710,7 +710,7 @@ mod tests {
             symlink(&outside, b.root.join("profiles")).unwrap();
             symlink(&outside, b.root.join("results/T")).unwrap();
             symlink(outside.join("keep"), b.root.join("results/run.json")).unwrap();
-            let cases: [Case; 6] = [
+            let cases: [Reach; 6] = [
                 ("write", &|p| b.write_atomic(p, b"x")),
                 ("write", &|p| b.write_new(p, b"x")),
                 ("create", &|p| b.create_dir_all(p)),

@@ -118,11 +118,10 @@ pub(crate) fn umask_bits() -> u32 {
 /// takes away), so that no file or folder of the workspace, the build or a
 /// trial is world-writable whatever the umask the harness started with.
 pub(crate) fn restrict_umask() {
-    // SAFETY: umask only swaps the process's mask; it cannot fail.
-    let old = unsafe { libc::umask(0o022) };
-    let mask = old | 0o022;
-    // SAFETY: as above.
-    unsafe { libc::umask(mask) };
+    use rustix::fs::Mode;
+    let old = rustix::process::umask(Mode::from_raw_mode(0o022));
+    let mask = old.bits() | 0o022;
+    rustix::process::umask(Mode::from_raw_mode(mask));
     UMASK.store(mask, Ordering::SeqCst);
 }
 

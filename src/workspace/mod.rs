@@ -26,7 +26,7 @@ pub(crate) mod lock;
 
 use crate::bail;
 use crate::error::{Context, Error, Result};
-use confined::{Beneath, Kind};
+use confined::{Beneath, EntryKind};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
@@ -297,7 +297,7 @@ impl Workspace {
             beneath.create_dir_all(parent)?;
         }
         match beneath.kind(path)? {
-            Some(Kind::Link) => bail!(
+            Some(EntryKind::Link) => bail!(
                 "refusing to write {}: it is a symlink, not a file the harness wrote; the harness follows no link in its workspace (remove it)",
                 path.display()
             ),
@@ -307,12 +307,12 @@ impl Workspace {
     }
 
     /// What `path` is, not followed; `None` when nothing is there.
-    pub(crate) fn kind(&self, path: &Path) -> Result<Option<Kind>> {
+    pub(crate) fn kind(&self, path: &Path) -> Result<Option<EntryKind>> {
         self.beneath()?.kind(path)
     }
 
     /// The entries of the folder `path`, and what each is (not followed).
-    pub(crate) fn list(&self, path: &Path) -> Result<Vec<(std::ffi::OsString, Kind)>> {
+    pub(crate) fn list(&self, path: &Path) -> Result<Vec<(std::ffi::OsString, EntryKind)>> {
         Ok(self.beneath()?.list(path)?.unwrap_or_default())
     }
 
@@ -346,19 +346,26 @@ impl Workspace {
                 false
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let unwritable = |e: &dyn std::fmt::Display| {
-                    Error::new(format!("the workspace {} is not writable: cannot create it: {e}", self.root.display()))
+                let unwritable = |e: std::io::Error| {
+                    Error::from(e).context(format_args!(
+                        "the workspace {} is not writable: cannot create it",
+                        self.root.display()
+                    ))
                 };
                 if let Some(parent) = self.root.parent() {
-                    fs::create_dir_all(parent).map_err(|e| unwritable(&e))?;
+                    fs::create_dir_all(parent).map_err(unwritable)?;
                 }
                 match fs::create_dir(&self.root) {
                     Ok(()) => true,
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
-                    Err(e) => return Err(unwritable(&e)),
+                    Err(e) => return Err(unwritable(e)),
                 }
             }
-            Err(e) => bail!("cannot inspect the workspace {}: {e}", self.root.display()),
+            Err(e) => {
+                return Err(
+                    Error::from(e).context(format_args!("cannot inspect the workspace {}", self.root.display()))
+                );
+            }
         };
         let marker = Marker {
             tool: "ccl-coverage".into(),
@@ -383,6 +390,16 @@ impl Workspace {
                 "{} is not a ccl-coverage workspace (no {MARKER} marker); run `cargo test --test collectives` first, with the same CCL_COV_CONFIG and CCL_COV_WORKSPACE",
                 self.root.display()
             ),
+        }
+    }
+
+    /// For a workspace read only as input (a shard to merge): it carries the
+    /// marker of `config`. Nothing is created, locked or written.
+    pub(crate) fn check_marked(&self, config: &str) -> Result<()> {
+        match self.read_marker()? {
+            Some(marker) if marker.config == config => Ok(()),
+            Some(marker) => bail!("{} holds the results of config {:?}", self.root.display(), marker.config),
+            None => bail!("{} is not a ccl-coverage workspace (no {MARKER} marker)", self.root.display()),
         }
     }
 
@@ -550,7 +567,7 @@ impl Workspace {
     pub(crate) fn check_area(&self, area: Area) -> Result<()> {
         let dir = self.area(area);
         match self.kind(&dir)? {
-            Some(Kind::Dir) | None => Ok(()),
+            Some(EntryKind::Dir) | None => Ok(()),
             Some(kind) => bail!(
                 "refusing to use {}: it is {} (the workspace's own folders must be real folders)",
                 dir.display(),
@@ -570,7 +587,7 @@ impl Workspace {
         self.check_area(Area::Report)?;
         let staged = self.in_area(Area::ReportStaging, staged)?;
         let beneath = self.beneath()?;
-        if beneath.kind(&staged)? != Some(Kind::Dir) {
+        if beneath.kind(&staged)? != Some(EntryKind::Dir) {
             bail!("cannot install the report: {} is not there", staged.display());
         }
         if beneath.kind(&report)?.is_none() {
@@ -613,7 +630,7 @@ impl Workspace {
         let path = self.in_area(area, path)?;
         let beneath = self.beneath()?;
         match beneath.kind(&path)? {
-            Some(Kind::Link) => bail!(
+            Some(EntryKind::Link) => bail!(
                 "refusing to delete {}: it is a symlink, not a file the harness wrote; the harness follows no link in its workspace (remove it)",
                 path.display()
             ),
@@ -628,7 +645,7 @@ impl Workspace {
     pub(crate) fn quarantine_result(&self, slug: &str, file: &Path) -> Result<PathBuf> {
         let results = self.results_dir();
         let file = normalize(file);
-        if file.parent() != Some(results.as_path()) || matches!(self.kind(&file)?, Some(Kind::Dir) | None) {
+        if file.parent() != Some(results.as_path()) || matches!(self.kind(&file)?, Some(EntryKind::Dir) | None) {
             bail!("refusing to move {}: it is not a trial record in {}", file.display(), results.display());
         }
         let to = self.trial_quarantine(slug).join("result.json");
@@ -677,8 +694,9 @@ pub(crate) struct Cleaned {
 
 /// What the harness makes at the top of a workspace (besides its marker and
 /// lock files): what `clean` deletes.
-const OWN_ENTRIES: [&str; 13] = [
+const OWN_ENTRIES: [&str; 14] = [
     "build.json",
+    "shards.json",
     "profiles",
     "quarantine",
     "logs",

@@ -295,3 +295,46 @@ pub fn is_root() -> bool {
         .and_then(|ids| ids.split_whitespace().nth(1))
         .is_some_and(|euid| euid == "0")
 }
+
+/// The entries of the workspace `ws` (relative paths, folders too) that no
+/// row of docs/layout.md's workspace table names: every output file is
+/// documented there. A row's `<trial>` stands for any one file name; a
+/// row ending in `/` covers what is in its folder; a folder is named by a
+/// row below it.
+pub fn undocumented_workspace_entries(ws: &Path) -> Vec<String> {
+    let docs = fs::read_to_string(root().join("docs/layout.md")).unwrap();
+    let table = docs.split("<!-- workspace-files:").nth(1).expect("docs/layout.md has no workspace-files table");
+    let mut rows: Vec<(regex::Regex, bool)> = Vec::new();
+    for line in table.lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|')).skip(2) {
+        let cell = line.split('|').nth(1).unwrap_or_default();
+        for path in cell.split(',').map(|p| p.trim().trim_matches('`')) {
+            let folder = path.ends_with('/');
+            let pattern = regex::escape(path.trim_end_matches('/')).replace("<trial>", "[^/]+");
+            rows.push((regex::Regex::new(&format!("^{pattern}$")).unwrap(), folder));
+        }
+    }
+    let mut entries = Vec::new();
+    let mut stack = vec![ws.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).unwrap().flatten() {
+            let is_dir = fs::symlink_metadata(entry.path()).unwrap().is_dir();
+            if is_dir {
+                stack.push(entry.path());
+            }
+            entries.push((entry.path().strip_prefix(ws).unwrap().display().to_string(), is_dir));
+        }
+    }
+    let named = |rel: &str, is_dir: bool| {
+        let parts: Vec<&str> = rel.split('/').collect();
+        rows.iter().any(|(re, folder)| {
+            // The entry, or a folder above it that a folder row names.
+            (1..=parts.len()).any(|n| {
+                let prefix = parts[..n].join("/");
+                re.is_match(&prefix) && (n == parts.len() || *folder)
+            })
+        }) || (is_dir && rows.iter().any(|(re, _)| re.as_str().starts_with(&format!("^{}/", regex::escape(rel)))))
+    };
+    let mut missing: Vec<String> = entries.into_iter().filter(|(rel, d)| !named(rel, *d)).map(|(rel, _)| rel).collect();
+    missing.sort();
+    missing
+}

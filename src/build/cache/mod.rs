@@ -193,7 +193,8 @@ impl BuildPlan {
         }
         files::create_dir(self.cache_dir.parent().expect("builds/<key>"))?;
         let lock_path = self.cache_dir.with_extension("lock");
-        let cannot_lock = |e: std::io::Error| Error::new(format!("cannot lock {}: {e}", lock_path.display()));
+        let cannot_lock =
+            |e: std::io::Error| Error::from(e).context(format_args!("cannot lock {}", lock_path.display()));
         let lock = loop {
             let lock = files::open_lock_file(&lock_path)?;
             if lock.try_lock_shared().is_err() {
@@ -389,7 +390,7 @@ impl BuildSetup {
         coverage: bool,
         device_mode: crate::config::DeviceMode,
         tools: Option<&Path>,
-        env: toolchain::Lookup,
+        env: crate::env_names::Lookup,
     ) -> Result<BuildSetup> {
         let toolchain = toolchain::resolve(&config.toolchain, env)?;
         let device = if coverage {

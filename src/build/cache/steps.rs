@@ -5,7 +5,7 @@ use super::BuildSetup;
 use crate::bail;
 use crate::build::rccl;
 use crate::config::template::Vars;
-use crate::config::{LoadedConfig, Step};
+use crate::config::{BuildStep, LoadedConfig};
 use crate::context::Context;
 use crate::device::{self, DeviceDecision};
 use crate::error::Result;
@@ -108,7 +108,7 @@ pub(super) fn build_vars(loaded: &LoadedConfig, setup: &BuildSetup, jobs: usize)
     vars
 }
 
-pub(super) fn step_cmd(step: &Step, vars: &Vars, rccl: rccl::Coverage) -> Result<Cmd> {
+pub(super) fn step_cmd(step: &BuildStep, vars: &Vars, rccl: rccl::Coverage) -> Result<Cmd> {
     let argv = match &step.rccl_install {
         Some(spec) => rccl::install_argv(spec, vars, rccl)?,
         None => vars.render_all(&step.argv)?,

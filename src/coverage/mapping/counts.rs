@@ -17,7 +17,7 @@ pub struct ProfileCounts {
 }
 
 /// What a mapping's function finds in a profile (LLVM's `getFunctionCounts`).
-pub(crate) enum Lookup<'a> {
+pub(crate) enum InProfile<'a> {
     Found(&'a [u64]),
     /// The profile has the name with other hashes: llvm-cov leaves it out.
     HashMismatch,
@@ -147,13 +147,13 @@ impl ProfileCounts {
     /// As `IndexedInstrProfReader::getInstrProfRecord`: a record of another
     /// hash is a mismatch only if it has the same context-sensitive flag
     /// (bit 60); otherwise the function is unknown.
-    pub(crate) fn lookup(&self, name: &str, hash: u64) -> Lookup<'_> {
+    pub(crate) fn lookup(&self, name: &str, hash: u64) -> InProfile<'_> {
         let cs = |h: u64| (h >> 60) & 1;
-        let Some(records) = self.functions.get(name) else { return Lookup::Unknown };
+        let Some(records) = self.functions.get(name) else { return InProfile::Unknown };
         if let Some((_, counters)) = records.iter().find(|(h, _)| *h == hash) {
-            return Lookup::Found(counters);
+            return InProfile::Found(counters);
         }
-        if records.iter().any(|(h, _)| cs(*h) == cs(hash)) { Lookup::HashMismatch } else { Lookup::Unknown }
+        if records.iter().any(|(h, _)| cs(*h) == cs(hash)) { InProfile::HashMismatch } else { InProfile::Unknown }
     }
 }
 
@@ -165,23 +165,23 @@ mod tests {
     fn records_with_bitmaps_and_flags_are_read_and_bad_numbers_named() {
         let text = ":fe\n_Z1fv\n# Func Hash:\n7\n# Num Counters:\n2\n# Counter Values:\n3\n0\n# Num Bitmap Bytes:\n$1\n# Bitmap Byte Values:\n0x1\n\nfile.cc:g\n# Func Hash:\n0\n# Num Counters:\n1\n# Counter Values:\n9\n\n";
         let p = ProfileCounts::parse(text).unwrap();
-        assert!(matches!(p.lookup("_Z1fv", 7), Lookup::Found([3, 0])));
-        assert!(matches!(p.lookup("_Z1fv", 8), Lookup::HashMismatch));
-        assert!(matches!(p.lookup("file.cc:g", 0), Lookup::Found([9])));
-        assert!(matches!(p.lookup("h", 0), Lookup::Unknown));
+        assert!(matches!(p.lookup("_Z1fv", 7), InProfile::Found([3, 0])));
+        assert!(matches!(p.lookup("_Z1fv", 8), InProfile::HashMismatch));
+        assert!(matches!(p.lookup("file.cc:g", 0), InProfile::Found([9])));
+        assert!(matches!(p.lookup("h", 0), InProfile::Unknown));
         // A blank line inside a record (before value profiles) does not end it.
         let split = "_Z1fv\n# Func Hash:\n7\n# Num Counters:\n1\n# Counter Values:\n3\n# Num Bitmap Bytes:\n$1\n\n# Num Value Kinds:\n1\n# ValueKind = IPVK_IndirectCallTarget:\n0\n# NumValueSites:\n1\n1\n_Z1gv:4\n\n";
         let p = ProfileCounts::parse(split).unwrap();
-        assert!(matches!(p.lookup("_Z1fv", 7), Lookup::Found([3])));
-        assert!(matches!(p.lookup("1", 0), Lookup::Unknown), "a value-profile line is not a record");
+        assert!(matches!(p.lookup("_Z1fv", 7), InProfile::Found([3])));
+        assert!(matches!(p.lookup("1", 0), InProfile::Unknown), "a value-profile line is not a record");
         // Another hash is a mismatch only with the same context-sensitive flag (bit 60).
         let cs = ProfileCounts::parse(&format!(
             "_Z1hv\n# Func Hash:\n{}\n# Num Counters:\n1\n# Counter Values:\n1\n\n",
             5u64 | 1 << 60
         ))
         .unwrap();
-        assert!(matches!(cs.lookup("_Z1hv", 6), Lookup::Unknown));
-        assert!(matches!(cs.lookup("_Z1hv", 6 | 1 << 60), Lookup::HashMismatch));
+        assert!(matches!(cs.lookup("_Z1hv", 6), InProfile::Unknown));
+        assert!(matches!(cs.lookup("_Z1hv", 6 | 1 << 60), InProfile::HashMismatch));
         let single = ProfileCounts::parse(":single_byte_coverage\n_Z1fv\n# Func Hash:\n1\n").unwrap_err().to_string();
         assert!(single.contains("single-byte"), "{single}");
         let bad = ProfileCounts::parse("_Z1fv\n# Func Hash:\nx\n").unwrap_err().to_string();

@@ -22,6 +22,7 @@
 
 use super::binary::md5_low;
 use super::counts::ProfileCounts;
+use crate::bail;
 use crate::error::{Error, Result};
 use crate::workspace::Workspace;
 use std::path::{Path, PathBuf};
@@ -342,28 +343,25 @@ fn read_data(name: &str, data: &[u8], offset: usize, counts: &mut ProfileCounts)
 /// and kind count, then per kind its site count, one byte per site (padded
 /// to 8) and 16 bytes per value. Only checked, not kept: attribution reads
 /// counters alone.
-fn value_profile_size(data: &[u8]) -> std::result::Result<usize, String> {
+fn value_profile_size(data: &[u8]) -> Result<usize> {
     let u32_at = |at: usize| data.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
     let (Some(total), Some(kinds)) = (u32_at(0), u32_at(4)) else {
-        return Err("it ends before its value-profile data".into());
+        bail!("it ends before its value-profile data");
     };
     let total = total as usize;
     if total < 8 || !total.is_multiple_of(8) || total > data.len() {
-        return Err(format!("its value-profile data claims {total} bytes, of {} left", data.len()));
+        bail!("its value-profile data claims {total} bytes, of {} left", data.len());
     }
     if kinds > VALUE_KIND_LAST + 1 {
-        return Err(format!(
-            "its value-profile data has {kinds} kinds, more than the {} there are",
-            VALUE_KIND_LAST + 1
-        ));
+        bail!("its value-profile data has {kinds} kinds, more than the {} there are", VALUE_KIND_LAST + 1);
     }
     let mut at = 8;
     for _ in 0..kinds {
         let (Some(kind), Some(sites)) = (u32_at(at), u32_at(at + 4)) else {
-            return Err("a value-profile record lies past the data's total size".into());
+            bail!("a value-profile record lies past the data's total size");
         };
         if kind > VALUE_KIND_LAST {
-            return Err(format!("a value-profile record has kind {kind}"));
+            bail!("a value-profile record has kind {kind}");
         }
         let header = (8 + sites as usize).div_ceil(8) * 8;
         let values: usize =
@@ -374,7 +372,7 @@ fn value_profile_size(data: &[u8]) -> std::result::Result<usize, String> {
             .and_then(|r| r.checked_add(at))
             .unwrap_or(usize::MAX);
         if at > total {
-            return Err("a value-profile record lies past the data's total size".into());
+            bail!("a value-profile record lies past the data's total size");
         }
     }
     Ok(total)
@@ -401,7 +399,7 @@ impl CounterReader {
         let theirs = ProfileCounts::read(llvm_profdata, merged)?;
         let fallback = match caught(merged, || read_indexed(ws, merged)) {
             Ok(ours) => theirs.difference(&ours).map(|d| format!("on the merged profile {}: {d}", merged.display())),
-            Err(why) => Some(why),
+            Err(why) => Some(why.to_string()),
         };
         Ok((CounterReader { llvm_profdata: llvm_profdata.to_path_buf(), fallback }, theirs))
     }
@@ -436,23 +434,23 @@ fn read_indexed(ws: &Workspace, profdata: &Path) -> Result<ProfileCounts> {
 }
 
 /// `f`'s result, with an error or a panic on reading `profdata` as its message.
-fn caught(profdata: &Path, f: impl FnOnce() -> Result<ProfileCounts>) -> std::result::Result<ProfileCounts, String> {
+fn caught(profdata: &Path, f: impl FnOnce() -> Result<ProfileCounts>) -> Result<ProfileCounts> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(result) => result.map_err(|e| e.to_string()),
+        Ok(result) => result,
         Err(panic) => {
             let what = panic
                 .downcast_ref::<String>()
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(ToString::to_string))
                 .unwrap_or_default();
-            Err(format!("{}: it panicked: {what}", profdata.display()))
+            Err(Error::new(format!("{}: it panicked: {what}", profdata.display())))
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::counts::Lookup;
+    use super::super::counts::InProfile;
     use super::*;
 
     const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/profdata");
@@ -492,14 +490,17 @@ mod tests {
             }
         }
         let fe = ProfileCounts::from_indexed(&fixture("fe22.profdata")).unwrap();
-        assert!(matches!(fe.lookup("_Z1fv", 7), Lookup::Found([3, 0])));
-        assert!(matches!(fe.lookup("_Z1fv", 1 << 60 | 7), Lookup::Found([1, 2, u64::MAX])));
-        assert!(matches!(fe.lookup("main", 24), Lookup::Found([1])), "the value profile after its counters is skipped");
-        assert!(matches!(fe.lookup("lib.cc:_ZL6helperi", 99164), Lookup::Found([0, 0, 0, 0])));
-        assert!(matches!(fe.lookup("_Z5emptyv", 1), Lookup::HashMismatch));
+        assert!(matches!(fe.lookup("_Z1fv", 7), InProfile::Found([3, 0])));
+        assert!(matches!(fe.lookup("_Z1fv", 1 << 60 | 7), InProfile::Found([1, 2, u64::MAX])));
+        assert!(
+            matches!(fe.lookup("main", 24), InProfile::Found([1])),
+            "the value profile after its counters is skipped"
+        );
+        assert!(matches!(fe.lookup("lib.cc:_ZL6helperi", 99164), InProfile::Found([0, 0, 0, 0])));
+        assert!(matches!(fe.lookup("_Z5emptyv", 1), InProfile::HashMismatch));
         let cs = ProfileCounts::from_indexed(&fixture("cs22.profdata")).unwrap();
-        assert!(matches!(cs.lookup("foo", 29), Lookup::Found([6])));
-        assert!(matches!(cs.lookup("foo", 1 << 60 | 1), Lookup::Found([5, 1])));
+        assert!(matches!(cs.lookup("foo", 29), InProfile::Found([6])));
+        assert!(matches!(cs.lookup("foo", 1 << 60 | 1), InProfile::Found([5, 1])));
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub(crate) use indexed::CounterReader;
 
 use crate::coverage::lcov::{FileCoverage, Lcov, Tallies, Tally};
 use binary::{Counter, Expression, FunctionMapping, Region, RegionKind};
-use counts::Lookup;
+use counts::InProfile;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -95,7 +95,7 @@ struct Function<'m> {
 }
 
 /// The mapping under one profile: what `CoverageMapping::load` holds.
-pub struct Loaded<'m> {
+pub struct CountedMapping<'m> {
     functions: Vec<Function<'m>>,
     /// Per file, the functions that name it, in order.
     by_file: Vec<Vec<usize>>,
@@ -128,8 +128,8 @@ impl Mapping {
     }
 
     /// Every function under `profile`, as `CoverageMapping::loadFunctionRecord` keeps them.
-    pub fn load(&self, profile: &ProfileCounts) -> Loaded<'_> {
-        let mut loaded = Loaded {
+    pub fn load(&self, profile: &ProfileCounts) -> CountedMapping<'_> {
+        let mut loaded = CountedMapping {
             functions: Vec::new(),
             by_file: vec![Vec::new(); self.names.len()],
             names: &self.names,
@@ -139,9 +139,9 @@ impl Mapping {
         for ((f, provenance), files) in self.functions.iter().zip(&self.provenance).zip(&self.file_ids) {
             let zeros;
             let counters: &[u64] = match profile.lookup(&f.name, f.hash) {
-                Lookup::Found(c) => c,
-                Lookup::HashMismatch => continue,
-                Lookup::Unknown => {
+                InProfile::Found(c) => c,
+                InProfile::HashMismatch => continue,
+                InProfile::Unknown => {
                     zeros = vec![0; max_counter_id(f) + 1];
                     &zeros
                 }
@@ -472,7 +472,7 @@ struct FileData<'l, 'm> {
     expansions: Vec<(Counted, &'l Function<'m>)>,
 }
 
-impl<'m> Loaded<'m> {
+impl<'m> CountedMapping<'m> {
     /// The files llvm-cov reports on: every file any function names.
     fn files(&self) -> BTreeSet<u32> {
         self.functions.iter().flat_map(|f| f.files.iter().copied()).collect()
@@ -818,7 +818,7 @@ fn main_file_id(f: &Function) -> Option<u32> {
     expanded.iter().position(|e| !e).map(|i| i as u32)
 }
 
-/// llvm-cov's lcov without its summary lines, which [`Loaded::lcov`] leaves out.
+/// llvm-cov's lcov without its summary lines, which [`CountedMapping::lcov`] leaves out.
 pub fn without_summaries(lcov: &str) -> String {
     let summary = ["FNF:", "FNH:", "LF:", "LH:", "BRF:", "BRH:"];
     let mut out = String::with_capacity(lcov.len());

@@ -19,7 +19,7 @@ use object::read::elf::ElfFile64;
 use object::{Object, ObjectSection, ObjectSymbol, RelocationFlags, RelocationTarget, SectionIndex};
 
 use crate::bail;
-use crate::error::{Error, Result};
+use crate::error::{Context, Result};
 
 /// Bytes per SASS instruction on `sm_70` and later, the only GPUs CUPTI's SASS metrics support.
 pub(crate) const INSTRUCTION_BYTES: u64 = 16;
@@ -96,8 +96,7 @@ impl CubinLines {
 }
 
 fn parse_cubin(data: &[u8]) -> Result<CubinLines> {
-    let elf = ElfFile64::<object::LittleEndian>::parse(data)
-        .map_err(|error| Error::new(format!("not a 64-bit little-endian ELF: {error}")))?;
+    let elf = ElfFile64::<object::LittleEndian>::parse(data).context("not a 64-bit little-endian ELF")?;
     let machine = elf.elf_header().e_machine.get(object::LittleEndian);
     if machine != object::elf::EM_CUDA {
         bail!("ELF machine {machine} is not EM_CUDA ({})", object::elf::EM_CUDA);
@@ -105,7 +104,7 @@ fn parse_cubin(data: &[u8]) -> Result<CubinLines> {
     let mut functions = BTreeMap::new();
     let mut function_sections = HashMap::new();
     for section in elf.sections() {
-        let name = section.name().map_err(|error| Error::new(format!("section name: {error}")))?;
+        let name = section.name().context("section name")?;
         if let Some(function) = name.strip_prefix(".text.") {
             let size = section.size();
             if size % INSTRUCTION_BYTES != 0 {
@@ -123,11 +122,11 @@ fn parse_cubin(data: &[u8]) -> Result<CubinLines> {
     let relocations = LineRelocations::read(&elf, &debug_line)?;
     let section_bytes = |name: &str| -> Result<&[u8]> {
         match elf.section_by_name(name) {
-            Some(section) => section.data().map_err(|error| Error::new(format!("{name}: {error}"))),
+            Some(section) => section.data().context(name),
             None => Ok(&[]),
         }
     };
-    let line_data = debug_line.data().map_err(|error| Error::new(format!(".debug_line: {error}")))?;
+    let line_data = debug_line.data().context(".debug_line")?;
     let sequences =
         read_line_sequences(line_data, &relocations, section_bytes(".debug_str")?, section_bytes(".debug_line_str")?)?;
     let mut unplaced = 0;
@@ -196,9 +195,8 @@ impl LineRelocations {
             let RelocationTarget::Symbol(symbol_index) = relocation.target() else {
                 bail!(".rela.debug_line at {offset:#x}: target is not a symbol");
             };
-            let symbol = elf
-                .symbol_by_index(symbol_index)
-                .map_err(|error| Error::new(format!(".rela.debug_line at {offset:#x}: {error}")))?;
+            let symbol =
+                elf.symbol_by_index(symbol_index).with_context(|| format!(".rela.debug_line at {offset:#x}"))?;
             let Some(section) = symbol.section_index() else {
                 bail!(".rela.debug_line at {offset:#x}: symbol {} is not in a section", symbol_index.0);
             };
@@ -263,7 +261,7 @@ fn read_line_sequences(
     while unit_offset < debug_line.len() {
         let program = lines
             .program(gimli::DebugLineOffset(unit_offset), 8, None, None)
-            .map_err(|error| Error::new(format!(".debug_line unit at {unit_offset:#x}: {error}")))?;
+            .with_context(|| format!(".debug_line unit at {unit_offset:#x}"))?;
         let header = program.header();
         let unit_end = header
             .unit_length()
@@ -289,15 +287,13 @@ impl<'data, 'relocations> Strings<'data, 'relocations> {
     fn text(&self, value: AttributeValue<LineReader<'data, 'relocations>>) -> Result<String> {
         let reader = match value {
             AttributeValue::String(reader) => reader,
-            AttributeValue::DebugStrRef(offset) => {
-                self.debug_str.get_str(offset).map_err(|error| Error::new(format!(".debug_str: {error}")))?
-            }
+            AttributeValue::DebugStrRef(offset) => self.debug_str.get_str(offset).context(".debug_str")?,
             AttributeValue::DebugLineStrRef(offset) => {
-                self.debug_line_str.get_str(offset).map_err(|error| Error::new(format!(".debug_line_str: {error}")))?
+                self.debug_line_str.get_str(offset).context(".debug_line_str")?
             }
             other => bail!("file name of unsupported form {other:?}"),
         };
-        let text = reader.to_string().map_err(|error| Error::new(format!("file name: {error}")))?;
+        let text = reader.to_string().context("file name")?;
         Ok(text.into_owned())
     }
 }
@@ -323,14 +319,10 @@ fn read_unit_sequences<'data, 'relocations>(
     let mut current: Option<(u64, Sequence, Vec<Option<Frames>>)> = None;
     // The inlined-call register: the call site's row number (from 1) in the open sequence.
     let mut call_site: u64 = 0;
-    while let Some(instruction) =
-        instructions.next_instruction(program.header()).map_err(|error| Error::new(format!("line program: {error}")))?
-    {
+    while let Some(instruction) = instructions.next_instruction(program.header()).context("line program")? {
         match instruction {
             gimli::LineInstruction::UnknownExtended(DW_LNE_NV_INLINED_CALL, mut operands) => {
-                let operand = |reader: &mut LineReader<'_, '_>| {
-                    reader.read_uleb128().map_err(|error| Error::new(format!("inlined-call opcode: {error}")))
-                };
+                let operand = |reader: &mut LineReader<'_, '_>| reader.read_uleb128().context("inlined-call opcode");
                 call_site = operand(&mut operands)?;
                 // The callee's name (a .debug_str offset) is not needed for lines.
                 operand(&mut operands)?;
@@ -341,7 +333,7 @@ fn read_unit_sequences<'data, 'relocations>(
             }
             _ => {}
         }
-        if !row.execute(instruction, &mut program).map_err(|error| Error::new(format!("line program: {error}")))? {
+        if !row.execute(instruction, &mut program).context("line program")? {
             continue;
         }
         let tag = row.address() >> SECTION_TAG_SHIFT;

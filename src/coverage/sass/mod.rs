@@ -18,7 +18,7 @@ use std::path::Path;
 use crate::bail;
 use crate::coverage::device_lines::{DeviceCoverage, DeviceFunction, DeviceLines, LinesOrigin};
 use crate::device::nvidia::record::{InstructionKey, Record};
-use crate::error::{Error, Result};
+use crate::error::{Context, Result};
 use cubin::{CubinLines, INSTRUCTION_BYTES};
 
 /// What the report calls these lines.
@@ -60,10 +60,10 @@ pub(crate) fn device_lines(
 
 /// Reads the collector's cubin folder: every `<crc-hex>.cubin` in it, by CRC.
 pub(crate) fn read_cubin_dir(dir: &Path) -> Result<BTreeMap<u32, CubinLines>> {
-    let entries = std::fs::read_dir(dir).map_err(|error| Error::new(format!("{}: {error}", dir.display())))?;
+    let entries = std::fs::read_dir(dir).with_context(|| dir.display())?;
     let mut cubins = BTreeMap::new();
     for entry in entries {
-        let path = entry.map_err(|error| Error::new(format!("{}: {error}", dir.display())))?.path();
+        let path = entry.with_context(|| dir.display())?.path();
         if path.extension().is_none_or(|extension| extension != "cubin") {
             continue;
         }
@@ -76,7 +76,7 @@ pub(crate) fn read_cubin_dir(dir: &Path) -> Result<BTreeMap<u32, CubinLines>> {
         let Some(crc) = crc else {
             bail!("{origin}: a cubin's name must be <crc-hex>.cubin");
         };
-        let data = std::fs::read(&path).map_err(|error| Error::new(format!("{origin}: {error}")))?;
+        let data = std::fs::read(&path).context(&origin)?;
         let cubin = CubinLines::parse(&data, &origin)?;
         if let Some(why) = &cubin.unmapped {
             eprintln!("ccl-coverage: warning: cubin {origin}: {why}");

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::bail;
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 
 const MAGIC: &str = "ccl-coverage-sass";
 
@@ -14,7 +14,7 @@ pub(crate) fn record_files(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::new(format!("cannot list {}: {e}", dir.display()))),
+        Err(e) => return Err(Error::from(e).context(format_args!("cannot list {}", dir.display()))),
     };
     // The entry's own type, not its target's: a link named like a record is not one.
     let mut files: Vec<std::path::PathBuf> = entries
@@ -71,8 +71,7 @@ impl Record {
         let origin = path.display().to_string();
         // A regular file only, opened without following a link or blocking on a FIFO.
         let mut text = String::new();
-        std::io::Read::read_to_string(&mut crate::workspace::files::open_regular(path)?, &mut text)
-            .map_err(|error| Error::new(format!("{origin}: {error}")))?;
+        std::io::Read::read_to_string(&mut crate::workspace::files::open_regular(path)?, &mut text).context(&origin)?;
         Self::parse(&text, &origin)
     }
 
@@ -203,7 +202,7 @@ fn parse_number<T: FromRadix>(text: &str, radix: u32, what: &str) -> Result<T> {
     if text.is_empty() || !text.chars().all(|digit| digit.is_digit(radix)) {
         bail!("{what} {text:?} is not a base-{radix} number");
     }
-    T::from_radix(text, radix).map_err(|error| Error::new(format!("{what} {text:?}: {error}")))
+    T::from_radix(text, radix).with_context(|| format!("{what} {text:?}"))
 }
 
 trait FromRadix: Sized {

@@ -43,7 +43,7 @@ impl Session {
                 let mut jobs = Vec::new();
                 for r in &merged.results {
                     let profdata = profiles::trial_profdata(ws, &r.slug);
-                    if ws.kind(&profdata)? == Some(workspace::confined::Kind::File) {
+                    if ws.kind(&profdata)? == Some(workspace::confined::EntryKind::File) {
                         jobs.push((r, profdata));
                         continue;
                     }
@@ -232,10 +232,10 @@ impl PerTrial {
 
 /// `lcov`'s totals as the model counts them (the merged report's way), and
 /// only what ran: attribution reads nothing else, and at 800 trials the rest
-/// would be most of the report's memory ([`Loaded::covered`] gives the same
+/// would be most of the report's memory ([`CountedMapping::covered`] gives the same
 /// without the text).
 ///
-/// [`Loaded::covered`]: crate::coverage::mapping::Loaded::covered
+/// [`CountedMapping::covered`]: crate::coverage::mapping::CountedMapping::covered
 fn covered_and_totals(mut lcov: Lcov) -> (Lcov, lcov::Tallies) {
     let mut totals = lcov::Tallies::default();
     for file in lcov.files.values() {

@@ -23,7 +23,7 @@ use crate::exec::interrupt;
 use crate::workspace::Area;
 use attributed::Attributed;
 use merge::{Merge, Merged};
-use model::{ModelText, Summary};
+use model::{ModelSummary, ModelText};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -191,7 +191,7 @@ pub(crate) struct Session {
     /// Each step that ran and whether it passed, for [`Session::install`].
     outcomes: Mutex<Vec<(Step, bool)>>,
     merged: OnceLock<Result<Merge>>,
-    summary: OnceLock<Result<Summary>>,
+    summary: OnceLock<Result<ModelSummary>>,
     /// The merged lcov, absolute paths: the model every later step reads.
     lcov: OnceLock<Result<ModelText>>,
     attributed: OnceLock<Result<Attributed>>,

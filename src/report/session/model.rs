@@ -22,14 +22,14 @@ pub(super) struct ModelText {
 
 /// The model's summary over all objects (`summary.json`), and the host and
 /// device totals when there is device code.
-pub(super) struct Summary {
+pub(super) struct ModelSummary {
     pub(super) all: SummaryExport,
     pub(super) host: Totals,
     pub(super) device: Option<Totals>,
 }
 
 impl Session {
-    pub(super) fn summary(&self) -> Result<&Summary> {
+    pub(super) fn summary(&self) -> Result<&ModelSummary> {
         let Some(Ok(Merge::Done(merged))) = self.merged.get() else {
             return Err(Error::new("the summary needs a merged profile"));
         };
@@ -54,10 +54,10 @@ impl Session {
                     )?;
                     let host = lcov::parse_lcov(model.host.as_deref().unwrap_or(&model.text), "the host lcov")?;
                     let host = merged.inputs.model_summary(&host)?.1;
-                    return Ok(Summary { host: Totals::of(&host), all, device: Some(device) });
+                    return Ok(ModelSummary { host: Totals::of(&host), all, device: Some(device) });
                 }
                 if m.device_objects.is_empty() {
-                    return Ok(Summary { host: Totals::of(&all), all, device: None });
+                    return Ok(ModelSummary { host: Totals::of(&all), all, device: None });
                 }
                 let host = merged
                     .inputs
@@ -67,7 +67,7 @@ impl Session {
                     .inputs
                     .with_objects(m.llvm_device_objects())
                     .summary_json(&self.ctx.workspace, &dir.join("summary-device.json"))?;
-                Ok(Summary { host: Totals::of(&host), device: Some(Totals::of(&device)), all })
+                Ok(ModelSummary { host: Totals::of(&host), device: Some(Totals::of(&device)), all })
             })
             .as_ref()
             .map_err(|e| e.clone().context("the model's summary (llvm-cov export -summary-only) failed"))

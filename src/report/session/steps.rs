@@ -163,8 +163,8 @@ impl Session {
     pub(super) fn minimal_suite(&self, merged: &Merged) -> Result<()> {
         let a = self.attributed(merged)?;
         let plan = plan::plan(self.ctx.config());
-        let planned: Vec<minimal_suite::Planned> =
-            plan.iter().map(|t| minimal_suite::Planned { name: &t.name, ignored: t.ignored }).collect();
+        let planned: Vec<minimal_suite::PlannedTrial> =
+            plan.iter().map(|t| minimal_suite::PlannedTrial { name: &t.name, ignored: t.ignored }).collect();
         let full_s: f64 = merged.results.iter().map(|r| r.duration_s.max(0.0)).sum();
         let suite = minimal_suite::minimal_suite(&a.trials, &planned, merged.results.len(), full_s);
         self.ctx
@@ -189,7 +189,7 @@ impl Session {
 
 /// `html` with a warning at the top of its body.
 fn with_warning(html: &str, warning: &str) -> String {
-    let escaped = warning.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let escaped = report::escape_html(warning);
     let banner = format!("<p class='warning' style='color:#a00;font-weight:bold'>{escaped}</p>");
     match html.find("<body>").map(|at| at + "<body>".len()) {
         Some(at) => format!("{}{banner}{}", &html[..at], &html[at..]),
