@@ -187,10 +187,27 @@ impl Context {
             Some(dir) => PathBuf::from(dir),
             None => project_root(),
         };
-        let config_path = match env("CCL_COV_CONFIG").filter(|v| !v.is_empty()) {
-            Some(p) => absolute(&root, Path::new(&p)),
+        let given = env("CCL_COV_CONFIG").filter(|v| !v.is_empty());
+        let config_path = match &given {
+            Some(p) => absolute(&root, Path::new(p)),
             None => root.join(config::DEFAULT_CONFIG_PATH),
         };
+        // A config named but not there is an error, never the embedded default.
+        if let Some(given) = &given
+            && !config_path.exists()
+        {
+            let tried = if Path::new(given).is_absolute() {
+                String::new()
+            } else {
+                let cwd = std::env::current_dir().unwrap_or_else(|_| root.clone());
+                format!(", relative to the current folder {}", cwd.display())
+            };
+            return Err(Error::new(format!(
+                "{}: no such config: looked for {}{tried}",
+                env_names::setting("CCL_COV_CONFIG", given),
+                config_path.display()
+            )));
+        }
         let overlay = match env("CCL_COV_OVERLAY").filter(|v| !v.is_empty()) {
             Some(p) => absolute(&root, Path::new(&p)),
             None => Some(config_path.with_extension("overlay.json"))

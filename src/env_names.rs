@@ -47,6 +47,38 @@ pub(crate) const FAIL_UNDER: [(&str, &str); 4] = [
     ("branches", "CCL_COV_FAIL_UNDER_BRANCHES"),
 ];
 
+/// Set to `1` by `cargo coverage` (`.cargo/config.toml`) and by
+/// `ccl-coverage run` and `list`: the test filters were given to select
+/// trials, on purpose. The trials then refuse a filter that matches none,
+/// and the report runs every step whatever the filter; a plain `cargo test
+/// FILTER` (unset) behaves as libtest does.
+pub const TRIAL_FILTER: &str = "CCL_COV_TRIAL_FILTER";
+
+/// The variables the command line set from its options, and each option's
+/// name: a message about a setting names what the user typed
+/// (`--fail-under-lines 80`), not the variable it reached the harness by.
+static FROM_OPTIONS: std::sync::Mutex<Vec<(&'static str, &'static str)>> = std::sync::Mutex::new(Vec::new());
+
+/// Records that the command line's `option` set `var`.
+pub fn set_by_option(var: &'static str, option: &'static str) {
+    FROM_OPTIONS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((var, option));
+}
+
+/// The option that set `var`, if the command line did.
+pub(crate) fn option_of(var: &str) -> Option<&'static str> {
+    let set = FROM_OPTIONS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    set.iter().rev().find(|(v, _)| *v == var).map(|(_, o)| *o)
+}
+
+/// A setting as the user gave it: `--fail-under-lines 80` when the command
+/// line's option set it, else `CCL_COV_FAIL_UNDER_LINES=80`.
+pub(crate) fn setting(var: &str, value: &str) -> String {
+    match option_of(var) {
+        Some(option) => format!("{option} {value}"),
+        None => format!("{var}={value}"),
+    }
+}
+
 /// What a known variable's value must be. The context checks every set
 /// variable against its kind when it loads, so a value read only late (a
 /// report step's bar) is refused before anything runs.
@@ -96,6 +128,11 @@ pub(crate) const KNOWN: &[Known] = &[
     known("CCL_COV_DEVICE_COVERAGE", ValueKind::Text, "auto, on or off: overrides coverage.device.mode"),
     known("CCL_COV_CUPTI", ValueKind::Text, "the libcupti (or its folder) for NVIDIA device coverage"),
     known("CCL_COV_DRY_RUN", ValueKind::Text, "1 or json: print what would run, run nothing"),
+    known(
+        TRIAL_FILTER,
+        ValueKind::Switch,
+        "set by cargo coverage: the test filter selects trials; the report runs every step",
+    ),
     known("CCL_COV_RERUN_FAILED", ValueKind::Switch, "rerun a failed upstream trial with its rerun_env_variables"),
     known("CCL_COV_BUILD_DIR", ValueKind::Text, "an existing instrumented library build"),
     known("CCL_COV_TESTS_DIR", ValueKind::Text, "existing test binaries"),
@@ -158,8 +195,18 @@ pub(crate) fn lookup(name: &str) -> Option<&'static Known> {
 /// The candidate `name` was most likely meant to be: the closest by edit
 /// distance (ignoring case), if it is close enough to be a slip.
 pub(crate) fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let upper = name.to_ascii_uppercase();
-    let slack = (upper.len().saturating_sub(PREFIX.len()) / 3).max(2);
+    nearest(name, name.len().saturating_sub(PREFIX.len()), candidates)
+}
+
+/// The candidate closest to `word` by edit distance (ignoring case), if it
+/// is within a third of `significant` characters (at least 2) of it.
+pub(crate) fn nearest<'a>(
+    word: &str,
+    significant: usize,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let upper = word.to_ascii_uppercase();
+    let slack = (significant / 3).max(2);
     candidates
         .into_iter()
         .map(|c| (strsim::levenshtein(&upper, &c.to_ascii_uppercase()), c))
@@ -174,7 +221,7 @@ pub(crate) fn switch(name: &str, value: &str) -> Result<Option<bool>> {
         "" => Ok(None),
         "on" | "1" => Ok(Some(true)),
         "off" | "0" => Ok(Some(false)),
-        _ => bail!("{name}={value:?} is not a switch: expected on or off (or 1 or 0)"),
+        _ => bail!("{} is not a switch: expected on or off (or 1 or 0)", setting(name, &format!("{value:?}"))),
     }
 }
 
@@ -185,7 +232,7 @@ pub(crate) fn percent(name: &str, value: &str) -> Result<Option<f64>> {
     }
     match value.parse::<f64>() {
         Ok(p) if (0.0..=100.0).contains(&p) => Ok(Some(p)),
-        _ => bail!("{name}={value:?} is not a percentage: expected a number from 0 to 100"),
+        _ => bail!("{} is not a percentage: expected a number from 0 to 100", setting(name, &format!("{value:?}"))),
     }
 }
 
@@ -196,7 +243,7 @@ pub(crate) fn positive(name: &str, value: &str) -> Result<Option<u64>> {
     }
     match value.parse::<u64>() {
         Ok(n) if n > 0 => Ok(Some(n)),
-        _ => bail!("{name}={value:?} is not a number: expected a whole number above 0"),
+        _ => bail!("{} is not a number: expected a whole number above 0", setting(name, &format!("{value:?}"))),
     }
 }
 
@@ -228,6 +275,17 @@ mod tests {
         assert_eq!(did_you_mean("CCL_COV_FAIL_UNDER_FUNCTION", names()), Some("CCL_COV_FAIL_UNDER_FUNCTIONS"));
         assert_eq!(did_you_mean("CCL_COV_SOMETHING_ELSE", names()), None, "nothing close: no guess");
         assert_eq!(did_you_mean("CCL_COV_MY_BIN", ["CCL_COV_MY_BINS"]), Some("CCL_COV_MY_BINS"));
+    }
+
+    /// A message names the option the user typed, not the variable it set.
+    #[test]
+    fn a_setting_is_named_as_the_user_gave_it() {
+        let var = "CCL_COV_FAIL_UNDER_TEST_ONLY";
+        assert_eq!(setting(var, "80"), "CCL_COV_FAIL_UNDER_TEST_ONLY=80");
+        set_by_option(var, "--fail-under-test-only");
+        assert_eq!(setting(var, "80"), "--fail-under-test-only 80");
+        let err = percent(var, "150").unwrap_err().to_string();
+        assert_eq!(err, "--fail-under-test-only \"150\" is not a percentage: expected a number from 0 to 100");
     }
 
     #[test]

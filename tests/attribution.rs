@@ -112,6 +112,8 @@ fn attribution_minimal_suite_and_changed_lines_on_a_modified_fixture() {
     for step in ["report::attribution", "report::minimal_suite", "report::snapshot"] {
         assert!(text.contains(&format!("test {step}")), "{text}");
     }
+    // The screen's list of the report's files names the changed lines' page.
+    assert!(text.contains(&format!("\n  {}\n", s.ws.join("report/diff.md").display())), "{text}");
     assert!(
         text.contains("test report::attribution ... ok") || text.contains("test report::attribution     ... ok"),
         "{text}"

@@ -60,21 +60,156 @@ fn run_shows_progress_totals_and_hands_over_the_lcov() {
     assert!(text.contains("[1/1] PASS    AllReduce::1K::one ("), "{text}");
     assert!(text.lines().any(|l| l.starts_with("host      ") && l.contains('%')), "no totals: {text}");
     assert!(text.contains("least covered files (lines):"), "{text}");
-    assert!(text.contains("2 trials: 1 passed, 0 failed, 0 timed out, 1 not run"), "{text}");
+    assert!(text.contains("ccl-coverage: 1 of 2 trials ran: 1 passed, 0 failed, 0 timed out"), "{text}");
     assert!(!text.contains("--skip AllReduce"), "the minimal suite's command belongs in its file: {text}");
     assert!(std::fs::read_to_string(&lcov).unwrap().contains("SF:"), "the lcov was not handed over");
-    // A bar as an option reaches the thresholds step.
+    // A bar as an option reaches the thresholds step, and is named as typed.
     let gated = harness(&s, "report", &["--fail-under-lines", "99.9"], LIMIT);
     assert!(!gated.success && gated.text().contains("report::thresholds"), "{}", gated.text());
+    assert!(gated.text().contains("is under --fail-under-lines 99.9"), "{}", gated.text());
     let wrong = harness(&s, "report", &["--fail-under-lines", "150"], LIMIT);
     assert_eq!(wrong.code, Some(2), "{}", wrong.text());
+    assert!(wrong.text().contains("--fail-under-lines \"150\" is not a percentage"), "{}", wrong.text());
+    // Set as a variable, the variable is named.
+    let mut by_var = command(&s, "report", &[]);
+    by_var.env("CCL_COV_FAIL_UNDER_LINES", "99.9");
+    let gated = support::spawn(&s, by_var).wait(LIMIT);
+    assert!(gated.text().contains("is under CCL_COV_FAIL_UNDER_LINES=99.9"), "{}", gated.text());
+}
+
+/// A report handed to stdout is all that stdout holds: libtest's lines and
+/// the harness's go to stderr, and `--open` without a browser warns.
+#[test]
+fn a_report_on_stdout_is_clean_and_open_without_a_browser_only_warns() {
+    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
+    let ran = harness(&s, "run", &["--lcov"], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    let lcov_line = |l: &str| {
+        l == "end_of_record" || l.split_once(':').is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_uppercase()))
+    };
+    assert!(
+        ran.stdout.starts_with("SF:") && ran.stdout.lines().all(lcov_line),
+        "stdout is not lcov alone:\n{}",
+        ran.stdout
+    );
+    assert!(
+        ran.stderr.lines().any(|l| l.starts_with("test report::merge ") && l.ends_with("... ok")),
+        "{}",
+        ran.stderr
+    );
+    let report = harness(&s, "report", &["--lcov"], LIMIT);
+    assert!(
+        report.success && report.stdout.starts_with("SF:") && report.stdout.lines().all(lcov_line),
+        "{}",
+        report.stdout
+    );
+    assert_eq!(report.stdout, std::fs::read_to_string(s.ws.join("report/coverage.lcov")).unwrap());
+    // An xdg-open that fails, as on a machine without a browser.
+    let bin = s.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let opener = bin.join("xdg-open");
+    std::fs::write(&opener, "#!/bin/sh\necho no method available for opening \"$1\" >&2\nexit 3\n").unwrap();
+    std::fs::set_permissions(&opener, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut open = command(&s, "report", &["--open"]);
+    open.env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()));
+    let opened = support::spawn(&s, open).wait(LIMIT);
+    assert!(opened.success, "the report was written: {}", opened.text());
+    assert!(opened.stderr.contains("ccl-coverage: warning: cannot open"), "{}", opened.stderr);
+}
+
+/// A partial run says what it ran, then what else the report uses (the
+/// names of those trials are in `meta.json`, not on the terminal), once.
+#[test]
+fn a_partial_run_says_what_it_ran_and_what_the_report_also_uses() {
+    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}, {"name": "two", "ranks": 2}])));
+    assert!(harness(&s, "run", &[], LIMIT).success);
+    let ran = harness(&s, "run", &["AllReduce::1K::one"], LIMIT);
+    let text = ran.text();
+    assert!(ran.success, "{text}");
+    let last = text.lines().rfind(|l| l.starts_with("ccl-coverage: ")).unwrap_or_default();
+    assert!(
+        last.starts_with(
+            "ccl-coverage: 1 of 2 trials ran: 1 passed, 0 failed, 0 timed out; the report also uses 1 result of earlier runs of this build (oldest: run "
+        ),
+        "{text}"
+    );
+    assert_eq!(text.matches("earlier runs").count(), 1, "said once, by the last line: {text}");
+    assert!(!text.contains("AllReduce::1K::two"), "the other trials' names belong in meta.json: {text}");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(s.ws.join("report/meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["earlier_runs"][0]["trials"], json!(["AllReduce::1K::two"]), "{meta}");
+}
+
+/// A filter given to `run` or `list` that matches no trial is refused with
+/// the name it most likely meant; nothing is built and no report step runs.
+/// A wrong `--config` is named as typed, resolved against the current
+/// folder, and a setting's error is said once.
+#[test]
+fn a_filter_that_matches_no_trial_is_refused_and_errors_name_what_was_typed() {
+    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
+    for sub in ["run", "list"] {
+        let ran = harness(&s, sub, &["NoSuchCollective"], LIMIT);
+        let text = ran.text();
+        assert_eq!(ran.code, Some(2), "{text}");
+        assert!(text.contains("ccl-coverage: no trial matches `NoSuchCollective`"), "{text}");
+        assert!(!text.contains("report::") && !text.contains("running"), "{text}");
+    }
+    let ran = harness(&s, "run", &["AllReduse"], LIMIT);
+    assert!(ran.text().contains("no trial matches `AllReduse` (did you mean `AllReduce`?)"), "{}", ran.text());
+    assert!(!s.ws.exists(), "a refused run touched the workspace");
+
+    let mut cmd = command(&s, "run", &["--config", "configs/local.json"]);
+    cmd.current_dir(support::root().join("tests")).env_remove("CCL_COV_CONFIG");
+    let wrong = support::spawn(&s, cmd).wait(LIMIT);
+    let tests = support::root().join("tests");
+    assert_eq!(wrong.code, Some(2), "{}", wrong.text());
+    assert!(
+        wrong.stderr.contains(&format!(
+            "--config configs/local.json: no such config: looked for {}, relative to the current folder {}",
+            tests.join("configs/local.json").display(),
+            tests.display()
+        )),
+        "{}",
+        wrong.text()
+    );
+    let mut typo = command(&s, "run", &[]);
+    typo.env("CCL_COV_FAIL_UNDER_LINE", "80");
+    let typo = support::spawn(&s, typo).wait(LIMIT);
+    assert_eq!(typo.code, Some(2), "{}", typo.text());
+    assert_eq!(typo.text().matches("did you mean CCL_COV_FAIL_UNDER_LINES?").count(), 1, "{}", typo.text());
+}
+
+/// `list` marks ignored trials, prints JSON when asked, and takes no
+/// `--test-threads` (it runs nothing).
+#[test]
+fn list_marks_ignored_trials_and_speaks_json() {
+    let s = setup(|v| {
+        only(
+            v,
+            "AllReduce",
+            &["1K"],
+            json!([{"name": "one", "ranks": 2}, {"name": "slow", "ranks": 2, "ignore": true}]),
+        );
+    });
+    let listed = harness(&s, "list", &[], LIMIT);
+    assert!(listed.success, "{}", listed.text());
+    assert_eq!(listed.stdout.lines().next(), Some("AllReduce::1K::one"), "{}", listed.stdout);
+    assert!(listed.stdout.lines().any(|l| l.starts_with("AllReduce::1K::slow  (ignored: ")), "{}", listed.stdout);
+    let json = harness(&s, "list", &["--format", "json"], LIMIT);
+    let trials: serde_json::Value =
+        serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", json.stdout));
+    assert_eq!(trials[0], json!({"name": "AllReduce::1K::one", "ignored": false, "ignore_reason": null}));
+    assert_eq!(trials[1]["ignored"], true);
+    let terse = harness(&s, "list", &["--format", "terse", "--ignored"], LIMIT);
+    assert_eq!(terse.stdout, "AllReduce::1K::slow: test\n");
+    assert_eq!(harness(&s, "list", &["--test-threads", "2"], LIMIT).code, Some(2));
 }
 
 #[test]
 fn list_show_env_and_clean() {
     let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
     let listed = harness(&s, "list", &[], LIMIT);
-    assert!(listed.success && listed.stdout.contains("AllReduce::1K::one: test"), "{}", listed.text());
+    assert!(listed.success && listed.stdout == "AllReduce::1K::one\n", "{}", listed.text());
     let env = harness(&s, "show-env", &[], LIMIT);
     assert!(env.success, "{}", env.text());
     assert!(env.stdout.contains(&format!("workspace:   {}", s.ws.display())), "{}", env.stdout);
@@ -92,6 +227,63 @@ fn list_show_env_and_clean() {
     let mut cmd = command(&s, "clean", &[]);
     cmd.env("CCL_COV_WORKSPACE", s.dir.path().join("none"));
     assert!(support::spawn(&s, cmd).wait(LIMIT).success);
+}
+
+/// `clean --builds` keeps a build another config's workspace still uses,
+/// deletes the others with their lock files, and the hint for a build in use
+/// names the `--config` given. Its own build cache (`CARGO_TARGET_DIR`), so
+/// that the suite's shared one stays whole.
+#[test]
+fn clean_builds_keeps_what_another_workspace_uses_and_leaves_no_lock_files() {
+    let target = tempfile::tempdir().unwrap();
+    let state = target.path().join("ccl-coverage");
+    let config = |name: &str| {
+        let mut s = setup(|v| {
+            only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}]));
+            v["name"] = json!(name);
+        });
+        s.ws = state.join(name);
+        s.env.push(("CARGO_TARGET_DIR".into(), target.path().display().to_string()));
+        s
+    };
+    let (a, b) = (config("a"), config("b"));
+    for s in [&a, &b] {
+        let ran = harness(s, "collectives", &[], LIMIT);
+        assert!(ran.success, "{}", ran.text());
+    }
+    let builds = state.join("builds");
+    let listed = || {
+        let mut names: Vec<String> = std::fs::read_dir(&builds)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let key = listed().into_iter().find(|n| !n.contains('.')).expect("a build");
+    assert_eq!(listed().iter().filter(|n| !n.contains('.')).count(), 1, "a and b share one build: {:?}", listed());
+
+    let a_config = a.config.display().to_string();
+    let cleaned = harness(&a, "clean", &["--builds", "--config", &a_config], LIMIT);
+    assert!(cleaned.success && !a.ws.exists(), "{}", cleaned.text());
+    assert!(cleaned.text().contains(&format!("the workspace {} still uses it", b.ws.display())), "{}", cleaned.text());
+    assert!(builds.join(&key).join("build.json").is_file(), "the build b uses was deleted");
+
+    // In use by a run (its shared lock): kept, and the hint names the config given.
+    let held = std::fs::File::open(builds.join(format!("{key}.lock"))).unwrap();
+    held.lock_shared().unwrap();
+    let b_config = b.config.display().to_string();
+    let kept = harness(&b, "clean", &["--builds", "--config", &b_config], LIMIT);
+    assert_eq!(kept.code, Some(2), "{}", kept.text());
+    // The workspace came as a variable, the config as an option: each as given.
+    let again =
+        format!("run `CCL_COV_WORKSPACE={} ccl-coverage clean --builds --config {b_config}` again", b.ws.display());
+    assert!(kept.text().contains(&again), "{}", kept.text());
+    drop(held);
+    let cleaned = harness(&b, "clean", &["--builds"], LIMIT);
+    assert!(cleaned.success, "{}", cleaned.text());
+    assert_eq!(listed(), Vec::<String>::new(), "left in {}", builds.display());
 }
 
 /// A config whose one trial, `AllReduce::1K::flaky`, fails its first
@@ -158,7 +350,7 @@ fn each_format_goes_to_its_own_output_path() {
     assert!(ran.success, "{text}");
     assert!(!text.contains("PASS    AllReduce::1K::one"), "-q shows passing trials: {text}");
     assert!(!text.contains("least covered files"), "-q shows the totals table: {text}");
-    assert!(text.contains("1 trials: 1 passed"), "-q drops the tallies: {text}");
+    assert!(text.contains("1 of 1 trials ran: 1 passed"), "-q drops the tallies: {text}");
     let out = s.dir.path().join("out");
     let p = |name: &str| out.join(name).display().to_string();
     let (lcov, cob, codecov, summary) = (p("a.lcov"), p("c.xml"), p("codecov.json"), p("summary.json"));
@@ -201,8 +393,8 @@ fn each_format_goes_to_its_own_output_path() {
     }
     assert_eq!((json!(covered), json!(count)), (lines["covered"].clone(), lines["count"].clone()), "{lines}");
     // The text summary on stdout, then the lines no trial ran; also after the totals.
-    // (libtest's own lines are on stdout too: a report on stdout is #33's.)
-    assert!(report.stdout.contains("\nFilename ") && report.stdout.contains("\nTOTAL "), "{}", report.stdout);
+    // The report is all that stdout holds: libtest's own lines went to stderr.
+    assert!(report.stdout.starts_with("Filename ") && report.stdout.contains("\nTOTAL "), "{}", report.stdout);
     assert!(
         report.stdout.contains("\nUncovered lines:\nccl") && report.stdout.contains("\nccl/src/all_gather.cc: "),
         "{}",

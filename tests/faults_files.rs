@@ -488,7 +488,7 @@ fn a_build_that_failed_is_counted_as_this_run_s_failure() {
     let ran = harness(&s, "run", &[], LIMIT);
     let text = ran.text();
     assert!(!ran.success, "{text}");
-    assert!(text.contains("ccl-coverage: 1 trials: 0 passed, 1 failed"), "the tally: {text}");
+    assert!(text.contains("ccl-coverage: 1 of 1 trials ran: 0 passed, 1 failed"), "the tally: {text}");
     let run: Value = serde_json::from_str(&fs::read_to_string(s.ws.join("results/run.json")).unwrap()).unwrap();
     assert_eq!(run["summary"]["failed"], 1, "{run}");
     assert_eq!(run["summary"]["passed"], 0, "{run}");

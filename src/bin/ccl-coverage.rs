@@ -11,9 +11,11 @@
 // The doc comments below are `--help` text, read in a terminal: no backticks.
 #![allow(clippy::doc_markdown)]
 
+use ccl_coverage::env_names;
+use ccl_coverage::harness::select::{Intent, Selection};
+use ccl_coverage::harness::{collectives, coverage_report, tools};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use libtest_mimic::Arguments;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -46,6 +48,12 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The coverage_report test binary as it is: `ccl-coverage coverage-report [libtest arguments]`.
+    #[command(hide = true)]
+    CoverageReport {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 /// Which config, and which workspace.
@@ -62,8 +70,9 @@ struct Place {
 /// Which trials (or report steps), as libtest selects them.
 #[derive(Args)]
 struct Select {
-    /// Only names containing FILTER (e.g. `AllReduce`, `AllReduce::1K`).
-    filter: Option<String>,
+    /// Only names containing a FILTER (e.g. `AllReduce`, `AllReduce::1K`; several: any of them).
+    #[arg(value_name = "FILTER")]
+    filters: Vec<String>,
     /// FILTER must match a whole name.
     #[arg(long)]
     exact: bool,
@@ -76,6 +85,11 @@ struct Select {
     /// Run only the ignored ones.
     #[arg(long)]
     ignored: bool,
+}
+
+/// How libtest runs what was selected.
+#[derive(Args)]
+struct Libtest {
     /// How many run at once (the rank slots still bound how many ranks do).
     #[arg(long, value_name = "N")]
     test_threads: Option<usize>,
@@ -180,6 +194,11 @@ impl Format {
 type Targets = Vec<(Format, Option<PathBuf>)>;
 
 impl Output {
+    /// Whether a report will be printed on stdout (the HTML one's path too).
+    fn to_stdout(targets: &Targets) -> bool {
+        targets.iter().any(|(_, to)| to.is_none())
+    }
+
     fn chosen(&self) -> Vec<Format> {
         let text = self.text || (self.summary_only && !self.json);
         [
@@ -250,7 +269,7 @@ impl Output {
 
     /// Hands over the chosen reports, and opens the HTML one if asked.
     fn deliver(&self, targets: &Targets, report: &Path) -> ExitCode {
-        let missing = || ccl_coverage::harness::tools::missing_lines(report).map_err(|e| e.to_string());
+        let missing = || tools::missing_lines(report).map_err(|e| e.to_string());
         if self.show_missing_lines {
             match missing() {
                 Ok(text) => eprint!("{text}"),
@@ -301,10 +320,10 @@ impl Output {
         }
         if self.open {
             let index = report.join("html/index.html");
+            // The report was written: no browser here is no failure of the run.
             let opened = ccl_coverage::exec::process::Cmd::new("xdg-open").arg(&index).read();
             if let Err(e) = opened {
-                eprintln!("ccl-coverage: cannot open {}: {e}", index.display());
-                return ExitCode::FAILURE;
+                eprintln!("ccl-coverage: warning: cannot open {} ({e}); open it yourself", index.display());
             }
         }
         ExitCode::SUCCESS
@@ -378,6 +397,8 @@ struct Run {
     #[command(flatten)]
     select: Select,
     #[command(flatten)]
+    libtest: Libtest,
+    #[command(flatten)]
     shard: Shard,
     /// Device (GPU kernel) coverage: auto, on or off (overrides coverage.device.mode).
     #[arg(long, env = "CCL_COV_DEVICE_COVERAGE", value_enum)]
@@ -406,9 +427,11 @@ struct Run {
 struct Report {
     #[command(flatten)]
     place: Place,
-    /// Which report steps (e.g. `report::html`); a filter that names no step (a trial's name) is dropped.
+    /// Which report steps (e.g. `report::html`); a filter that names no step is refused.
     #[command(flatten)]
     select: Select,
+    #[command(flatten)]
+    libtest: Libtest,
     /// List the report steps.
     #[arg(long)]
     list: bool,
@@ -429,8 +452,18 @@ struct List {
     place: Place,
     #[command(flatten)]
     select: Select,
+    /// pretty (one trial a line, ignored ones marked), terse (libtest's `NAME: test`) or json.
+    #[arg(long, value_enum, default_value = "pretty")]
+    format: ListFormat,
     #[command(flatten)]
     shard: Shard,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ListFormat {
+    Pretty,
+    Terse,
+    Json,
 }
 
 #[derive(Args)]
@@ -480,24 +513,85 @@ impl Gates {
 }
 
 impl Select {
-    /// The libtest arguments these options stand for.
-    fn argv(&self) -> Vec<String> {
+    /// The libtest arguments these options stand for, but the filters
+    /// ([`Select::filters_argv`], last).
+    fn argv(&self, libtest: Option<&Libtest>) -> Vec<String> {
         let mut argv = vec!["ccl-coverage".to_string()];
-        argv.extend(self.filter.clone());
         argv.extend(self.exact.then(|| "--exact".to_string()));
         for pattern in &self.skip {
             argv.extend(["--skip".to_string(), pattern.clone()]);
         }
         argv.extend(self.include_ignored.then(|| "--include-ignored".to_string()));
         argv.extend(self.ignored.then(|| "--ignored".to_string()));
-        if let Some(n) = self.test_threads {
-            argv.extend(["--test-threads".to_string(), n.to_string()]);
-        }
-        if let Some(format) = &self.format {
-            argv.extend(["--format".to_string(), format.clone()]);
+        if let Some(libtest) = libtest {
+            if let Some(n) = libtest.test_threads {
+                argv.extend(["--test-threads".to_string(), n.to_string()]);
+            }
+            if let Some(format) = &libtest.format {
+                argv.extend(["--format".to_string(), format.clone()]);
+            }
         }
         argv
     }
+
+    /// `-- FILTER…`: after every option, so that a filter may start with `-`.
+    fn filters_argv(&self) -> impl Iterator<Item = String> + '_ {
+        std::iter::once("--".to_string()).chain(self.filters.iter().cloned())
+    }
+
+    fn selection(&self, libtest: Option<&Libtest>) -> Selection {
+        Selection::parse(self.argv(libtest).into_iter().chain(self.filters_argv()))
+    }
+}
+
+/// The options that set a harness variable, by argument id: a message
+/// about the setting names the option (`--fail-under-lines 80`).
+const OPTIONS: [(&str, &str, &str); 15] = [
+    ("config", "CCL_COV_CONFIG", "--config"),
+    ("retries", "CCL_COV_RETRIES", "--retries"),
+    ("jobs", "CCL_COV_JOBS", "--jobs"),
+    ("color", "CCL_COV_COLOR", "--color"),
+    ("workspace", "CCL_COV_WORKSPACE", "--workspace"),
+    ("device_coverage", "CCL_COV_DEVICE_COVERAGE", "--device-coverage"),
+    ("dry_run", "CCL_COV_DRY_RUN", "--dry-run"),
+    ("fail_under_lines", "CCL_COV_FAIL_UNDER_LINES", "--fail-under-lines"),
+    ("fail_under_functions", "CCL_COV_FAIL_UNDER_FUNCTIONS", "--fail-under-functions"),
+    ("fail_under_regions", "CCL_COV_FAIL_UNDER_REGIONS", "--fail-under-regions"),
+    ("fail_under_branches", "CCL_COV_FAIL_UNDER_BRANCHES", "--fail-under-branches"),
+    ("fail_under_diff", "CCL_COV_FAIL_UNDER_DIFF", "--fail-under-diff"),
+    ("diff_base", "CCL_COV_DIFF_BASE", "--diff-base"),
+    ("baseline", "CCL_COV_BASELINE", "--baseline"),
+    ("ignore_filename_regex", "CCL_COV_IGNORE_FILENAME_REGEX", "--ignore-filename-regex"),
+];
+
+/// Records which of [`OPTIONS`] the command line (not the environment) gave.
+fn note_options(matches: &ArgMatches) {
+    let Some((_, sub)) = matches.subcommand() else { return };
+    for id in sub.ids() {
+        if sub.value_source(id.as_str()) != Some(ValueSource::CommandLine) {
+            continue;
+        }
+        if let Some((_, var, option)) = OPTIONS.iter().find(|(i, _, _)| *i == id.as_str()) {
+            env_names::set_by_option(var, option);
+        }
+    }
+}
+
+/// Runs `f` with the process's stdout on stderr, when `on` (a report goes to
+/// stdout): whatever libtest and the harness print must not corrupt it.
+fn stdout_on_stderr<T>(on: bool, f: impl FnOnce() -> T) -> T {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let saved = on.then(|| rustix::io::dup(std::io::stdout().as_fd())).and_then(Result::ok);
+    if let Some(saved) = &saved {
+        let _ = std::io::stdout().flush();
+        let _ = rustix::stdio::dup2_stdout(std::io::stderr().as_fd());
+        let out = f();
+        let _ = std::io::stdout().flush();
+        let _ = rustix::stdio::dup2_stdout(saved);
+        return out;
+    }
+    f()
 }
 
 /// Writes `text` to `to`, making its folder.
@@ -540,12 +634,18 @@ fn main() -> ExitCode {
         return code;
     }
     let matches = Cli::command().get_matches();
+    note_options(&matches);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let sub = matches.subcommand().map(|(_, m)| m);
+    let trial_filter = || set(env_names::TRIAL_FILTER, Some("1"));
     match cli.command {
         Command::Collectives { args } => {
             let argv = std::iter::once("ccl-coverage".to_string()).chain(args);
-            ccl_coverage::harness::collectives::main_with(Arguments::from_iter(argv))
+            collectives::main_with(Selection::parse(argv), Intent::from_env())
+        }
+        Command::CoverageReport { args } => {
+            let argv = std::iter::once("ccl-coverage".to_string()).chain(args);
+            coverage_report::main_with(Selection::parse(argv), Intent::from_env())
         }
         Command::Run(run) => {
             let targets = match sub.map(|m| run.output.targets(m)).unwrap_or_else(|| Ok(Vec::new())) {
@@ -555,6 +655,7 @@ fn main() -> ExitCode {
             run.place.apply();
             set("CCL_COV_PARTITION", run.shard.partition.as_ref());
             run.gates.apply();
+            trial_filter();
             set(
                 "CCL_COV_DEVICE_COVERAGE",
                 run.device_coverage.map(|d| match d {
@@ -566,30 +667,35 @@ fn main() -> ExitCode {
             set("CCL_COV_DRY_RUN", run.dry_run.as_ref());
             set("CCL_COV_RETRIES", run.retries.as_ref());
             set("CCL_COV_JOBS", run.jobs.as_ref());
-            let mut argv = run.select.argv();
+            let mut argv = run.select.argv(Some(&run.libtest));
             let mut report_argv = vec!["ccl-coverage".to_string()];
             run.display.apply(&mut argv);
             run.display.apply(&mut report_argv);
-            let ran = ccl_coverage::harness::collectives::run(Arguments::from_iter(argv));
-            let trials = ran.code;
-            // Refused (the workspace in use, a wrong config): what the
-            // workspace holds is another run's, not this one's to report.
-            if run.dry_run.is_some() || !ran.ran {
-                return trials;
+            argv.extend(run.select.filters_argv());
+            let selection = Selection::parse(argv);
+            let to_stdout = Output::to_stdout(&targets) && run.dry_run.is_none() && !run.no_report;
+            let (code, report_dir) = stdout_on_stderr(to_stdout, || {
+                let ran = collectives::run(&selection, Intent::Trials);
+                // Refused (the workspace in use, a wrong config, no trial
+                // matched): what the workspace holds is another run's, not
+                // this one's to report.
+                if run.dry_run.is_some() || !ran.ran {
+                    return (ran.code, None);
+                }
+                if run.no_report {
+                    tools::print_run_line();
+                    return (ran.code, None);
+                }
+                // The report covers what the workspace holds, whatever the trials did.
+                let report = coverage_report::after_run(&Selection::parse(report_argv));
+                tools::print_run_line();
+                // Also when a bar was not reached: CI uploads the lcov of a drop.
+                (worst(ran.code, report.code), tools::report_dir().filter(|_| report.installed))
+            });
+            match report_dir {
+                Some(dir) => worst(code, run.output.deliver(&targets, &dir)),
+                None => code,
             }
-            if run.no_report {
-                ccl_coverage::harness::tools::print_run_line();
-                return trials;
-            }
-            // The report covers what the workspace holds, whatever the trials did.
-            let report = ccl_coverage::harness::coverage_report::run(Arguments::from_iter(report_argv));
-            ccl_coverage::harness::tools::print_run_line();
-            // Also when a bar was not reached: CI uploads the lcov of a drop.
-            let delivered = match ccl_coverage::harness::tools::report_dir() {
-                Some(dir) if report.installed => run.output.deliver(&targets, &dir),
-                _ => ExitCode::SUCCESS,
-            };
-            worst(worst(trials, report.code), delivered)
         }
         Command::Report(report) => {
             let targets = match sub.map(|m| report.output.targets(m)).unwrap_or_else(|| Ok(Vec::new())) {
@@ -599,29 +705,43 @@ fn main() -> ExitCode {
             report.place.apply();
             report.gates.apply();
             if !report.merge_from.is_empty() {
-                let merged = ccl_coverage::harness::coverage_report::merge_shards(&report.merge_from);
+                let merged = coverage_report::merge_shards(&report.merge_from);
                 if merged != ExitCode::SUCCESS {
                     return merged;
                 }
             }
-            let mut argv = report.select.argv();
-            argv.extend(report.list.then(|| "--list".to_string()));
+            let mut argv = report.select.argv(Some(&report.libtest));
             report.display.apply(&mut argv);
-            let reported = ccl_coverage::harness::coverage_report::run(Arguments::from_iter(argv));
+            argv.extend(report.select.filters_argv());
+            let reported = stdout_on_stderr(Output::to_stdout(&targets) && !report.list, || {
+                let mut selection = Selection::parse(argv);
+                selection.args.list = report.list;
+                coverage_report::run(&selection, Intent::Steps)
+            });
             if report.list || !reported.installed {
                 return reported.code;
             }
-            match ccl_coverage::harness::tools::report_dir() {
+            match tools::report_dir() {
                 Some(dir) => worst(reported.code, report.output.deliver(&targets, &dir)),
                 None => reported.code,
             }
         }
         Command::List(list) => {
             list.place.apply();
-            set("CCL_COV_PARTITION", list.shard.partition.as_ref());
-            let mut argv = list.select.argv();
-            argv.push("--list".into());
-            ccl_coverage::harness::collectives::main_with(Arguments::from_iter(argv))
+            trial_filter();
+            // A shard's share is dealt by the collectives harness as it lists.
+            if list.shard.partition.is_some() {
+                set("CCL_COV_PARTITION", list.shard.partition.as_ref());
+                let mut selection = list.select.selection(None);
+                selection.args.list = true;
+                return collectives::main_with(selection, Intent::Trials);
+            }
+            let format = match list.format {
+                ListFormat::Pretty => tools::ListFormat::Pretty,
+                ListFormat::Terse => tools::ListFormat::Terse,
+                ListFormat::Json => tools::ListFormat::Json,
+            };
+            tools::list(&list.select.selection(None), format)
         }
         Command::WhoCovers(who) => {
             who.place.apply();
@@ -629,11 +749,11 @@ fn main() -> ExitCode {
         }
         Command::Clean(clean) => {
             clean.place.apply();
-            ccl_coverage::harness::tools::clean(clean.builds)
+            tools::clean(clean.builds)
         }
         Command::ShowEnv(place) => {
             place.apply();
-            ccl_coverage::harness::tools::show_env()
+            tools::show_env()
         }
         Command::ConfigSchema => {
             let schema = ccl_coverage::config::schema::json_schema();

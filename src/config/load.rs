@@ -86,7 +86,7 @@ pub fn load(path: &Path, env: Lookup<'_>) -> Result<LoadedConfig> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => bail!("{}: {e}", path.display()),
         Err(e) => {
-            bail!("cannot read config {}: {e} (set CCL_COV_CONFIG to an existing configs/*.json)", path.display())
+            bail!("cannot read config {}: {e}", path.display())
         }
     };
     load_str(&text, path, env)

@@ -91,7 +91,13 @@ impl Blocker {
 /// On failure, every path looked at.
 pub(crate) fn find_cupti(env: Lookup) -> std::result::Result<PathBuf, Vec<PathBuf>> {
     let mut looked = Vec::new();
-    let in_dir = |dir: &Path, looked: &mut Vec<PathBuf>| {
+    // `/usr/bin` and `/usr/sbin` share a prefix, and `/lib` is often `/usr/lib`:
+    // each folder is looked in (and named) once.
+    let mut seen = std::collections::HashSet::new();
+    let mut in_dir = |dir: &Path, looked: &mut Vec<PathBuf>| {
+        if !seen.insert(dir.to_path_buf()) {
+            return None;
+        }
         ["libcupti.so.13", "libcupti.so"].iter().map(|name| dir.join(name)).find(|p| {
             looked.push(p.clone());
             p.is_file()
@@ -107,11 +113,12 @@ pub(crate) fn find_cupti(env: Lookup) -> std::result::Result<PathBuf, Vec<PathBu
     for bin in env("PATH").unwrap_or_default().split(':').filter(|d| !d.is_empty()) {
         let Some(prefix) = Path::new(bin).parent() else { continue };
         for lib in ["lib", "lib64"] {
-            let Ok(entries) = std::fs::read_dir(prefix.join(lib)) else { continue };
+            let Ok(lib) = std::fs::canonicalize(prefix.join(lib)) else { continue };
+            let Ok(entries) = std::fs::read_dir(&lib) else { continue };
             let mut pythons: Vec<PathBuf> = entries
                 .flatten()
                 .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
-                .map(|e| e.path().join("site-packages/nvidia/cu13/lib"))
+                .map(|e| lib.join(e.file_name()).join("site-packages/nvidia/cu13/lib"))
                 .collect();
             pythons.sort();
             for dir in pythons {
@@ -497,10 +504,21 @@ mod tests {
         let cuda = root.path().join("cuda");
         let toolkit = cuda.join("extras/CUPTI/lib64");
         std::fs::create_dir_all(&toolkit).unwrap();
-        let path = format!("/nonexistent/bin:{}", venv.join("bin").display());
-        // Nothing anywhere: every place is named.
+        // `sbin` beside `bin`, and a `lib` that is a link to another: one folder, looked in once.
+        std::fs::create_dir_all(venv.join("sbin")).unwrap();
+        std::fs::create_dir_all(root.path().join("merged/bin")).unwrap();
+        std::os::unix::fs::symlink(venv.join("lib"), root.path().join("merged/lib")).unwrap();
+        let path = format!(
+            "/nonexistent/bin:{}:{}:{}",
+            venv.join("bin").display(),
+            venv.join("sbin").display(),
+            root.path().join("merged/bin").display()
+        );
+        // Nothing anywhere: every place is named, once.
         let env = lookup(vec![("PATH", path.clone()), ("CUDA_HOME", cuda.display().to_string())]);
         let looked = find_cupti(&env).unwrap_err();
+        let once: BTreeSet<_> = looked.iter().collect();
+        assert_eq!(once.len(), looked.len(), "a path named twice: {looked:?}");
         assert!(looked.contains(&wheel.join("libcupti.so.13")), "{looked:?}");
         assert!(looked.contains(&toolkit.join("libcupti.so.13")), "{looked:?}");
         assert!(looked.contains(&cuda.join("lib64/libcupti.so.13")), "{looked:?}");

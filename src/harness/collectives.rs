@@ -2,12 +2,13 @@
 //! trial, each run by the suite (`suite/`: the shared build, placement, the
 //! trial's lifecycle), with a line of progress as each ends.
 
+use super::select::{Intent, Selection};
 use crate::context::Verbosity;
 use crate::exec::interrupt;
 use crate::plan;
 use crate::suite::{Outcome, Suite};
 use crate::verdict::Status;
-use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use libtest_mimic::{Completion, Failed, Trial};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -27,7 +28,21 @@ struct Progress {
 }
 
 impl Progress {
-    fn finished(&self, name: &str, took: std::time::Duration, outcome: &Outcome) {
+    /// `since`: when the build was ready, so that its time is not taken for
+    /// the trials' (the first trial's estimate would include it).
+    fn finished(&self, name: &str, took: std::time::Duration, since: Option<std::time::Instant>, outcome: &Outcome) {
+        if let Some(line) = self.line(name, took, since, outcome) {
+            eprintln!("{line}");
+        }
+    }
+
+    fn line(
+        &self,
+        name: &str,
+        took: std::time::Duration,
+        since: Option<std::time::Instant>,
+        outcome: &Outcome,
+    ) -> Option<String> {
         let done = self.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         // SGR colours: green, yellow, red.
         let (verdict, colour) = match outcome {
@@ -41,10 +56,11 @@ impl Progress {
         let total = self.total.load(std::sync::atomic::Ordering::SeqCst).max(done);
         // `-q`: only what did not simply pass.
         if self.screen.verbosity == Verbosity::Quiet && matches!(outcome, Outcome::Passed) {
-            return;
+            return None;
         }
         // Trials run side by side: the wall time so far per trial ended.
-        let left = (done < total).then(|| self.started.elapsed().mul_f64((total - done) as f64 / done as f64));
+        let since = since.map_or(self.started, |ready| ready.max(self.started));
+        let left = (done < total).then(|| since.elapsed().mul_f64((total - done) as f64 / done as f64));
         let left = left.map_or_else(String::new, |l| format!(", about {} left", short(l)));
         let flaky = match outcome {
             Outcome::Flaky { attempts } => format!(", passed on attempt {}", attempts + 1),
@@ -52,7 +68,7 @@ impl Progress {
         };
         let shown =
             if self.screen.color { format!("\x1b[{colour}m{verdict:<7}\x1b[0m") } else { format!("{verdict:<7}") };
-        eprintln!("ccl-coverage: [{done}/{total}] {shown} {name} ({}{flaky}{left})", short(took));
+        Some(format!("ccl-coverage: [{done}/{total}] {shown} {name} ({}{flaky}{left})", short(took)))
     }
 }
 
@@ -101,24 +117,25 @@ pub fn main() -> ExitCode {
     if let Some(code) = crate::exec::supervisor::run_if_requested() {
         return code;
     }
-    main_with(Arguments::from_args())
+    main_with(Selection::from_args(), Intent::from_env())
 }
 
-pub fn main_with(args: Arguments) -> ExitCode {
-    run(args).code
+pub fn main_with(selection: Selection, intent: Intent) -> ExitCode {
+    run(&selection, intent).code
 }
 
 /// How a run of the trials ended, for `ccl-coverage run`.
 pub struct Ran {
     pub code: ExitCode,
     /// Whether it held the workspace and ran: a run refused (a wrong config,
-    /// a workspace in use) ran nothing, so the workspace's results are
-    /// another run's, and are neither reported nor tallied as its own.
+    /// a workspace in use, a filter that matches no trial) ran nothing, so
+    /// the workspace's results are another run's, and are neither reported
+    /// nor tallied as its own.
     pub ran: bool,
 }
 
 /// The trials as [`main_with`] runs them, saying whether they ran at all.
-pub fn run(args: Arguments) -> Ran {
+pub fn run(selection: &Selection, intent: Intent) -> Ran {
     let refused = |code| Ran { code, ran: false };
     let ctx = match super::load_context() {
         Ok(ctx) => ctx,
@@ -131,18 +148,17 @@ pub fn run(args: Arguments) -> Ran {
             eprintln!("ccl-coverage: warning: {w}");
         }
     }
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    if intent == Intent::Trials
+        && let Some(why) = selection.refusal("trial", &names)
+    {
+        eprintln!("ccl-coverage: {why}; `ccl-coverage list` names every trial");
+        return refused(ExitCode::from(2));
+    }
+    let args = selection.libtest(names.iter().copied());
     if ctx.dry_run && !args.list {
         return refused(super::dry_run::print(&ctx, &specs, &args));
     }
-    // Listing reads nothing and writes nothing: no lock, no workspace.
-    let _lock = if args.list {
-        None
-    } else {
-        match super::take_workspace(&ctx, super::Access::Write) {
-            Ok(lock) => Some(lock),
-            Err(code) => return refused(code),
-        }
-    };
     let progress = Progress {
         screen: ctx.screen,
         total: std::sync::atomic::AtomicUsize::new(0),
@@ -150,31 +166,28 @@ pub fn run(args: Arguments) -> Ran {
         started: std::time::Instant::now(),
     };
     let shared = Arc::new(Shared { suite: Suite::new(ctx), progress });
-    let trials = specs
+    let trials: Vec<Trial> = specs
         .iter()
         .cloned()
         .map(|spec| {
             let shared = shared.clone();
             let ignored = spec.ignored;
-            let reason = spec.ignore_reason.clone();
-            let name = spec.name.clone();
-            let trial = Trial::ignorable_test(name.clone(), move || {
+            Trial::ignorable_test(spec.name.clone(), move || {
                 let started = std::time::Instant::now();
                 let outcome = shared.suite.run(&spec);
-                shared.progress.finished(&spec.name, started.elapsed(), &outcome);
+                // The build, run by the first trial, is not its own time.
+                let ready = shared.suite.ready_at();
+                let began = ready.map_or(started, |r| r.max(started));
+                shared.progress.finished(&spec.name, began.elapsed(), ready, &outcome);
                 match outcome {
                     Outcome::Passed | Outcome::Flaky { .. } => Ok(Completion::Completed),
                     Outcome::Ignored(reason) => Ok(Completion::ignored_with(reason)),
                     Outcome::Failed(_, message) => Err(Failed::from(message)),
                 }
             })
-            .with_ignored_flag(ignored);
-            if let Some(why) = reason.filter(|_| !args.list && !args.is_filtered_out(&trial)) {
-                eprintln!("ccl-coverage: {name} is ignored: {why}");
-            }
-            trial
+            .with_ignored_flag(ignored)
         })
-        .collect::<Vec<Trial>>();
+        .collect();
     // As libtest decides: `--ignored` filters out the trials not ignored.
     let is_selected = |t: &Trial| !args.is_filtered_out(t) && (!args.ignored || t.has_ignored_flag());
     let runs = |t: &Trial| !t.has_ignored_flag() || args.ignored || args.include_ignored;
@@ -184,7 +197,39 @@ pub fn run(args: Arguments) -> Ran {
     };
     let selected: Vec<(plan::TrialSpec, bool)> =
         specs.into_iter().zip(&trials).filter(|(_, t)| is_selected(t)).map(|(spec, t)| (spec, runs(t))).collect();
-    shared.progress.total.store(selected.iter().filter(|(_, runs)| *runs).count(), std::sync::atomic::Ordering::SeqCst);
+    let running = selected.iter().filter(|(_, runs)| *runs).count();
+    if intent == Intent::Trials && !args.list && running == 0 {
+        let why = if selected.is_empty() {
+            "no ignored trial is among those the filters select".to_string()
+        } else {
+            format!("the {} trials the filters select are all ignored; --include-ignored runs them", selected.len())
+        };
+        eprintln!("ccl-coverage: {why}");
+        return refused(ExitCode::from(2));
+    }
+    if !args.list {
+        for (spec, _) in selected.iter().filter(|(_, runs)| !runs) {
+            if let Some(why) = &spec.ignore_reason {
+                eprintln!("ccl-coverage: {} is ignored: {why}", spec.name);
+            }
+        }
+    }
+    // Listing, or running no trial, reads nothing and writes nothing: no
+    // lock, no workspace (a plain `cargo test FILTER` meant for other tests).
+    let _lock = if args.list {
+        None
+    } else if running == 0 {
+        if let Err(code) = super::check_place(&shared.suite.ctx) {
+            return refused(code);
+        }
+        None
+    } else {
+        match super::take_workspace(&shared.suite.ctx, super::Access::Write) {
+            Ok(lock) => Some(lock),
+            Err(code) => return refused(code),
+        }
+    };
+    shared.progress.total.store(running, std::sync::atomic::Ordering::SeqCst);
     shared.suite.select(selected);
     let conclusion = libtest_mimic::run(&args, trials);
     let written = shared.suite.finish().inspect_err(|e| eprintln!("ccl-coverage: {e}"));
@@ -204,5 +249,30 @@ pub fn run(args: Arguments) -> Ran {
     } else {
         conclusion.exit_code()
     };
-    Ran { code, ran: !args.list }
+    Ran { code, ran: !args.list && running > 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// The first trial waits for the build: the time left is counted from
+    /// when the build was ready, not from the run's start.
+    #[test]
+    fn the_time_left_leaves_the_build_out() {
+        let now = Instant::now();
+        let progress = Progress {
+            screen: crate::context::Screen { color: false, verbosity: Verbosity::Normal },
+            total: std::sync::atomic::AtomicUsize::new(3),
+            done: std::sync::atomic::AtomicUsize::new(0),
+            started: now.checked_sub(Duration::from_secs(600)).unwrap(),
+        };
+        let ready = now.checked_sub(Duration::from_secs(2)).unwrap();
+        let line = progress.line("A::1K::ring", Duration::from_secs(2), Some(ready), &Outcome::Passed).unwrap();
+        assert!(line.starts_with("ccl-coverage: [1/3] PASS    A::1K::ring (2.00s, about 4."), "{line}");
+        let line = progress.line("A::1K::mpi", Duration::from_secs(1), None, &Outcome::Passed).unwrap();
+        assert!(line.contains("about 5m"), "without a build, from the start: {line}");
+        assert_eq!(short(Duration::from_secs(4000)), "1h06m");
+    }
 }

@@ -2,11 +2,15 @@
 //! as libtest-mimic trials, one per step so that a failure names its step. It
 //! never runs a trial and never deletes a profile (report-only); the report
 //! replaces `report/` as a whole, so no stale report survives next to a new
-//! one, and every report says which build and runs it came from.
+//! one, and every report says which build and runs it came from. A filter
+//! selects steps as libtest does, unless `cargo coverage` or `ccl-coverage
+//! run` handed over the trials' filter ([`Intent::Trials`]): then every step
+//! runs on what the trials left.
 
+use super::select::{Intent, Selection};
 use crate::exec::interrupt;
-use crate::report::session::{Done, Session, Step};
-use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use crate::report::session::{Done, Inputs, Session, Step};
+use libtest_mimic::{Completion, Failed, Trial};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -14,7 +18,7 @@ pub fn main() -> ExitCode {
     if let Some(code) = crate::exec::supervisor::run_if_requested() {
         return code;
     }
-    main_with(Arguments::from_args())
+    main_with(Selection::from_args(), Intent::from_env())
 }
 
 /// `ccl-coverage report --merge-from DIR…`: brings the shards' trials into
@@ -54,8 +58,8 @@ pub fn merge_shards(dirs: &[std::path::PathBuf]) -> ExitCode {
     }
 }
 
-pub fn main_with(args: Arguments) -> ExitCode {
-    run(args).code
+pub fn main_with(selection: Selection, intent: Intent) -> ExitCode {
+    run(&selection, intent).code
 }
 
 /// How a report ended, for `ccl-coverage run` and `report`.
@@ -68,42 +72,100 @@ pub struct Reported {
 }
 
 /// The report as [`main_with`] writes it, saying whether it was installed.
-pub fn run(mut args: Arguments) -> Reported {
+pub fn run(selection: &Selection, intent: Intent) -> Reported {
+    report(selection, intent, false)
+}
+
+/// `ccl-coverage run`'s report, after its trials: every step (`display`:
+/// libtest's `--color` and `--quiet`); the run's last line says which
+/// results it covers, so the report does not.
+pub fn after_run(display: &Selection) -> Reported {
+    report(display, Intent::Trials, true)
+}
+
+fn report(selection: &Selection, intent: Intent, after_run: bool) -> Reported {
     let refused = |code| Reported { code, installed: false };
     let ctx = match super::load_context() {
         Ok(ctx) => ctx,
         Err(code) => return refused(code),
     };
-    drop_trial_filter(&mut args, &Step::ALL.map(Step::name));
+    let names = Step::ALL.map(Step::name);
+    let selection = match intent {
+        // `cargo coverage -- AllReduce::1K` hands the trials' selection to this binary too.
+        Intent::Trials => {
+            if !selection.filters.is_empty() || !selection.args.skip.is_empty() {
+                eprintln!("ccl-coverage: the test filter selects trials (cargo coverage): every report step runs");
+            }
+            selection.without_selection()
+        }
+        Intent::Steps => {
+            if let Some(why) = selection.refusal("report step", &names) {
+                eprintln!("ccl-coverage: {why}; `ccl-coverage report --list` names every step");
+                return refused(ExitCode::from(2));
+            }
+            selection.clone()
+        }
+        Intent::Libtest => selection.clone(),
+    };
+    let args = selection.libtest(names);
     interrupt::stop_commands_too();
-    // Listing reads nothing and writes nothing: no lock, no workspace.
-    let _lock = if args.list {
+    // A place no workspace may be is refused before anything there is read.
+    let place = super::check_place(&ctx);
+    if let (Err(code), false) = (place, args.list) {
+        return refused(code);
+    }
+    let inputs = if place.is_ok() { Inputs::read(&ctx) } else { Inputs::default() };
+    let mut session = Session::new(ctx);
+    session.after_run = after_run;
+    let session = Arc::new(session);
+    // Under nextest a step ignored at run time shows as PASS: a line says it.
+    let nextest = std::env::var_os(crate::env_names::NEXTEST_RUN_ID).is_some_and(|v| !v.is_empty());
+    let trials: Vec<Trial> = Step::ALL
+        .into_iter()
+        .map(|step| {
+            let nothing = step.nothing_to_check(&session.ctx, &inputs);
+            let session = session.clone();
+            Trial::ignorable_test(step.name(), move || match session.run(step) {
+                Ok(Done::Completed) => Ok(Completion::Completed),
+                Ok(Done::Ignored(why)) => {
+                    if nextest {
+                        println!("SKIP: {}: {why}", step.name());
+                    }
+                    Ok(Completion::ignored_with(why))
+                }
+                Err(e) => Err(Failed::from(e.to_string())),
+            })
+            .with_ignored_flag(nothing.is_some())
+        })
+        .collect();
+    let selected = |t: &&Trial| !args.is_filtered_out(t) && (!args.ignored || t.has_ignored_flag());
+    let runs = |t: &&Trial| !t.has_ignored_flag() || args.ignored || args.include_ignored;
+    let running = trials.iter().filter(selected).filter(runs).count();
+    if !args.list {
+        match &inputs.nothing {
+            Some(nothing) if trials.iter().any(|t| selected(&t)) => {
+                eprintln!("ccl-coverage: nothing to report: {nothing}");
+            }
+            _ => {
+                for (step, trial) in Step::ALL.iter().zip(&trials) {
+                    if selected(&trial) && !runs(&trial) {
+                        let why = step.nothing_to_check(&session.ctx, &inputs).unwrap_or_default();
+                        eprintln!("ccl-coverage: {} is ignored: {why}", step.name());
+                    }
+                }
+            }
+        }
+    }
+    // Listing, or running no step, reads nothing and writes nothing: no
+    // lock, no workspace (a plain `cargo test FILTER` meant for other tests).
+    let _lock = if args.list || running == 0 {
         None
     } else {
-        match super::take_workspace(&ctx, super::Access::Report) {
+        match super::take_workspace(&session.ctx, super::Access::Report) {
             Ok(lock) => Some(lock),
             Err(code) => return refused(code),
         }
     };
-    let session = Arc::new(Session::new(ctx));
-    let trials = Step::ALL
-        .into_iter()
-        .map(|step| {
-            let nothing = step.nothing_to_check(&session.ctx);
-            let session = session.clone();
-            let trial = Trial::ignorable_test(step.name(), move || match session.run(step) {
-                Ok(Done::Completed) => Ok(Completion::Completed),
-                Ok(Done::Ignored(why)) => Ok(Completion::ignored_with(why)),
-                Err(e) => Err(Failed::from(e.to_string())),
-            })
-            .with_ignored_flag(nothing.is_some());
-            let skipped = !args.list && !args.is_filtered_out(&trial) && args.is_ignored(&trial);
-            if let Some(why) = nothing.filter(|_| skipped) {
-                eprintln!("ccl-coverage: {} is ignored: {why}", step.name());
-            }
-            trial
-        })
-        .collect();
     let conclusion = libtest_mimic::run(&args, trials);
     match session.install() {
         Err(e) => {
@@ -114,39 +176,5 @@ pub fn run(mut args: Arguments) -> Reported {
             code: interrupt::exit_code().map_or_else(|| conclusion.exit_code(), ExitCode::from),
             installed: installed && !args.list,
         },
-    }
-}
-
-/// `cargo coverage -- AllReduce::1K` passes its trial filter to this binary
-/// too: a filter that names no step is dropped, so that every step runs on
-/// whatever trials ran; one that names steps (`report::html`) selects them.
-fn drop_trial_filter(args: &mut Arguments, steps: &[&str]) {
-    let Some(filter) = args.filter.as_deref() else { return };
-    let named = |step: &&str| if args.exact { *step == filter } else { step.contains(filter) };
-    if !steps.iter().any(named) {
-        eprintln!("ccl-coverage: the filter {filter:?} names no report step (a trial filter?): every report step runs");
-        args.filter = None;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn filtered(args: &[&str]) -> Option<String> {
-        let mut args = Arguments::from_iter(std::iter::once("report").chain(args.iter().copied()));
-        drop_trial_filter(&mut args, &["report::merge", "report::html", "report::diff"]);
-        args.filter
-    }
-
-    #[test]
-    fn a_trial_filter_is_dropped_and_a_step_filter_kept() {
-        assert_eq!(filtered(&["AllReduce::1K"]), None);
-        assert_eq!(filtered(&["--exact", "AllReduce::1K::mpi"]), None);
-        assert_eq!(filtered(&["--exact", "report::htm"]), None, "--exact names no step");
-        assert_eq!(filtered(&["report::html"]).as_deref(), Some("report::html"));
-        assert_eq!(filtered(&["--exact", "report::diff"]).as_deref(), Some("report::diff"));
-        assert_eq!(filtered(&["report::"]).as_deref(), Some("report::"));
-        assert_eq!(filtered(&["--skip", "AllReduce"]), None);
     }
 }

@@ -5,6 +5,7 @@
 pub mod collectives;
 pub mod coverage_report;
 pub(crate) mod dry_run;
+pub mod select;
 pub mod tools;
 pub mod who_covers;
 
@@ -73,6 +74,15 @@ fn prepare_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock> {
         Access::Report => ws.check_claimed(&config.name, &ctx.loaded.path, &protected)?,
     }
     WorkspaceLock::acquire(ws)
+}
+
+/// For a harness that selected nothing to run: it takes no workspace, but
+/// one that no workspace may be is refused all the same.
+fn check_place(ctx: &Context) -> Result<(), ExitCode> {
+    ctx.workspace.check_place(&protected_paths(ctx)).map_err(|e| {
+        eprintln!("ccl-coverage: {e}");
+        ExitCode::from(2)
+    })
 }
 
 /// Which mechanism holds this run's trial processes, once, before the first.

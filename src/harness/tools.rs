@@ -3,10 +3,12 @@
 //! what the harness made: the workspace and, when asked, the build cache).
 
 use super::Access;
+use super::select::Selection;
 use crate::context::Context;
 use crate::env_names::KNOWN;
 use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
+use crate::verdict::Status;
 use crate::workspace::files;
 use std::process::ExitCode;
 
@@ -68,8 +70,22 @@ fn clean_all(builds: bool) -> Result<()> {
             if !entry.file_type().is_ok_and(|t| t.is_dir()) || !path.join("build.json").is_file() {
                 continue;
             }
+            // Another config's workspace reports on this build's objects.
+            let key = entry.file_name().to_string_lossy().into_owned();
+            let using = workspaces_using(&ctx.state_dir, &key);
+            if !using.is_empty() {
+                let shown: Vec<String> = using.iter().map(|w| w.display().to_string()).collect();
+                eprintln!(
+                    "ccl-coverage: kept the cached build {}: the workspace {} still uses it (delete that workspace first: `ccl-coverage clean --workspace {}`)",
+                    path.display(),
+                    shown.join(", "),
+                    crate::exec::process::shell_quote(&shown[0])
+                );
+                continue;
+            }
             // A build being made holds its lock alone, one in use shared.
-            let lock = files::open_lock_file(&path.with_extension("lock"))?;
+            let lock_path = path.with_extension("lock");
+            let lock = files::open_lock_file(&lock_path)?;
             if lock.try_lock().is_err() {
                 let users = crate::build::cache::users_of(&path, &ctx.state_dir);
                 let who = if users.is_empty() { "a process building it".to_string() } else { users.join("; ") };
@@ -79,15 +95,50 @@ fn clean_all(builds: bool) -> Result<()> {
             }
             std::fs::remove_dir_all(&path).with_context(|| format!("cannot delete {}", path.display()))?;
             let _ = std::fs::remove_dir_all(path.with_extension("users"));
+            // Held alone: a process waiting on it finds it gone and opens a new one.
+            let _ = std::fs::remove_file(&lock_path);
+            drop(lock);
             eprintln!("ccl-coverage: deleted the cached build {}", path.display());
         }
         if kept > 0 {
             return Err(Error::new(format!(
-                "{kept} cached builds are in use and were kept: run `ccl-coverage clean --builds` again once those runs end"
+                "{kept} cached builds are in use and were kept: run `{}` again once those runs end",
+                command_again("clean --builds")
             )));
         }
     }
     Ok(())
+}
+
+/// The workspaces under `state_dir` (each config's default one) whose
+/// build is `key`.
+fn workspaces_using(state_dir: &std::path::Path, key: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(state_dir).into_iter().flatten().flatten() {
+        let manifest = entry.path().join("build.json");
+        let id = std::fs::read(&manifest).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        if id.is_some_and(|m| m["build_id"] == key) {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `ccl-coverage ARGS` as the user would type it again: with the config and
+/// workspace they gave, as options or as variables.
+fn command_again(args: &str) -> String {
+    let mut vars = String::new();
+    let mut options = String::new();
+    for (var, option) in [("CCL_COV_CONFIG", "--config"), ("CCL_COV_WORKSPACE", "--workspace")] {
+        let Some(value) = std::env::var(var).ok().filter(|v| !v.is_empty()) else { continue };
+        let value = crate::exec::process::shell_quote(&value);
+        match crate::env_names::option_of(var) {
+            Some(_) => options.push_str(&format!(" {option} {value}")),
+            None => vars.push_str(&format!("{var}={value} ")),
+        }
+    }
+    format!("{vars}ccl-coverage {args}{options}")
 }
 
 /// The workspace's report folder, for the command line to hand reports over.
@@ -95,30 +146,40 @@ pub fn report_dir() -> Option<std::path::PathBuf> {
     Context::from_env().ok().map(|ctx| ctx.workspace.report_dir())
 }
 
-/// After `ccl-coverage run`: the trials passed, failed and not run, and the
-/// minimal suite, in one line (from `run.json` and `minimal-suite.json`).
+/// After `ccl-coverage run`: what this run did (the trials it ran, passed,
+/// failed, timed out), then what the report also covers (results of earlier
+/// runs of the build, the oldest named; `run.json` and `meta.json` name every
+/// one) and the minimal suite, in one line (from `run.json` and
+/// `minimal-suite.json`).
 pub fn print_run_line() {
     let Ok(ctx) = Context::from_env() else { return };
-    let read = |path: std::path::PathBuf| -> Option<serde_json::Value> {
-        serde_json::from_slice(&ctx.workspace.read_opt(&path).ok()??).ok()
-    };
-    let Some(run) = read(ctx.workspace.results_dir().join("run.json")) else { return };
-    let n = |key: &str| run["summary"][key].as_u64().unwrap_or(0);
-    let planned = crate::plan::names(ctx.config()).len() as u64;
-    let flaky = match n("flaky") {
+    let read = |path: std::path::PathBuf| -> Option<Vec<u8>> { ctx.workspace.read_opt(&path).ok()? };
+    let run: Option<crate::results::RunRecord> =
+        read(ctx.workspace.results_dir().join("run.json")).and_then(|b| serde_json::from_slice(&b).ok());
+    let Some(run) = run else { return };
+    let this: Vec<&crate::results::TrialResult> = run.trials.iter().filter(|t| run.ran.contains(&t.trial)).collect();
+    let count = |status: Status| this.iter().filter(|t| t.status == status).count();
+    let planned = crate::plan::names(ctx.config()).len();
+    let flaky = match this.iter().filter(|t| t.flaky).count() {
         0 => String::new(),
         f => format!(" ({f} flaky: passed on a retry)"),
     };
     let mut line = format!(
-        "ccl-coverage: {} trials: {} passed{flaky}, {} failed, {} timed out, {} not run (ignored or filtered out)",
-        planned,
-        n("passed"),
-        n("failed"),
-        n("timeout"),
-        planned.saturating_sub(n("total"))
+        "ccl-coverage: {} of {planned} trials ran: {} passed{flaky}, {} failed, {} timed out",
+        this.len(),
+        count(Status::Passed),
+        count(Status::Failed),
+        count(Status::Timeout)
     );
+    if count(Status::Interrupted) > 0 {
+        line.push_str(&format!(", {} interrupted", count(Status::Interrupted)));
+    }
+    if let Some(also) = crate::results::also_uses(&run.earlier_runs) {
+        line.push_str(&format!("; {also}"));
+    }
     let minimal = ctx.workspace.report_dir().join("minimal-suite.json");
-    if let Some(suite) = read(minimal.clone()) {
+    let suite: Option<serde_json::Value> = read(minimal.clone()).and_then(|b| serde_json::from_slice(&b).ok());
+    if let Some(suite) = suite {
         line.push_str(&format!(
             "; minimal equivalent suite: {} of {} trials ({})",
             suite["trial_count"],
@@ -127,6 +188,60 @@ pub fn print_run_line() {
         ));
     }
     eprintln!("{line}");
+}
+
+/// How `ccl-coverage list` prints the trials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListFormat {
+    /// One a line, an ignored one with why.
+    Pretty,
+    /// libtest's `NAME: test`.
+    Terse,
+    /// One JSON array of `{name, ignored, ignore_reason}`.
+    Json,
+}
+
+/// `ccl-coverage list`: the planned trials the selection keeps (an ignored
+/// one is listed, marked), on stdout; a filter that matches no trial is
+/// refused, as `run` refuses it. Builds and writes nothing.
+pub fn list(selection: &Selection, format: ListFormat) -> ExitCode {
+    let ctx = match super::load_context() {
+        Ok(ctx) => ctx,
+        Err(code) => return code,
+    };
+    let specs = crate::plan::plan(ctx.config());
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    if let Some(why) = selection.refusal("trial", &names) {
+        eprintln!("ccl-coverage: {why}");
+        return ExitCode::from(2);
+    }
+    let listed: Vec<&crate::plan::TrialSpec> =
+        specs.iter().filter(|s| selection.keeps(&s.name) && (!selection.args.ignored || s.ignored)).collect();
+    if listed.is_empty() {
+        eprintln!("ccl-coverage: no ignored trial is among those the filters select");
+        return ExitCode::from(2);
+    }
+    let why = |s: &crate::plan::TrialSpec| s.ignored.then(|| s.why_ignored(ctx.config()).unwrap_or_default());
+    match format {
+        ListFormat::Pretty => {
+            for spec in listed {
+                match why(spec) {
+                    Some(why) if !why.is_empty() => println!("{}  (ignored: {why})", spec.name),
+                    Some(_) => println!("{}  (ignored)", spec.name),
+                    None => println!("{}", spec.name),
+                }
+            }
+        }
+        ListFormat::Terse => listed.iter().for_each(|s| println!("{}: test", s.name)),
+        ListFormat::Json => {
+            let trials: Vec<serde_json::Value> = listed
+                .iter()
+                .map(|s| serde_json::json!({"name": s.name, "ignored": s.ignored, "ignore_reason": why(s).filter(|w| !w.is_empty())}))
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&trials).expect("a list serializes"));
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// `--show-missing-lines`: each file's lines that no trial ran, from the

@@ -52,15 +52,29 @@ fn run(args: &[String]) -> Result<(String, bool)> {
     })?;
     let attribution: Attribution = serde_json::from_str(&text)
         .map_err(|e| Error::new(format!("{} is not an attribution file ({e}); rerun the report", path.display())))?;
-    answer(&attribution, file, line)
+    let lines_in = |path: &str| std::fs::read(path).ok().map(|text| line_count(&text));
+    answer(&attribution, file, line, &lines_in)
 }
 
-fn answer(attribution: &Attribution, file: &str, line: u32) -> Result<(String, bool)> {
+/// How many lines `text` has (a last line without its newline counts).
+fn line_count(text: &[u8]) -> usize {
+    let newlines = memchr::memchr_iter(b'\n', text).count();
+    if text.last().is_some_and(|&b| b != b'\n') { newlines + 1 } else { newlines }
+}
+
+/// `lines_in`: how many lines the source file has, when it can be read.
+fn answer(
+    attribution: &Attribution,
+    file: &str,
+    line: u32,
+    lines_in: &dyn Fn(&str) -> Option<usize>,
+) -> Result<(String, bool)> {
     let total = attribution.trials.len();
     Ok(match attribution.who_covers(file, line)? {
-        (path, CoveredBy::NotInstrumented) => {
-            (format!("{path}:{line}: no code here (llvm-cov instruments nothing on this line)\n"), false)
-        }
+        (path, CoveredBy::NotInstrumented) => match lines_in(path) {
+            Some(n) if line as usize > n => (format!("{path}:{line}: past the end of the file ({n} lines)\n"), false),
+            _ => (format!("{path}:{line}: no code here (llvm-cov instruments nothing on this line)\n"), false),
+        },
         (path, CoveredBy::Trials(names)) if names.is_empty() => {
             (format!("{path}:{line}: covered by none of the {total} trials\n"), false)
         }
@@ -98,12 +112,19 @@ mod tests {
             regions: (0, 0),
         };
         let att = Attribution::new(&lcov, &[t]);
+        let four = |_: &str| Some(4);
         assert_eq!(
-            answer(&att, "a.cc", 1).unwrap(),
+            answer(&att, "a.cc", 1, &four).unwrap(),
             ("/s/a.cc:1: covered by 1 of 1 trials:\nA::1K::mpi\n".into(), true)
         );
-        assert_eq!(answer(&att, "a.cc", 2).unwrap().0, "/s/a.cc:2: covered by none of the 1 trials\n");
-        assert!(answer(&att, "a.cc", 3).unwrap().0.contains("no code here"));
-        assert!(answer(&att, "b.cc", 1).is_err());
+        assert_eq!(answer(&att, "a.cc", 2, &four).unwrap().0, "/s/a.cc:2: covered by none of the 1 trials\n");
+        assert!(answer(&att, "a.cc", 3, &four).unwrap().0.contains("no code here"));
+        assert_eq!(
+            answer(&att, "a.cc", 99999, &four).unwrap().0,
+            "/s/a.cc:99999: past the end of the file (4 lines)\n"
+        );
+        assert!(answer(&att, "a.cc", 99999, &|_| None).unwrap().0.contains("no code here"), "unreadable: no claim");
+        assert!(answer(&att, "b.cc", 1, &four).is_err());
+        assert_eq!((line_count(b"a\nb\n"), line_count(b"a\nb"), line_count(b"")), (2, 2, 0));
     }
 }

@@ -260,8 +260,11 @@ pub(crate) fn check_diff_bar(report: &DiffReport, bar: Option<&str>) -> Result<O
     let Some(value) = crate::env_names::percent("CCL_COV_FAIL_UNDER_DIFF", bar)? else { return Ok(None) };
     Ok((report.percent < value).then(|| {
         format!(
-            "changed-line coverage {:.2}% ({}/{}) is under CCL_COV_FAIL_UNDER_DIFF={bar}",
-            report.percent, report.covered, report.instrumented
+            "changed-line coverage {:.2}% ({}/{}) is under {}",
+            report.percent,
+            report.covered,
+            report.instrumented,
+            crate::env_names::setting("CCL_COV_FAIL_UNDER_DIFF", bar)
         )
     }))
 }

@@ -384,7 +384,10 @@ pub(crate) fn check_bars(summary: &SummaryExport, bars: &BTreeMap<String, String
         any = true;
         let got = percent(covered, count);
         if got < bar {
-            short.push(format!("{metric} {got:.2}% ({covered}/{count}) is under {var}={bar}"));
+            short.push(format!(
+                "{metric} {got:.2}% ({covered}/{count}) is under {}",
+                crate::env_names::setting(var, value)
+            ));
         }
     }
     Ok(any.then_some(short))

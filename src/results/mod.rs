@@ -541,6 +541,35 @@ impl Runs {
     }
 }
 
+impl Runs {
+    /// [`Runs::mixed`] in short, for a line on the terminal: `meta.json`
+    /// and `run.json` name the runs and their trials (`earlier_runs`).
+    pub(crate) fn mixed_short(&self) -> Option<String> {
+        let latest = self.latest.as_ref()?;
+        let (earlier, _) = earlier_results(&self.earlier)?;
+        Some(format!(
+            "{earlier} of {} trial results come from earlier runs of this build",
+            earlier + latest.trials.len()
+        ))
+    }
+}
+
+/// How many results `earlier` (by when they started) hold, and the oldest
+/// run of them (`run R, started T`); `None` when there is none.
+fn earlier_results(earlier: &[RunOf]) -> Option<(usize, String)> {
+    let oldest = earlier.first()?;
+    let count = earlier.iter().map(|r| r.trials.len()).sum();
+    Some((count, format!("run {}, started {}", oldest.run_id, oldest.started_at)))
+}
+
+/// `the report also uses 39 results of earlier runs of this build (oldest:
+/// run R, started T)`, when `earlier` holds any.
+pub(crate) fn also_uses(earlier: &[RunOf]) -> Option<String> {
+    let (count, oldest) = earlier_results(earlier)?;
+    let results = if count == 1 { "result" } else { "results" };
+    Some(format!("the report also uses {count} {results} of earlier runs of this build (oldest: {oldest})"))
+}
+
 /// The build a run's records are of.
 #[derive(Debug, Clone)]
 pub(crate) enum RunBuild {

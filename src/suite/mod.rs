@@ -50,6 +50,8 @@ pub(crate) struct Suite {
     /// The build, held (`BuildInUse`) until the run ends, so that no
     /// `clean --builds` deletes it under the trials.
     build: OnceLock<Result<(BuildManifest, cache::BuildInUse)>>,
+    /// When the build was ready: the time left is the trials', not the build's.
+    ready: OnceLock<std::time::Instant>,
     /// The manifest the build was planned to have, once it had a plan: a
     /// failed build's trials are recorded against its key.
     planned: OnceLock<BuildManifest>,
@@ -72,6 +74,7 @@ impl Suite {
             results: RunWriter::new(ctx.workspace.clone()),
             ctx,
             build: OnceLock::new(),
+            ready: OnceLock::new(),
             planned: OnceLock::new(),
             info: OnceLock::new(),
             allocation: OnceLock::new(),
@@ -107,6 +110,11 @@ impl Suite {
         self.run_trial(spec).unwrap_or_else(|e| Outcome::Failed(Status::Failed, e.to_string()))
     }
 
+    /// When the shared build was ready (or failed), once a trial asked for it.
+    pub(crate) fn ready_at(&self) -> Option<std::time::Instant> {
+        self.ready.get().copied()
+    }
+
     /// Writes `run.json` and JUnit from every record, once the trials ended.
     pub(crate) fn finish(&self) -> Result<()> {
         self.results.finish()
@@ -117,8 +125,10 @@ impl Suite {
     fn build(&self) -> Result<&BuildManifest> {
         let built = self.build.get_or_init(|| {
             // A panic must not leave the other trials without an answer.
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare_build()))
-                .unwrap_or_else(|p| Err(Error::new(format!("the build panicked: {}", panic_text(&*p)))))
+            let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare_build()))
+                .unwrap_or_else(|p| Err(Error::new(format!("the build panicked: {}", panic_text(&*p)))));
+            let _ = self.ready.set(std::time::Instant::now());
+            built
         });
         built.as_ref().map(|(manifest, _)| manifest).map_err(Clone::clone)
     }

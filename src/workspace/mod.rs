@@ -403,7 +403,8 @@ impl Workspace {
         }
     }
 
-    fn check_place(&self, protected: &[Protected]) -> Result<()> {
+    /// Refuses a place no workspace may be, whatever it holds (see [`Self::claim`]).
+    pub(crate) fn check_place(&self, protected: &[Protected]) -> Result<()> {
         let root = canonical(&self.root);
         if root.parent().is_none() {
             bail!("refusing to use / as the workspace: point CCL_COV_WORKSPACE at a folder of its own");

@@ -193,13 +193,18 @@ impl BuildPlan {
         }
         files::create_dir(self.cache_dir.parent().expect("builds/<key>"))?;
         let lock_path = self.cache_dir.with_extension("lock");
-        let lock = files::open_lock_file(&lock_path)?;
         let cannot_lock =
             |e: std::io::Error| Error::from(e).context(format_args!("cannot lock {}", lock_path.display()));
-        if lock.try_lock_shared().is_err() {
-            eprintln!("ccl-coverage: waiting for another process building {}", self.cache_dir.display());
-            lock.lock_shared().map_err(cannot_lock)?;
-        }
+        let lock = loop {
+            let lock = files::open_lock_file(&lock_path)?;
+            if lock.try_lock_shared().is_err() {
+                eprintln!("ccl-coverage: waiting for another process building {}", self.cache_dir.display());
+                lock.lock_shared().map_err(cannot_lock)?;
+            }
+            if still_the_lock(&lock, &lock_path) {
+                break lock;
+            }
+        };
         let damage = match self.cached() {
             Cached::Whole(manifest) => return Ok((*manifest, BuildInUse::note(ctx, &self.cache_dir, lock))),
             Cached::Damaged(why) => Some(why),
@@ -212,6 +217,11 @@ impl BuildPlan {
             let who = if users.is_empty() { "another process building it".to_string() } else { users.join("; ") };
             eprintln!("ccl-coverage: waiting to build {}: it is in use by {who}", self.cache_dir.display());
             lock.lock().map_err(cannot_lock)?;
+        }
+        if !still_the_lock(&lock, &lock_path) {
+            // `clean --builds` deleted the build meanwhile: start again.
+            drop(lock);
+            return self.build(ctx);
         }
         // Another process may have built it meanwhile.
         let manifest = match (self.cached(), damage) {
@@ -406,6 +416,18 @@ impl BuildSetup {
     }
 }
 
+/// Whether `lock` is still the file at `path`: `clean --builds` deletes a
+/// build's lock file with the build (holding it alone), so a process that
+/// waited on it holds a lock on a file no other process can open, and must
+/// open the new one.
+fn still_the_lock(lock: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (lock.metadata(), std::fs::metadata(path)) {
+        (Ok(held), Ok(there)) => held.dev() == there.dev() && held.ino() == there.ino(),
+        _ => false,
+    }
+}
+
 /// What the cache holds for a build key.
 enum Cached {
     Whole(Box<BuildManifest>),
@@ -519,6 +541,19 @@ pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
 mod tests {
     use super::manifest::glob_files;
     use super::*;
+
+    /// A lock whose file `clean --builds` deleted (or replaced) is no lock.
+    #[test]
+    fn a_lock_on_a_deleted_lock_file_is_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.lock");
+        let held = files::open_lock_file(&path).unwrap();
+        assert!(still_the_lock(&held, &path));
+        std::fs::remove_file(&path).unwrap();
+        assert!(!still_the_lock(&held, &path), "deleted");
+        let _new = files::open_lock_file(&path).unwrap();
+        assert!(!still_the_lock(&held, &path), "replaced by a new file");
+    }
 
     #[test]
     fn tree_hash_sees_contents_and_skips_hidden_and_excluded() {

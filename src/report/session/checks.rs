@@ -3,7 +3,7 @@
 //! coverage, the snapshot, changed-line coverage and the baseline.
 
 use super::merge::Merged;
-use super::{Done, Session, Step};
+use super::{Done, Session};
 use crate::error::{Context, Error, Result};
 use crate::plan;
 use crate::report::{self, attribution, diff_coverage};
@@ -11,6 +11,28 @@ use crate::results;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::path::Path;
+
+/// Why the snapshot, which describes one run of the default set of trials,
+/// does not describe `results`: they mix runs, miss trials or hold others.
+pub(super) fn snapshot_skip(config: &crate::config::Config, results: &[results::TrialResult]) -> Option<String> {
+    if let Some(mixed) = results::Runs::of(results).mixed_short() {
+        return Some(format!("{mixed}; the snapshot describes one run"));
+    }
+    let planned: BTreeSet<String> = plan::plan(config).into_iter().filter(|t| !t.ignored).map(|t| t.name).collect();
+    let ran: BTreeSet<String> = results.iter().map(|r| r.trial.clone()).collect();
+    let present = planned.intersection(&ran).count();
+    if present < planned.len() {
+        return Some(format!("partial suite: {present} of {} trials", planned.len()));
+    }
+    let extra: Vec<&String> = ran.difference(&planned).collect();
+    (!extra.is_empty()).then(|| {
+        format!(
+            "the workspace also holds {} trials outside the default set (e.g. {}); the snapshot describes the default set",
+            extra.len(),
+            extra[0]
+        )
+    })
+}
 
 pub(super) const NO_BAR: &str = "no CCL_COV_FAIL_UNDER_* bar is set";
 pub(super) const NO_DIFF_BASE: &str = "CCL_COV_DIFF_BASE is not set (give a git revision of the library's sources)";
@@ -83,27 +105,14 @@ impl Session {
     /// failed) when the results are not of one run, or of a partial suite.
     pub(super) fn snapshot(&self, merged: &Merged) -> Result<Done> {
         let config = self.ctx.config();
-        if let Some(why) = Step::Snapshot.nothing_to_check(&self.ctx) {
+        if !config.report.snapshot {
+            return Ok(Done::Ignored(format!("snapshots are off for config {}", config.name)));
+        }
+        if let Some(why) = snapshot_skip(config, &merged.results) {
             return Ok(Done::Ignored(why));
         }
-        if let Some(mixed) = results::Runs::of(&merged.results).mixed() {
-            return Ok(Done::Ignored(format!("{mixed}; the snapshot describes one run")));
-        }
         let summary = self.summary()?;
-        let planned: BTreeSet<String> = plan::plan(config).into_iter().filter(|t| !t.ignored).map(|t| t.name).collect();
-        let ran: BTreeSet<String> = merged.results.iter().map(|r| r.trial.clone()).collect();
-        let present = planned.intersection(&ran).count();
-        if present < planned.len() {
-            return Ok(Done::Ignored(format!("partial suite: {present} of {} trials", planned.len())));
-        }
-        let extra: Vec<&String> = ran.difference(&planned).collect();
-        if !extra.is_empty() {
-            return Ok(Done::Ignored(format!(
-                "the workspace also holds {} trials outside the default set (e.g. {}); the snapshot describes the default set",
-                extra.len(),
-                extra[0]
-            )));
-        }
+        let planned = plan::plan(config).into_iter().filter(|t| !t.ignored).count();
         let m = &merged.manifest;
         let roots = [m.library_src.as_path(), m.tests_src.as_path(), self.ctx.root.as_path()];
         let mut value = report::normalize(&summary.all, &roots);
@@ -115,7 +124,7 @@ impl Session {
             .device
             .as_ref()
             .map_or_else(|| json!(format!("not applicable: {}", m.device.reason)), report::Totals::json);
-        value["trials"] = json!(planned.len());
+        value["trials"] = json!(planned);
         value["build_id"] = json!("[build id]");
         let name = format!("coverage_summary-{}", config.name);
         let snapshots = self.ctx.loaded.snapshots_dir();

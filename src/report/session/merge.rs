@@ -33,6 +33,10 @@ pub(crate) struct Merged {
 impl Session {
     pub(super) fn merge(&self) -> Result<Merge> {
         let ws = &self.ctx.workspace;
+        // The trials did not run: nothing to report, not a failure of every step.
+        if let Some(nothing) = super::nothing_to_report(&self.ctx) {
+            return Ok(Merge::Off(nothing));
+        }
         let manifest = BuildManifest::read_in(ws).map_err(|e| {
             Error::new(format!(
                 "no build recorded in {} ({e}); run `cargo test --test collectives` first, with the same CCL_COV_CONFIG and CCL_COV_WORKSPACE",
@@ -148,9 +152,12 @@ impl Session {
             }
             None => None,
         };
-        if let Some(mixed) = results::Runs::of(&results).mixed() {
+        let runs = results::Runs::of(&results);
+        if let Some(also) = results::also_uses(&runs.earlier).filter(|_| !self.after_run) {
+            // The names are in meta.json: 800 of them are no line to read.
             eprintln!(
-                "ccl-coverage: not one run: {mixed}. Their coverage is counted (it is this build's); run every trial for a report of one run"
+                "ccl-coverage: {also}; {} names them (earlier_runs); run every trial for a report of one run",
+                self.shown(&report_dir.join("meta.json")).display()
             );
         }
         let mut health = Health::new(&results, quarantined, missing);

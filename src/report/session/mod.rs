@@ -100,11 +100,15 @@ impl Step {
         )
     }
 
-    /// Why the step has nothing to check, when the settings and the config
-    /// already say so: it is then ignored when listed, not only when it runs,
-    /// because nextest runs each step alone and shows one ignored at run time
-    /// as PASS. Forced to run (`--include-ignored`), it still says so, ignored.
-    pub(crate) fn nothing_to_check(self, ctx: &Context) -> Option<String> {
+    /// Why the step has nothing to check, when the settings, the config and
+    /// what the workspace holds already say so: it is then ignored when
+    /// listed, not only when it runs, because nextest runs each step alone and
+    /// shows one ignored at run time as PASS. Forced to run
+    /// (`--include-ignored`), it still says so, ignored.
+    pub(crate) fn nothing_to_check(self, ctx: &Context, inputs: &Inputs) -> Option<String> {
+        if let Some(nothing) = &inputs.nothing {
+            return Some(nothing.clone());
+        }
         match self {
             Step::Thresholds if !super::any_bar(&ctx.report.bars) => Some(checks::NO_BAR.to_string()),
             Step::Diff if ctx.report.diff_base.is_none() => Some(checks::NO_DIFF_BASE.to_string()),
@@ -112,8 +116,63 @@ impl Step {
             Step::Snapshot if !ctx.config().report.snapshot => {
                 Some(format!("snapshots are off for config {}", ctx.config().name))
             }
+            Step::Snapshot => inputs.no_snapshot.clone(),
+            Step::DeviceCoverage => inputs.host_only.clone(),
             _ => None,
         }
+    }
+}
+
+/// What the workspace already says about the report's inputs, read (never
+/// written, no lock) when the steps are listed: under nextest, which lists
+/// the steps before it runs each alone, a step ignored only at run time
+/// would show as PASS.
+#[derive(Debug, Default)]
+pub(crate) struct Inputs {
+    /// Why there is nothing to report at all: no trial ran, or their build failed.
+    pub(crate) nothing: Option<String>,
+    /// Why the build has no device coverage to check.
+    host_only: Option<String>,
+    /// Why the snapshot does not describe these results.
+    no_snapshot: Option<String>,
+}
+
+impl Inputs {
+    pub(crate) fn read(ctx: &Context) -> Inputs {
+        let ws = &ctx.workspace;
+        if let Some(nothing) = nothing_to_report(ctx) {
+            return Inputs { nothing: Some(nothing), ..Inputs::default() };
+        }
+        let Ok(manifest) = crate::build::cache::BuildManifest::read_in(ws) else { return Inputs::default() };
+        let host_only = (!manifest.device.enabled)
+            .then(|| format!("does not apply: this build has host-only coverage ({})", manifest.device.reason));
+        let planned = crate::plan::names(ctx.config());
+        let no_snapshot = crate::results::load_checked(ws, &manifest.build_id, &planned)
+            .ok()
+            .and_then(|checked| checks::snapshot_skip(ctx.config(), &checked.results));
+        Inputs { nothing: None, host_only, no_snapshot }
+    }
+}
+
+/// Why the report has nothing to report because the trials did not run: none
+/// ran in the workspace yet, or the last run's build failed (its trials then
+/// failed with the build's error, said there once; a build recorded before
+/// it has no results left to report). A workspace whose trials ran but whose
+/// build record is missing has no reason here: its report fails, saying so.
+pub(super) fn nothing_to_report(ctx: &Context) -> Option<String> {
+    let ws = &ctx.workspace;
+    let run_json = ws.results_dir().join("run.json");
+    let run = ws.read_opt(&run_json).ok().flatten();
+    match run.map(|bytes| serde_json::from_slice::<crate::results::RunRecord>(&bytes)) {
+        None if !ws.build_manifest().exists() => Some(format!(
+            "no trial has run in {} yet: run `cargo test --test collectives` (or `ccl-coverage run`) first, with the same config and workspace",
+            ws.root().display()
+        )),
+        Some(Ok(run)) if run.build_error.is_some() => Some(format!(
+            "the last run's build failed, so none of its trials ran ({} says why, in build_error)",
+            run_json.display()
+        )),
+        _ => None,
     }
 }
 
@@ -139,6 +198,9 @@ pub(crate) struct Session {
     /// Set once a step said why the merge failed: the others refer to it,
     /// so one cause is named once, not by every step.
     merge_failure_said: AtomicBool,
+    /// `ccl-coverage run`'s report: its last line says which results the
+    /// report covers, so the report does not say it too.
+    pub(crate) after_run: bool,
 }
 
 impl Session {
@@ -151,6 +213,7 @@ impl Session {
             lcov: OnceLock::new(),
             attributed: OnceLock::new(),
             merge_failure_said: AtomicBool::new(false),
+            after_run: false,
         }
     }
 
@@ -251,6 +314,8 @@ impl Session {
             "cobertura.xml",
             "summary.md",
             "minimal-suite.json",
+            "diff.md",
+            "baseline.md",
         ]
         .iter()
         .map(|p| report.join(p))
@@ -317,7 +382,12 @@ impl Session {
                 ws.install_report_entries(&staged)?;
                 discard()?;
             }
-            self.print_result();
+            // nextest runs each step in a process of its own: the one that
+            // made the totals prints them, once.
+            let nextest = std::env::var_os(crate::env_names::NEXTEST_RUN_ID).is_some_and(|v| !v.is_empty());
+            if !nextest || outcomes.iter().any(|(step, _)| *step == Step::SummaryJson) {
+                self.print_result();
+            }
             return Ok(true);
         }
         let what = failed.join(", ");
