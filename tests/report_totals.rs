@@ -287,12 +287,17 @@ fn attribution(json: &Value) -> Totals {
 /// The attribution index's Files table: lines covered and instrumented per file, summed.
 fn attribution_index(text: &str) -> Totals {
     let files = &text[text.find("<h2>Files</h2>").unwrap()..text.find("<h2>Trials</h2>").unwrap()];
-    let re = regex::Regex::new(r"<pre>(\d+)</pre></td><td class='column-entry'><pre>(\d+)</pre></td></tr>").unwrap();
-    let (mut covered, mut count) = (0, 0);
+    // Each file's row, then the Totals row, which must be their sum.
+    let re =
+        regex::Regex::new(r"<tr class='(light-row|light-row-bold)'>.*?<pre>\s*[\d.]+% \((\d+)/(\d+)\)</pre>").unwrap();
+    let (mut covered, mut count, mut totals) = (0, 0, None);
     for c in re.captures_iter(files) {
-        covered += num(&c[1]);
-        count += num(&c[2]);
+        match &c[1] {
+            "light-row" => (covered, count) = (covered + num(&c[2]), count + num(&c[3])),
+            _ => totals = Some((num(&c[2]), num(&c[3]))),
+        }
     }
+    assert_eq!(totals, Some((covered, count)), "the attribution index's Totals row is not its files' sum");
     [("lines", (covered, count))].into()
 }
 

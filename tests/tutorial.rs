@@ -73,7 +73,7 @@ fn the_tutorial_runs_as_written_and_its_totals_hold() {
     assert!(out.status.success(), "the tutorial's commands failed:\n{text}");
     let printed: Vec<String> = text.lines().filter(|l| l.starts_with("host ")).map(normalise).collect();
     assert!(printed.contains(&stated[0]), "the tutorial states {:?}; the run printed {printed:?}:\n{text}", stated[0]);
-    assert!(text.contains("3 trials: 3 passed, 0 failed"), "{text}");
+    assert!(text.contains("3 of 3 trials ran: 3 passed, 0 failed"), "{text}");
 
     // The workspace is beside the project, and documented file by file.
     let ws = dir.path().join("vec/target/ccl-coverage/vec");
