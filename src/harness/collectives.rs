@@ -214,14 +214,11 @@ pub fn run(selection: &Selection, intent: Intent) -> Ran {
             }
         }
     }
-    // Listing, or running no trial, reads nothing and writes nothing: no
-    // lock, no workspace (a plain `cargo test FILTER` meant for other tests).
+    // Listing reads nothing and writes nothing. A run that selects no trial
+    // still takes its workspace, so that one it may not use (a folder the
+    // harness did not make, another config's, a protected place) is refused
+    // whatever the filter.
     let _lock = if args.list {
-        None
-    } else if running == 0 {
-        if let Err(code) = super::check_place(&shared.suite.ctx) {
-            return refused(code);
-        }
         None
     } else {
         match super::take_workspace(&shared.suite.ctx, super::Access::Write) {

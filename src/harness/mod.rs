@@ -76,10 +76,19 @@ fn prepare_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock> {
     WorkspaceLock::acquire(ws)
 }
 
-/// For a harness that selected nothing to run: it takes no workspace, but
-/// one that no workspace may be is refused all the same.
+/// For the report, before it reads anything: a place no workspace may be is
+/// refused, and so is a folder that holds something but is not this
+/// config's workspace (no marker, or another config's). A workspace that
+/// does not exist yet, or is empty, has nothing to report, and is left alone.
 fn check_place(ctx: &Context) -> Result<(), ExitCode> {
-    ctx.workspace.check_place(&protected_paths(ctx)).map_err(|e| {
+    let ws = &ctx.workspace;
+    let protected = protected_paths(ctx);
+    let holds_something = std::fs::read_dir(ws.root()).is_ok_and(|mut entries| entries.next().is_some());
+    let checked = match holds_something {
+        true => ws.check_claimed(&ctx.config().name, &ctx.loaded.path, &protected),
+        false => ws.check_place(&protected),
+    };
+    checked.map_err(|e| {
         eprintln!("ccl-coverage: {e}");
         ExitCode::from(2)
     })
