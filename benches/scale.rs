@@ -5,7 +5,8 @@
 //! by `-DCCL_TUNER_SCALE_FUNCTIONS`), through the real harness binary, the
 //! real instrumented build and real processes. On the CPU; no GPU.
 //!
-//!   cargo bench --bench scale                    # everything: prepare, then trials and report at 100, 200, 400, 800, then the plot
+//!   cargo bench --bench scale                    # everything: prepare, then trials and report at 100, 800, 4000, then the plot
+//!   cargo bench --profile dev --bench scale -- --dir target/tmp/scale-dev …   # the same with the harness `cargo test` builds
 //!   cargo bench --bench scale -- prepare         # generate the configs, build the library (cached), record the mapping's size
 //!   cargo bench --bench scale -- trials 100      # run the 100-trial suite: --list, dry run, collectives (time, RSS, disk)
 //!   cargo bench --bench scale -- report 100      # the report on that workspace, with and without attribution and the minimal suite
@@ -37,7 +38,11 @@ use std::time::{Duration, Instant, SystemTime};
 /// plugin's 3, about 3,000 functions and 60,000 lines, like libnccl's host
 /// mapping (2,913 functions, 57,547 lines on the 2×H200 run).
 const SCALE_FUNCTIONS: u32 = 2950;
-const SIZES: [usize; 4] = [100, 200, 400, 800];
+/// 4,000: about RCCL's six upstream configs together.
+const SIZES: [usize; 3] = [100, 800, 4000];
+/// The profile the harness (and this benchmark) was built in: `cargo test`
+/// builds `dev`, `cargo bench` the `bench` profile (release's settings).
+const PROFILE: &str = if cfg!(debug_assertions) { "dev" } else { "release" };
 /// gtest filters of `ccl-UnitTests` that create communicators, so that the
 /// tuner plugin (and with it the generated functions) is loaded.
 const UNIT_FILTERS: [&str; 5] = [
@@ -395,6 +400,8 @@ fn trials(b: &Bench, n: usize) -> Value {
         trials.iter().filter(|t| t["ranks"].as_u64().unwrap_or(1) > 1 && t["launcher"] != "threads").count();
     let profiles = ws.join("profiles");
     let idle = idle_s(trials, started_unix_ms, run.exited_unix_ms);
+    let stored_lines = trials.iter().filter(|t| t["merge"]["lines"]["sha256"].is_string()).count();
+    let lines_s = sum(&|t| t["merge"]["lines"]["seconds"].as_f64().unwrap_or(0.0));
     // The same trials with libtest's default threads (the cores), in a
     // workspace of their own that is deleted after: each trial's profile
     // merge then overlaps the next trial, as in a normal run. Trials overlap
@@ -411,6 +418,7 @@ fn trials(b: &Bench, n: usize) -> Value {
     fs::remove_file(b.config(&par_name)).unwrap();
     let out = json!({
         "trials": n,
+        "harness_profile": PROFILE,
         "passed": passed,
         "under_mpirun": under_mpirun,
         "list_s": median(list.iter().map(|m| m.wall_s).collect()),
@@ -423,6 +431,9 @@ fn trials(b: &Bench, n: usize) -> Value {
         "trials_own_s": trial_s,
         "mean_trial_s": trial_s / n as f64,
         "merges_s": merge_s,
+        "trials_that_stored_their_lines": stored_lines,
+        "stored_lines_s": lines_s,
+        "stored_lines_ms_per_trial": lines_s * 1000.0 / n as f64,
         "harness_own_s_per_trial": (run.wall_s - trial_s) / n as f64,
         "start_to_first_trial_s": first_start.saturating_sub(started_unix_ms) as f64 / 1000.0,
         "between_trials_s_per_gap": ((last_end - first_start) as f64 / 1000.0 - trial_s) / (n.max(2) - 1) as f64,
@@ -523,6 +534,13 @@ fn report(b: &Bench, n: usize) -> Value {
         let ws = b.workspace(&name);
         let mut f = full.json();
         f["extrapolated"] = json!(false);
+        // Trials whose lines the report computed itself rather than read from what they stored.
+        let stderr = fs::read_to_string(b.dir.join(format!("{name}.stderr"))).unwrap_or_default();
+        let computed = stderr.lines().find_map(|l| {
+            let rest = l.split_once("per-trial attribution computed ")?.1;
+            rest.split_whitespace().next()?.parse::<u64>().ok()
+        });
+        out["trials_computed_in_the_report"] = json!(computed.unwrap_or(0));
         out["full"] = f;
         out["attribution_s"] = json!(full.wall_s - without.wall_s);
         out["attribution_s_per_trial"] = json!((full.wall_s - without.wall_s) / n as f64);
@@ -540,7 +558,7 @@ fn report(b: &Bench, n: usize) -> Value {
     if let Ok(mapping) = fs::read_to_string(b.dir.join("mapping.json")) {
         results["mapping"] = serde_json::from_str(&mapping).unwrap();
     }
-    results["harness"] = json!({ "git": git_describe() });
+    results["harness"] = json!({ "git": git_describe(), "profile": PROFILE });
     results["sizes"][name] = json!({ "trials": trials, "report": out });
     write_json(&b.results_path(), &results);
     out
@@ -637,7 +655,8 @@ fn plot(b: &Bench) -> PathBuf {
         series.push((format!("{label}: without attribution, minimal suite"), without));
     }
     let out = b.dir.join("report-time.png");
-    let ymax = series.iter().flat_map(|(_, s)| s.iter().map(|p| p.1)).fold(60.0_f64, f64::max) * 1.1;
+    let ymax = series.iter().flat_map(|(_, s)| s.iter().map(|p| p.1)).fold(60.0_f64, f64::max) * 1.5;
+    let ymin = series.iter().flat_map(|(_, s)| s.iter().map(|p| p.1)).fold(1.0_f64, f64::min) * 0.6;
     let xmax = series.iter().flat_map(|(_, s)| s.iter().map(|p| p.0)).fold(100.0_f64, f64::max) * 1.05;
     {
         let area = BitMapBackend::new(&out, (1000, 640)).into_drawing_area();
@@ -647,14 +666,14 @@ fn plot(b: &Bench) -> PathBuf {
             .margin(20)
             .x_label_area_size(50)
             .y_label_area_size(70)
-            .build_cartesian_2d(0.0..xmax, 0.0..ymax)
+            .build_cartesian_2d(0.0..xmax, (ymin..ymax).log_scale())
             .unwrap();
         chart
             .configure_mesh()
             .x_desc("trials")
             .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| format!("{y:.0}"))
-            .y_desc("seconds")
+            .y_label_formatter(&|y| if *y < 10.0 { format!("{y:.1}") } else { format!("{y:.0}") })
+            .y_desc("seconds (log scale)")
             .label_style(("sans-serif", 16))
             .axis_desc_style(("sans-serif", 18))
             .draw()
@@ -662,8 +681,13 @@ fn plot(b: &Bench) -> PathBuf {
         chart
             .draw_series(LineSeries::new([(0.0, 60.0), (xmax, 60.0)], RED.stroke_width(1)))
             .unwrap()
-            .label("target: 60 s")
+            .label("issue #24's target: 60 s")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED));
+        chart
+            .draw_series([(800.0, 5.0), (4000.0, 8.0)].map(|p| Cross::new(p, 7, RED.stroke_width(3))))
+            .unwrap()
+            .label("issue #35's targets: 5 s at 800, 8 s at 4,000")
+            .legend(|(x, y)| Cross::new((x + 10, y), 6, RED.stroke_width(3)));
         let colors = [BLUE, RGBColor(0, 140, 0), MAGENTA, RGBColor(0, 140, 160), BLACK, RGBColor(200, 120, 0)];
         for (i, (name, points)) in series.iter().enumerate() {
             let color = colors[i % colors.len()];

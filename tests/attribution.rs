@@ -321,10 +321,11 @@ fn which(program: &str) -> bool {
 }
 
 /// Issues #24 and #35: per-trial attribution from the coverage mapping read
-/// once and each trial's counters read in process gives exactly what one
-/// llvm-cov export per trial gave, on the whole default suite:
-/// attribution.json, trials.json, the minimal suite and who-covers, byte
-/// for byte.
+/// once and each trial's counters read in process, stored by each trial as it
+/// ended, gives exactly what one llvm-cov export per trial gave, on the whole
+/// default suite: attribution.json, trials.json, the minimal suite and
+/// who-covers, byte for byte; so does a report that finds one trial's stored
+/// lines altered and another's gone, and computes them again.
 #[test]
 fn attribution_from_the_mapping_read_once_equals_llvm_cov_per_trial() {
     let limit = Duration::from_secs(900);
@@ -345,19 +346,39 @@ fn attribution_from_the_mapping_read_once_equals_llvm_cov_per_trial() {
         }
         (out, report.stderr)
     };
-    let (mapping, stderr) = attribution_of(&s);
+    // Every trial stored its lines as it ended (issue #35), and the report used them.
+    let results = s.ws.join("results");
+    for slug in ["AllReduce.1K.ring", "SendRecv.256K.direct"] {
+        let record = read_json(&results.join(format!("{slug}.json")));
+        assert!(record["merge"]["lines"]["sha256"].is_string(), "{slug} stored no lines: {record:#}");
+        assert!(s.ws.join(format!("profiles/{slug}.lines")).is_file());
+    }
+    let (stored, stderr) = attribution_of(&s);
     assert!(!stderr.contains("runs llvm-cov once per trial"), "the in-process reader was not used:\n{stderr}");
     assert!(!stderr.contains("with llvm-profdata"), "the counters were not read in process:\n{stderr}");
+    assert!(!stderr.contains("per-trial attribution computed"), "stored lines were not used:\n{stderr}");
+    // One stored file altered, one gone: both computed again and named, the altered one quarantined.
+    let altered = s.ws.join("profiles/AllReduce.1K.ring.lines");
+    let mut bytes = fs::read(&altered).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    fs::write(&altered, bytes).unwrap();
+    fs::remove_file(s.ws.join("profiles/SendRecv.256K.direct.lines")).unwrap();
+    let (recomputed, stderr) = attribution_of(&s);
+    assert!(stderr.contains("per-trial attribution computed 2 of 42 trials' lines in the report"), "{stderr}");
+    assert!(
+        stderr.contains("AllReduce::1K::ring (") && stderr.contains("was altered after its trial wrote it"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("SendRecv::256K::direct (") && stderr.contains(".lines is gone"), "{stderr}");
+    assert!(s.ws.join("quarantine/AllReduce.1K.ring/AllReduce.1K.ring.lines").is_file(), "{stderr}");
     s.env = vec![("CCL_COV_ATTRIBUTION_EXPORTS".into(), "on".into())];
     let (exports, stderr) = attribution_of(&s);
     assert!(stderr.contains("runs llvm-cov once per trial, as CCL_COV_ATTRIBUTION_EXPORTS=on asks"), "{stderr}");
-    assert!(mapping.len() > files.len() + 3, "who-covers asked of a few files: {}", mapping.len());
-    for (i, (a, b)) in mapping.iter().zip(&exports).enumerate() {
-        assert!(
-            a == b,
-            "{} differs:\nfrom the mapping: {a}\nllvm-cov per trial: {b}",
-            files.get(i).unwrap_or(&"who-covers")
-        );
+    assert!(stored.len() > files.len() + 3, "who-covers asked of a few files: {}", stored.len());
+    for (way, ours) in [("stored by each trial", &stored), ("partly computed again", &recomputed)] {
+        for (i, (a, b)) in ours.iter().zip(&exports).enumerate() {
+            assert!(a == b, "{} differs:\n{way}: {a}\nllvm-cov per trial: {b}", files.get(i).unwrap_or(&"who-covers"));
+        }
     }
     let trials = read_json(&report_dir.join("trials.json"));
     assert_eq!(trials.as_array().map(Vec::len), Some(42), "the whole default suite");

@@ -41,6 +41,13 @@ pub struct TrialMerge {
     /// SHA-256 of the merged profile as written, checked before a report uses it.
     #[serde(default)]
     pub(crate) sha256: Option<String>,
+    /// What the merged profile covers, stored as `profiles/<trial>.lines`
+    /// while the next trial ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) lines: Option<super::trial_lines::StoredLines>,
+    /// Why no lines were stored: the report computes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) lines_error: Option<String>,
 }
 
 /// The raw `.profraw` files directly in `dir` (a folder of the workspace,
@@ -415,7 +422,7 @@ pub(crate) fn verified_inputs(ws: &Workspace, trials: &[Recorded]) -> Result<Ver
 
 /// Where `file` goes in the quarantine folder `dir`: under its portable
 /// name, because quarantine is what gets uploaded and inspected elsewhere.
-fn quarantine_path(dir: &Path, file: &Path) -> PathBuf {
+pub(super) fn quarantine_path(dir: &Path, file: &Path) -> PathBuf {
     dir.join(workspace::portable_name(&file.file_name().expect("a file").to_string_lossy()))
 }
 
@@ -441,6 +448,8 @@ pub(crate) fn merge_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, kee
         quarantined,
         seconds: started.elapsed().as_secs_f64(),
         sha256,
+        lines: None,
+        lines_error: None,
     })
 }
 

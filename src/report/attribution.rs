@@ -12,28 +12,11 @@
 use crate::coverage::lcov::Lcov;
 #[cfg(test)]
 use crate::coverage::lcov::parse_lcov;
+pub(crate) use crate::coverage::trial_lines::{Covered, compact, expand};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-
-/// Sorted, deduplicated numbers as inclusive ranges: `1 2 3 7` → `[1,3] [7,7]`.
-pub(crate) fn compact(numbers: impl IntoIterator<Item = u32>) -> Vec<(u32, u32)> {
-    let mut ranges: Vec<(u32, u32)> = Vec::new();
-    for n in numbers {
-        match ranges.last_mut() {
-            Some((_, end)) if n <= *end => {}
-            Some((_, end)) if n == *end + 1 => *end = n,
-            _ => ranges.push((n, n)),
-        }
-    }
-    ranges
-}
-
-/// The numbers of inclusive ranges, in order.
-pub(crate) fn expand(ranges: &[(u32, u32)]) -> impl Iterator<Item = u32> + '_ {
-    ranges.iter().flat_map(|&(a, b)| a..=b)
-}
 
 /// Inclusive ranges as text: `3-5, 9`.
 pub(crate) fn ranges_text(ranges: &[(u32, u32)]) -> String {
@@ -53,44 +36,6 @@ pub(crate) struct TrialCoverage {
     pub(crate) lines: (u64, u64),
     pub(crate) functions: (u64, u64),
     pub(crate) regions: (u64, u64),
-}
-
-/// What one trial covered in one file: only what ran, as sorted numbers,
-/// so that 800 trials of a libnccl-sized library fit in memory (issue #24).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Covered {
-    pub(crate) lines: Vec<u32>,
-    /// The first lines of the functions that ran (the model's functions).
-    pub(crate) functions: Vec<u32>,
-    /// `(line, block, branch)` of each branch taken.
-    pub(crate) branches: Vec<(u32, u32, u32)>,
-}
-
-impl Covered {
-    /// What each file of `lcov` covered. Block and branch ids are numbers
-    /// in what llvm-cov writes; other text is an error naming the branch.
-    pub(crate) fn of(lcov: &Lcov) -> Result<BTreeMap<String, Covered>> {
-        let mut out = BTreeMap::new();
-        for (file, cov) in &lcov.files {
-            let mut branches = Vec::new();
-            for (line, block, branch) in cov.covered_branches() {
-                let number = |id: &str| {
-                    id.parse::<u32>().map_err(|_| {
-                        Error::new(format!("{file}: branch {line},{block},{branch}: the ids are not numbers"))
-                    })
-                };
-                branches.push((*line, number(block)?, number(branch)?));
-            }
-            branches.sort_unstable();
-            let covered = Covered {
-                lines: cov.covered_lines().collect(),
-                functions: cov.covered_function_starts().collect(),
-                branches,
-            };
-            out.insert(file.clone(), covered);
-        }
-        Ok(out)
-    }
 }
 
 /// `report/attribution.json`.
@@ -376,13 +321,8 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn ranges_compact_and_expand() {
-        assert_eq!(compact([1, 2, 3, 7, 9, 10]), [(1, 3), (7, 7), (9, 10)]);
-        assert_eq!(compact([4, 4, 5]), [(4, 5)]);
-        assert_eq!(compact([]), []);
-        assert_eq!(expand(&[(1, 3), (7, 7)]).collect::<Vec<_>>(), [1, 2, 3, 7]);
+    fn ranges_as_text() {
         assert_eq!(ranges_text(&[(1, 3), (7, 7)]), "1-3, 7");
-        assert_eq!(compact([u32::MAX - 1, u32::MAX]), [(u32::MAX - 1, u32::MAX)]);
     }
 
     #[test]

@@ -45,11 +45,10 @@ pub struct ReportInputs {
 
 impl ReportInputs {
     pub fn new(manifest: &BuildManifest, profdata: PathBuf, ignore: IgnoreRule, title: String) -> Result<Self> {
-        let mut objects = manifest.instrumented_objects();
-        if objects.is_empty() {
+        if manifest.instrumented_objects().is_empty() {
             bail!("the build manifest lists no instrumented object; nothing to report on");
         }
-        objects.extend(manifest.llvm_device_objects());
+        let objects = manifest.coverage_objects();
         for object in &objects {
             if !object.is_file() {
                 bail!("instrumented object {} is gone; rebuild with `cargo test --test collectives`", object.display());

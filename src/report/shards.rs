@@ -13,7 +13,7 @@
 use crate::bail;
 use crate::build::cache::BuildManifest;
 use crate::context::Context;
-use crate::coverage::profiles;
+use crate::coverage::{profiles, trial_lines};
 use crate::error::{Context as _, Result};
 use crate::results::{self, TrialResult};
 use crate::workspace::{Area, Workspace};
@@ -159,12 +159,22 @@ fn import(shard: &Workspace, target: &Workspace, result: &TrialResult) -> Result
             }
         }
     }
+    // Its stored lines come too when they are what it recorded; otherwise the
+    // report computes them, saying so.
+    let lines = recorded
+        .merge
+        .and_then(|m| m.lines.as_ref())
+        .and_then(|stored| checked(shard, &trial_lines::stored_path(shard, slug), &stored.sha256).ok());
+    if let Some(bytes) = lines {
+        files.push((trial_lines::stored_path(target, slug), bytes));
+    }
     let record = shard
         .read_opt(&shard.trial_result(slug))?
         .ok_or_else(|| crate::error::Error::new("its record vanished while it was read"))?;
     // Nothing of an earlier run of the trial may be merged with the shard's.
     target.clear(Area::Profiles, &target.trial_profiles(slug))?;
     target.remove(Area::Profiles, &profiles::trial_profdata(target, slug))?;
+    target.remove(Area::Profiles, &trial_lines::stored_path(target, slug))?;
     for (path, bytes) in &files {
         if let Some(dir) = path.parent() {
             target.create_dir(dir)?;

@@ -18,7 +18,7 @@ use crate::verdict::perf::PerfReport;
 use crate::verdict::{Case, CaseStatus, Status, Verdict};
 use crate::workspace::{self, Workspace};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -364,11 +364,56 @@ impl TrialResult {
 /// The trials of the config's plan, by name, with their file names.
 pub(crate) type Planned = std::collections::BTreeMap<String, String>;
 
-/// The trial results in the workspace recorded for build `build_id`, of the
-/// trials named in `planned` (results of trials the config no longer has are
-/// left out).
-pub(crate) fn load_all(ws: &Workspace, build_id: &str, planned: &Planned) -> Result<Vec<TrialResult>> {
-    Ok(load_checked(ws, build_id, planned)?.results)
+/// Records parsed by an earlier rebuild of `run.json`, by file name, with
+/// what the file was then: a rebuild while the trials run parses only the
+/// records written since, so its cost does not grow with every record
+/// parsed again (issue #35). The last rebuild of a run reads everything.
+#[derive(Default)]
+struct ParsedRecords(HashMap<String, (Stamp, TrialResult)>);
+
+/// A file's identity and last change, as `fstat` gives them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+/// The record in `path` (a regular file of the workspace), parsed, or from
+/// `cache` when the file is what it was when it was parsed there.
+fn read_record(ws: &Workspace, path: &Path, name: &str, cache: Option<&mut ParsedRecords>) -> Result<TrialResult> {
+    let Some(cache) = cache else {
+        let bytes = ws.read_opt(path)?.ok_or_else(|| Error::new("it vanished while it was read"))?;
+        return Ok(serde_json::from_slice::<TrialResult>(&bytes)?);
+    };
+    let mut file = ws.open_read(path)?;
+    let stamp = Stamp::of(&file.metadata().with_context(|| format!("cannot stat {}", path.display()))?);
+    if let Some((seen, result)) = cache.0.get(name)
+        && *seen == stamp
+    {
+        return Ok(result.clone());
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut bytes).with_context(|| format!("cannot read {}", path.display()))?;
+    let result = serde_json::from_slice::<TrialResult>(&bytes)?;
+    cache.0.insert(name.to_string(), (stamp, result.clone()));
+    Ok(result)
 }
 
 /// What `results/` holds for one build.
@@ -385,12 +430,23 @@ pub(crate) struct Loaded {
     pub(crate) other_builds: Vec<(PathBuf, String)>,
 }
 
-/// Like [`load_all`], with the records it leaves out and why. Each entry is
+/// The trial results in the workspace recorded for build `build_id`, of the
+/// trials named in `planned` (results of trials the config no longer has are
+/// left out), with the records it leaves out and why. Each entry is
 /// read only if it is a regular file (through the workspace's handle, so a
 /// FIFO cannot hang the read nor a link lead elsewhere), and trusted only as
 /// the record of the trial its file name says: a copy of `one.json` saved as
 /// `two.json` would count `one` twice.
 pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &Planned) -> Result<Loaded> {
+    load_checked_with(ws, build_id, planned, None)
+}
+
+fn load_checked_with(
+    ws: &Workspace,
+    build_id: &str,
+    planned: &Planned,
+    mut cache: Option<&mut ParsedRecords>,
+) -> Result<Loaded> {
     let dir = ws.results_dir();
     let mut results = Vec::new();
     let mut damaged = Vec::new();
@@ -404,13 +460,10 @@ pub(crate) fn load_checked(ws: &Workspace, build_id: &str, planned: &Planned) ->
             continue;
         }
         let stem = &name[..name.len() - ".json".len()];
-        let read = match kind {
-            workspace::confined::EntryKind::File => {
-                ws.read_opt(&path).and_then(|bytes| bytes.ok_or_else(|| Error::new("it vanished while it was read")))
-            }
+        let parsed = match kind {
+            workspace::confined::EntryKind::File => read_record(ws, &path, &name, cache.as_deref_mut()),
             other => Err(Error::new(format!("it is {}, not a regular file", other.describe()))),
         };
-        let parsed = read.and_then(|bytes| Ok(serde_json::from_slice::<TrialResult>(&bytes)?));
         match parsed.and_then(|result| trusted_as(result, stem, planned)) {
             Ok(result) if result.build_id != build_id => other_builds.push((path, result.build_id)),
             Ok(result) if planned.contains_key(&result.trial) => results.push(result),
@@ -652,7 +705,7 @@ pub(crate) struct RunInfo {
 ///
 /// The per-trial records are the journal: each is one atomic write of its
 /// own file, so recording a trial costs the same whatever the run's size, and
-/// after a SIGKILL every trial that ended is readable (`load_all`, which
+/// after a SIGKILL every trial that ended is readable (`load_checked`, which
 /// `coverage_report` uses). `run.json` and `junit.xml` are views rebuilt from
 /// those records, which costs O(trials); rebuilding them after every trial
 /// made a run O(trials²). So they are rebuilt, always atomically and under the
@@ -683,6 +736,7 @@ struct WriterShared {
     ws: Workspace,
     state: Mutex<WriterState>,
     wake: Condvar,
+    parsed: Mutex<ParsedRecords>,
 }
 
 #[derive(Default)]
@@ -699,12 +753,20 @@ struct WriterState {
 
 /// Shortest time between two rebuilds of `run.json`.
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
+/// A rebuild waits this many times its own last duration, so that rebuilding
+/// (which grows with the records) takes at most 1 % of a core.
+const COST_FACTOR: u32 = 100;
 
 impl RunWriter {
     pub fn new(ws: Workspace) -> RunWriter {
         let state = WriterState { interval: MIN_INTERVAL, ..WriterState::default() };
         RunWriter {
-            shared: Arc::new(WriterShared { ws, state: Mutex::new(state), wake: Condvar::new() }),
+            shared: Arc::new(WriterShared {
+                ws,
+                state: Mutex::new(state),
+                wake: Condvar::new(),
+                parsed: Mutex::new(ParsedRecords::default()),
+            }),
             flusher: Mutex::new(None),
         }
     }
@@ -762,7 +824,7 @@ impl RunWriter {
         if writers.try_lock().is_err() {
             return Ok(());
         }
-        write_run(&shared.ws, &run.0, &run.1)
+        write_run(&shared.ws, &run.0, &run.1, None)
     }
 }
 
@@ -789,8 +851,9 @@ impl WriterShared {
             state.run.clone().expect("a trial was recorded")
         };
         let started = Instant::now();
-        let written = lock_workspace(&self.ws).and_then(|_lock| write_run(&self.ws, &run.0, &run.1));
-        self.lock().interval = MIN_INTERVAL.max(started.elapsed() * 20);
+        let mut parsed = self.parsed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let written = lock_workspace(&self.ws).and_then(|_lock| write_run(&self.ws, &run.0, &run.1, Some(&mut parsed)));
+        self.lock().interval = MIN_INTERVAL.max(started.elapsed() * COST_FACTOR);
         written
     }
 
@@ -829,14 +892,15 @@ fn lock_workspace(ws: &Workspace) -> Result<File> {
 
 /// Rewrites `results/run.json` and `results/junit.xml` from the trial records
 /// of the run's build; the caller holds the workspace's `.lock`.
-fn write_run(ws: &Workspace, run_build: &RunBuild, info: &RunInfo) -> Result<()> {
+fn write_run(ws: &Workspace, run_build: &RunBuild, info: &RunInfo, cache: Option<&mut ParsedRecords>) -> Result<()> {
     let (manifest, build_error) = match run_build {
         RunBuild::Built(manifest) => (Some(manifest), None),
         RunBuild::Failed { planned, error } => (planned.as_ref(), Some(error.clone())),
     };
     let build_id = manifest.map_or("", |m| m.build_id.as_str());
     // Records written by an older harness may predate redaction.
-    let trials: Vec<TrialResult> = load_all(ws, build_id, &info.planned)?.iter().map(TrialResult::redacted).collect();
+    let trials: Vec<TrialResult> =
+        load_checked_with(ws, build_id, &info.planned, cache)?.results.iter().map(TrialResult::redacted).collect();
     let mut build = manifest.cloned();
     for step in build.iter_mut().flat_map(|b| &mut b.steps) {
         step.command = redact::shell_line(&step.command);
@@ -1046,6 +1110,31 @@ mod tests {
     }
 
     #[test]
+    fn a_rebuild_parses_only_the_records_that_changed_since_the_last() {
+        let (_d, ws, _manifest, info) = setup();
+        for i in 0..3 {
+            trial(i).write(&ws).unwrap();
+        }
+        let mut cache = ParsedRecords::default();
+        let first = load_checked_with(&ws, "b1", &info.planned, Some(&mut cache)).unwrap();
+        assert_eq!((first.results.len(), cache.0.len()), (3, 3));
+        // A record written again is read again; the others come from the cache.
+        let failed = TrialResult { status: Status::Failed, reason: "again".into(), ..trial(1) };
+        failed.write(&ws).unwrap();
+        let kept = cache.0["T.0.json"].0;
+        let second = load_checked_with(&ws, "b1", &info.planned, Some(&mut cache)).unwrap();
+        assert_eq!(
+            second.results.iter().map(|r| r.status).collect::<Vec<_>>(),
+            [Status::Passed, Status::Failed, Status::Passed]
+        );
+        assert!(cache.0["T.0.json"].0 == kept);
+        // A record that is no longer one is named as damaged, cache or not.
+        std::fs::write(ws.trial_result("T.2"), "{").unwrap();
+        let third = load_checked_with(&ws, "b1", &info.planned, Some(&mut cache)).unwrap();
+        assert_eq!((third.results.len(), third.damaged.len()), (2, 1));
+    }
+
+    #[test]
     fn only_the_last_process_of_a_run_rebuilds_the_views_at_its_end() {
         let (_d, ws, manifest, info) = setup();
         // Two writers lock like two processes: an flock belongs to an open file.
@@ -1087,7 +1176,7 @@ mod tests {
             ])
         );
         assert_eq!(run["summary"]["total"], 3, "every record of the build is counted");
-        let loaded = load_all(&ws, "b1", &info.planned).unwrap();
+        let loaded = load_checked(&ws, "b1", &info.planned).unwrap().results;
         assert_eq!(
             Runs::of(&loaded).mixed().unwrap(),
             "2 of 3 trial results come from earlier runs of this build, not from the latest run (r, started \

@@ -9,7 +9,9 @@ use crate::bail;
 use crate::build::cache::{self, BuildManifest, BuildPlan};
 use crate::config::LauncherKind;
 use crate::context::Context;
+use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::profiles;
+use crate::coverage::trial_lines::{self, LineStore};
 use crate::error::{Context as _, Error, Result};
 use crate::exec::host;
 use crate::exec::interrupt;
@@ -65,6 +67,9 @@ pub(crate) struct Suite {
     /// The trials the name filter selected, and whether each runs (else its
     /// flag ignores it): what JUnit lists.
     selected: OnceLock<Vec<(TrialSpec, bool)>>,
+    /// The build's coverage mapping, read once the first trial's profile is
+    /// merged, for each trial's stored lines; or why it cannot be read.
+    line_store: OnceLock<std::result::Result<LineStore, String>>,
 }
 
 impl Suite {
@@ -80,6 +85,7 @@ impl Suite {
             allocation: OnceLock::new(),
             shared_fs: Mutex::new(HashMap::new()),
             selected: OnceLock::new(),
+            line_store: OnceLock::new(),
         }
     }
 
@@ -291,7 +297,16 @@ impl Suite {
         let finish = || {
             let incremental = manifest.coverage && ctx.incremental_merge;
             let pattern = &ctx.config().coverage.profile_pattern;
-            profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, pattern, incremental, ctx.keep_raw)
+            let mut outcome =
+                profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, pattern, incremental, ctx.keep_raw);
+            if let Some(merge) = outcome.merge.as_mut().filter(|m| m.profdata.is_some()) {
+                match self.line_store(manifest).and_then(|s| s.store(ws, &spec.slug, merge).map_err(|e| e.to_string()))
+                {
+                    Ok(stored) => merge.lines = Some(stored),
+                    Err(why) => merge.lines_error = Some(why),
+                }
+            }
+            outcome
         };
         let (execution, merged) = {
             let held = slots.acquire(want)?;
@@ -300,6 +315,7 @@ impl Suite {
             // Old profiles of this trial would be merged with the new ones.
             ws.clear(Area::Profiles, &profile_dir)?;
             ws.remove(Area::Profiles, &profiles::trial_profdata(ws, &spec.slug))?;
+            ws.remove(Area::Profiles, &trial_lines::stored_path(ws, &spec.slug))?;
             ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug))?;
             // An old report would be read as this run's.
             ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;
@@ -371,6 +387,23 @@ impl Suite {
 }
 
 impl Suite {
+    /// What stores each trial's lines as its profile is merged; why not, said
+    /// once on screen (the report then computes every trial's).
+    fn line_store(&self, manifest: &BuildManifest) -> std::result::Result<&LineStore, String> {
+        self.line_store
+            .get_or_init(|| {
+                let store = IgnoreRule::new(&self.ctx.config().report.ignore_filename_regex)
+                    .and_then(|ignore| LineStore::new(manifest, ignore))
+                    .map_err(|e| format!("the build's coverage mapping cannot be read in process: {e}"));
+                if let Err(why) = &store {
+                    eprintln!("ccl-coverage: each trial's lines are left to the report: {why}");
+                }
+                store
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
     /// Records `spec` as failed, not run, because this run's shared build
     /// failed (or could not be recorded in the workspace) with `message`: the
     /// run's failure must be in `run.json` and JUnit, not only on the screen

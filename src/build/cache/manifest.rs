@@ -92,6 +92,14 @@ impl BuildManifest {
         self.objects.iter().filter(|o| o.instrumentation.is_instrumented()).map(|o| o.path.clone()).collect()
     }
 
+    /// What llvm-cov reads the coverage mapping of: the instrumented host
+    /// objects, then the device objects whose backend it reads.
+    pub(crate) fn coverage_objects(&self) -> Vec<PathBuf> {
+        let mut objects = self.instrumented_objects();
+        objects.extend(self.llvm_device_objects());
+        objects
+    }
+
     /// Device objects whose backend's coverage llvm-cov reads (AMDGPU's).
     pub(crate) fn llvm_device_objects(&self) -> Vec<PathBuf> {
         self.device_objects

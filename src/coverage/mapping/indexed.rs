@@ -425,6 +425,13 @@ impl CounterReader {
     }
 }
 
+/// `profdata`'s counters read in process only, a panic of the reader
+/// turned into an error: where no llvm-profdata check has run yet (a trial's
+/// own lines, checked by the report against the merged profile).
+pub(crate) fn read_in_process(ws: &Workspace, profdata: &Path) -> Result<ProfileCounts> {
+    caught(profdata, || read_indexed(ws, profdata))
+}
+
 /// `profdata`'s counters in process, read through the workspace's handle.
 fn read_indexed(ws: &Workspace, profdata: &Path) -> Result<ProfileCounts> {
     let bytes = ws

@@ -18,7 +18,7 @@ mod cxx_sort;
 mod indexed;
 
 pub use counts::ProfileCounts;
-pub(crate) use indexed::CounterReader;
+pub(crate) use indexed::{CounterReader, read_in_process};
 
 use crate::coverage::lcov::{FileCoverage, Lcov, Tallies, Tally};
 use binary::{Counter, Expression, FunctionMapping, Region, RegionKind};

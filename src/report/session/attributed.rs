@@ -9,8 +9,9 @@ use crate::coverage::device_lines;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::mapping::{self, CounterReader, Mapping};
 use crate::coverage::profiles;
+use crate::coverage::trial_lines::{self, Basis, TrialLines};
 use crate::error::{Error, Result};
-use crate::report::attribution::{self, Covered, TrialCoverage, TrialSummary};
+use crate::report::attribution::{self, TrialCoverage, TrialSummary};
 use crate::results::TrialResult;
 use crate::workspace;
 use std::collections::BTreeSet;
@@ -22,6 +23,10 @@ pub(super) struct Attributed {
     pub(super) trials: Vec<TrialCoverage>,
     pub(super) summaries: Vec<TrialSummary>,
 }
+
+/// One trial's coverage, and why it was computed in the report, when it was
+/// not read from what the trial stored.
+type OneTrial = (TrialCoverage, Option<String>);
 
 /// At most this many llvm-cov exports run at once (one per core).
 fn parallelism() -> usize {
@@ -65,8 +70,9 @@ impl Session {
                     text,
                     (regions.covered, regions.count),
                 )?;
+                let basis = Basis::new(&merged.manifest, &merged.inputs.ignore);
                 let next = std::sync::atomic::AtomicUsize::new(0);
-                let outputs: Vec<Result<TrialCoverage, Error>> = std::thread::scope(|scope| {
+                let outputs: Vec<Result<OneTrial, Error>> = std::thread::scope(|scope| {
                     let workers: Vec<_> = (0..parallelism().min(jobs.len()).max(1))
                         .map(|_| {
                             scope.spawn(|| {
@@ -74,13 +80,13 @@ impl Session {
                                 loop {
                                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                     let Some((r, profdata)) = jobs.get(i) else { break };
-                                    done.push((i, per_trial.coverage(ws, merged, r, profdata)));
+                                    done.push((i, per_trial.coverage(ws, merged, &basis, r, profdata)));
                                 }
                                 done
                             })
                         })
                         .collect();
-                    let mut all: Vec<(usize, Result<TrialCoverage, Error>)> =
+                    let mut all: Vec<(usize, Result<OneTrial, Error>)> =
                         workers.into_iter().flat_map(|w| w.join().unwrap_or_default()).collect();
                     all.sort_by_key(|(i, _)| *i);
                     all.into_iter().map(|(_, r)| r).collect()
@@ -88,7 +94,9 @@ impl Session {
                 if outputs.len() != jobs.len() {
                     return Err(Error::new("a thread computing per-trial coverage panicked"));
                 }
-                let trials = outputs.into_iter().collect::<Result<Vec<_>, Error>>()?;
+                let (trials, computed): (Vec<TrialCoverage>, Vec<Option<String>>) =
+                    outputs.into_iter().collect::<Result<Vec<_>, Error>>()?.into_iter().unzip();
+                say_computed(&trials, &computed, &per_trial);
                 check_union(&all, &trials)?;
                 let summaries = attribution::trial_summaries(&trials);
                 Ok(Attributed { all, trials, summaries })
@@ -189,45 +197,89 @@ impl PerTrial {
         }
     }
 
-    /// One trial's lcov (with its own device lines) and totals.
+    /// One trial's coverage (with its own device lines): the lines its
+    /// trial stored where they can be trusted (computed by the reader just
+    /// checked, of this build and profile, host lines only), else computed
+    /// here, with why they were not stored or not used.
     fn coverage(
         &self,
         ws: &workspace::Workspace,
         merged: &Merged,
+        basis: &Basis,
         r: &TrialResult,
         profdata: &Path,
-    ) -> Result<TrialCoverage> {
+    ) -> Result<(TrialCoverage, Option<String>)> {
         let device = merged.device_lines.as_ref().and_then(|d| d.trials.get(&r.slug)).map(device_lines::to_lcov);
         let origin = || format!("the lcov of {}", profdata.display());
-        let ((lcov, totals), regions) = match self {
+        let of = |lines: TrialLines| TrialCoverage {
+            name: r.trial.clone(),
+            slug: r.slug.clone(),
+            duration_s: r.duration_s,
+            covered: lines.covered,
+            lines: lines.lines,
+            functions: lines.functions,
+            regions: lines.regions,
+        };
+        let merge = r.merge.as_ref().filter(|_| profdata == profiles::trial_profdata(ws, &r.slug));
+        let not_stored = match (self, &device, merge) {
+            (PerTrial::Exports, _, _) => None,
+            (PerTrial::Mapping(..), Some(_), _) => Some("its kernel lines are folded in here".to_string()),
+            (PerTrial::Mapping(_, counters), None, _) if counters.fallback().is_some() => {
+                Some("the in-process reader of counters, which stored them, failed its check".to_string())
+            }
+            (PerTrial::Mapping(..), None, None) => Some("its profile was merged by the report".to_string()),
+            (PerTrial::Mapping(..), None, Some(m)) => match (&m.lines, &m.lines_error) {
+                (None, Some(why)) => Some(format!("its trial stored none: {why}")),
+                (stored, _) => match trial_lines::load(ws, &r.slug, stored.as_ref(), basis, m.sha256.as_deref()) {
+                    Ok(lines) => return Ok((of(lines), None)),
+                    Err(why) => Some(why),
+                },
+            },
+        };
+        let lines = match self {
             PerTrial::Mapping(mapping, counters) => {
                 let counts = counters.read(ws, profdata)?;
                 let loaded = mapping.load(&counts);
                 let keep = |f: &str| merged.inputs.ignore.keeps(f);
                 // Device records add to the host's as lcov text does: only then is the text needed.
-                let lcov = match &device {
-                    None => loaded.covered(&keep),
-                    Some(device) => covered_and_totals(lcov::parse_lcov(&(loaded.lcov(&keep) + device), &origin())?),
-                };
-                (lcov, loaded.regions(&keep))
+                match &device {
+                    None => TrialLines::of_loaded(&loaded, &keep)?,
+                    Some(device) => {
+                        let (lcov, totals) =
+                            covered_and_totals(lcov::parse_lcov(&(loaded.lcov(&keep) + device), &origin())?);
+                        TrialLines::of(&lcov, &totals, loaded.regions(&keep))?
+                    }
+                }
             }
             PerTrial::Exports => {
                 let inputs = merged.inputs.with_profdata(profdata.to_path_buf());
                 let text = inputs.lcov_text()? + device.as_deref().unwrap_or_default();
                 let regions = inputs.summary()?.totals().regions;
-                (covered_and_totals(lcov::parse_lcov(&text, &origin())?), (regions.covered, regions.count))
+                let (lcov, totals) = covered_and_totals(lcov::parse_lcov(&text, &origin())?);
+                TrialLines::of(&lcov, &totals, (regions.covered, regions.count))?
             }
         };
-        Ok(TrialCoverage {
-            name: r.trial.clone(),
-            slug: r.slug.clone(),
-            duration_s: r.duration_s,
-            covered: Covered::of(&lcov)?,
-            lines: (totals.lines.covered, totals.lines.count),
-            functions: (totals.functions.covered, totals.functions.count),
-            regions,
-        })
+        Ok((of(lines), not_stored))
     }
+}
+
+/// Names, on screen, the trials whose lines were computed here rather than
+/// read from what their trial stored, and why: none is silently dropped.
+fn say_computed(trials: &[TrialCoverage], computed: &[Option<String>], per_trial: &PerTrial) {
+    const SHOWN: usize = 20;
+    let named: Vec<String> =
+        trials.iter().zip(computed).filter_map(|(t, why)| Some(format!("{} ({})", t.name, why.as_deref()?))).collect();
+    if named.is_empty() || matches!(per_trial, PerTrial::Exports) {
+        return;
+    }
+    let more = named.len().saturating_sub(SHOWN);
+    eprintln!(
+        "ccl-coverage: per-trial attribution computed {} of {} trials' lines in the report, not from what the trial stored: {}{}",
+        named.len(),
+        trials.len(),
+        named[..named.len().min(SHOWN)].join("; "),
+        if more > 0 { format!("; and {more} more") } else { String::new() }
+    );
 }
 
 /// `lcov`'s totals as the model counts them (the merged report's way), and
