@@ -10,7 +10,7 @@ pub mod mapping;
 pub(crate) mod model;
 pub mod profiles;
 pub(crate) mod sass;
-pub(crate) mod trial_lines;
+pub mod trial_lines;
 
 use crate::build::cache::BuildManifest;
 use crate::device::{LineSource, kernel_objects_dir};

@@ -39,7 +39,7 @@ pub(crate) fn expand(ranges: &[(u32, u32)]) -> impl Iterator<Item = u32> + '_ {
 /// What one trial covered in one file: only what ran, as sorted numbers,
 /// so that thousands of trials of a libnccl-sized library fit in memory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Covered {
+pub struct Covered {
     pub(crate) lines: Vec<u32>,
     /// The first lines of the functions that ran (the model's functions).
     pub(crate) functions: Vec<u32>,
@@ -50,7 +50,7 @@ pub(crate) struct Covered {
 impl Covered {
     /// What each file of `lcov` covered. Block and branch ids are numbers
     /// in what llvm-cov writes; other text is an error naming the branch.
-    pub(crate) fn of(lcov: &Lcov) -> Result<BTreeMap<String, Covered>> {
+    pub fn of(lcov: &Lcov) -> Result<BTreeMap<String, Covered>> {
         let mut out = BTreeMap::new();
         for (file, cov) in &lcov.files {
             let mut branches = Vec::new();
@@ -98,9 +98,14 @@ impl TrialLines {
     }
 
     /// The files `loaded` covers that `keep` keeps.
-    pub(crate) fn of_loaded(loaded: &CountedMapping<'_>, keep: &dyn Fn(&str) -> bool) -> Result<TrialLines> {
-        let (lcov, totals) = loaded.covered(keep);
-        TrialLines::of(&lcov, &totals, loaded.regions(keep))
+    pub(crate) fn of_loaded(loaded: &CountedMapping<'_>, keep: &dyn Fn(&str) -> bool) -> TrialLines {
+        let (covered, lines, functions) = loaded.taken(keep);
+        TrialLines {
+            covered,
+            lines: (lines.covered, lines.count),
+            functions: (functions.covered, functions.count),
+            regions: loaded.regions(keep),
+        }
     }
 }
 
@@ -263,7 +268,7 @@ impl LineStore {
 
     fn lines(&self, counts: &ProfileCounts) -> Result<TrialLines> {
         let loaded = self.mapping.load(counts);
-        TrialLines::of_loaded(&loaded, &|f| self.ignore.keeps(f))
+        Ok(TrialLines::of_loaded(&loaded, &|f| self.ignore.keeps(f)))
     }
 }
 

@@ -20,10 +20,11 @@ mod indexed;
 pub use counts::ProfileCounts;
 pub(crate) use indexed::{CounterReader, read_in_process};
 
-use crate::coverage::lcov::{FileCoverage, Lcov, Tallies, Tally};
+use super::trial_lines::Covered;
+use crate::coverage::lcov::{FileCoverage, Lcov, Tally};
 use binary::{Counter, Expression, FunctionMapping, Region, RegionKind};
 use counts::InProfile;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -515,21 +516,23 @@ impl<'m> CountedMapping<'m> {
     /// The same lcov as the model reads it ([`lcov::parse_lcov`] of
     /// [`Self::lcov`]), without the text: per trial that is most of the work.
     pub fn model(&self, keep: &dyn Fn(&str) -> bool) -> Lcov {
-        let mut out = Model::new(false);
+        let mut out = Model::default();
         self.emit(keep, &mut out);
         out.lcov
     }
 
-    /// What a trial's attribution keeps: [`Self::model`] with only the
-    /// lines, functions and branches that ran, and the totals of all of it.
-    pub fn covered(&self, keep: &dyn Fn(&str) -> bool) -> (Lcov, Tallies) {
-        let mut out = Model::new(true);
+    /// What a trial's attribution keeps: per file, the lines, functions
+    /// (their first lines) and branches that ran, as numbers, and the
+    /// model's totals of lines and functions over all of it; what
+    /// [`Self::model`] would give, without making the model.
+    pub fn taken(&self, keep: &dyn Fn(&str) -> bool) -> (BTreeMap<String, Covered>, Tally, Tally) {
+        let mut out = Taken::default();
         self.emit(keep, &mut out);
-        (out.lcov, out.tallies)
+        (out.files, out.lines, out.functions)
     }
 
     /// The records of [`Self::lcov`], in its order.
-    fn emit(&self, keep: &dyn Fn(&str) -> bool, out: &mut dyn Records) {
+    fn emit(&self, keep: &dyn Fn(&str) -> bool, out: &mut dyn Records<'m>) {
         for file in self.files().into_iter().filter(|f| keep(&self.names[*f as usize])) {
             out.file(&self.names[file as usize]);
             let functions: Vec<&Function> = self.functions_of(file).filter(|f| f.files[0] == file).collect();
@@ -547,7 +550,7 @@ impl<'m> CountedMapping<'m> {
     }
 
     /// `renderBranchExecutionCounts`.
-    fn branches(&self, data: &FileData, out: &mut dyn Records) {
+    fn branches(&self, data: &FileData, out: &mut dyn Records<'m>) {
         if self.dialect == Dialect::Llvm19 {
             return self.branches_llvm19(data, out);
         }
@@ -597,7 +600,7 @@ impl<'m> CountedMapping<'m> {
     }
 
     /// llvm-cov 19's `renderBranchExecutionCounts`.
-    fn branches_llvm19(&self, data: &FileData, out: &mut dyn Records) {
+    fn branches_llvm19(&self, data: &FileData, out: &mut dyn Records<'m>) {
         let mut all = data.branches.clone();
         let mut nested = Vec::new();
         self.nested_branches(&data.expansions, &mut Vec::new(), &mut 0, &mut nested);
@@ -657,7 +660,7 @@ impl<'m> CountedMapping<'m> {
     pub fn regions(&self, keep: &dyn Fn(&str) -> bool) -> (u64, u64) {
         let (mut covered, mut count) = (0, 0);
         for file in self.files().into_iter().filter(|f| keep(&self.names[*f as usize])) {
-            let mut groups: std::collections::BTreeMap<Loc, (u64, u64)> = std::collections::BTreeMap::new();
+            let mut groups: BTreeMap<Loc, (u64, u64)> = BTreeMap::new();
             for f in self.functions_of(file) {
                 let Some(main) = main_file_id(f).filter(|id| f.files[*id as usize] == file) else { continue };
                 let Some(first) = f.regions.iter().find(|r| r.region.file_id == main) else { continue };
@@ -677,10 +680,12 @@ impl<'m> CountedMapping<'m> {
 }
 
 /// Where the lcov records go: written out, or straight into the model.
-trait Records {
+/// What the lcov of [`CountedMapping::emit`] is made into; function names
+/// live as long as the mapping (`'m`), so a recorder may keep them.
+trait Records<'m> {
     fn file(&mut self, name: &str);
-    fn function(&mut self, start: u32, name: &str);
-    fn function_count(&mut self, count: u64, name: &str);
+    fn function(&mut self, start: u32, name: &'m str);
+    fn function_count(&mut self, count: u64, name: &'m str);
     fn line(&mut self, line: u32, count: u64);
     /// `None`: never reached (`-`).
     fn branch(&mut self, line: u32, block: u32, branch: u32, taken: Option<u32>);
@@ -689,7 +694,7 @@ trait Records {
 
 struct Text(String);
 
-impl Records for Text {
+impl Records<'_> for Text {
     fn file(&mut self, name: &str) {
         let _ = writeln!(self.0, "SF:{name}");
     }
@@ -714,42 +719,23 @@ impl Records for Text {
     }
 }
 
-/// Adds records up as `lcov::parse_lcov` does. With `covered_only`, it
-/// keeps only what ran, and counts all of it in `tallies` as
-/// [`FileCoverage::tallies`] would have (records of a file are unique here:
-/// one `SF` per file, one `DA` per line, one `BRDA` per line, block and branch).
+/// Adds records up as `lcov::parse_lcov` does.
+#[derive(Default)]
 struct Model {
     lcov: Lcov,
     file: Option<(String, FileCoverage)>,
-    covered_only: bool,
-    tallies: Tallies,
-    lines: Tally,
-    branches: Tally,
 }
 
 impl Model {
-    fn new(covered_only: bool) -> Self {
-        Model {
-            lcov: Lcov::default(),
-            file: None,
-            covered_only,
-            tallies: Tallies::default(),
-            lines: Tally::default(),
-            branches: Tally::default(),
-        }
-    }
-
     fn current(&mut self) -> &mut FileCoverage {
         &mut self.file.as_mut().expect("records come inside a file").1
     }
 }
 
-impl Records for Model {
+impl Records<'_> for Model {
     fn file(&mut self, name: &str) {
         let coverage = self.lcov.files.remove(name).unwrap_or_default();
         self.file = Some((name.to_string(), coverage));
-        self.lines = Tally::default();
-        self.branches = Tally::default();
     }
     fn function(&mut self, start: u32, name: &str) {
         let f = self.current();
@@ -770,34 +756,86 @@ impl Records for Model {
         }
     }
     fn line(&mut self, line: u32, count: u64) {
-        self.lines.count += 1;
-        if count > 0 {
-            self.lines.covered += 1;
-        } else if self.covered_only {
-            return;
-        }
         let hits = self.current().lines.entry(line).or_insert(0);
         *hits = hits.saturating_add(count);
     }
     fn branch(&mut self, line: u32, block: u32, branch: u32, taken: Option<u32>) {
-        let taken = u64::from(taken.unwrap_or(0));
-        self.branches.count += 1;
-        if taken > 0 {
-            self.branches.covered += 1;
-        } else if self.covered_only {
-            return;
-        }
         let hits = self.current().branches.entry((line, block.to_string(), branch.to_string())).or_insert(0);
-        *hits = hits.saturating_add(taken);
+        *hits = hits.saturating_add(u64::from(taken.unwrap_or(0)));
     }
     fn end(&mut self) {
-        let (name, mut coverage) = self.file.take().expect("records come inside a file");
-        if self.covered_only {
-            let all = coverage.tallies();
-            self.tallies += Tallies { lines: self.lines, branches: self.branches, ..all };
-            coverage.functions.retain(|_, (_, n)| *n > 0);
-        }
+        let (name, coverage) = self.file.take().expect("records come inside a file");
         self.lcov.files.insert(name, coverage);
+    }
+}
+
+/// The recorder of [`CountedMapping::taken`]: what [`Model`] keeps of the
+/// lines, functions and branches that ran, and its totals of lines and
+/// functions (records of a file are unique here: one `SF` per file, one `DA`
+/// per line, one `BRDA` per line, block and branch).
+#[derive(Default)]
+struct Taken<'m> {
+    files: BTreeMap<String, Covered>,
+    file: Option<(String, TakenFile<'m>)>,
+    lines: Tally,
+    functions: Tally,
+}
+
+#[derive(Default)]
+struct TakenFile<'m> {
+    lines: Vec<u32>,
+    /// Name → (first line, execution count), as the model keeps functions.
+    functions: HashMap<&'m str, (u32, u64)>,
+    branches: Vec<(u32, u32, u32)>,
+}
+
+impl<'m> Taken<'m> {
+    fn current(&mut self) -> &mut TakenFile<'m> {
+        &mut self.file.as_mut().expect("records come inside a file").1
+    }
+}
+
+impl<'m> Records<'m> for Taken<'m> {
+    fn file(&mut self, name: &str) {
+        self.file = Some((name.to_string(), TakenFile::default()));
+    }
+    fn function(&mut self, start: u32, name: &'m str) {
+        self.current().functions.entry(name).or_insert((start, 0)).0 = start;
+    }
+    fn function_count(&mut self, count: u64, name: &'m str) {
+        let e = self.current().functions.entry(name).or_insert((0, 0));
+        e.1 = e.1.saturating_add(count);
+    }
+    fn line(&mut self, line: u32, count: u64) {
+        self.lines.count += 1;
+        if count > 0 {
+            self.lines.covered += 1;
+            self.current().lines.push(line);
+        }
+    }
+    fn branch(&mut self, line: u32, block: u32, branch: u32, taken: Option<u32>) {
+        if taken.unwrap_or(0) > 0 {
+            self.current().branches.push((line, block, branch));
+        }
+    }
+    fn end(&mut self) {
+        let (name, mut file) = self.file.take().expect("records come inside a file");
+        // A function is its first line, however many instantiations it has.
+        let mut starts: BTreeMap<u32, bool> = BTreeMap::new();
+        for (start, hits) in file.functions.values() {
+            *starts.entry(*start).or_insert(false) |= *hits > 0;
+        }
+        self.functions.count += starts.len() as u64;
+        let functions: Vec<u32> = starts.into_iter().filter(|(_, ran)| *ran).map(|(line, _)| line).collect();
+        self.functions.covered += functions.len() as u64;
+        file.lines.sort_unstable();
+        file.lines.dedup();
+        file.branches.sort_unstable();
+        file.branches.dedup();
+        let covered = self.files.entry(name).or_default();
+        covered.lines = file.lines;
+        covered.functions = functions;
+        covered.branches = file.branches;
     }
 }
 

@@ -165,9 +165,10 @@ impl PerTrial {
             }
             // What each trial is computed with, without text, must be the text's.
             if merged.device_lines.is_none() {
-                let parsed = lcov::parse_lcov(&ours, "the in-process lcov")?;
-                if loaded.covered(&keep) != covered_and_totals(parsed) {
-                    bail!("its lcov, read without the text, differs from the text's on the merged profile");
+                let (lcov, totals) = covered_and_totals(lcov::parse_lcov(&ours, "the in-process lcov")?);
+                let regions = loaded.regions(&keep);
+                if TrialLines::of_loaded(&loaded, &keep) != TrialLines::of(&lcov, &totals, regions)? {
+                    bail!("its lines, computed without the text, differ from the text's on the merged profile");
                 }
             }
             Ok((mapping, counters))
@@ -243,7 +244,7 @@ impl PerTrial {
                 let keep = |f: &str| merged.inputs.ignore.keeps(f);
                 // Device records add to the host's as lcov text does: only then is the text needed.
                 match &device {
-                    None => TrialLines::of_loaded(&loaded, &keep)?,
+                    None => TrialLines::of_loaded(&loaded, &keep),
                     Some(device) => {
                         let (lcov, totals) =
                             covered_and_totals(lcov::parse_lcov(&(loaded.lcov(&keep) + device), &origin())?);
@@ -284,10 +285,8 @@ fn say_computed(trials: &[TrialCoverage], computed: &[Option<String>], per_trial
 
 /// `lcov`'s totals as the model counts them (the merged report's way), and
 /// only what ran: attribution reads nothing else, and at 800 trials the rest
-/// would be most of the report's memory ([`CountedMapping::covered`] gives the same
-/// without the text).
-///
-/// [`CountedMapping::covered`]: crate::coverage::mapping::CountedMapping::covered
+/// would be most of the report's memory ([`TrialLines::of_loaded`] gives the
+/// same without the text).
 fn covered_and_totals(mut lcov: Lcov) -> (Lcov, lcov::Tallies) {
     let mut totals = lcov::Tallies::default();
     for file in lcov.files.values() {
