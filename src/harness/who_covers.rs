@@ -93,6 +93,7 @@ mod tests {
     use super::*;
     use crate::coverage::lcov::parse_lcov;
     use crate::report::attribution::TrialCoverage;
+    use crate::report::elements::Universe;
 
     #[test]
     fn queries_are_file_colon_line_and_answers_say_how_many() {
@@ -102,16 +103,17 @@ mod tests {
             assert!(parse_query(bad).is_err(), "{bad}");
         }
         let lcov = parse_lcov("SF:/s/a.cc\nDA:1,1\nDA:2,0\nend_of_record\n", "t").unwrap();
+        let universe = Universe::of(&lcov).unwrap();
         let t = TrialCoverage {
             name: "A::1K::mpi".into(),
             slug: "A.1K.mpi".into(),
             duration_s: 1.0,
-            covered: crate::report::attribution::Covered::of(&lcov).unwrap(),
+            covered: universe.bits(&crate::coverage::trial_lines::Covered::of(&lcov).unwrap()).unwrap(),
             lines: (1, 2),
             functions: (0, 0),
             regions: (0, 0),
         };
-        let att = Attribution::new(&lcov, &[t]);
+        let att = Attribution::new(&universe, &[t]);
         let four = |_: &str| Some(4);
         assert_eq!(
             answer(&att, "a.cc", 1, &four).unwrap(),

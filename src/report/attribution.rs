@@ -9,11 +9,11 @@
 //! Only lines llvm-cov instruments (lcov `DA` records) appear: comments and
 //! blank lines are never attributed.
 
-use crate::coverage::lcov::Lcov;
 #[cfg(test)]
 use crate::coverage::lcov::parse_lcov;
-pub(crate) use crate::coverage::trial_lines::{Covered, compact, expand};
+pub(crate) use crate::coverage::trial_lines::{compact, expand};
 use crate::error::{Error, Result};
+use crate::report::elements::{Bits, Universe, holders};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -29,8 +29,9 @@ pub(crate) struct TrialCoverage {
     pub(crate) name: String,
     pub(crate) slug: String,
     pub(crate) duration_s: f64,
-    /// Per source file, what it covered.
-    pub(crate) covered: BTreeMap<String, Covered>,
+    /// The lines, functions and branches it covered, numbered by the
+    /// report's [`Universe`].
+    pub(crate) covered: Bits,
     /// `(covered, count)` of lines and functions (the model's, as the
     /// merged report counts them) and regions (llvm-cov's summary's).
     pub(crate) lines: (u64, u64),
@@ -62,48 +63,32 @@ pub(crate) enum CoveredBy<'a> {
 }
 
 impl Attribution {
-    /// Builds the attribution of every instrumented line of `all` (the
-    /// merged report's lcov, which gives the instrumented lines) to the
-    /// trials whose lcov covers it.
-    pub fn new(all: &Lcov, trials: &[TrialCoverage]) -> Attribution {
-        let words = trials.len().div_ceil(64);
+    /// Builds the attribution of every instrumented line of the merged
+    /// report (`universe`, which numbers them) to the trials that cover it.
+    pub fn new(universe: &Universe, trials: &[TrialCoverage]) -> Attribution {
+        let (words, rows) = holders(trials.iter().map(|t| &t.covered), universe.line_range());
         let mut sets: HashMap<Vec<u64>, u32> = HashMap::new();
         let mut trial_sets = vec![Vec::new()];
         sets.insert(vec![0; words], 0);
         let mut files = BTreeMap::new();
-        let mut names: Vec<&String> = all.files.keys().collect();
-        for t in trials {
-            names.extend(t.covered.keys());
-        }
-        names.sort();
-        names.dedup();
-        for name in names {
-            let mut lines: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-            if let Some(f) = all.files.get(name) {
-                for line in f.lines.keys() {
-                    lines.entry(*line).or_insert_with(|| vec![0; words]);
-                }
-            }
-            for (i, t) in trials.iter().enumerate() {
-                let Some(f) = t.covered.get(name) else { continue };
-                for line in &f.lines {
-                    let bits = lines.entry(*line).or_insert_with(|| vec![0; words]);
-                    bits[i / 64] |= 1 << (i % 64);
-                }
-            }
+        for (name, lines) in universe.files() {
             let mut ranges: Vec<(u32, u32, u32)> = Vec::new();
-            for (line, bits) in lines {
-                let next = trial_sets.len() as u32;
-                let set = *sets.entry(bits).or_insert_with_key(|bits| {
+            for (line, e) in lines {
+                let bits = &rows[e * words..(e + 1) * words];
+                let set = if let Some(set) = sets.get(bits) {
+                    *set
+                } else {
+                    let next = trial_sets.len() as u32;
                     trial_sets.push(compact(members(bits)));
+                    sets.insert(bits.to_vec(), next);
                     next
-                });
+                };
                 match ranges.last_mut() {
                     Some((_, end, s)) if *s == set && *end + 1 == line => *end = line,
                     _ => ranges.push((line, line, set)),
                 }
             }
-            files.insert(name.clone(), ranges);
+            files.insert(name.to_string(), ranges);
         }
         Attribution {
             about: "files: source file -> [first line, last line, index into trial_sets] for every line llvm-cov \
@@ -165,9 +150,16 @@ impl Attribution {
 
 /// The trial indices of a bit set.
 fn members(bits: &[u64]) -> impl Iterator<Item = u32> + '_ {
-    bits.iter()
-        .enumerate()
-        .flat_map(|(w, word)| (0..64u32).filter(move |b| word & (1u64 << b) != 0).map(move |b| w as u32 * 64 + b))
+    bits.iter().enumerate().flat_map(|(w, &word)| {
+        let mut word = word;
+        std::iter::from_fn(move || {
+            (word != 0).then(|| {
+                let bit = word.trailing_zeros();
+                word &= word - 1;
+                w as u32 * 64 + bit
+            })
+        })
+    })
 }
 
 /// One trial in `report/trials.json`.
@@ -188,34 +180,20 @@ pub(crate) struct TrialSummary {
 }
 
 /// What each trial covers, and how many lines and functions only it covers.
-pub(crate) fn trial_summaries(trials: &[TrialCoverage]) -> Vec<TrialSummary> {
-    let mut line_owners: HashMap<(&str, u32), (usize, usize)> = HashMap::new();
+pub(crate) fn trial_summaries(universe: &Universe, trials: &[TrialCoverage]) -> Vec<TrialSummary> {
     // Functions as the model counts them: by first line.
-    let mut fn_owners: HashMap<(&str, u32), (usize, usize)> = HashMap::new();
-    for (i, t) in trials.iter().enumerate() {
-        for (file, cov) in &t.covered {
-            for line in &cov.lines {
-                let e = line_owners.entry((file, *line)).or_insert((i, 0));
-                e.1 += 1;
-            }
-            for f in &cov.functions {
-                let e = fn_owners.entry((file, *f)).or_insert((i, 0));
-                e.1 += 1;
+    let only = |range| {
+        let (words, rows) = holders(trials.iter().map(|t| &t.covered), range);
+        let mut unique = vec![0; trials.len()];
+        for row in rows.chunks(words) {
+            if row.iter().map(|w| w.count_ones()).sum::<u32>() == 1 {
+                unique[members(row).next().expect("one member") as usize] += 1;
             }
         }
-    }
-    let mut unique_lines = vec![0; trials.len()];
-    for (owner, n) in line_owners.values() {
-        if *n == 1 {
-            unique_lines[*owner] += 1;
-        }
-    }
-    let mut unique_functions = vec![0; trials.len()];
-    for (owner, n) in fn_owners.values() {
-        if *n == 1 {
-            unique_functions[*owner] += 1;
-        }
-    }
+        unique
+    };
+    let unique_lines = only(universe.line_range());
+    let unique_functions = only(universe.function_range());
     let ratio = |(c, n): (u64, u64)| format!("{c}/{n}");
     trials
         .iter()
@@ -280,13 +258,14 @@ pub(crate) mod tests {
     const LCOV: &str = "SF:/src/a.cc\nFN:3,f\nFN:9,g\nFNDA:2,f\nFNDA:0,g\nFNF:2\nFNH:1\nDA:3,2\nDA:4,2\nDA:5,0\nDA:9,0\n\
         BRDA:4,0,0,-\nLF:4\nLH:2\nend_of_record\nSF:/src/b.cc\nDA:1,1\nend_of_record\n";
 
-    /// A trial that ran 1 s and covered what `text` (lcov) says.
-    pub(crate) fn trial(name: &str, text: &str) -> TrialCoverage {
+    /// A trial that ran 1 s and covered what `text` (lcov) says, of `universe`.
+    pub(crate) fn trial(universe: &Universe, name: &str, text: &str) -> TrialCoverage {
+        let covered = crate::coverage::trial_lines::Covered::of(&parse_lcov(text, name).unwrap()).unwrap();
         TrialCoverage {
             name: name.into(),
             slug: name.replace("::", "."),
             duration_s: 1.0,
-            covered: Covered::of(&parse_lcov(text, name).unwrap()).unwrap(),
+            covered: universe.bits(&covered).unwrap(),
             lines: (0, 0),
             functions: (0, 0),
             regions: (0, 0),
@@ -327,10 +306,13 @@ pub(crate) mod tests {
 
     #[test]
     fn lines_are_attributed_to_the_trials_that_ran_them() {
-        let all = parse_lcov(LCOV, "all").unwrap();
-        let t0 = trial("A::1K", "SF:/src/a.cc\nDA:3,1\nDA:4,1\nDA:5,0\nDA:9,0\nend_of_record\n");
-        let t1 =
-            trial("A::1K::mpi", "SF:/src/a.cc\nDA:3,1\nDA:4,1\nDA:5,0\nDA:9,0\nend_of_record\nSF:/src/b.cc\nDA:1,1\n");
+        let all = Universe::of(&parse_lcov(LCOV, "all").unwrap()).unwrap();
+        let t0 = trial(&all, "A::1K", "SF:/src/a.cc\nDA:3,1\nDA:4,1\nDA:5,0\nDA:9,0\nend_of_record\n");
+        let t1 = trial(
+            &all,
+            "A::1K::mpi",
+            "SF:/src/a.cc\nDA:3,1\nDA:4,1\nDA:5,0\nDA:9,0\nend_of_record\nSF:/src/b.cc\nDA:1,1\n",
+        );
         let att = Attribution::new(&all, &[t0.clone(), t1.clone()]);
         assert_eq!(att.trial_sets, [vec![], vec![(0, 1)], vec![(1, 1)]]);
         assert_eq!(att.files["/src/a.cc"], [(3, 4, 1), (5, 5, 0), (9, 9, 0)]);
@@ -343,7 +325,7 @@ pub(crate) mod tests {
         assert!(att.who_covers("cc", 1).is_err(), "a partial file name is not a match");
         let back: Attribution = serde_json::from_str(&serde_json::to_string(&att).unwrap()).unwrap();
         assert_eq!(back, att);
-        let summaries = trial_summaries(&[t0, t1]);
+        let summaries = trial_summaries(&all, &[t0, t1]);
         assert_eq!((summaries[0].unique_lines, summaries[1].unique_lines), (0, 1));
         assert_eq!(top_unique(&summaries, 5).iter().map(|s| s.trial.as_str()).collect::<Vec<_>>(), ["A::1K::mpi"]);
         assert!(markdown(&summaries, None).contains("| `A::1K::mpi` | 1 | 0 |"));
@@ -354,7 +336,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_broken_attribution_file_is_an_error_not_a_panic() {
-        let mut att = Attribution::new(&parse_lcov(LCOV, "all").unwrap(), &[trial("T", LCOV)]);
+        let all = Universe::of(&parse_lcov(LCOV, "all").unwrap()).unwrap();
+        let mut att = Attribution::new(&all, &[trial(&all, "T", LCOV)]);
         att.trial_sets.truncate(1);
         assert!(att.who_covers("a.cc", 3).unwrap_err().to_string().contains("inconsistent"));
         att.trial_sets = vec![vec![], vec![(5, 5)]];

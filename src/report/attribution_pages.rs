@@ -369,6 +369,7 @@ mod tests {
     use super::*;
     use crate::coverage::lcov::parse_lcov;
     use crate::report::attribution::tests::trial;
+    use crate::report::elements::Universe;
 
     #[test]
     fn pages_link_files_lines_trial_sets_and_trials() {
@@ -377,8 +378,10 @@ mod tests {
             "all",
         )
         .unwrap();
-        let t0 = trial("A::1K", "SF:/src/a.cc\nDA:3,1\nDA:4,1\nend_of_record\n");
-        let t1 = trial("A::1K::mpi", "SF:/src/a.cc\nDA:3,1\nend_of_record\nSF:/src/b.cc\nDA:1,1\nend_of_record\n");
+        let all = Universe::of(&all).unwrap();
+        let t0 = trial(&all, "A::1K", "SF:/src/a.cc\nDA:3,1\nDA:4,1\nend_of_record\n");
+        let t1 =
+            trial(&all, "A::1K::mpi", "SF:/src/a.cc\nDA:3,1\nend_of_record\nSF:/src/b.cc\nDA:1,1\nend_of_record\n");
         let att = Attribution::new(&all, &[t0, t1]);
         let sources = Sources {
             text: &|_| Some("a\nb\nint f() {\n  return <1>;\n}\n".into()),
@@ -418,8 +421,8 @@ mod tests {
         let one = page("trial-A__1K.html");
         assert!(one.contains(&format!("<a href='{a_page}#L4'>4</a>")), "{one}");
         // A trial with no line of its own has no column for them.
-        let t2 = trial("A::1K::again", "SF:/src/a.cc\nDA:3,1\nend_of_record\n");
-        let att = Attribution::new(&all, &[trial("A::1K", "SF:/src/a.cc\nDA:3,1\nDA:4,1\nend_of_record\n"), t2]);
+        let t2 = trial(&all, "A::1K::again", "SF:/src/a.cc\nDA:3,1\nend_of_record\n");
+        let att = Attribution::new(&all, &[trial(&all, "A::1K", "SF:/src/a.cc\nDA:3,1\nDA:4,1\nend_of_record\n"), t2]);
         let later = pages(&att, &sources);
         let again = &later.iter().find(|(n, _)| n == "trial-A__1K__again.html").unwrap().1;
         assert!(again.contains("every line it covers, another trial covers too"), "{again}");

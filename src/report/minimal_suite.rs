@@ -12,9 +12,10 @@
 //! (22, 24 and 22 trials); they are reported, rounded, not weighed.
 
 use crate::report::attribution::TrialCoverage;
+use crate::report::elements::{Bits, Universe};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 /// A cover: the chosen candidates and what can be said about its cost.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,20 +68,20 @@ const MIN_COST: f64 = 1e-9;
 /// (Chvátal 1979), so `greedy cost / H(d)` is a lower bound on it; so is the
 /// cost of the candidates that alone have some element (every cover holds
 /// them). `lower_bound` is the larger.
-pub(crate) fn greedy_cover(universe: usize, candidates: &[(f64, Vec<u32>)]) -> Cover {
+pub(crate) fn greedy_cover(universe: usize, candidates: &[(f64, &Bits)]) -> Cover {
     let cost = |i: usize| candidates[i].0.max(MIN_COST);
     let mut holders = vec![0u32; universe];
+    let mut sizes = Vec::with_capacity(candidates.len());
     for (_, elements) in candidates {
-        for &e in elements {
-            if let Some(h) = holders.get_mut(e as usize) {
-                *h = h.saturating_add(1);
-            }
+        let mut size = 0;
+        for e in elements.ones(0..universe) {
+            holders[e] = holders[e].saturating_add(1);
+            size += 1;
         }
+        sizes.push(size);
     }
-    let mut covered = vec![false; universe];
-    let gain = |i: usize, covered: &[bool]| {
-        candidates[i].1.iter().filter(|&&e| covered.get(e as usize).is_some_and(|c| !c)).count()
-    };
+    let mut covered = Bits::with_len(universe);
+    let gain = |i: usize, covered: &Bits| candidates[i].1.count_not_in(covered, universe);
     let mut heap: BinaryHeap<Gain> =
         (0..candidates.len()).map(|i| Gain { ratio: gain(i, &covered) as f64 / cost(i), index: i }).collect();
     let mut chosen = Vec::new();
@@ -95,46 +96,35 @@ pub(crate) fn greedy_cover(universe: usize, candidates: &[(f64, Vec<u32>)]) -> C
             heap.push(now);
             continue;
         }
-        for &e in &candidates[top.index].1 {
-            if let Some(c) = covered.get_mut(e as usize) {
-                *c = true;
-            }
-        }
+        covered.union_with(candidates[top.index].1);
         chosen.push(top.index);
     }
     let greedy_cost: f64 = chosen.iter().map(|&i| candidates[i].0).sum();
     // Drop what the others cover, the most expensive first.
     let mut times = vec![0u32; universe];
     for &i in &chosen {
-        for &e in &candidates[i].1 {
-            if let Some(t) = times.get_mut(e as usize) {
-                *t += 1;
-            }
+        for e in candidates[i].1.ones(0..universe) {
+            times[e] += 1;
         }
     }
     // Ties: the smaller set first, then the later candidate (by name).
     let mut by_cost = chosen.clone();
-    by_cost.sort_by(|&a, &b| {
-        (candidates[b].0.total_cmp(&candidates[a].0))
-            .then(candidates[a].1.len().cmp(&candidates[b].1.len()))
-            .then(b.cmp(&a))
-    });
+    by_cost
+        .sort_by(|&a, &b| (candidates[b].0.total_cmp(&candidates[a].0)).then(sizes[a].cmp(&sizes[b])).then(b.cmp(&a)));
     for i in by_cost {
-        let elements = &candidates[i].1;
-        if elements.iter().all(|&e| times.get(e as usize).is_none_or(|&t| t > 1)) {
-            for &e in elements {
-                if let Some(t) = times.get_mut(e as usize) {
-                    *t -= 1;
-                }
+        let elements = candidates[i].1;
+        if elements.ones(0..universe).all(|e| times[e] > 1) {
+            for e in elements.ones(0..universe) {
+                times[e] -= 1;
             }
             chosen.retain(|&c| c != i);
         }
     }
-    let largest_set = candidates.iter().map(|(_, e)| e.len()).max().unwrap_or(0);
+    let largest_set = sizes.iter().copied().max().unwrap_or(0);
     let harmonic: f64 = (1..=largest_set).map(|k| 1.0 / k as f64).sum();
     let essential: f64 = candidates
         .iter()
-        .filter(|(_, elements)| elements.iter().any(|&e| holders.get(e as usize) == Some(&1)))
+        .filter(|(_, elements)| elements.ones(0..universe).any(|e| holders[e] == 1))
         .map(|(c, _)| *c)
         .sum();
     let lower_bound = if harmonic > 0.0 { essential.max(greedy_cost / harmonic) } else { essential };
@@ -154,38 +144,6 @@ pub(crate) struct Kept {
     pub(crate) lines: usize,
     pub(crate) functions: usize,
     pub(crate) branches: usize,
-}
-
-/// The elements to cover, numbered: every (file, line), (file, function's
-/// first line: the model's function) and (file, branch) some trial covers; per trial, the numbers it covers; and
-/// how many of each kind there are.
-pub(crate) fn elements<'a>(trials: impl IntoIterator<Item = &'a TrialCoverage>) -> (usize, Vec<Vec<u32>>, Kept) {
-    let mut lines: HashMap<(&str, u32), u32> = HashMap::new();
-    let mut functions: HashMap<(&str, u32), u32> = HashMap::new();
-    let mut branches: HashMap<(&str, (u32, u32, u32)), u32> = HashMap::new();
-    let mut sets = Vec::new();
-    let mut next = 0u32;
-    let number = |next: &mut u32| {
-        *next += 1;
-        *next - 1
-    };
-    for t in trials {
-        let mut set = Vec::new();
-        for (file, cov) in &t.covered {
-            for line in &cov.lines {
-                set.push(*lines.entry((file, *line)).or_insert_with(|| number(&mut next)));
-            }
-            for f in &cov.functions {
-                set.push(*functions.entry((file, *f)).or_insert_with(|| number(&mut next)));
-            }
-            for b in &cov.branches {
-                set.push(*branches.entry((file, *b)).or_insert_with(|| number(&mut next)));
-            }
-        }
-        sets.push(set);
-    }
-    let kept = Kept { lines: lines.len(), functions: functions.len(), branches: branches.len() };
-    (next as usize, sets, kept)
 }
 
 /// Rounded to hundredths, as the file shows seconds and percentages:
@@ -259,6 +217,7 @@ pub(crate) fn command(selected: &[&str], planned: &[PlannedTrial]) -> Vec<String
 /// module), and its command line. `full_trials` and `full_duration_s` are
 /// the whole suite's, trials without a profile included.
 pub(crate) fn minimal_suite(
+    universe: &Universe,
     trials: &[TrialCoverage],
     planned: &[PlannedTrial],
     full_trials: usize,
@@ -266,9 +225,19 @@ pub(crate) fn minimal_suite(
 ) -> MinimalSuite {
     let mut by_name: Vec<&TrialCoverage> = trials.iter().collect();
     by_name.sort_by(|a, b| a.name.cmp(&b.name));
-    let (universe, sets, kept) = elements(by_name.iter().copied());
-    let candidates: Vec<(f64, Vec<u32>)> = sets.into_iter().map(|set| (1.0, set)).collect();
-    let cover = greedy_cover(universe, &candidates);
+    let candidates: Vec<(f64, &Bits)> = by_name.iter().map(|t| (1.0, &t.covered)).collect();
+    let cover = greedy_cover(universe.len(), &candidates);
+    let mut any = Bits::with_len(universe.len());
+    for t in trials {
+        any.union_with(&t.covered);
+    }
+    let kept = Kept {
+        lines: any.ones(universe.line_range()).count(),
+        functions: any.ones(universe.function_range()).count(),
+        branches: any.ones(universe.branch_range()).count(),
+    };
+    // The elements to cover: those some trial covers.
+    let elements = kept.lines + kept.functions + kept.branches;
     let mut chosen = cover.chosen.clone();
     chosen.sort_unstable();
     let names: Vec<&str> = chosen.iter().map(|&i| by_name[i].name.as_str()).collect();
@@ -300,13 +269,13 @@ pub(crate) fn minimal_suite(
                 .into(),
             guarantee: format!(
                 "the greedy cover ({} trials) has at most H(d) = {:.2} times the fewest trials possible (d = {} \
-                 elements in the largest trial; H(d) <= ln(d)+1 <= ln(n)+1 = {:.2}, n = {universe} elements); so \
+                 elements in the largest trial; H(d) <= ln(d)+1 <= ln(n)+1 = {:.2}, n = {elements} elements); so \
                  the fewest is at least {lower_bound}, the larger of that bound and the trials that alone cover some \
                  line, function or branch",
                 cover.greedy_cost,
                 cover.harmonic,
                 cover.largest_set,
-                (universe.max(1) as f64).ln() + 1.0,
+                (elements.max(1) as f64).ln() + 1.0,
             ),
             lower_bound_trials: lower_bound,
             gap_percent: round2(gap),
@@ -319,13 +288,21 @@ pub(crate) fn minimal_suite(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coverage::lcov::parse_lcov;
+
+    fn sets(len: usize, sets: &[(f64, &[u32])]) -> Vec<(f64, Bits)> {
+        sets.iter().map(|(cost, elements)| (*cost, Bits::of(len, elements.iter().copied()))).collect()
+    }
+
+    fn refs(sets: &[(f64, Bits)]) -> Vec<(f64, &Bits)> {
+        sets.iter().map(|(cost, bits)| (*cost, bits)).collect()
+    }
 
     #[test]
     fn greedy_prefers_cheap_coverage_and_drops_what_became_redundant() {
         // Elements 0..6. The big set is expensive; two cheap sets cover it.
-        let candidates =
-            vec![(10.0, vec![0, 1, 2, 3, 4, 5]), (1.0, vec![0, 1, 2]), (1.0, vec![3, 4, 5]), (0.5, vec![2])];
-        let cover = greedy_cover(6, &candidates);
+        let candidates = sets(6, &[(10.0, &[0, 1, 2, 3, 4, 5]), (1.0, &[0, 1, 2]), (1.0, &[3, 4, 5]), (0.5, &[2])]);
+        let cover = greedy_cover(6, &refs(&candidates));
         let mut chosen = cover.chosen.clone();
         chosen.sort_unstable();
         assert_eq!(chosen, [1, 2]);
@@ -334,13 +311,13 @@ mod tests {
         assert!((cover.harmonic - 2.45).abs() < 0.01, "{}", cover.harmonic);
         assert!(cover.lower_bound <= 2.0 && cover.lower_bound > 0.0);
         // The whole set gains 2 per second, each singleton 1: it is taken first.
-        let cover = greedy_cover(3, &[(1.0, vec![0]), (1.0, vec![1]), (1.5, vec![0, 1, 2])]);
+        let cover = greedy_cover(3, &refs(&sets(3, &[(1.0, &[0]), (1.0, &[1]), (1.5, &[0, 1, 2])])));
         assert_eq!(cover.chosen, [2], "the singletons are never needed");
     }
 
     #[test]
     fn essential_sets_bound_the_optimum_from_below() {
-        let cover = greedy_cover(3, &[(4.0, vec![0]), (1.0, vec![1, 2]), (3.0, vec![2])]);
+        let cover = greedy_cover(3, &refs(&sets(3, &[(4.0, &[0]), (1.0, &[1, 2]), (3.0, &[2])])));
         assert_eq!(cover.chosen.len(), 2);
         assert_eq!(cover.cost, 5.0);
         assert_eq!(cover.lower_bound, 5.0, "sets 0 and 1 alone hold elements 0 and 1");
@@ -348,20 +325,20 @@ mod tests {
 
     #[test]
     fn zero_costs_empty_sets_and_out_of_range_elements_do_not_panic() {
-        let cover = greedy_cover(2, &[(0.0, vec![0]), (0.0, vec![]), (1.0, vec![1, 7])]);
+        let cover = greedy_cover(2, &refs(&sets(64, &[(0.0, &[0]), (0.0, &[]), (1.0, &[1, 7])])));
         let mut chosen = cover.chosen.clone();
         chosen.sort_unstable();
         assert_eq!(chosen, [0, 2]);
         assert_eq!(greedy_cover(0, &[]).chosen, Vec::<usize>::new());
     }
 
-    fn trial(name: &str, duration_s: f64, lcov: &str) -> TrialCoverage {
+    fn trial(universe: &Universe, name: &str, duration_s: f64, lcov: &str) -> TrialCoverage {
+        let covered = crate::coverage::trial_lines::Covered::of(&parse_lcov(lcov, name).unwrap()).unwrap();
         TrialCoverage {
             name: name.into(),
             slug: name.into(),
             duration_s,
-            covered: crate::report::attribution::Covered::of(&crate::coverage::lcov::parse_lcov(lcov, name).unwrap())
-                .unwrap(),
+            covered: universe.bits(&covered).unwrap(),
             lines: (0, 0),
             functions: (0, 0),
             regions: (0, 0),
@@ -375,7 +352,10 @@ mod tests {
         let planned = [PlannedTrial { name: "a", ignored: false }, PlannedTrial { name: "b", ignored: false }];
         let a = "SF:/f.cc\nDA:1,1\nBRDA:1,0,0,1\nBRDA:1,0,1,0\nend_of_record\n";
         let b = "SF:/f.cc\nDA:1,1\nBRDA:1,0,0,0\nBRDA:1,0,1,4\nend_of_record\n";
-        let suite = minimal_suite(&[trial("a", 1.0, a), trial("b", 2.0, b)], &planned, 2, 3.0);
+        let all =
+            Universe::of(&parse_lcov("SF:/f.cc\nDA:1,1\nBRDA:1,0,0,1\nBRDA:1,0,1,4\nend_of_record\n", "all").unwrap())
+                .unwrap();
+        let suite = minimal_suite(&all, &[trial(&all, "a", 1.0, a), trial(&all, "b", 2.0, b)], &planned, 2, 3.0);
         assert_eq!(suite.trials, ["a", "b"]);
         assert_eq!((suite.lines, suite.functions, suite.branches), (1, 0, 2));
         assert_eq!(suite.nextest, "cargo nextest run --test collectives --run-ignored all -E 'test(=a) | test(=b)'");
@@ -395,17 +375,20 @@ mod tests {
             _ => "SF:/f.cc\nDA:2,1\nDA:3,1\nend_of_record\n",
         };
         let timings = [[1.0, 1.04, 0.5, 3.0], [1.06, 0.94, 9.0, 0.1], [0.05, 0.05, 0.05, 0.05]];
+        let all =
+            Universe::of(&parse_lcov("SF:/f.cc\nDA:1,1\nDA:2,1\nDA:3,1\nDA:4,0\nend_of_record\n", "all").unwrap())
+                .unwrap();
         for durations in timings {
             let mut trials: Vec<TrialCoverage> =
-                names.iter().zip(durations).map(|(n, d)| trial(n, d, lcov(n))).collect();
+                names.iter().zip(durations).map(|(n, d)| trial(&all, n, d, lcov(n))).collect();
             for _ in 0..2 {
-                let suite = minimal_suite(&trials, &planned, 4, 4.0);
+                let suite = minimal_suite(&all, &trials, &planned, 4, 4.0);
                 assert_eq!(suite.trials, ["a", "c"], "durations {durations:?}");
                 trials.reverse();
             }
         }
-        let trials: Vec<TrialCoverage> = names.iter().map(|n| trial(n, 0.1 + 0.2, lcov(n))).collect();
-        let suite = minimal_suite(&trials, &planned, 4, 0.7 + 0.1 + 0.3 + 0.1 + 0.1);
+        let trials: Vec<TrialCoverage> = names.iter().map(|n| trial(&all, n, 0.1 + 0.2, lcov(n))).collect();
+        let suite = minimal_suite(&all, &trials, &planned, 4, 0.7 + 0.1 + 0.3 + 0.1 + 0.1);
         let json = serde_json::to_string(&suite).unwrap();
         assert!(json.contains("\"duration_s\":0.6,") && json.contains("\"full_suite_duration_s\":1.3,"), "{json}");
         assert!(!json.contains("999") && !json.contains("0000"), "unrounded values: {json}");

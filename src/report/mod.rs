@@ -8,6 +8,7 @@ pub mod attribution;
 pub(crate) mod attribution_pages;
 pub(crate) mod device_pages;
 pub(crate) mod diff_coverage;
+pub(crate) mod elements;
 pub(crate) mod html_index;
 pub(crate) mod minimal_suite;
 pub(crate) mod screen;

@@ -12,14 +12,16 @@ use crate::coverage::profiles;
 use crate::coverage::trial_lines::{self, Basis, TrialLines};
 use crate::error::{Error, Result};
 use crate::report::attribution::{self, TrialCoverage, TrialSummary};
+use crate::report::elements::{Bits, Universe};
 use crate::results::TrialResult;
 use crate::workspace;
-use std::collections::BTreeSet;
 use std::path::Path;
 
 /// The merged report's lcov and each trial's coverage on its own.
 pub(super) struct Attributed {
     pub(super) all: Lcov,
+    /// The merged report's lines, functions and branches, numbered.
+    pub(super) universe: Universe,
     pub(super) trials: Vec<TrialCoverage>,
     pub(super) summaries: Vec<TrialSummary>,
 }
@@ -44,6 +46,7 @@ impl Session {
             .get_or_init(|| {
                 let text = self.lcov(merged)?;
                 let all = lcov::parse_lcov(text, "the merged lcov")?;
+                let universe = Universe::of(&all)?;
                 let ws = &self.ctx.workspace;
                 let mut jobs = Vec::new();
                 for r in &merged.results {
@@ -80,7 +83,7 @@ impl Session {
                                 loop {
                                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                     let Some((r, profdata)) = jobs.get(i) else { break };
-                                    done.push((i, per_trial.coverage(ws, merged, &basis, r, profdata)));
+                                    done.push((i, per_trial.coverage(ws, merged, &basis, &universe, r, profdata)));
                                 }
                                 done
                             })
@@ -97,9 +100,9 @@ impl Session {
                 let (trials, computed): (Vec<TrialCoverage>, Vec<Option<String>>) =
                     outputs.into_iter().collect::<Result<Vec<_>, Error>>()?.into_iter().unzip();
                 say_computed(&trials, &computed, &per_trial);
-                check_union(&all, &trials)?;
-                let summaries = attribution::trial_summaries(&trials);
-                Ok(Attributed { all, trials, summaries })
+                check_union(&all, &universe, &trials)?;
+                let summaries = attribution::trial_summaries(&universe, &trials);
+                Ok(Attributed { all, universe, trials, summaries })
             })
             .as_ref()
             .map_err(|e| e.clone().context("per-trial attribution failed"))
@@ -207,19 +210,25 @@ impl PerTrial {
         ws: &workspace::Workspace,
         merged: &Merged,
         basis: &Basis,
+        universe: &Universe,
         r: &TrialResult,
         profdata: &Path,
     ) -> Result<(TrialCoverage, Option<String>)> {
         let device = merged.device_lines.as_ref().and_then(|d| d.trials.get(&r.slug)).map(device_lines::to_lcov);
         let origin = || format!("the lcov of {}", profdata.display());
-        let of = |lines: TrialLines| TrialCoverage {
-            name: r.trial.clone(),
-            slug: r.slug.clone(),
-            duration_s: r.duration_s,
-            covered: lines.covered,
-            lines: lines.lines,
-            functions: lines.functions,
-            regions: lines.regions,
+        let of = |lines: TrialLines| -> Result<TrialCoverage> {
+            let covered = universe
+                .bits(&lines.covered)
+                .map_err(|e| e.context(format_args!("trial {}: was a profile changed during the report?", r.trial)))?;
+            Ok(TrialCoverage {
+                name: r.trial.clone(),
+                slug: r.slug.clone(),
+                duration_s: r.duration_s,
+                covered,
+                lines: lines.lines,
+                functions: lines.functions,
+                regions: lines.regions,
+            })
         };
         let merge = r.merge.as_ref().filter(|_| profdata == profiles::trial_profdata(ws, &r.slug));
         let not_stored = match (self, &device, merge) {
@@ -232,7 +241,7 @@ impl PerTrial {
             (PerTrial::Mapping(..), None, Some(m)) => match (&m.lines, &m.lines_error) {
                 (None, Some(why)) => Some(format!("its trial stored none: {why}")),
                 (stored, _) => match trial_lines::load(ws, &r.slug, stored.as_ref(), basis, m.sha256.as_deref()) {
-                    Ok(lines) => return Ok((of(lines), None)),
+                    Ok(lines) => return Ok((of(lines)?, None)),
                     Err(why) => Some(why),
                 },
             },
@@ -260,7 +269,7 @@ impl PerTrial {
                 TrialLines::of(&lcov, &totals, (regions.covered, regions.count))?
             }
         };
-        Ok((of(lines), not_stored))
+        Ok((of(lines)?, not_stored))
     }
 }
 
@@ -310,24 +319,33 @@ fn first_difference(a: &str, b: &str) -> Option<(usize, String, String)> {
 }
 
 /// The trials' covered lines together must be the merged report's.
-fn check_union(all: &Lcov, trials: &[TrialCoverage]) -> Result<()> {
-    let mut union: BTreeSet<(&str, u32)> = BTreeSet::new();
+fn check_union(all: &Lcov, universe: &Universe, trials: &[TrialCoverage]) -> Result<()> {
+    let mut union = Bits::with_len(universe.len());
     for t in trials {
-        for (file, cov) in &t.covered {
-            union.extend(cov.lines.iter().map(|l| (file.as_str(), *l)));
+        union.union_with(&t.covered);
+    }
+    let mut merged = Bits::with_len(universe.len());
+    for (file, lines) in universe.files() {
+        let hits = &all.files[file].lines;
+        for (line, e) in lines {
+            if hits.get(&line).is_some_and(|n| *n > 0) {
+                merged.insert(e);
+            }
         }
     }
-    let merged: BTreeSet<(&str, u32)> =
-        all.files.iter().flat_map(|(f, cov)| cov.covered_lines().map(move |l| (f.as_str(), l))).collect();
-    let only_trials: Vec<String> = union.difference(&merged).take(5).map(|(f, l)| format!("{f}:{l}")).collect();
-    let only_merged: Vec<String> = merged.difference(&union).take(5).map(|(f, l)| format!("{f}:{l}")).collect();
+    let name = |e: usize| universe.line(e).map_or_else(|| format!("line #{e}"), |(f, l)| format!("{f}:{l}"));
+    let lines = universe.line_range();
+    let only_trials: Vec<String> =
+        union.ones(lines.clone()).filter(|&e| !merged.ones(e..e + 1).any(|_| true)).take(5).map(name).collect();
+    let only_merged: Vec<String> =
+        merged.ones(lines.clone()).filter(|&e| !union.ones(e..e + 1).any(|_| true)).take(5).map(name).collect();
     if only_trials.is_empty() && only_merged.is_empty() {
         return Ok(());
     }
     Err(Error::new(format!(
         "the trials' own profiles cover {} lines, the merged profile {}; they differ (covered by a trial only: {}; by the merged profile only: {}): was a profile changed during the report?",
-        union.len(),
-        merged.len(),
+        union.ones(lines.clone()).count(),
+        merged.ones(lines).count(),
         only_trials.join(", "),
         only_merged.join(", ")
     )))

@@ -130,7 +130,7 @@ impl Session {
     pub(super) fn attribution_files(&self, merged: &Merged) -> Result<()> {
         let a = self.attributed(merged)?;
         let dir = self.report_dir();
-        let attribution = Attribution::new(&a.all, &a.trials);
+        let attribution = Attribution::new(&a.universe, &a.trials);
         let write = |name: &str, json: String| {
             self.ctx.workspace.write(&dir.join(name), json.as_bytes()).with_context(|| format!("writing {name} failed"))
         };
@@ -166,7 +166,7 @@ impl Session {
         let planned: Vec<minimal_suite::PlannedTrial> =
             plan.iter().map(|t| minimal_suite::PlannedTrial { name: &t.name, ignored: t.ignored }).collect();
         let full_s: f64 = merged.results.iter().map(|r| r.duration_s.max(0.0)).sum();
-        let suite = minimal_suite::minimal_suite(&a.trials, &planned, merged.results.len(), full_s);
+        let suite = minimal_suite::minimal_suite(&a.universe, &a.trials, &planned, merged.results.len(), full_s);
         self.ctx
             .workspace
             .write(
