@@ -727,9 +727,11 @@ pub(crate) struct RunInfo {
 ///
 /// A separate journal (one `run.jsonl` line per trial) was not needed: it would
 /// duplicate the per-trial files, which the report reads anyway.
+/// Cloned, it is the same writer: the line worker records through it too.
+#[derive(Clone)]
 pub(crate) struct RunWriter {
     shared: Arc<WriterShared>,
-    flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
+    flusher: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 struct WriterShared {
@@ -767,7 +769,7 @@ impl RunWriter {
                 wake: Condvar::new(),
                 parsed: Mutex::new(ParsedRecords::default()),
             }),
-            flusher: Mutex::new(None),
+            flusher: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -802,6 +804,12 @@ impl RunWriter {
         }
         shared.wake.notify_all();
         Ok(())
+    }
+
+    /// The build and run facts of the first trial recorded, for recording
+    /// a trial again from another thread.
+    pub(crate) fn run_facts(&self) -> Option<(RunBuild, RunInfo)> {
+        self.shared.lock().run.as_deref().cloned()
     }
 
     /// Ends this process's part of the run: rebuilds `run.json` and

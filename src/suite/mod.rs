@@ -25,10 +25,10 @@ use crate::upstream::TrialKind;
 use crate::verdict::output::TrialOutput;
 use crate::verdict::perf::PerfReport;
 use crate::verdict::{self, Case, Status, Verdict};
-use crate::workspace::Area;
+use crate::workspace::{Area, Workspace};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
 
 /// How a trial ended, for the harness to say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +69,62 @@ pub(crate) struct Suite {
     selected: OnceLock<Vec<(TrialSpec, bool)>>,
     /// The build's coverage mapping, read once the first trial's profile is
     /// merged, for each trial's stored lines; or why it cannot be read.
-    line_store: OnceLock<std::result::Result<LineStore, String>>,
+    line_store: OnceLock<std::result::Result<Arc<LineStore>, String>>,
+    lines: LineWorker,
+}
+
+/// Stores each trial's lines off the trial's thread, once its record is
+/// written, and records the trial again with them: the trial's thread goes
+/// on to the next trial meanwhile (issue #35). A run killed before a trial's
+/// lines are stored leaves its record without them; the report then computes
+/// them, saying so.
+#[derive(Default)]
+struct LineWorker {
+    queue: Mutex<Option<(mpsc::Sender<TrialResult>, std::thread::JoinHandle<()>)>>,
+}
+
+impl LineWorker {
+    /// Queues `result`, whose profile is merged, starting the worker once.
+    fn submit(&self, store: &Arc<LineStore>, ws: &Workspace, writer: &RunWriter, result: TrialResult) {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        if queue.is_none() {
+            let (send, receive) = mpsc::channel::<TrialResult>();
+            let (store, ws, writer) = (store.clone(), ws.clone(), writer.clone());
+            let run = writer.run_facts();
+            let worker = std::thread::Builder::new().name("ccl-cov-lines".into()).spawn(move || {
+                for mut result in receive {
+                    let Some(merge) = result.merge.as_mut() else { continue };
+                    match store.store(&ws, &result.slug, merge) {
+                        Ok(stored) => merge.lines = Some(stored),
+                        Err(why) => merge.lines_error = Some(why.to_string()),
+                    }
+                    let Some((build, info)) = &run else { continue };
+                    if let Err(e) = writer.record(&result, build.clone(), info) {
+                        eprintln!("ccl-coverage: {}: its stored lines could not be recorded: {e}", result.trial);
+                    }
+                }
+            });
+            match worker {
+                Ok(worker) => *queue = Some((send, worker)),
+                Err(e) => {
+                    eprintln!("ccl-coverage: each trial's lines are left to the report: no thread to store them: {e}");
+                    return;
+                }
+            }
+        }
+        if let Some((send, _)) = queue.as_ref() {
+            let _ = send.send(result);
+        }
+    }
+
+    /// Waits for the lines queued so far to be stored and recorded.
+    fn drain(&self) {
+        let taken = self.queue.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some((send, worker)) = taken {
+            drop(send);
+            let _ = worker.join();
+        }
+    }
 }
 
 impl Suite {
@@ -86,6 +141,7 @@ impl Suite {
             shared_fs: Mutex::new(HashMap::new()),
             selected: OnceLock::new(),
             line_store: OnceLock::new(),
+            lines: LineWorker::default(),
         }
     }
 
@@ -121,8 +177,10 @@ impl Suite {
         self.ready.get().copied()
     }
 
-    /// Writes `run.json` and JUnit from every record, once the trials ended.
+    /// Writes `run.json` and JUnit from every record, once the trials ended
+    /// and their lines are stored.
     pub(crate) fn finish(&self) -> Result<()> {
+        self.lines.drain();
         self.results.finish()
     }
 }
@@ -274,7 +332,14 @@ impl Suite {
         if result.status == Status::Failed && ctx.rerun_failed {
             result.rerun = self.rerun(spec, manifest, &slots, want).map(Box::new);
         }
+        let store = result.merge.as_ref().is_some_and(|m| m.profdata.is_some()).then(|| self.line_store(manifest));
+        if let (Some(Err(why)), Some(merge)) = (&store, result.merge.as_mut()) {
+            merge.lines_error = Some(why.clone());
+        }
         self.results.record(&result, RunBuild::Built(manifest.clone()), self.run_info())?;
+        if let Some(Ok(store)) = store {
+            self.lines.submit(&store, &self.ctx.workspace, &self.results, result.clone());
+        }
         match result.failure_message(&tail) {
             None if result.flaky => Ok(Outcome::Flaky { attempts: result.attempts.len() }),
             None => Ok(Outcome::Passed),
@@ -297,16 +362,7 @@ impl Suite {
         let finish = || {
             let incremental = manifest.coverage && ctx.incremental_merge;
             let pattern = &ctx.config().coverage.profile_pattern;
-            let mut outcome =
-                profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, pattern, incremental, ctx.keep_raw);
-            if let Some(merge) = outcome.merge.as_mut().filter(|m| m.profdata.is_some()) {
-                match self.line_store(manifest).and_then(|s| s.store(ws, &spec.slug, merge).map_err(|e| e.to_string()))
-                {
-                    Ok(stored) => merge.lines = Some(stored),
-                    Err(why) => merge.lines_error = Some(why),
-                }
-            }
-            outcome
+            profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, pattern, incremental, ctx.keep_raw)
         };
         let (execution, merged) = {
             let held = slots.acquire(want)?;
@@ -389,19 +445,19 @@ impl Suite {
 impl Suite {
     /// What stores each trial's lines as its profile is merged; why not, said
     /// once on screen (the report then computes every trial's).
-    fn line_store(&self, manifest: &BuildManifest) -> std::result::Result<&LineStore, String> {
+    fn line_store(&self, manifest: &BuildManifest) -> std::result::Result<Arc<LineStore>, String> {
         self.line_store
             .get_or_init(|| {
                 let store = IgnoreRule::new(&self.ctx.config().report.ignore_filename_regex)
                     .and_then(|ignore| LineStore::new(manifest, ignore))
+                    .map(Arc::new)
                     .map_err(|e| format!("the build's coverage mapping cannot be read in process: {e}"));
                 if let Err(why) = &store {
                     eprintln!("ccl-coverage: each trial's lines are left to the report: {why}");
                 }
                 store
             })
-            .as_ref()
-            .map_err(Clone::clone)
+            .clone()
     }
 
     /// Records `spec` as failed, not run, because this run's shared build
@@ -449,7 +505,7 @@ impl Suite {
 /// perf table (empty unless it is a perf binary). Its own reports are read
 /// from `cases/<trial>/` through the workspace's handle: regular files only.
 fn judge(
-    ws: &crate::workspace::Workspace,
+    ws: &Workspace,
     spec: &TrialSpec,
     execution: &trial::Execution,
     output: &TrialOutput,
