@@ -56,7 +56,24 @@ pub(crate) fn file_page_name(file: &str) -> String {
 }
 
 /// `report/attribution/` as (file name, page) pairs.
+#[cfg(test)]
 pub(crate) fn pages(attribution: &Attribution, sources: &Sources) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    each_page(attribution, sources, &mut |name, page| {
+        out.push((name, page));
+        Ok(())
+    })
+    .map(|()| out)
+    .expect("collecting pages does not fail")
+}
+
+/// Each page of `report/attribution/`, given to `out` (file name, page) as
+/// it is made: at 4,000 trials they would not fit in memory together.
+pub(crate) fn each_page(
+    attribution: &Attribution,
+    sources: &Sources,
+    out: &mut dyn FnMut(String, String) -> crate::error::Result<()>,
+) -> crate::error::Result<()> {
     let names = |set: u32| -> Vec<u32> {
         attribution.trial_sets.get(set as usize).map(|s| expand(s).collect()).unwrap_or_default()
     };
@@ -81,7 +98,6 @@ pub(crate) fn pages(attribution: &Attribution, sources: &Sources) -> Vec<(String
             }
         }
     }
-    let mut out = Vec::new();
     let mut index = head("Which trial covered which line");
     let _ = write!(
         index,
@@ -126,10 +142,10 @@ pub(crate) fn pages(attribution: &Attribution, sources: &Sources) -> Vec<(String
         );
     }
     index.push_str("</table></div></body></html>\n");
-    out.push(("index.html".to_string(), index));
+    out("index.html".to_string(), index)?;
     for (file, ranges) in &attribution.files {
         let page = file_page(attribution, file, ranges, sources, &names, &trial_page);
-        out.push((file_pages[file.as_str()].clone(), page));
+        out(file_pages[file.as_str()].clone(), page)?;
     }
     for (i, trial) in attribution.trials.iter().enumerate() {
         let mut html = head(trial);
@@ -179,14 +195,17 @@ pub(crate) fn pages(attribution: &Attribution, sources: &Sources) -> Vec<(String
             );
         }
         html.push_str("</table></div></body></html>\n");
-        out.push((trial_page(i as u32), html));
+        out(trial_page(i as u32), html)?;
     }
-    out
+    Ok(())
 }
 
 /// How many covering trials a file page names on each line; the rest are a
 /// link to the line's full list.
 const NAMED: usize = 3;
+/// Trials listed under one set of trials on a file's page: at 4,000 trials a
+/// line's set has hundreds, and the file's page would be 24 MB.
+const LISTED: usize = 50;
 
 fn file_page(
     attribution: &Attribution,
@@ -264,9 +283,18 @@ fn file_page(
             [] => String::new(),
         };
         let _ = write!(html, "<h3 id='S{set}'>{}</h3><ul>", escape(&title));
-        for m in members {
+        for &m in members.iter().take(LISTED) {
             let name = attribution.trials.get(m as usize).map_or("?", String::as_str);
             let _ = write!(html, "<li><a href='{}'>{}</a></li>", trial_page(m), escape(name));
+        }
+        if members.len() > LISTED {
+            let _ = write!(
+                html,
+                "<li>and {} more: <code>ccl-coverage who-covers {}:LINE</code> names every trial of a line, \
+                 and <code>report/attribution.json</code> has them all</li>",
+                members.len() - LISTED,
+                escape(&shown)
+            );
         }
         html.push_str("</ul>");
     }
@@ -370,6 +398,25 @@ mod tests {
     use crate::coverage::lcov::parse_lcov;
     use crate::report::attribution::tests::trial;
     use crate::report::elements::Universe;
+
+    #[test]
+    fn a_set_of_many_trials_lists_the_first_fifty_and_says_where_the_rest_are() {
+        let lcov = "SF:/src/a.cc\nDA:1,1\nend_of_record\n";
+        let all = Universe::of(&parse_lcov(lcov, "all").unwrap()).unwrap();
+        let trials: Vec<_> = (0..55).map(|i| trial(&all, &format!("T::{i:02}"), lcov)).collect();
+        let att = Attribution::new(&all, &trials);
+        let sources = Sources {
+            text: &|_| Some("int x;\n".into()),
+            llvm_cov_page: &|f| format!("../html/coverage{f}.html"),
+            shown: &|f| f.trim_start_matches("/src/").to_string(),
+        };
+        let all_pages = pages(&att, &sources);
+        let page = &all_pages.iter().find(|(n, _)| *n == file_page_name("/src/a.cc")).unwrap().1;
+        let section = &page[page.find("<h3 id='S1'>").unwrap()..];
+        assert_eq!(section.matches("<li><a href='trial-").count(), 50, "{section}");
+        assert!(section.contains("<li>and 5 more: <code>ccl-coverage who-covers a.cc:LINE</code>"), "{section}");
+        assert!(page.contains("<a href='#S1'>+52 more</a>"), "each line still counts them all");
+    }
 
     #[test]
     fn pages_link_files_lines_trial_sets_and_trials() {

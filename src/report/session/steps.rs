@@ -146,13 +146,12 @@ impl Session {
             llvm_cov_page: &|f| format!("../html/coverage{f}.html"),
             shown: &|f| report::relative(f, &roots),
         };
-        let pages = attribution_pages::pages(&attribution, &sources);
-        for (name, html) in pages {
+        attribution_pages::each_page(&attribution, &sources, &mut |name, html| {
             self.ctx
                 .workspace
                 .write(&pages_dir.join(&name), html.as_bytes())
-                .with_context(|| format!("writing attribution/{name} failed"))?;
-        }
+                .with_context(|| format!("writing attribution/{name} failed"))
+        })?;
         eprintln!(
             "ccl-coverage: which trial covered which line: {}",
             self.shown(&pages_dir.join("index.html")).display()
