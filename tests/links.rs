@@ -239,7 +239,7 @@ fn code_spans(file: &Path, text: &str) -> Vec<(usize, String)> {
 
 /// The module files a path's leading segments may name, with how many segments each took: a
 /// module of `src/` from the top (`crate`, `coverage::sass`), a module named so anywhere in
-/// `src/` (`attribution::Covered`), or a test or bench file (`fault_matrix::sigint_…`).
+/// `src/` (`attribution::TrialCoverage`), or a test or bench file (`fault_matrix::sigint_…`).
 fn module_files(path: &[&str], files: &[PathBuf]) -> Vec<(PathBuf, usize)> {
     let root = Path::new(ROOT);
     let walk = |mut file: PathBuf, mut used: usize| {
@@ -400,7 +400,7 @@ fn a_rust_file_or_item_path_that_does_not_exist_is_named() {
         "tests/links.rs",
         "coverage::sass::line_coverage",
         "crate::coverage::lcov::fold_in",
-        "attribution::Covered",
+        "attribution::TrialCoverage",
         "fault_matrix::sigint_…",
         "report::merge",
         "FileCoverage::tallies",

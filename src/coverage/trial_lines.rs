@@ -137,6 +137,10 @@ pub struct StoredLines {
     pub(crate) seconds: f64,
 }
 
+/// More covered lines than this in one file is a damaged or forged record:
+/// expanding it would take gigabytes.
+const MAX_LINES: usize = 1 << 24;
+
 /// Bumped when the stored form changes: an older file is recomputed.
 const FORMAT: u32 = 1;
 
@@ -182,7 +186,8 @@ impl StoredFile {
         for (i, &(gap, len)) in self.lines.iter().enumerate() {
             let start = last.checked_add(gap)?;
             let end = start.checked_add(len)?;
-            if i > 0 && gap < 2 {
+            // A record that names more lines than any source file has is not one.
+            if (i > 0 && gap < 2) || lines.len() + len as usize >= MAX_LINES {
                 return None;
             }
             lines.extend(start..=end);
@@ -404,6 +409,8 @@ mod tests {
         assert_eq!(overflow.covered(), None);
         let touching = StoredFile { lines: vec![(1, 1), (1, 0)], functions: vec![], branches: vec![] };
         assert_eq!(touching.covered(), None);
+        let huge = StoredFile { lines: vec![(1, u32::MAX - 1)], functions: vec![], branches: vec![] };
+        assert_eq!(huge.covered(), None, "four billion lines are not expanded");
         let repeated = StoredFile { lines: vec![], functions: vec![3, 0], branches: vec![] };
         assert_eq!(repeated.covered(), None);
         let backwards = StoredFile { lines: vec![], functions: vec![], branches: vec![(5, 1, 0), (0, 0, 0)] };
