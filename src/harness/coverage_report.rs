@@ -166,6 +166,12 @@ fn report(selection: &Selection, intent: Intent, after_run: bool) -> Reported {
             Err(code) => return refused(code),
         }
     };
+    let mut trials = trials;
+    if !args.list {
+        let mut ranked: Vec<(u8, Trial)> = Step::ALL.iter().map(|s| s.run_rank()).zip(trials).collect();
+        ranked.sort_by_key(|(rank, _)| *rank);
+        trials = ranked.into_iter().map(|(_, t)| t).collect();
+    }
     let conclusion = libtest_mimic::run(&args, trials);
     match session.install() {
         Err(e) => {

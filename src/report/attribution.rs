@@ -13,7 +13,7 @@
 use crate::coverage::lcov::parse_lcov;
 pub(crate) use crate::coverage::trial_lines::{compact, expand};
 use crate::error::{Error, Result};
-use crate::report::elements::{Bits, Universe, holders};
+use crate::report::elements::{Bits, Universe, held_once, holders};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -182,15 +182,9 @@ pub(crate) struct TrialSummary {
 /// What each trial covers, and how many lines and functions only it covers.
 pub(crate) fn trial_summaries(universe: &Universe, trials: &[TrialCoverage]) -> Vec<TrialSummary> {
     // Functions as the model counts them: by first line.
-    let only = |range| {
-        let (words, rows) = holders(trials.iter().map(|t| &t.covered), range);
-        let mut unique = vec![0; trials.len()];
-        for row in rows.chunks(words) {
-            if row.iter().map(|w| w.count_ones()).sum::<u32>() == 1 {
-                unique[members(row).next().expect("one member") as usize] += 1;
-            }
-        }
-        unique
+    let once = held_once(trials.iter().map(|t| &t.covered), universe.len());
+    let only = |range: std::ops::Range<usize>| -> Vec<usize> {
+        trials.iter().map(|t| t.covered.count_in(&once, range.clone())).collect()
     };
     let unique_lines = only(universe.line_range());
     let unique_functions = only(universe.function_range());

@@ -67,6 +67,29 @@ pub(crate) fn pages(attribution: &Attribution, sources: &Sources) -> Vec<(String
     .expect("collecting pages does not fail")
 }
 
+/// What the pages look up many times, worked out once: at 4,000 trials a
+/// set has hundreds of members and is named on thousands of rows.
+struct Lookup<'a> {
+    attribution: &'a Attribution,
+    /// Each trial's page.
+    trial_pages: Vec<String>,
+    /// Each set's member count.
+    set_sizes: Vec<u32>,
+}
+
+impl Lookup<'_> {
+    fn members(&self, set: u32) -> impl Iterator<Item = u32> + '_ {
+        expand(self.attribution.trial_sets.get(set as usize).map_or(&[][..], Vec::as_slice))
+    }
+    fn trial_name(&self, i: u32) -> &str {
+        self.attribution.trials.get(i as usize).map_or("?", String::as_str)
+    }
+    fn trial_link(&self, i: u32) -> String {
+        let page = self.trial_pages.get(i as usize).map_or("trial-unknown.html", String::as_str);
+        format!("<a href='{page}'>{}</a>", escape(self.trial_name(i)))
+    }
+}
+
 /// Each page of `report/attribution/`, given to `out` (file name, page) as
 /// it is made: at 4,000 trials they would not fit in memory together.
 pub(crate) fn each_page(
@@ -74,30 +97,42 @@ pub(crate) fn each_page(
     sources: &Sources,
     out: &mut dyn FnMut(String, String) -> crate::error::Result<()>,
 ) -> crate::error::Result<()> {
-    let names = |set: u32| -> Vec<u32> {
-        attribution.trial_sets.get(set as usize).map(|s| expand(s).collect()).unwrap_or_default()
+    let lookup = Lookup {
+        attribution,
+        trial_pages: attribution.trials.iter().map(|t| page_name("trial-", t)).collect(),
+        set_sizes: attribution.trial_sets.iter().map(|s| s.iter().map(|&(a, b)| b - a + 1).sum()).collect(),
     };
-    let trial_page = |i: u32| page_name("trial-", attribution.trials.get(i as usize).map_or("unknown", String::as_str));
-    let file_pages: BTreeMap<&str, String> =
-        attribution.files.keys().map(|file| (file.as_str(), file_page_name(file))).collect();
-    // Per trial: lines covered and lines only it covers, by file.
-    let mut covered: Vec<BTreeMap<&str, u32>> = vec![BTreeMap::new(); attribution.trials.len()];
-    let mut unique: Vec<BTreeMap<&str, Vec<(u32, u32)>>> = vec![BTreeMap::new(); attribution.trials.len()];
-    for (file, ranges) in &attribution.files {
+    let files: Vec<(&str, &[(u32, u32, u32)])> =
+        attribution.files.iter().map(|(f, r)| (f.as_str(), r.as_slice())).collect();
+    let file_pages: Vec<String> = files.iter().map(|(f, _)| file_page_name(f)).collect();
+    // Per trial, in file order: (file, lines it covers there) and (file,
+    // range) of the lines only it covers. Each set is expanded once per file.
+    let mut covered: Vec<Vec<(usize, u32)>> = vec![Vec::new(); attribution.trials.len()];
+    let mut unique: Vec<Vec<(usize, u32, u32)>> = vec![Vec::new(); attribution.trials.len()];
+    let mut lines_of_set: BTreeMap<u32, u32> = BTreeMap::new();
+    for (fi, (_, ranges)) in files.iter().enumerate() {
+        lines_of_set.clear();
         for &(a, b, set) in ranges.iter().filter(|r| r.2 != 0) {
-            let members = names(set);
-            for &m in &members {
-                if let Some(c) = covered.get_mut(m as usize) {
-                    *c.entry(file).or_default() += b - a + 1;
-                }
-            }
-            if let [only] = members[..]
+            *lines_of_set.entry(set).or_default() += b - a + 1;
+            if lookup.set_sizes.get(set as usize) == Some(&1)
+                && let Some(only) = lookup.members(set).next()
                 && let Some(u) = unique.get_mut(only as usize)
             {
-                u.entry(file).or_default().push((a, b));
+                u.push((fi, a, b));
+            }
+        }
+        for (&set, &n) in &lines_of_set {
+            for m in lookup.members(set) {
+                if let Some(c) = covered.get_mut(m as usize) {
+                    match c.last_mut() {
+                        Some((f, total)) if *f == fi => *total += n,
+                        _ => c.push((fi, n)),
+                    }
+                }
             }
         }
     }
+    let only_count = |i: usize| -> u32 { unique[i].iter().map(|&(_, a, b)| b - a + 1).sum() };
     let mut index = head("Which trial covered which line");
     let _ = write!(
         index,
@@ -109,14 +144,14 @@ pub(crate) fn each_page(
         attribution.trials.len()
     );
     let (mut all_hit, mut all_instrumented) = (0u64, 0u64);
-    for (file, ranges) in &attribution.files {
+    for (fi, (file, ranges)) in files.iter().enumerate() {
         let instrumented: u64 = ranges.iter().map(|&(a, b, _)| u64::from(b - a + 1)).sum();
         let hit: u64 = ranges.iter().filter(|r| r.2 != 0).map(|&(a, b, _)| u64::from(b - a + 1)).sum();
         (all_hit, all_instrumented) = (all_hit + hit, all_instrumented + instrumented);
         let _ = write!(
             index,
             "<tr class='light-row'><td><pre><a href='{}'>{}</a></pre></td>{}</tr>",
-            file_pages[file.as_str()],
+            file_pages[fi],
             escape(&(sources.shown)(file)),
             html_index::cell(&Metric { count: instrumented, covered: hit })
         );
@@ -130,27 +165,26 @@ pub(crate) fn each_page(
         "</table></div><h2>Trials</h2><div class='centered'><table><tr><td class='column-entry-bold'>Trial</td>\
          <td class='column-entry-bold'>Lines covered</td><td class='column-entry-bold'>Lines only it covers</td></tr>",
     );
-    for (i, trial) in attribution.trials.iter().enumerate() {
-        let lines: u32 = covered[i].values().sum();
-        let only: u32 = unique[i].values().flatten().map(|&(a, b)| b - a + 1).sum();
+    for i in 0..attribution.trials.len() {
+        let lines: u32 = covered[i].iter().map(|&(_, n)| n).sum();
         let _ = write!(
             index,
-            "<tr class='light-row'><td><pre><a href='{}'>{}</a></pre></td><td class='column-entry'><pre>{lines}</pre></td>\
-             <td class='column-entry'><pre>{only}</pre></td></tr>",
-            trial_page(i as u32),
-            escape(trial)
+            "<tr class='light-row'><td><pre>{}</pre></td><td class='column-entry'><pre>{lines}</pre></td>\
+             <td class='column-entry'><pre>{}</pre></td></tr>",
+            lookup.trial_link(i as u32),
+            only_count(i)
         );
     }
     index.push_str("</table></div></body></html>\n");
     out("index.html".to_string(), index)?;
-    for (file, ranges) in &attribution.files {
-        let page = file_page(attribution, file, ranges, sources, &names, &trial_page);
-        out(file_pages[file.as_str()].clone(), page)?;
+    for (fi, (file, ranges)) in files.iter().enumerate() {
+        out(file_pages[fi].clone(), file_page(&lookup, file, ranges, sources))?;
     }
+    let shown: Vec<String> = files.iter().map(|(f, _)| escape(&(sources.shown)(f))).collect();
     for (i, trial) in attribution.trials.iter().enumerate() {
         let mut html = head(trial);
-        let lines: u32 = covered[i].values().sum();
-        let only: u32 = unique[i].values().flatten().map(|&(a, b)| b - a + 1).sum();
+        let lines: u32 = covered[i].iter().map(|&(_, n)| n).sum();
+        let only = only_count(i);
         // The third column only when it has something in it.
         let (said, column) = if only == 0 {
             ("every line it covers, another trial covers too.".to_string(), "")
@@ -168,34 +202,27 @@ pub(crate) fn each_page(
             escape(trial),
             covered[i].len()
         );
-        for (file, n) in &covered[i] {
+        for &(fi, n) in &covered[i] {
             let only_cell = if only == 0 {
                 String::new()
             } else {
-                let links = unique[i].get(file).map_or_else(
-                    || "none".to_string(),
-                    |r| {
-                        r.iter()
-                            .map(|&(a, b)| {
-                                let text = ranges_text(&[(a, b)]);
-                                format!("<a href='{}#L{a}'>{text}</a>", file_pages[file])
-                            })
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    },
-                );
+                let links: Vec<String> = unique[i]
+                    .iter()
+                    .filter(|u| u.0 == fi)
+                    .map(|&(_, a, b)| format!("<a href='{}#L{a}'>{}</a>", file_pages[fi], ranges_text(&[(a, b)])))
+                    .collect();
+                let links = if links.is_empty() { "none".to_string() } else { links.join(", ") };
                 format!("<td class='column-entry'>{links}</td>")
             };
             let _ = write!(
                 html,
                 "<tr class='light-row'><td><pre><a href='{}'>{}</a></pre></td><td class='column-entry'><pre>{n}</pre></td>\
                  {only_cell}</tr>",
-                file_pages[file],
-                escape(&(sources.shown)(file))
+                file_pages[fi], shown[fi]
             );
         }
         html.push_str("</table></div></body></html>\n");
-        out(trial_page(i as u32), html)?;
+        out(lookup.trial_pages[i].clone(), html)?;
     }
     Ok(())
 }
@@ -207,23 +234,10 @@ const NAMED: usize = 3;
 /// line's set has hundreds, and the file's page would be 24 MB.
 const LISTED: usize = 50;
 
-fn file_page(
-    attribution: &Attribution,
-    file: &str,
-    ranges: &[(u32, u32, u32)],
-    sources: &Sources,
-    names: &dyn Fn(u32) -> Vec<u32>,
-    trial_page: &dyn Fn(u32) -> String,
-) -> String {
-    let mut set_of: BTreeMap<u32, u32> = BTreeMap::new();
-    for &(a, b, set) in ranges {
-        for line in a..=b {
-            set_of.insert(line, set);
-        }
-    }
+fn file_page(lookup: &Lookup, file: &str, ranges: &[(u32, u32, u32)], sources: &Sources) -> String {
     let text = (sources.text)(file).unwrap_or_default();
     let mut source: Vec<&str> = text.lines().collect();
-    let last = set_of.keys().next_back().copied().unwrap_or(0) as usize;
+    let last = ranges.iter().map(|r| r.1).max().unwrap_or(0) as usize;
     if source.len() < last {
         source.resize(last, "");
     }
@@ -239,27 +253,31 @@ fn file_page(
         escape(&shown),
         escape(&(sources.llvm_cov_page)(file))
     );
+    // The set of each line, from the sorted ranges.
+    let mut set_of: BTreeMap<u32, u32> = BTreeMap::new();
+    for &(a, b, set) in ranges {
+        for line in a..=b {
+            set_of.insert(line, set);
+        }
+    }
     let mut used_sets = std::collections::BTreeSet::new();
+    let mut who_of_set: BTreeMap<u32, (String, String)> = BTreeMap::new();
     for (i, code) in source.iter().enumerate() {
         let n = i as u32 + 1;
         let (count, who, class) = match set_of.get(&n) {
-            None => (String::new(), String::new(), ""),
-            Some(0) => ("<span class='uncovered-line'>0</span>".to_string(), String::new(), " class='red'"),
+            None => ("", "", ""),
+            Some(0) => ("<span class='uncovered-line'>0</span>", "", " class='red'"),
             Some(&set) => {
                 used_sets.insert(set);
-                let members = names(set);
-                let mut shown: Vec<String> = members
-                    .iter()
-                    .take(NAMED)
-                    .map(|&m| {
-                        let name = attribution.trials.get(m as usize).map_or("?", String::as_str);
-                        format!("<a href='{}'>{}</a>", trial_page(m), escape(name))
-                    })
-                    .collect();
-                if members.len() > NAMED {
-                    shown.push(format!("<a href='#S{set}'>+{} more</a>", members.len() - NAMED));
-                }
-                (format!("<a href='#S{set}'>{}</a>", members.len()), shown.join(", "), "")
+                let (count, who) = who_of_set.entry(set).or_insert_with(|| {
+                    let size = lookup.set_sizes.get(set as usize).copied().unwrap_or(0) as usize;
+                    let mut shown: Vec<String> = lookup.members(set).take(NAMED).map(|m| lookup.trial_link(m)).collect();
+                    if size > NAMED {
+                        shown.push(format!("<a href='#S{set}'>+{} more</a>", size - NAMED));
+                    }
+                    (format!("<a href='#S{set}'>{size}</a>"), shown.join(", "))
+                });
+                (count.as_str(), who.as_str(), "")
             }
         };
         let _ = write!(
@@ -272,27 +290,23 @@ fn file_page(
     }
     html.push_str("</table></div><h2>The trials of each line</h2>");
     for set in used_sets {
-        let members = names(set);
-        let title = match members.as_slice() {
-            [one] => attribution.trials.get(*one as usize).cloned().unwrap_or_default(),
-            [first, rest @ ..] => format!(
-                "{} and {} more",
-                attribution.trials.get(*first as usize).cloned().unwrap_or_default(),
-                rest.len()
-            ),
-            [] => String::new(),
+        let size = lookup.set_sizes.get(set as usize).copied().unwrap_or(0) as usize;
+        let first = lookup.members(set).next().and_then(|m| lookup.attribution.trials.get(m as usize));
+        let title = match (first, size) {
+            (_, 0) => String::new(),
+            (first, 1) => first.cloned().unwrap_or_default(),
+            (first, _) => format!("{} and {} more", first.map_or("", String::as_str), size - 1),
         };
         let _ = write!(html, "<h3 id='S{set}'>{}</h3><ul>", escape(&title));
-        for &m in members.iter().take(LISTED) {
-            let name = attribution.trials.get(m as usize).map_or("?", String::as_str);
-            let _ = write!(html, "<li><a href='{}'>{}</a></li>", trial_page(m), escape(name));
+        for m in lookup.members(set).take(LISTED) {
+            let _ = write!(html, "<li>{}</li>", lookup.trial_link(m));
         }
-        if members.len() > LISTED {
+        if size > LISTED {
             let _ = write!(
                 html,
                 "<li>and {} more: <code>ccl-coverage who-covers {}:LINE</code> names every trial of a line, \
                  and <code>report/attribution.json</code> has them all</li>",
-                members.len() - LISTED,
+                size - LISTED,
                 escape(&shown)
             );
         }

@@ -70,6 +70,23 @@ impl Bits {
         n
     }
 
+    /// How many members in `range` are also in `other`.
+    pub(crate) fn count_in(&self, other: &Bits, range: Range<usize>) -> usize {
+        let (start, end) = (range.start, range.end.min(self.0.len() * 64));
+        let mut n = 0;
+        for w in start / 64..end.div_ceil(64) {
+            let mut word = self.0[w] & other.0.get(w).copied().unwrap_or(0);
+            if w == start / 64 {
+                word &= u64::MAX << (start % 64);
+            }
+            if w == end / 64 {
+                word &= (1u64 << (end % 64)).wrapping_sub(1);
+            }
+            n += word.count_ones() as usize;
+        }
+        n
+    }
+
     /// Adds every member of `other`.
     pub(crate) fn union_with(&mut self, other: &Bits) {
         for (a, b) in self.0.iter_mut().zip(&other.0) {
@@ -215,9 +232,15 @@ impl Universe {
 fn positions<T: Ord + Copy>(rows: &[T], items: &[T], mut found: impl FnMut(usize)) -> std::result::Result<(), T> {
     let mut at = 0;
     for &item in items {
-        // Covered lines come in runs: the next row is most often the one.
+        // Covered lines come in runs: the next row is most often the one,
+        // else one a few rows on (a search from here, doubling its step).
         if rows.get(at) != Some(&item) {
-            at += rows[at..].partition_point(|r| *r < item);
+            let mut step = 1;
+            while rows.get(at + step).is_some_and(|r| *r < item) {
+                at += step;
+                step *= 2;
+            }
+            at += rows[at..(at + step + 1).min(rows.len())].partition_point(|r| *r < item);
         }
         if rows.get(at) != Some(&item) {
             return Err(item);
@@ -226,6 +249,22 @@ fn positions<T: Ord + Copy>(rows: &[T], items: &[T], mut found: impl FnMut(usize
         at += 1;
     }
     Ok(())
+}
+
+/// The elements that exactly one of `sets` holds: a pass over each set's
+/// words, where [`holders`] would lay out every element's holders.
+pub(crate) fn held_once<'a>(sets: impl IntoIterator<Item = &'a Bits>, len: usize) -> Bits {
+    let (mut once, mut twice) = (Bits::with_len(len), Bits::with_len(len));
+    for set in sets {
+        for ((o, t), w) in once.0.iter_mut().zip(twice.0.iter_mut()).zip(&set.0) {
+            *t |= *o & w;
+            *o |= w;
+        }
+    }
+    for (o, t) in once.0.iter_mut().zip(&twice.0) {
+        *o &= !t;
+    }
+    once
 }
 
 /// For each element of `range`, the set of `sets` (by index) that hold it:
@@ -289,6 +328,18 @@ mod tests {
     }
 
     #[test]
+    fn positions_are_found_near_and_far_and_a_missing_item_is_named() {
+        let rows: Vec<u32> = (0..1000).map(|i| i * 3).collect();
+        let items = [0, 3, 6, 300, 303, 2997];
+        let mut found = Vec::new();
+        assert_eq!(positions(&rows, &items, |p| found.push(p)), Ok(()));
+        assert_eq!(found, [0, 1, 2, 100, 101, 999]);
+        for (items, missing) in [(&[0, 4][..], 4), (&[2998][..], 2998), (&[1][..], 1), (&[3, 3][..], 3)] {
+            assert_eq!(positions(&rows, items, |_| {}), Err(missing), "{items:?}");
+        }
+    }
+
+    #[test]
     fn bits_count_and_iterate_within_their_range() {
         let a = Bits::of(200, [0, 63, 64, 130, 199]);
         let b = Bits::of(200, [63, 130]);
@@ -301,5 +352,8 @@ mod tests {
         assert_eq!(c, a);
         let (words, rows) = holders([&a, &b], 63..65);
         assert_eq!((words, rows), (1, vec![0b11, 0b01]));
+        let only = held_once([&a, &b, &Bits::of(200, [199])], 200);
+        assert_eq!(only.ones(0..200).collect::<Vec<_>>(), [0, 64]);
+        assert_eq!((a.count_in(&only, 0..200), a.count_in(&only, 1..200), b.count_in(&only, 0..200)), (2, 1, 0));
     }
 }

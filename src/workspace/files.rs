@@ -25,7 +25,9 @@ pub(crate) fn sha256_file(path: &Path) -> Result<String> {
 pub(crate) fn sha256_of(mut file: fs::File, path: &Path) -> Result<String> {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
+    // On the stack: a report hashes thousands of profiles, and a buffer of
+    // 1 MiB from the heap was mapped, zeroed and unmapped for each.
+    let mut buffer = [0u8; 64 << 10];
     loop {
         let n =
             std::io::Read::read(&mut file, &mut buffer).with_context(|| format!("cannot read {}", path.display()))?;

@@ -69,6 +69,18 @@ impl Step {
         Step::Baseline,
     ];
 
+    /// Where the step is handed to libtest's threads when the report runs
+    /// (listed, the steps keep [`Step::ALL`]'s order): attribution, the
+    /// longest, right after the merge, so that the other thread writes the
+    /// other formats meanwhile instead of both waiting on it at the end.
+    pub(crate) fn run_rank(self) -> u8 {
+        match self {
+            Step::Merge => 0,
+            Step::Attribution => 1,
+            _ => 2,
+        }
+    }
+
     /// The step's name, as the harness lists it.
     pub(crate) fn name(self) -> &'static str {
         match self {
