@@ -355,7 +355,9 @@ fn sigterm_stops_the_report_and_keeps_the_last_good_one() {
     let report = s.ws.join("report");
     let stopped = |expect: &str| {
         fs::write(&manifest_path, &hanging_manifest).unwrap();
-        let running = spawn(&s, command(&s, "report", &[]));
+        // One thread: with two, the other may finish every other step
+        // while `llvm-cov show` hangs, and no step would be left to refuse.
+        let running = spawn(&s, command(&s, "report", &["--test-threads", "1"]));
         wait_until("llvm-cov show", Duration::from_secs(120), || !marked(&hang).is_empty());
         signal(running.pid(), libc::SIGTERM);
         let ran = running.wait(Duration::from_secs(30));

@@ -91,6 +91,23 @@ fn exit_status_and_output_are_kept() {
     assert_eq!(log, "hello\nerr\n");
 }
 
+/// The trial runs in a session of its own, led by its supervisor (its
+/// parent): never in the harness's, whose terminal signals and sweeps it
+/// must not share. The fields are the shell's `/proc/PID/stat`: 4 is the parent, 6
+/// the session.
+#[test]
+fn the_trial_s_session_is_led_by_its_supervisor_not_the_harness_s() {
+    let (f, log) =
+        run_it(launch("set -- $(sed 's/.*) //' /proc/$$/stat); echo \"$2 $4\"", 5000, 100), Duration::from_secs(20));
+    assert_eq!(f.ending, Ending::Exited(ExitStatusExt::from_raw(0)), "{log}");
+    let fields: Vec<i32> = log.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    let [parent, session] = fields[..] else { panic!("{log}") };
+    // SAFETY: getsid(0) reads this process's session and touches no memory.
+    let ours = unsafe { libc::getsid(0) };
+    assert_ne!(session, ours, "the trial is in the harness's session");
+    assert_eq!(session, parent, "the trial's session is not its supervisor's");
+}
+
 /// Upstream runs every test after `ulimit -l unlimited`; the supervisor
 /// raises the trial's locked-memory limit without a shell, as far as allowed.
 #[test]

@@ -379,7 +379,10 @@ pub(crate) fn verified_inputs(ws: &Workspace, trials: &[Recorded]) -> Result<Ver
     let share = trials.len().div_ceil(cores).max(1);
     let parts: Vec<Result<Verified>> = std::thread::scope(|scope| {
         let handles: Vec<_> = trials.chunks(share).map(|part| scope.spawn(move || verified_share(ws, part))).collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::new("checking profiles panicked")))).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::new("checking profiles panicked"))))
+            .collect()
     });
     let mut verified = Verified::default();
     for part in parts {

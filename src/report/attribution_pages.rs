@@ -6,6 +6,7 @@
 //! relative to the source roots.
 
 use crate::coverage::llvm_export::Metric;
+use crate::error::{Error, Result};
 use crate::report::attribution::{Attribution, expand, ranges_text};
 use crate::report::escape_html as escape;
 use crate::report::html_index;
@@ -67,6 +68,49 @@ pub(crate) fn pages(attribution: &Attribution, sources: &Sources) -> Vec<(String
     .expect("collecting pages does not fail")
 }
 
+/// Runs `make`, which gives each page to its callback as it is made, while
+/// two threads write them with `write`, one of them running `first` before
+/// it takes pages: at 4,000 trials the writing is seconds, and the other
+/// core would be idle. The first error is returned; after one, the pages
+/// left are taken and dropped, so that `make` never waits on a writer that
+/// stopped.
+pub(crate) fn write_while_made(
+    make: &mut dyn FnMut(&mut dyn FnMut(String, String) -> Result<()>) -> Result<()>,
+    first: &(dyn Fn() -> Result<()> + Sync),
+    write: &(dyn Fn(&str, &[u8]) -> Result<()> + Sync),
+) -> Result<()> {
+    let (send, pages) = std::sync::mpsc::sync_channel::<(String, String)>(16);
+    let pages = std::sync::Mutex::new(pages);
+    let take_pages = || {
+        let mut result = Ok(());
+        while let Ok((name, page)) = pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).recv() {
+            if result.is_ok() {
+                result = write(&name, page.as_bytes());
+            }
+        }
+        result
+    };
+    std::thread::scope(|scope| {
+        let writers = [
+            scope.spawn(|| {
+                let first = first();
+                first.and(take_pages())
+            }),
+            scope.spawn(take_pages),
+        ];
+        let made = make(&mut |name, page| {
+            send.send((name, page)).map_err(|_| Error::new("the attribution pages' writers stopped"))
+        });
+        drop(send);
+        let mut written = Ok(());
+        for w in writers {
+            let w = w.join().unwrap_or_else(|_| Err(Error::new("writing the attribution files panicked")));
+            written = written.and(w);
+        }
+        written.and(made)
+    })
+}
+
 /// What the pages look up many times, worked out once: at 4,000 trials a
 /// set has hundreds of members and is named on thousands of rows.
 struct Lookup<'a> {
@@ -95,8 +139,8 @@ impl Lookup<'_> {
 pub(crate) fn each_page(
     attribution: &Attribution,
     sources: &Sources,
-    out: &mut dyn FnMut(String, String) -> crate::error::Result<()>,
-) -> crate::error::Result<()> {
+    out: &mut dyn FnMut(String, String) -> Result<()>,
+) -> Result<()> {
     let lookup = Lookup {
         attribution,
         trial_pages: attribution.trials.iter().map(|t| page_name("trial-", t)).collect(),
@@ -271,7 +315,8 @@ fn file_page(lookup: &Lookup, file: &str, ranges: &[(u32, u32, u32)], sources: &
                 used_sets.insert(set);
                 let (count, who) = who_of_set.entry(set).or_insert_with(|| {
                     let size = lookup.set_sizes.get(set as usize).copied().unwrap_or(0) as usize;
-                    let mut shown: Vec<String> = lookup.members(set).take(NAMED).map(|m| lookup.trial_link(m)).collect();
+                    let mut shown: Vec<String> =
+                        lookup.members(set).take(NAMED).map(|m| lookup.trial_link(m)).collect();
                     if size > NAMED {
                         shown.push(format!("<a href='#S{set}'>+{} more</a>", size - NAMED));
                     }
@@ -318,7 +363,7 @@ fn file_page(lookup: &Lookup, file: &str, ranges: &[(u32, u32, u32)], sources: &
 
 /// The link from llvm-cov's `html/index.html` to these pages, after its
 /// heading (or at the top of the body), once.
-pub(crate) fn link_from_llvm_cov_index(ws: &crate::workspace::Workspace, index: &Path) -> crate::error::Result<()> {
+pub(crate) fn link_from_llvm_cov_index(ws: &crate::workspace::Workspace, index: &Path) -> Result<()> {
     let text = ws.read_to_string(index)?;
     let link = "<p><a href='../attribution/index.html'>Which trial covered which line</a> (per-trial attribution, \
                 and the lines only one trial covers)</p>";
@@ -335,7 +380,7 @@ pub(crate) fn link_from_llvm_cov_index(ws: &crate::workspace::Workspace, index: 
 /// llvm-cov's page of each source file (`html/coverage/<path>.html`), made
 /// to link back to the index and to the attribution page of its file
 /// ([`source_page`]); how many pages it changed.
-pub(crate) fn link_source_pages(ws: &crate::workspace::Workspace, html_dir: &Path) -> crate::error::Result<usize> {
+pub(crate) fn link_source_pages(ws: &crate::workspace::Workspace, html_dir: &Path) -> Result<usize> {
     use crate::workspace::confined::EntryKind;
     let root = html_dir.join("coverage");
     if ws.kind(&root)?.is_none() {
@@ -412,6 +457,38 @@ mod tests {
     use crate::coverage::lcov::parse_lcov;
     use crate::report::attribution::tests::trial;
     use crate::report::elements::Universe;
+
+    #[test]
+    fn pages_are_all_written_beside_the_first_job_and_a_failed_write_stops_nothing_but_is_said() {
+        use std::sync::Mutex;
+        let make = |n: usize| {
+            move |out: &mut dyn FnMut(String, String) -> Result<()>| -> Result<()> {
+                (0..n).try_for_each(|i| out(format!("p{i}"), i.to_string()))
+            }
+        };
+        let written = Mutex::new(Vec::new());
+        let first_ran = Mutex::new(false);
+        let first = || {
+            *first_ran.lock().unwrap() = true;
+            Ok(())
+        };
+        let write = |name: &str, page: &[u8]| {
+            written.lock().unwrap().push((name.to_string(), String::from_utf8(page.to_vec()).unwrap()));
+            Ok(())
+        };
+        write_while_made(&mut make(100), &first, &write).unwrap();
+        let mut all = written.lock().unwrap().clone();
+        all.sort_by_key(|(n, _)| n[1..].parse::<usize>().unwrap());
+        assert_eq!(all, (0..100).map(|i| (format!("p{i}"), i.to_string())).collect::<Vec<_>>());
+        assert!(*first_ran.lock().unwrap());
+        // Far more pages than the channel holds, every write failing: all
+        // are made, none waits, and the error is the write's.
+        let failing = |name: &str, _: &[u8]| -> Result<()> { Err(Error::new(format!("cannot write {name}"))) };
+        let e = write_while_made(&mut make(1000), &first, &failing).unwrap_err();
+        assert!(e.to_string().starts_with("cannot write p"), "{e}");
+        let e = write_while_made(&mut make(10), &|| Err(Error::new("no json")), &write).unwrap_err();
+        assert_eq!(e.to_string(), "no json");
+    }
 
     #[test]
     fn a_set_of_many_trials_lists_the_first_fifty_and_says_where_the_rest_are() {

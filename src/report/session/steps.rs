@@ -3,7 +3,7 @@
 
 use super::Session;
 use super::merge::Merged;
-use crate::error::{Context, Error, Result};
+use crate::error::{Context, Result};
 use crate::plan;
 use crate::report::attribution::{self, Attribution};
 use crate::report::{self, attribution_pages, minimal_suite};
@@ -143,45 +143,22 @@ impl Session {
             llvm_cov_page: &|f| format!("../html/coverage{f}.html"),
             shown: &|f| report::relative(f, &roots),
         };
-        // The pages are written as they are made, by two threads, one of
-        // which writes the JSON first: at 4,000 trials the writing is
-        // seconds, and the other core would be idle.
-        let (send, pages) = std::sync::mpsc::sync_channel::<(String, String)>(16);
-        let pages = std::sync::Mutex::new(pages);
-        let write_pages = || {
-            let mut result = Ok(());
-            // After a failure the rest are taken and dropped, so that the
-            // maker never waits on a writer that stopped.
-            while let Ok((name, html)) = pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).recv() {
-                if result.is_ok() {
-                    result = self
-                        .ctx
-                        .workspace
-                        .write(&pages_dir.join(&name), html.as_bytes())
-                        .with_context(|| format!("writing attribution/{name} failed"));
-                }
-            }
-            result
+        let write_page = |name: &str, html: &[u8]| {
+            self.ctx
+                .workspace
+                .write(&pages_dir.join(name), html)
+                .with_context(|| format!("writing attribution/{name} failed"))
         };
-        std::thread::scope(|scope| {
-            let json = scope.spawn(|| {
-                // One line: at ~800 trials the ranges would be mostly indentation.
-                let json = write("attribution.json", serde_json::to_string(&attribution).expect("attribution serializes"))
-                    .and_then(|()| write("trials.json", serde_json::to_string_pretty(&a.summaries).expect("trials serialize")));
-                let pages = write_pages();
-                json.and(pages)
-            });
-            let writer = scope.spawn(write_pages);
-            let made = attribution_pages::each_page(&attribution, &sources, &mut |name, html| {
-                send.send((name, html)).map_err(|_| Error::new("the attribution pages' writers stopped"))
-            });
-            drop(send);
-            let joined = |h: std::thread::ScopedJoinHandle<'_, Result<()>>| {
-                h.join().unwrap_or_else(|_| Err(Error::new("writing the attribution files panicked")))
-            };
-            let (json, writer) = (joined(json), joined(writer));
-            json.and(writer).and(made)
-        })?;
+        // One line: at ~800 trials the ranges would be mostly indentation.
+        let json = || {
+            write("attribution.json", serde_json::to_string(&attribution).expect("attribution serializes"))?;
+            write("trials.json", serde_json::to_string_pretty(&a.summaries).expect("trials serialize"))
+        };
+        attribution_pages::write_while_made(
+            &mut |out| attribution_pages::each_page(&attribution, &sources, out),
+            &json,
+            &write_page,
+        )?;
         eprintln!(
             "ccl-coverage: which trial covered which line: {}",
             self.shown(&pages_dir.join("index.html")).display()
