@@ -457,6 +457,31 @@ fn trials(b: &Bench, n: usize) -> Value {
     out
 }
 
+/// The serial run's trials in tenths by start order, each tenth's mean
+/// stored-lines, profile-merge and trial time (ms): a cost that grows as the
+/// run goes on (what the harness holds, the workspace) rises from the first
+/// tenth to the eighth; the last two are the `mpirun` trials, slower.
+fn by_tenth(ws: &Path) -> Value {
+    let record = read_json(&ws.join("results/run.json"));
+    let mut trials: Vec<&Value> = record["trials"].as_array().unwrap().iter().collect();
+    trials.sort_by_key(|t| t["started_unix_ms"].as_u64().unwrap());
+    let tenth = trials.len().div_ceil(10).max(1);
+    let ms = |chunk: &[&Value], f: &dyn Fn(&Value) -> Option<f64>| {
+        chunk.iter().map(|t| f(t).unwrap_or(0.0)).sum::<f64>() * 1000.0 / chunk.len() as f64
+    };
+    let rows: Vec<Value> = trials
+        .chunks(tenth)
+        .map(|c| {
+            json!({
+                "stored_lines_ms": ms(c, &|t| t["merge"]["lines"]["seconds"].as_f64()),
+                "merge_ms": ms(c, &|t| t["merge"]["seconds"].as_f64()),
+                "trial_ms": ms(c, &|t| t["duration_s"].as_f64()),
+            })
+        })
+        .collect();
+    Value::Array(rows)
+}
+
 /// Seconds between `from` and `to` (Unix ms) in which none of `trials` ran.
 fn idle_s(trials: &[Value], from: u64, to: u64) -> f64 {
     let mut spans: Vec<(u64, u64)> = trials
@@ -504,6 +529,7 @@ fn report(b: &Bench, n: usize) -> Value {
         "without_attribution": without.json(),
         "last_trial_end_to_report_without_attribution_s": tail + without.wall_s,
         "collectives_tail_s": tail,
+        "serial_trials_by_tenth": by_tenth(&b.workspace(&name)),
     });
     let too_long = predicted.filter(|p| *p > b.max_report_s);
     let too_big = predicted_rss_mib.filter(|m| *m > b.max_report_gib * 1024.0);

@@ -68,6 +68,9 @@ pub(crate) fn pages(attribution: &Attribution, sources: &Sources) -> Vec<(String
     .expect("collecting pages does not fail")
 }
 
+/// Where [`each_page`] gives each page, as (file name, page).
+pub(crate) type PageSink<'a> = dyn FnMut(String, String) -> Result<()> + 'a;
+
 /// Runs `make`, which gives each page to its callback as it is made, while
 /// two threads write them with `write`, one of them running `first` before
 /// it takes pages: at 4,000 trials the writing is seconds, and the other
@@ -75,7 +78,7 @@ pub(crate) fn pages(attribution: &Attribution, sources: &Sources) -> Vec<(String
 /// left are taken and dropped, so that `make` never waits on a writer that
 /// stopped.
 pub(crate) fn write_while_made(
-    make: &mut dyn FnMut(&mut dyn FnMut(String, String) -> Result<()>) -> Result<()>,
+    make: &mut dyn FnMut(&mut PageSink) -> Result<()>,
     first: &(dyn Fn() -> Result<()> + Sync),
     write: &(dyn Fn(&str, &[u8]) -> Result<()> + Sync),
 ) -> Result<()> {
@@ -111,6 +114,9 @@ pub(crate) fn write_while_made(
     })
 }
 
+/// Lines `first..=last` of a file and the set of trials that ran them.
+type Range = (u32, u32, u32);
+
 /// What the pages look up many times, worked out once: at 4,000 trials a
 /// set has hundreds of members and is named on thousands of rows.
 struct Lookup<'a> {
@@ -136,18 +142,13 @@ impl Lookup<'_> {
 
 /// Each page of `report/attribution/`, given to `out` (file name, page) as
 /// it is made: at 4,000 trials they would not fit in memory together.
-pub(crate) fn each_page(
-    attribution: &Attribution,
-    sources: &Sources,
-    out: &mut dyn FnMut(String, String) -> Result<()>,
-) -> Result<()> {
+pub(crate) fn each_page(attribution: &Attribution, sources: &Sources, out: &mut PageSink) -> Result<()> {
     let lookup = Lookup {
         attribution,
         trial_pages: attribution.trials.iter().map(|t| page_name("trial-", t)).collect(),
         set_sizes: attribution.trial_sets.iter().map(|s| s.iter().map(|&(a, b)| b - a + 1).sum()).collect(),
     };
-    let files: Vec<(&str, &[(u32, u32, u32)])> =
-        attribution.files.iter().map(|(f, r)| (f.as_str(), r.as_slice())).collect();
+    let files: Vec<(&str, &[Range])> = attribution.files.iter().map(|(f, r)| (f.as_str(), r.as_slice())).collect();
     let file_pages: Vec<String> = files.iter().map(|(f, _)| file_page_name(f)).collect();
     // Per trial, in file order: (file, lines it covers there) and (file,
     // range) of the lines only it covers. Each set is expanded once per file.
@@ -209,8 +210,8 @@ pub(crate) fn each_page(
         "</table></div><h2>Trials</h2><div class='centered'><table><tr><td class='column-entry-bold'>Trial</td>\
          <td class='column-entry-bold'>Lines covered</td><td class='column-entry-bold'>Lines only it covers</td></tr>",
     );
-    for i in 0..attribution.trials.len() {
-        let lines: u32 = covered[i].iter().map(|&(_, n)| n).sum();
+    for (i, files) in covered.iter().enumerate() {
+        let lines: u32 = files.iter().map(|&(_, n)| n).sum();
         let _ = write!(
             index,
             "<tr class='light-row'><td><pre>{}</pre></td><td class='column-entry'><pre>{lines}</pre></td>\
@@ -278,7 +279,7 @@ const NAMED: usize = 3;
 /// line's set has hundreds, and the file's page would be 24 MB.
 const LISTED: usize = 50;
 
-fn file_page(lookup: &Lookup, file: &str, ranges: &[(u32, u32, u32)], sources: &Sources) -> String {
+fn file_page(lookup: &Lookup, file: &str, ranges: &[Range], sources: &Sources) -> String {
     let text = (sources.text)(file).unwrap_or_default();
     let mut source: Vec<&str> = text.lines().collect();
     let last = ranges.iter().map(|r| r.1).max().unwrap_or(0) as usize;
@@ -462,9 +463,7 @@ mod tests {
     fn pages_are_all_written_beside_the_first_job_and_a_failed_write_stops_nothing_but_is_said() {
         use std::sync::Mutex;
         let make = |n: usize| {
-            move |out: &mut dyn FnMut(String, String) -> Result<()>| -> Result<()> {
-                (0..n).try_for_each(|i| out(format!("p{i}"), i.to_string()))
-            }
+            move |out: &mut PageSink<'_>| -> Result<()> { (0..n).try_for_each(|i| out(format!("p{i}"), i.to_string())) }
         };
         let written = Mutex::new(Vec::new());
         let first_ran = Mutex::new(false);
