@@ -481,9 +481,14 @@ mod tests {
         assert_eq!(all, (0..100).map(|i| (format!("p{i}"), i.to_string())).collect::<Vec<_>>());
         assert!(*first_ran.lock().unwrap());
         // Far more pages than the channel holds, every write failing: all
-        // are made, none waits, and the error is the write's.
-        let failing = |name: &str, _: &[u8]| -> Result<()> { Err(Error::new(format!("cannot write {name}"))) };
-        let e = write_while_made(&mut make(1000), &first, &failing).unwrap_err();
+        // are made, none waits (a maker left waiting fails here within 20 s
+        // instead of hanging), and the error is the write's.
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let failing = |name: &str, _: &[u8]| -> Result<()> { Err(Error::new(format!("cannot write {name}"))) };
+            let _ = done.send(write_while_made(&mut make(1000), &|| Ok(()), &failing));
+        });
+        let e = finished.recv_timeout(std::time::Duration::from_secs(20)).expect("the maker waited").unwrap_err();
         assert!(e.to_string().starts_with("cannot write p"), "{e}");
         let e = write_while_made(&mut make(10), &|| Err(Error::new("no json")), &write).unwrap_err();
         assert_eq!(e.to_string(), "no json");
