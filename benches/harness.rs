@@ -12,6 +12,7 @@
 //! Each measurement uses its own temporary workspace; the fixture build is
 //! shared with the test suite through the on-disk cache (build it first with
 //! `cargo test --test collectives`, or the first run includes the build).
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a bench or test prints what it measured or why it failed
 
 use ccl_coverage::launch::allocation::Want;
 use serde_json::{Value, json};

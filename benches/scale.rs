@@ -25,6 +25,7 @@
 //! up to the part of the harness's wall time that was spent in trials; the
 //! rest, per trial, is the harness's own time. Everything is printed as JSON
 //! and kept under the folder; docs/benchmarks.md holds one run's figures.
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a bench or test prints what it measured or why it failed
 
 use plotters::prelude::*;
 use serde_json::{Value, json};

@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo run --example upstream_dry_resolve -- /tmp/upstream-configs
 //! ```
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a bench or test prints what it measured or why it failed
 
 use ccl_coverage::upstream::{self, Machine};
 use std::collections::BTreeMap;

@@ -8,6 +8,7 @@ use crate::device;
 use crate::env_names::{self, Lookup, ValueKind};
 use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
+use crate::reporter::Screen;
 use crate::workspace::Workspace;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -63,61 +64,11 @@ pub(crate) struct Context {
     /// `CCL_COV_RETRIES` (`--retries`): how many times a failed trial runs
     /// again; one that passes on a later attempt is flaky (nextest's rule).
     pub(crate) retries: u32,
-    /// What the terminal is told while trials run (`CCL_COV_COLOR`, `CCL_COV_VERBOSITY`).
-    pub(crate) screen: Screen,
     /// The executable that supervises each trial: this one (every entry
     /// point can act as the supervisor, `supervisor.rs`). `/proc/self/exe`
     /// still works when cargo rebuilds the binary during a run.
     pub(crate) supervisor: PathBuf,
     pub(crate) report: ReportSettings,
-}
-
-/// How much the terminal is told, and whether in colour.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Screen {
-    /// `CCL_COV_COLOR`: `always`, or `auto` (the default) on a terminal
-    /// without `NO_COLOR`; `never` is plain text.
-    pub(crate) color: bool,
-    pub(crate) verbosity: Verbosity,
-}
-
-/// `CCL_COV_VERBOSITY` (`-q`, `-v`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Verbosity {
-    /// Failures and the final tallies only: no line per passing trial, no totals table.
-    Quiet,
-    Normal,
-    /// Also each trial's command line as it starts.
-    Verbose,
-}
-
-impl Screen {
-    fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Screen> {
-        let color = match env("CCL_COV_COLOR").unwrap_or_default().as_str() {
-            "" | "auto" => {
-                use std::io::IsTerminal;
-                env("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stderr().is_terminal()
-            }
-            "always" => true,
-            "never" => false,
-            other => {
-                return Err(Error::new(format!(
-                    "CCL_COV_COLOR={other:?} is not a colour choice: expected auto, always or never"
-                )));
-            }
-        };
-        let verbosity = match env("CCL_COV_VERBOSITY").unwrap_or_default().as_str() {
-            "" | "normal" => Verbosity::Normal,
-            "quiet" => Verbosity::Quiet,
-            "verbose" => Verbosity::Verbose,
-            other => {
-                return Err(Error::new(format!(
-                    "CCL_COV_VERBOSITY={other:?} is not a verbosity: expected quiet, normal or verbose"
-                )));
-            }
-        };
-        Ok(Screen { color, verbosity })
-    }
 }
 
 /// What the report's steps are asked to do, read from the environment once,
@@ -273,6 +224,11 @@ impl Context {
             }
             None => None,
         };
+        // What the terminal is told (`CCL_COV_COLOR`, `CCL_COV_VERBOSITY`): the reporter's, from here on.
+        crate::reporter::configure({
+            use std::io::IsTerminal;
+            Screen::from_env(&env, std::io::stderr().is_terminal()).map_err(Error::new)?
+        });
         Ok(Context {
             root,
             loaded,
@@ -293,7 +249,6 @@ impl Context {
             partition,
             heartbeat,
             retries,
-            screen: Screen::from_env(&env)?,
             supervisor: PathBuf::from("/proc/self/exe"),
             report: ReportSettings::from_env(&env)?,
         })

@@ -12,6 +12,7 @@
 
 pub mod env_names;
 pub mod error;
+pub mod reporter;
 
 pub mod exec;
 pub mod workspace;

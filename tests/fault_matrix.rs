@@ -6,6 +6,7 @@
 //! or deleted. Every wait has a hard limit. The "What happens when…"
 //! table of docs/faults.md lists these cases (and those of `harness_e2e.rs`,
 //! `fixture_faults.rs`, `broken_configs.rs`, `redaction.rs`).
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a bench or test prints what it measured or why it failed
 
 mod support;
 

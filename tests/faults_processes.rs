@@ -8,6 +8,7 @@
 //! a hard limit. The cases whose mechanism differs run twice: with a cgroup
 //! per trial (where the machine has one) and with `CCL_COV_CGROUP=off`.
 //! docs/faults.md lists them ("Processes, neighbours and stopping").
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a bench or test prints what it measured or why it failed
 
 mod support;
 

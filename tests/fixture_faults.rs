@@ -2,6 +2,7 @@
 //! through the threads launcher and through `mpirun` (3 ranks): every trial
 //! fails with a verdict that names the cause, in bounded time, and leaves no
 //! process behind.
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a bench or test prints what it measured or why it failed
 
 mod support;
 

@@ -6,6 +6,7 @@
 //! names a Rust file (`supervisor.rs`, `src/exec/supervisor.rs`) or a path of
 //! this crate's items (`device::nvidia::sass::line_coverage`, `Type::method` of a
 //! type of this crate) names one that exists.
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a bench or test prints what it measured or why it failed
 
 use regex::Regex;
 use std::collections::BTreeSet;

@@ -4,6 +4,7 @@
 //! on screen and writes it into the DOM that `--dump-dom` prints. Each
 //! page's screenshot at each width is kept under the test's folder,
 //! `target/tmp/report-pages/`, and named in its output.
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a bench or test prints what it measured or why it failed
 
 mod support;
 

@@ -2,6 +2,7 @@
 //! timeouts, leftovers, and a harness that goes away. Which processes are
 //! alive is checked by an independent `/proc` scan for the trial's marker,
 //! not by the code under test, and every test has a hard time limit.
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a bench or test prints what it measured or why it failed
 
 use ccl_coverage::env_names::{SUPERVISE, TRIAL_TOKEN};
 use ccl_coverage::exec::process::Cmd;

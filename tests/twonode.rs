@@ -16,6 +16,7 @@
 //! every process of the node with it) and the holders, and deletes the
 //! namespaces (and with them the veth pair), even when the test fails. Must
 //! run as root.
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a bench or test prints what it measured or why it failed
 
 use serde_json::json;
 use std::fs;

@@ -272,9 +272,9 @@ impl Output {
         let missing = || tools::missing_lines(report).map_err(|e| e.to_string());
         if self.show_missing_lines {
             match missing() {
-                Ok(text) => eprint!("{text}"),
+                Ok(text) => ccl_coverage::reporter::emit(ccl_coverage::reporter::Event::Block(&text)),
                 Err(e) => {
-                    eprintln!("ccl-coverage: {e}");
+                    ccl_coverage::say!("ccl-coverage: {e}");
                     return ExitCode::FAILURE;
                 }
             }
@@ -299,21 +299,21 @@ impl Output {
             };
             let delivered = match (to, format) {
                 (None, Format::Html) => {
-                    println!("{}", path.join("index.html").display());
+                    ccl_coverage::output!("{}\n", path.join("index.html").display());
                     Ok(())
                 }
-                (None, _) => read().map(|text| print!("{text}")),
+                (None, _) => read().map(|text| ccl_coverage::output!("{text}")),
                 (Some(to), Format::Html) => copy_all(&path, to).map_err(|e| e.to_string()),
                 (Some(to), _) => read().and_then(|text| write_file(to, &text).map_err(|e| e.to_string())),
             };
             match delivered {
                 Ok(()) => {
                     if let Some(to) = to {
-                        eprintln!("ccl-coverage: wrote {}", to.display());
+                        ccl_coverage::say!("ccl-coverage: wrote {}", to.display());
                     }
                 }
                 Err(e) => {
-                    eprintln!("ccl-coverage: cannot hand over {}: {e}", path.display());
+                    ccl_coverage::say!("ccl-coverage: cannot hand over {}: {e}", path.display());
                     return ExitCode::FAILURE;
                 }
             }
@@ -323,7 +323,7 @@ impl Output {
             // The report was written: no browser here is no failure of the run.
             let opened = ccl_coverage::exec::process::Cmd::new("xdg-open").arg(&index).read();
             if let Err(e) = opened {
-                eprintln!("ccl-coverage: warning: cannot open {} ({e}); open it yourself", index.display());
+                ccl_coverage::say!("ccl-coverage: warning: cannot open {} ({e}); open it yourself", index.display());
             }
         }
         ExitCode::SUCCESS
@@ -625,7 +625,7 @@ fn worst(a: ExitCode, b: ExitCode) -> ExitCode {
 
 /// A command line that cannot be carried out, said before anything runs.
 fn usage_error(message: &str) -> ExitCode {
-    eprintln!("ccl-coverage: {message}");
+    ccl_coverage::say!("ccl-coverage: {message}");
     ExitCode::from(2)
 }
 
@@ -757,7 +757,7 @@ fn main() -> ExitCode {
         }
         Command::ConfigSchema => {
             let schema = ccl_coverage::config::schema::json_schema();
-            println!("{}", serde_json::to_string_pretty(&schema).unwrap_or_default());
+            ccl_coverage::output!("{}\n", serde_json::to_string_pretty(&schema).unwrap_or_default());
             ExitCode::SUCCESS
         }
     }

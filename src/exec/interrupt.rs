@@ -28,7 +28,7 @@ pub(crate) fn install() {
                 std::thread::spawn(move || {
                     for sig in signals.forever() {
                         if !first(sig, crate::exec::process::signal_name(sig)) {
-                            eprintln!(
+                            crate::say!(
                                 "ccl-coverage: {} again: exiting now; the trial supervisors stop what still runs",
                                 crate::exec::process::signal_name(sig)
                             );
@@ -38,7 +38,7 @@ pub(crate) fn install() {
                 });
             }
             Err(e) => {
-                eprintln!("ccl-coverage: cannot install signal handlers ({e}); Ctrl-C will not stop trials cleanly");
+                crate::say!("ccl-coverage: cannot install signal handlers ({e}); Ctrl-C will not stop trials cleanly");
             }
         }
         watch_cargo_parent();
@@ -49,7 +49,7 @@ pub(crate) fn install() {
 fn first(sig: i32, what: &str) -> bool {
     let first = SIGNAL.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst).is_ok();
     if first {
-        eprintln!(
+        crate::say!(
             "ccl-coverage: {what}: stopping the running trials (SIGTERM, grace period, SIGKILL); send it again to exit at once"
         );
     }

@@ -254,9 +254,11 @@ impl Supervised {
             had_cgroup = ChildrenRecord::read(record).is_some_and(|r| r.cgroup.is_some());
             let killed = proctree::sweep_record(record);
             for o in &killed {
-                eprintln!(
+                crate::say!(
                     "ccl-coverage: killed pid {} ({}), left behind when the supervisor of {} died",
-                    o.pid, o.command, self.display
+                    o.pid,
+                    o.command,
+                    self.display
                 );
             }
             backstop += killed.len();
@@ -270,7 +272,7 @@ impl Supervised {
                         crate::exec::process::describe_status(status)
                     )
                 });
-                eprintln!("ccl-coverage: {}: {why}; see {}", self.display, self.log.display());
+                crate::say!("ccl-coverage: {}: {why}; see {}", self.display, self.log.display());
                 let containment = if had_cgroup { Containment::Cgroup } else { Containment::ProcessTree };
                 SupervisorReport { lost: Some(why), containment, ..SupervisorReport::default() }
             }

@@ -3,9 +3,9 @@
 //! trial's lifecycle), with a line of progress as each ends.
 
 use super::select::{Intent, Selection};
-use crate::context::Verbosity;
 use crate::exec::interrupt;
 use crate::plan;
+use crate::reporter::{self, Verdict};
 use crate::suite::{Outcome, Suite};
 use crate::verdict::Status;
 use libtest_mimic::{Completion, Failed, Trial};
@@ -18,9 +18,9 @@ struct Shared {
 }
 
 /// `[n/M]`, each trial's verdict and duration, and the time left, one line
-/// per trial on stderr (no escape codes: it reads the same in a CI log).
+/// per trial on stderr, shown by the reporter (which colours the verdict, and
+/// leaves passes out under `-q`).
 struct Progress {
-    screen: crate::context::Screen,
     /// Trials this run will run: not filtered out, not ignored.
     total: std::sync::atomic::AtomicUsize,
     done: std::sync::atomic::AtomicUsize,
@@ -31,33 +31,27 @@ impl Progress {
     /// `since`: when the build was ready, so that its time is not taken for
     /// the trials' (the first trial's estimate would include it).
     fn finished(&self, name: &str, took: std::time::Duration, since: Option<std::time::Instant>, outcome: &Outcome) {
-        if let Some(line) = self.line(name, took, since, outcome) {
-            eprintln!("{line}");
-        }
+        let (done, total, verdict, detail) = self.ended(took, since, outcome);
+        reporter::emit(reporter::Event::TrialEnded { done, total, verdict, name, detail: &detail });
     }
 
-    fn line(
+    /// The trial's number, the total, its verdict, and its time and the time left.
+    fn ended(
         &self,
-        name: &str,
         took: std::time::Duration,
         since: Option<std::time::Instant>,
         outcome: &Outcome,
-    ) -> Option<String> {
+    ) -> (usize, usize, Verdict, String) {
         let done = self.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        // SGR colours: green, yellow, red.
-        let (verdict, colour) = match outcome {
-            Outcome::Passed => ("PASS", 32),
-            Outcome::Flaky { .. } => ("FLAKY", 33),
-            Outcome::Ignored(_) => ("IGNORED", 33),
-            Outcome::Failed(Status::Timeout, _) => ("TIMEOUT", 31),
-            Outcome::Failed(Status::Interrupted, _) => ("INTERRUPTED", 31),
-            Outcome::Failed(_, _) => ("FAIL", 31),
+        let verdict = match outcome {
+            Outcome::Passed => Verdict::Pass,
+            Outcome::Flaky { .. } => Verdict::Flaky,
+            Outcome::Ignored(_) => Verdict::Ignored,
+            Outcome::Failed(Status::Timeout, _) => Verdict::Timeout,
+            Outcome::Failed(Status::Interrupted, _) => Verdict::Interrupted,
+            Outcome::Failed(_, _) => Verdict::Fail,
         };
         let total = self.total.load(std::sync::atomic::Ordering::SeqCst).max(done);
-        // `-q`: only what did not simply pass.
-        if self.screen.verbosity == Verbosity::Quiet && matches!(outcome, Outcome::Passed) {
-            return None;
-        }
         // Trials run side by side: the wall time so far per trial ended.
         let since = since.map_or(self.started, |ready| ready.max(self.started));
         let left = (done < total).then(|| since.elapsed().mul_f64((total - done) as f64 / done as f64));
@@ -66,9 +60,7 @@ impl Progress {
             Outcome::Flaky { attempts } => format!(", passed on attempt {}", attempts + 1),
             _ => String::new(),
         };
-        let shown =
-            if self.screen.color { format!("\x1b[{colour}m{verdict:<7}\x1b[0m") } else { format!("{verdict:<7}") };
-        Some(format!("ccl-coverage: [{done}/{total}] {shown} {name} ({}{flaky}{left})", short(took)))
+        (done, total, verdict, format!("{}{flaky}{left}", short(took)))
     }
 }
 
@@ -97,7 +89,7 @@ fn shard(
             holds
         })
         .unzip();
-    eprintln!("ccl-coverage: partition {}: {kept} of {dealt} trials in this shard", partition.describe());
+    crate::say!("ccl-coverage: partition {}: {kept} of {dealt} trials in this shard", partition.describe());
     (specs, trials)
 }
 
@@ -145,14 +137,14 @@ pub fn run(selection: &Selection, intent: Intent) -> Ran {
     if let Some(run) = &ctx.config().upstream {
         // Listings and the JSON dry run stay machine-readable: stdout is theirs.
         for w in &run.resolved.warnings {
-            eprintln!("ccl-coverage: warning: {w}");
+            crate::say!("ccl-coverage: warning: {w}");
         }
     }
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     if intent == Intent::Trials
         && let Some(why) = selection.refusal("trial", &names)
     {
-        eprintln!("ccl-coverage: {why}; `ccl-coverage list` names every trial");
+        crate::say!("ccl-coverage: {why}; `ccl-coverage list` names every trial");
         return refused(ExitCode::from(2));
     }
     let args = selection.libtest(names.iter().copied());
@@ -160,7 +152,6 @@ pub fn run(selection: &Selection, intent: Intent) -> Ran {
         return refused(super::dry_run::print(&ctx, &specs, &args));
     }
     let progress = Progress {
-        screen: ctx.screen,
         total: std::sync::atomic::AtomicUsize::new(0),
         done: std::sync::atomic::AtomicUsize::new(0),
         started: std::time::Instant::now(),
@@ -204,13 +195,13 @@ pub fn run(selection: &Selection, intent: Intent) -> Ran {
         } else {
             format!("the {} trials the filters select are all ignored; --include-ignored runs them", selected.len())
         };
-        eprintln!("ccl-coverage: {why}");
+        crate::say!("ccl-coverage: {why}");
         return refused(ExitCode::from(2));
     }
     if !args.list {
         for (spec, _) in selected.iter().filter(|(_, runs)| !runs) {
             if let Some(why) = &spec.ignore_reason {
-                eprintln!("ccl-coverage: {} is ignored: {why}", spec.name);
+                crate::say!("ccl-coverage: {} is ignored: {why}", spec.name);
             }
         }
     }
@@ -229,13 +220,13 @@ pub fn run(selection: &Selection, intent: Intent) -> Ran {
     shared.progress.total.store(running, std::sync::atomic::Ordering::SeqCst);
     shared.suite.select(selected);
     let conclusion = libtest_mimic::run(&args, trials);
-    let written = shared.suite.finish().inspect_err(|e| eprintln!("ccl-coverage: {e}"));
+    let written = shared.suite.finish().inspect_err(|e| crate::say!("ccl-coverage: {e}"));
     // Every trial and its supervisor ended: nothing of this run is left to sweep.
     if let Some(owner) = crate::exec::owner::Owner::get() {
         owner.unregister();
     }
     let code = if let Some(code) = interrupt::exit_code() {
-        eprintln!(
+        crate::say!(
             "ccl-coverage: interrupted by {}: results of the trials that ended are in {}",
             interrupt::describe(),
             shared.suite.ctx.workspace.results_dir().display()
@@ -260,16 +251,16 @@ mod tests {
     fn the_time_left_leaves_the_build_out() {
         let now = Instant::now();
         let progress = Progress {
-            screen: crate::context::Screen { color: false, verbosity: Verbosity::Normal },
             total: std::sync::atomic::AtomicUsize::new(3),
             done: std::sync::atomic::AtomicUsize::new(0),
             started: now.checked_sub(Duration::from_secs(600)).unwrap(),
         };
         let ready = now.checked_sub(Duration::from_secs(2)).unwrap();
-        let line = progress.line("A::1K::ring", Duration::from_secs(2), Some(ready), &Outcome::Passed).unwrap();
-        assert!(line.starts_with("ccl-coverage: [1/3] PASS    A::1K::ring (2.00s, about 4."), "{line}");
-        let line = progress.line("A::1K::mpi", Duration::from_secs(1), None, &Outcome::Passed).unwrap();
-        assert!(line.contains("about 5m"), "without a build, from the start: {line}");
+        let (done, total, verdict, detail) = progress.ended(Duration::from_secs(2), Some(ready), &Outcome::Passed);
+        assert_eq!((done, total, verdict), (1, 3, Verdict::Pass));
+        assert!(detail.starts_with("2.00s, about 4."), "{detail}");
+        let (.., detail) = progress.ended(Duration::from_secs(1), None, &Outcome::Passed);
+        assert!(detail.contains("about 5m"), "without a build, from the start: {detail}");
         assert_eq!(short(Duration::from_secs(4000)), "1h06m");
     }
 }

@@ -36,10 +36,10 @@ pub fn merge_shards(dirs: &[std::path::PathBuf]) -> ExitCode {
     match crate::report::shards::merge(&ctx, dirs) {
         Ok(merged) => {
             for shard in &merged.shards {
-                eprintln!("ccl-coverage: merged {} trials from {}", shard.trials.len(), shard.dir.display());
+                crate::say!("ccl-coverage: merged {} trials from {}", shard.trials.len(), shard.dir.display());
             }
             for d in &merged.duplicates {
-                eprintln!(
+                crate::say!(
                     "ccl-coverage: trial {} ran in two shards: counted once, from {}; also in {}",
                     d.trial,
                     d.counted_from.display(),
@@ -47,12 +47,12 @@ pub fn merge_shards(dirs: &[std::path::PathBuf]) -> ExitCode {
                 );
             }
             for why in &merged.refused {
-                eprintln!("ccl-coverage: not merged: {why}");
+                crate::say!("ccl-coverage: not merged: {why}");
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("ccl-coverage: {e}");
+            crate::say!("ccl-coverage: {e}");
             ExitCode::from(2)
         }
     }
@@ -94,13 +94,13 @@ fn report(selection: &Selection, intent: Intent, after_run: bool) -> Reported {
         // `cargo coverage -- AllReduce::1K` hands the trials' selection to this binary too.
         Intent::Trials => {
             if !selection.filters.is_empty() || !selection.args.skip.is_empty() {
-                eprintln!("ccl-coverage: the test filter selects trials (cargo coverage): every report step runs");
+                crate::say!("ccl-coverage: the test filter selects trials (cargo coverage): every report step runs");
             }
             selection.without_selection()
         }
         Intent::Steps => {
             if let Some(why) = selection.refusal("report step", &names) {
-                eprintln!("ccl-coverage: {why}; `ccl-coverage report --list` names every step");
+                crate::say!("ccl-coverage: {why}; `ccl-coverage report --list` names every step");
                 return refused(ExitCode::from(2));
             }
             selection.clone()
@@ -129,7 +129,7 @@ fn report(selection: &Selection, intent: Intent, after_run: bool) -> Reported {
                 Ok(Done::Completed) => Ok(Completion::Completed),
                 Ok(Done::Ignored(why)) => {
                     if nextest {
-                        println!("SKIP: {}: {why}", step.name());
+                        crate::output!("SKIP: {}: {why}\n", step.name());
                     }
                     Ok(Completion::ignored_with(why))
                 }
@@ -144,13 +144,13 @@ fn report(selection: &Selection, intent: Intent, after_run: bool) -> Reported {
     if !args.list {
         match &inputs.nothing {
             Some(nothing) if trials.iter().any(|t| selected(&t)) => {
-                eprintln!("ccl-coverage: nothing to report: {nothing}");
+                crate::say!("ccl-coverage: nothing to report: {nothing}");
             }
             _ => {
                 for (step, trial) in Step::ALL.iter().zip(&trials) {
                     if selected(&trial) && !runs(&trial) {
                         let why = step.nothing_to_check(&session.ctx, &inputs).unwrap_or_default();
-                        eprintln!("ccl-coverage: {} is ignored: {why}", step.name());
+                        crate::say!("ccl-coverage: {} is ignored: {why}", step.name());
                     }
                 }
             }
@@ -175,7 +175,7 @@ fn report(selection: &Selection, intent: Intent, after_run: bool) -> Reported {
     let conclusion = libtest_mimic::run(&args, trials);
     match session.install() {
         Err(e) => {
-            eprintln!("ccl-coverage: {e}");
+            crate::say!("ccl-coverage: {e}");
             refused(ExitCode::FAILURE)
         }
         Ok(installed) => Reported {

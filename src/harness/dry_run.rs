@@ -35,14 +35,14 @@ pub(crate) fn print(ctx: &Context, specs: &[TrialSpec], args: &Arguments) -> Exi
     });
     match rendered {
         Ok((text, problems)) => {
-            print!("{text}");
+            crate::output!("{text}");
             for problem in &problems {
-                eprintln!("ccl-coverage: dry run: {problem}");
+                crate::say!("ccl-coverage: dry run: {problem}");
             }
             if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
         }
         Err(e) => {
-            eprintln!("ccl-coverage: dry run: {e}");
+            crate::say!("ccl-coverage: dry run: {e}");
             ExitCode::from(2)
         }
     }

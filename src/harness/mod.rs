@@ -22,7 +22,7 @@ use std::process::ExitCode;
 /// (a wrong config fails `--list` too: nothing can run from it).
 fn load_context() -> Result<Context, ExitCode> {
     Context::from_env().map_err(|e| {
-        eprintln!("ccl-coverage: {e}");
+        crate::say!("ccl-coverage: {e}");
         ExitCode::from(2)
     })
 }
@@ -40,7 +40,7 @@ fn take_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock, ExitCo
     interrupt::install();
     workspace::files::restrict_umask();
     prepare_workspace(ctx, access).map_err(|e| {
-        eprintln!("ccl-coverage: {e}");
+        crate::say!("ccl-coverage: {e}");
         ExitCode::from(2)
     })
 }
@@ -52,17 +52,21 @@ fn prepare_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock> {
         Owner::register(&ctx.state_dir)?;
         let grace = std::time::Duration::from_secs(config.timeouts.grace);
         for o in &proctree::sweep_orphans(&ctx.state_dir, grace) {
-            eprintln!(
+            crate::say!(
                 "ccl-coverage: killed pid {} left behind by a run that died (harness pid {}): {}",
-                o.pid, o.owner, o.command
+                o.pid,
+                o.owner,
+                o.command
             );
         }
         // What left the trial's session and dropped its marker is known
         // only to its supervisor's record.
         for o in proctree::sweep_records(&ctx.children_dir()) {
-            eprintln!(
+            crate::say!(
                 "ccl-coverage: killed pid {} left behind by a trial whose supervisor died (supervisor pid {}): {}",
-                o.pid, o.owner, o.command
+                o.pid,
+                o.owner,
+                o.command
             );
         }
         say_containment();
@@ -89,7 +93,7 @@ fn check_place(ctx: &Context) -> Result<(), ExitCode> {
         false => ws.check_place(&protected),
     };
     checked.map_err(|e| {
-        eprintln!("ccl-coverage: {e}");
+        crate::say!("ccl-coverage: {e}");
         ExitCode::from(2)
     })
 }
@@ -108,7 +112,7 @@ fn say_containment() {
         }
         (cgroup::Mode::On, Err(why)) => format!("{name}=on, but there is no cgroup v2 here: {why}; every trial fails"),
     };
-    eprintln!("ccl-coverage: {line}");
+    crate::say!("ccl-coverage: {line}");
 }
 
 /// Folders a workspace must neither hold nor (for sources) lie inside.

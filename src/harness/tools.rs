@@ -19,17 +19,17 @@ pub fn show_env() -> ExitCode {
     for known in KNOWN.iter().filter(|k| !internal(k.meaning)) {
         let value = std::env::var(known.name)
             .map_or_else(|_| "(unset)".to_string(), |v| format!("{:?}", redact::value(known.name, &v)));
-        println!("{:<32} {value:<24} {}", known.name, known.meaning);
+        crate::output!("{:<32} {value:<24} {}\n", known.name, known.meaning);
     }
     match Context::from_env() {
         Ok(ctx) => {
-            println!("\nconfig:      {} ({})", ctx.config().name, ctx.loaded.path.display());
-            println!("workspace:   {}", ctx.workspace.root().display());
-            println!("build cache: {}", ctx.state_dir.join("builds").display());
+            crate::output!("\nconfig:      {} ({})\n", ctx.config().name, ctx.loaded.path.display());
+            crate::output!("workspace:   {}\n", ctx.workspace.root().display());
+            crate::output!("build cache: {}\n", ctx.state_dir.join("builds").display());
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("ccl-coverage: {e}");
+            crate::say!("ccl-coverage: {e}");
             ExitCode::from(2)
         }
     }
@@ -44,7 +44,7 @@ pub fn clean(builds: bool) -> ExitCode {
     match clean_all(builds) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ccl-coverage: {e}");
+            crate::say!("ccl-coverage: {e}");
             ExitCode::from(2)
         }
     }
@@ -60,7 +60,7 @@ fn clean_all(builds: bool) -> Result<()> {
         drop(lock);
         ws.finish_clean(&cleaned)?;
     } else {
-        eprintln!("ccl-coverage: no workspace at {}", ws.root().display());
+        crate::say!("ccl-coverage: no workspace at {}", ws.root().display());
     }
     if builds {
         let dir = ctx.state_dir.join("builds");
@@ -75,7 +75,7 @@ fn clean_all(builds: bool) -> Result<()> {
             let using = workspaces_using(&ctx.state_dir, &key);
             if !using.is_empty() {
                 let shown: Vec<String> = using.iter().map(|w| w.display().to_string()).collect();
-                eprintln!(
+                crate::say!(
                     "ccl-coverage: kept the cached build {}: the workspace {} still uses it (delete that workspace first: `ccl-coverage clean --workspace {}`)",
                     path.display(),
                     shown.join(", "),
@@ -89,7 +89,7 @@ fn clean_all(builds: bool) -> Result<()> {
             if lock.try_lock().is_err() {
                 let users = crate::build::cache::users_of(&path, &ctx.state_dir);
                 let who = if users.is_empty() { "a process building it".to_string() } else { users.join("; ") };
-                eprintln!("ccl-coverage: kept the cached build {}: it is in use by {who}", path.display());
+                crate::say!("ccl-coverage: kept the cached build {}: it is in use by {who}", path.display());
                 kept += 1;
                 continue;
             }
@@ -98,7 +98,7 @@ fn clean_all(builds: bool) -> Result<()> {
             // Held alone: a process waiting on it finds it gone and opens a new one.
             let _ = std::fs::remove_file(&lock_path);
             drop(lock);
-            eprintln!("ccl-coverage: deleted the cached build {}", path.display());
+            crate::say!("ccl-coverage: deleted the cached build {}", path.display());
         }
         if kept > 0 {
             return Err(Error::new(format!(
@@ -187,7 +187,7 @@ pub fn print_run_line() {
             minimal.display()
         ));
     }
-    eprintln!("{line}");
+    crate::say!("{line}");
 }
 
 /// How `ccl-coverage list` prints the trials.
@@ -212,13 +212,13 @@ pub fn list(selection: &Selection, format: ListFormat) -> ExitCode {
     let specs = crate::plan::plan(ctx.config());
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     if let Some(why) = selection.refusal("trial", &names) {
-        eprintln!("ccl-coverage: {why}");
+        crate::say!("ccl-coverage: {why}");
         return ExitCode::from(2);
     }
     let listed: Vec<&crate::plan::TrialSpec> =
         specs.iter().filter(|s| selection.keeps(&s.name) && (!selection.args.ignored || s.ignored)).collect();
     if listed.is_empty() {
-        eprintln!("ccl-coverage: no ignored trial is among those the filters select");
+        crate::say!("ccl-coverage: no ignored trial is among those the filters select");
         return ExitCode::from(2);
     }
     let why = |s: &crate::plan::TrialSpec| s.ignored.then(|| s.why_ignored(ctx.config()).unwrap_or_default());
@@ -226,19 +226,19 @@ pub fn list(selection: &Selection, format: ListFormat) -> ExitCode {
         ListFormat::Pretty => {
             for spec in listed {
                 match why(spec) {
-                    Some(why) if !why.is_empty() => println!("{}  (ignored: {why})", spec.name),
-                    Some(_) => println!("{}  (ignored)", spec.name),
-                    None => println!("{}", spec.name),
+                    Some(why) if !why.is_empty() => crate::output!("{}  (ignored: {why})\n", spec.name),
+                    Some(_) => crate::output!("{}  (ignored)\n", spec.name),
+                    None => crate::output!("{}\n", spec.name),
                 }
             }
         }
-        ListFormat::Terse => listed.iter().for_each(|s| println!("{}: test", s.name)),
+        ListFormat::Terse => listed.iter().for_each(|s| crate::output!("{}: test\n", s.name)),
         ListFormat::Json => {
             let trials: Vec<serde_json::Value> = listed
                 .iter()
                 .map(|s| serde_json::json!({"name": s.name, "ignored": s.ignored, "ignore_reason": why(s).filter(|w| !w.is_empty())}))
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&trials).expect("a list serializes"));
+            crate::output!("{}\n", serde_json::to_string_pretty(&trials).expect("a list serializes"));
         }
     }
     ExitCode::SUCCESS

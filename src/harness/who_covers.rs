@@ -11,11 +11,11 @@ use std::process::ExitCode;
 pub fn main(args: &[String]) -> ExitCode {
     match run(args) {
         Ok((text, covered)) => {
-            print!("{text}");
+            crate::output!("{text}");
             if covered { ExitCode::SUCCESS } else { ExitCode::from(1) }
         }
         Err(e) => {
-            eprintln!("ccl-coverage who-covers: {e}");
+            crate::say!("ccl-coverage who-covers: {e}");
             ExitCode::from(2)
         }
     }

@@ -581,7 +581,7 @@ mod tests {
     fn child_holds_three_slots() {
         let Some(dir) = std::env::var_os(CHILD_DIR) else { return };
         let _held = Slots::new(dir.into(), 4).acquire(one(3)).unwrap();
-        println!("held");
+        crate::output!("held\n");
         std::thread::sleep(LIMIT);
     }
 

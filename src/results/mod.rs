@@ -880,7 +880,7 @@ impl WriterShared {
             drop(state);
             // The end of the run tries again.
             if let Err(e) = self.rebuild() {
-                eprintln!("ccl-coverage: cannot update run.json: {e}");
+                crate::say!("ccl-coverage: cannot update run.json: {e}");
             }
             state = self.lock();
         }

@@ -100,14 +100,16 @@ impl LineWorker {
                     }
                     let Some((build, info)) = &run else { continue };
                     if let Err(e) = writer.record(&result, build.clone(), info) {
-                        eprintln!("ccl-coverage: {}: its stored lines could not be recorded: {e}", result.trial);
+                        crate::say!("ccl-coverage: {}: its stored lines could not be recorded: {e}", result.trial);
                     }
                 }
             });
             match worker {
                 Ok(worker) => *queue = Some((send, worker)),
                 Err(e) => {
-                    eprintln!("ccl-coverage: each trial's lines are left to the report: no thread to store them: {e}");
+                    crate::say!(
+                        "ccl-coverage: each trial's lines are left to the report: no thread to store them: {e}"
+                    );
                     return;
                 }
             }
@@ -199,7 +201,7 @@ impl Suite {
 
     fn prepare_build(&self) -> Result<(BuildManifest, cache::BuildInUse)> {
         let ctx = &self.ctx;
-        eprintln!(
+        crate::say!(
             "ccl-coverage: config {} ({}), workspace {}",
             ctx.config().name,
             ctx.loaded.path.display(),
@@ -210,7 +212,7 @@ impl Suite {
         if let Ok(planned) = plan.planned_manifest(ctx) {
             let _ = self.planned.set(planned);
         }
-        eprintln!("ccl-coverage: device coverage: {}", plan.device.summary());
+        crate::say!("ccl-coverage: device coverage: {}", plan.device.summary());
         let (manifest, in_use) = plan.build(ctx).map_err(build_failed)?;
         // The build is fine; what fails here is the workspace (full, read-only).
         cache::adopt(&ctx.workspace, &manifest).map_err(|e| {
@@ -276,7 +278,7 @@ impl Suite {
             let nodes: Vec<&str> = allocation.nodes.iter().map(|n| n.name.as_str()).collect();
             match check() {
                 Ok(()) => {
-                    eprintln!(
+                    crate::say!(
                         "ccl-coverage: shared filesystem: every node of {} ({}) sees the workspace through launcher {}",
                         allocation.source,
                         nodes.join(", "),
@@ -285,8 +287,8 @@ impl Suite {
                     Ok(())
                 }
                 Err(e) => {
-                    eprintln!("ccl-coverage: {e}");
-                    eprintln!("ccl-coverage: trials of launcher {} (more than one node) fail unrun", spec.launcher);
+                    crate::say!("ccl-coverage: {e}");
+                    crate::say!("ccl-coverage: trials of launcher {} (more than one node) fail unrun", spec.launcher);
                     Err(e)
                 }
             }
@@ -299,7 +301,7 @@ impl Suite {
         let ctx = &self.ctx;
         let allocation = self.allocation()?;
         if let Some(reason) = launch::placement::misfit(ctx, allocation, spec) {
-            eprintln!("ccl-coverage: {} ignored: {reason}", spec.name);
+            crate::say!("ccl-coverage: {} ignored: {reason}", spec.name);
             return Ok(Outcome::Ignored(reason));
         }
         let manifest = self.build().inspect_err(|e| self.record_unbuilt(spec, &e.to_string()))?;
@@ -317,7 +319,7 @@ impl Suite {
             if !retry {
                 break (result, tail);
             }
-            eprintln!(
+            crate::say!(
                 "ccl-coverage: {} {} on attempt {} of {}: {}; running it again",
                 spec.name,
                 result.status.as_str(),
@@ -377,12 +379,13 @@ impl Suite {
             ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;
             let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices()), held.hosts())?;
             let timeout = launch.timeout.as_secs();
-            if ctx.screen.verbosity == crate::context::Verbosity::Verbose {
-                let line = crate::exec::redact::shell_line(&launch.cmd.display());
-                eprintln!("ccl-coverage: {} starts: {line}", spec.name);
-            }
+            let line = crate::exec::redact::shell_line(&launch.cmd.display());
+            crate::reporter::emit(crate::reporter::Event::Detail(&format!(
+                "ccl-coverage: {} starts: {line}",
+                spec.name
+            )));
             let execution = trial::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
-                eprintln!(
+                crate::say!(
                     "ccl-coverage: {} still running after {}s (timeout {timeout}s)",
                     spec.name,
                     elapsed.as_secs()
@@ -400,10 +403,10 @@ impl Suite {
             && crate::exec::cgroup::Mode::from_env() != crate::exec::cgroup::Mode::Off
             && crate::exec::cgroup::available().is_ok()
         {
-            eprintln!("ccl-coverage: {}: ran without a cgroup of its own: {why}", spec.name);
+            crate::say!("ccl-coverage: {}: ran without a cgroup of its own: {why}", spec.name);
         }
         if let Some(cut) = output.cut.as_ref().filter(|_| execution.finished.output_cut > 0) {
-            eprintln!("ccl-coverage: {}: its output was cut: {}", spec.name, cut.trim_start_matches('['));
+            crate::say!("ccl-coverage: {}: its output was cut: {}", spec.name, cut.trim_start_matches('['));
             if verdict.status != Status::Passed {
                 verdict.reason.push_str(" (the log's cap cut part of the output: see logs.max_mib)");
             }
@@ -453,7 +456,7 @@ impl Suite {
                     .map(Arc::new)
                     .map_err(|e| format!("the build's coverage mapping cannot be read in process: {e}"));
                 if let Err(why) = &store {
-                    eprintln!("ccl-coverage: each trial's lines are left to the report: {why}");
+                    crate::say!("ccl-coverage: each trial's lines are left to the report: {why}");
                 }
                 store
             })
@@ -470,7 +473,7 @@ impl Suite {
         let result = TrialResult::unrun(spec, self.ctx.config(), build_id, &self.run_id, message);
         let build = RunBuild::Failed { planned: planned.cloned(), error: message.to_string() };
         if let Err(e) = self.results.record(&result, build, self.run_info()) {
-            eprintln!("ccl-coverage: {}: cannot record that it did not run: {e}", spec.name);
+            crate::say!("ccl-coverage: {}: cannot record that it did not run: {e}", spec.name);
         }
     }
 
@@ -480,14 +483,14 @@ impl Suite {
     fn rerun(&self, spec: &TrialSpec, manifest: &BuildManifest, slots: &Slots, want: Want) -> Option<Rerun> {
         let ctx = &self.ctx;
         let ws = &ctx.workspace;
-        let say = |e: Error| eprintln!("ccl-coverage: {}: the rerun did not run: {e}", spec.name);
+        let say = |e: Error| crate::say!("ccl-coverage: {}: the rerun did not run: {e}", spec.name);
         let run = || -> Result<Option<Rerun>> {
             let _held = slots.acquire(want)?;
             let profile_dir = ws.trial_quarantine(&spec.slug).join("rerun");
             ws.clear(Area::Quarantine, &profile_dir)?;
             ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;
             let Some(launch) = launch::prepare_rerun(ctx, manifest, spec, &profile_dir)? else { return Ok(None) };
-            eprintln!("ccl-coverage: {} failed: running it once more with its rerun_env_variables", spec.name);
+            crate::say!("ccl-coverage: {} failed: running it once more with its rerun_env_variables", spec.name);
             let log = ws.trial_rerun_log(&spec.slug);
             let execution = trial::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|_| {})?;
             let output = TrialOutput::read(&log);

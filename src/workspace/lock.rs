@@ -87,7 +87,7 @@ impl WorkspaceLock {
         match file.try_lock() {
             Ok(()) => {
                 if let Some(prev) = previous.filter(|p| p.pid != std::process::id() && !p.alive()) {
-                    eprintln!(
+                    crate::say!(
                         "ccl-coverage: taking over the workspace {}: its last holder, {}, is no longer running",
                         ws.root().display(),
                         prev.describe()
@@ -192,7 +192,7 @@ mod tests {
         let Some(dir) = std::env::var_os(CHILD_DIR) else { return };
         let ws = Workspace::new(std::path::Path::new(&dir)).unwrap();
         let _lock = WorkspaceLock::acquire(&ws).unwrap();
-        println!("held");
+        crate::output!("held\n");
         if std::env::var_os(CHILD_HOLDS).is_some() {
             std::thread::sleep(std::time::Duration::from_secs(60));
         }

@@ -332,7 +332,7 @@ impl Workspace {
                 let entries = self.entries()?;
                 let legacy = entries.iter().all(|e| LEGACY_ENTRIES.contains(&e.as_str())) && self.has_build_record();
                 if legacy {
-                    eprintln!(
+                    crate::say!(
                         "ccl-coverage: adopting {} as a workspace: it holds only what an older ccl-coverage wrote there",
                         self.root.display()
                     );
@@ -546,16 +546,16 @@ impl Workspace {
         }
         let root = self.root.display();
         if !cleaned.kept.is_empty() {
-            eprintln!(
+            crate::say!(
                 "ccl-coverage: deleted what ccl-coverage made in the workspace {root}; kept {} and the folder: ccl-coverage did not make {}",
                 preview(&cleaned.kept),
                 if cleaned.kept.len() == 1 { "it" } else { "them" }
             );
         } else if cleaned.created_root {
             fs::remove_dir(&self.root).with_context(|| format!("cannot delete {root}"))?;
-            eprintln!("ccl-coverage: deleted the workspace {root}");
+            crate::say!("ccl-coverage: deleted the workspace {root}");
         } else {
-            eprintln!(
+            crate::say!(
                 "ccl-coverage: deleted what ccl-coverage made in the workspace {root}; kept the folder itself: it existed before ccl-coverage used it"
             );
         }

@@ -186,7 +186,7 @@ pub fn select_device_objects(patterns: &[PathBuf], device: &DeviceDecision) -> R
         }
     }
     for path in &skipped {
-        eprintln!("ccl-coverage: device object {path} has no coverage mapping; left out of the report");
+        crate::say!("ccl-coverage: device object {path} has no coverage mapping; left out of the report");
     }
     if found.is_empty() {
         bail!(

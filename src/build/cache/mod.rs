@@ -198,7 +198,7 @@ impl BuildPlan {
         let lock = loop {
             let lock = files::open_lock_file(&lock_path)?;
             if lock.try_lock_shared().is_err() {
-                eprintln!("ccl-coverage: waiting for another process building {}", self.cache_dir.display());
+                crate::say!("ccl-coverage: waiting for another process building {}", self.cache_dir.display());
                 lock.lock_shared().map_err(cannot_lock)?;
             }
             if still_the_lock(&lock, &lock_path) {
@@ -215,7 +215,7 @@ impl BuildPlan {
         if lock.try_lock().is_err() {
             let users = users_of(&self.cache_dir, &ctx.state_dir);
             let who = if users.is_empty() { "another process building it".to_string() } else { users.join("; ") };
-            eprintln!("ccl-coverage: waiting to build {}: it is in use by {who}", self.cache_dir.display());
+            crate::say!("ccl-coverage: waiting to build {}: it is in use by {who}", self.cache_dir.display());
             lock.lock().map_err(cannot_lock)?;
         }
         if !still_the_lock(&lock, &lock_path) {
@@ -227,7 +227,7 @@ impl BuildPlan {
         let manifest = match (self.cached(), damage) {
             (Cached::Whole(manifest), _) => *manifest,
             (Cached::Damaged(why), _) | (Cached::Missing, Some(why)) => {
-                eprintln!("ccl-coverage: the cached build {} cannot be reused: {why}; building it again", self.key);
+                crate::say!("ccl-coverage: the cached build {} cannot be reused: {why}; building it again", self.key);
                 if self.manifest_path().exists() {
                     self.discard_cache()?;
                 }
@@ -251,7 +251,7 @@ impl BuildPlan {
         let Ok(manifest) = BuildManifest::read(&self.manifest_path()) else { return Cached::Missing };
         match manifest.damage() {
             None => {
-                eprintln!("ccl-coverage: reusing build {} ({})", self.key, self.build_dir.display());
+                crate::say!("ccl-coverage: reusing build {} ({})", self.key, self.build_dir.display());
                 Cached::Whole(Box::new(manifest))
             }
             Some(why) => Cached::Damaged(why),
@@ -262,9 +262,9 @@ impl BuildPlan {
     fn build_locked(&self, ctx: &Context) -> Result<BuildManifest> {
         let config = &ctx.loaded.config;
         if self.existing_build {
-            eprintln!("ccl-coverage: using the existing build {} as build {}", self.build_dir.display(), self.key);
+            crate::say!("ccl-coverage: using the existing build {} as build {}", self.build_dir.display(), self.key);
         } else {
-            eprintln!("ccl-coverage: building {} as build {} in {}", config.name, self.key, self.build_dir.display());
+            crate::say!("ccl-coverage: building {} as build {} in {}", config.name, self.key, self.build_dir.display());
         }
         let logs = self.cache_dir.join("logs");
         files::create_dir(&logs)?;
@@ -274,7 +274,7 @@ impl BuildPlan {
         for (i, (name, cmd)) in self.steps.iter().enumerate() {
             let step_started = Instant::now();
             let log = logs.join(format!("{:02}-{}.log", i + 1, slug(name)));
-            eprintln!("ccl-coverage:   [{}/{total}] {name}", i + 1);
+            crate::say!("ccl-coverage:   [{}/{total}] {name}", i + 1);
             if let Some(dir) = cmd.get_cwd() {
                 files::create_dir(dir)?;
             }
@@ -282,7 +282,7 @@ impl BuildPlan {
                 .with_context(|| format!("cannot write {}", log.display()))?;
             run_step(ctx, cmd, &log).with_context(|| format!("build step {name:?} failed"))?;
             let seconds = step_started.elapsed().as_secs_f64();
-            eprintln!("ccl-coverage:   [{}/{total}] {name}: {seconds:.1}s", i + 1);
+            crate::say!("ccl-coverage:   [{}/{total}] {name}: {seconds:.1}s", i + 1);
             records.push(StepRecord { name: name.clone(), command: cmd.display(), seconds });
         }
         let objects = match &self.existing_objects {
@@ -292,7 +292,7 @@ impl BuildPlan {
         let device_objects = self.device_objects(ctx)?;
         let paths: Vec<PathBuf> = objects.iter().map(|o| o.path.clone()).collect();
         if let Some(said) = device::after_build(&self.device, &paths, &self.cache_dir, &crate::config::process_env) {
-            eprintln!("ccl-coverage: {said}");
+            crate::say!("ccl-coverage: {said}");
         }
         if !self.bin_dir.is_dir() {
             bail!(
@@ -307,7 +307,7 @@ impl BuildPlan {
         manifest.programs = programs(&self.bin_dir)?;
         manifest.sources = self.source_sums(ctx);
         manifest.write(&self.manifest_path())?;
-        eprintln!("ccl-coverage: build {} ready in {:.1}s", self.key, started.elapsed().as_secs_f64());
+        crate::say!("ccl-coverage: build {} ready in {:.1}s", self.key, started.elapsed().as_secs_f64());
         Ok(manifest)
     }
 
@@ -521,9 +521,10 @@ pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
     match previous {
         Some(p) if p.build_id == manifest.build_id => return Ok(()),
         Some(p) => {
-            eprintln!(
+            crate::say!(
                 "ccl-coverage: build changed ({} -> {}): deleting the workspace's results, profiles and reports of the old build",
-                p.build_id, manifest.build_id
+                p.build_id,
+                manifest.build_id
             );
             for area in
                 [Area::Results, Area::Profiles, Area::Quarantine, Area::Report, Area::ReportStaging, Area::Cases]

@@ -134,7 +134,7 @@ impl PerTrial {
         merged_regions: (u64, u64),
     ) -> Result<PerTrial> {
         if exports_asked {
-            eprintln!(
+            crate::say!(
                 "ccl-coverage: per-trial attribution runs llvm-cov once per trial, as CCL_COV_ATTRIBUTION_EXPORTS=on asks"
             );
             return Ok(PerTrial::Exports);
@@ -186,14 +186,14 @@ impl PerTrial {
         match outcome {
             Ok((mapping, counters)) => {
                 if let Some(why) = counters.fallback() {
-                    eprintln!(
+                    crate::say!(
                         "ccl-coverage: per-trial attribution reads each trial's counters with llvm-profdata (slower): the in-process reader of indexed profiles cannot be used: {why}"
                     );
                 }
                 Ok(PerTrial::Mapping(mapping, counters))
             }
             Err(why) => {
-                eprintln!(
+                crate::say!(
                     "ccl-coverage: per-trial attribution runs llvm-cov once per trial (slower): the in-process coverage-mapping reader cannot be used: {why}"
                 );
                 Ok(PerTrial::Exports)
@@ -283,7 +283,7 @@ fn say_computed(trials: &[TrialCoverage], computed: &[Option<String>], per_trial
         return;
     }
     let more = named.len().saturating_sub(SHOWN);
-    eprintln!(
+    crate::say!(
         "ccl-coverage: per-trial attribution computed {} of {} trials' lines in the report, not from what the trial stored: {}{}",
         named.len(),
         trials.len(),

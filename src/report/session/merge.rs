@@ -60,14 +60,14 @@ impl Session {
         }
         let sources_changed = crate::build::cache::sources_changed(&manifest, self.ctx.config());
         if let Some(changed) = &sources_changed {
-            eprintln!("ccl-coverage: warning: {changed}");
+            crate::say!("ccl-coverage: warning: {changed}");
         }
         let checked = results::load_checked(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
         let (results, damaged) = (checked.results, checked.damaged);
         if !checked.other_builds.is_empty() {
             let named: Vec<String> =
                 checked.other_builds.iter().map(|(file, id)| format!("{} (build {id})", file.display())).collect();
-            eprintln!(
+            crate::say!(
                 "ccl-coverage: {} records in {} are of another build than {}, and are not counted: {}",
                 named.len(),
                 ws.results_dir().display(),
@@ -80,7 +80,7 @@ impl Session {
         for (file, why) in damaged {
             let slug = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
             let to = ws.quarantine_result(&slug, &file)?;
-            eprintln!("ccl-coverage: {} is not a trial result ({why}); moved to {}", file.display(), to.display());
+            crate::say!("ccl-coverage: {} is not a trial result ({why}); moved to {}", file.display(), to.display());
             damaged_results.push(format!("{} ({why}), now {}", file.display(), to.display()));
         }
         let recorded: Vec<_> = results.iter().map(TrialResult::recorded_profiles).collect();
@@ -155,7 +155,7 @@ impl Session {
         let runs = results::Runs::of(&results);
         if let Some(also) = results::also_uses(&runs.earlier).filter(|_| !self.after_run) {
             // The names are in meta.json: 800 of them are no line to read.
-            eprintln!(
+            crate::say!(
                 "ccl-coverage: {also}; {} names them (earlier_runs); run every trial for a report of one run",
                 self.shown(&report_dir.join("meta.json")).display()
             );

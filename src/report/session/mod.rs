@@ -304,7 +304,7 @@ impl Session {
     /// The totals, the least-covered files and the installed report's pages,
     /// on the terminal (stderr: stdout is libtest's, `--format json` too).
     fn print_result(&self) {
-        if self.ctx.screen.verbosity == crate::context::Verbosity::Quiet {
+        if crate::reporter::screen().verbosity == crate::reporter::Verbosity::Quiet {
             return;
         }
         let (Some(Ok(Merge::Done(merged))), Some(Ok(summary))) = (self.merged.get(), self.summary.get()) else {
@@ -335,9 +335,15 @@ impl Session {
         .map(|p| p.display().to_string())
         .collect();
         let roots = [m.library_src.as_path(), m.tests_src.as_path()];
-        eprint!("{}", super::screen::table(&summary.all, &summary.host, device, &roots, &pages));
+        crate::reporter::emit(crate::reporter::Event::Block(&super::screen::table(
+            &summary.all,
+            &summary.host,
+            device,
+            &roots,
+            &pages,
+        )));
         if let Some(changed) = &merged.health.sources_changed {
-            eprintln!("ccl-coverage: warning: this report is not of the sources as they are now: {changed}");
+            crate::say!("ccl-coverage: warning: this report is not of the sources as they are now: {changed}");
         }
     }
 
@@ -361,7 +367,7 @@ impl Session {
                 // Nothing of this attempt can be trusted, nor installed.
                 discard()?;
                 if report.is_dir() {
-                    eprintln!(
+                    crate::say!(
                         "ccl-coverage: merging the profiles failed: the last good report, {}, is kept whole",
                         report.display()
                     );
@@ -376,7 +382,7 @@ impl Session {
             } else {
                 "there is no report yet".to_string()
             };
-            eprintln!(
+            crate::say!(
                 "ccl-coverage: interrupted by {}: the new report was not installed; {kept}",
                 interrupt::describe()
             );
@@ -405,13 +411,13 @@ impl Session {
         let what = failed.join(", ");
         if report.is_dir() {
             discard()?;
-            eprintln!(
+            crate::say!(
                 "ccl-coverage: the new report is incomplete ({what} failed), so it was not installed: the last good report, {}, is kept whole",
                 report.display()
             );
         } else {
             ws.install_report(&staged)?;
-            eprintln!("ccl-coverage: the report in {} is incomplete: {what} failed", report.display());
+            crate::say!("ccl-coverage: the report in {} is incomplete: {what} failed", report.display());
         }
         Ok(false)
     }

@@ -67,9 +67,9 @@ impl Session {
             .context("linking llvm-cov's source pages to the index and the attribution pages failed")?;
         if let Some(device) = device {
             let device = device.context("writing the device pages failed")?;
-            eprintln!("ccl-coverage: device HTML report: {}", self.shown(&device).display());
+            crate::say!("ccl-coverage: device HTML report: {}", self.shown(&device).display());
         }
-        eprintln!("ccl-coverage: HTML report: {}", self.shown(&index).display());
+        crate::say!("ccl-coverage: HTML report: {}", self.shown(&index).display());
         Ok(())
     }
 
@@ -159,7 +159,7 @@ impl Session {
             &json,
             &write_page,
         )?;
-        eprintln!(
+        crate::say!(
             "ccl-coverage: which trial covered which line: {}",
             self.shown(&pages_dir.join("index.html")).display()
         );
@@ -181,7 +181,7 @@ impl Session {
             )
             .context("writing minimal-suite.json failed")?;
         // The command (one `--skip` per trial left out) is in the file.
-        eprintln!(
+        crate::say!(
             "ccl-coverage: minimal equivalent suite (the same lines, functions and branches): {} of {} trials, {:.2} of {:.2} trial-seconds (its cargo test and nextest commands are in {})",
             suite.trial_count,
             suite.full_suite_trials,

@@ -568,7 +568,7 @@ pub(crate) mod tests {
     #[test]
     fn every_instruction_matches_live_nvdisasm() {
         let Some(nvdisasm) = nvdisasm() else {
-            eprintln!("no nvdisasm: skipping the live comparison");
+            crate::say!("no nvdisasm: skipping the live comparison");
             return;
         };
         for arch in ARCHES {
@@ -588,7 +588,7 @@ pub(crate) mod tests {
     #[test]
     fn every_frame_of_the_captured_cubins_matches_live_nvdisasm_gi() {
         let Some(nvdisasm) = nvdisasm() else {
-            eprintln!("no nvdisasm: skipping the live comparison");
+            crate::say!("no nvdisasm: skipping the live comparison");
             return;
         };
         let dir = std::env::var("CCL_COV_CUDA_CUBINS")

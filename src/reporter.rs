@@ -1,0 +1,295 @@
+//! Everything a person reads on the terminal, as events, in one place (as
+//! nextest's reporter): the `[n/M]` line of each trial, the notes, warnings
+//! and errors of every stage, verbose detail, and what goes to stdout. It owns
+//! colour (`CCL_COV_COLOR`), verbosity (`CCL_COV_VERBOSITY`, `-q`/`-v`) and the
+//! cleaning of control bytes from every text it shows, so that a file, trial
+//! or workspace name holding an escape sequence cannot drive the terminal.
+//! Libtest's own lines are the one exception. Nothing else in `src/` prints:
+//! clippy's `print_stderr` and `print_stdout` are errors outside this file.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::OnceLock;
+
+/// How much the terminal is told, and whether in colour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Screen {
+    /// `CCL_COV_COLOR`: `always`, or `auto` (the default) on a terminal
+    /// without `NO_COLOR`; `never` is plain text.
+    pub color: bool,
+    pub verbosity: Verbosity,
+}
+
+/// `CCL_COV_VERBOSITY` (`-q`, `-v`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verbosity {
+    /// Failures and the final tallies only: no line per passing trial, no totals table.
+    Quiet,
+    Normal,
+    /// Also each trial's command line as it starts.
+    Verbose,
+}
+
+impl Default for Screen {
+    /// Before the environment is read (a config that does not load): plain, normal.
+    fn default() -> Self {
+        Screen { color: false, verbosity: Verbosity::Normal }
+    }
+}
+
+impl Screen {
+    /// From `CCL_COV_COLOR`, `NO_COLOR` and `CCL_COV_VERBOSITY` as `env` reads them;
+    /// `is_terminal` says whether stderr is a terminal.
+    pub(crate) fn from_env(env: &dyn Fn(&str) -> Option<String>, is_terminal: bool) -> Result<Screen, String> {
+        let color = match env("CCL_COV_COLOR").unwrap_or_default().as_str() {
+            "" | "auto" => env("NO_COLOR").is_none_or(|v| v.is_empty()) && is_terminal,
+            "always" => true,
+            "never" => false,
+            other => {
+                return Err(format!("CCL_COV_COLOR={other:?} is not a colour choice: expected auto, always or never"));
+            }
+        };
+        let verbosity = match env("CCL_COV_VERBOSITY").unwrap_or_default().as_str() {
+            "" | "normal" => Verbosity::Normal,
+            "quiet" => Verbosity::Quiet,
+            "verbose" => Verbosity::Verbose,
+            other => {
+                return Err(format!(
+                    "CCL_COV_VERBOSITY={other:?} is not a verbosity: expected quiet, normal or verbose"
+                ));
+            }
+        };
+        Ok(Screen { color, verbosity })
+    }
+}
+
+static SCREEN: OnceLock<Screen> = OnceLock::new();
+
+/// Sets the screen for the rest of the process, once the environment is read;
+/// a later call changes nothing.
+pub(crate) fn configure(screen: Screen) {
+    let _ = SCREEN.set(screen);
+}
+
+/// The screen in force.
+pub(crate) fn screen() -> Screen {
+    SCREEN.get().copied().unwrap_or_default()
+}
+
+/// How a trial ended, as its `[n/M]` line says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    Flaky,
+    Ignored,
+    Timeout,
+    Interrupted,
+    Fail,
+}
+
+impl Verdict {
+    fn word(self) -> &'static str {
+        match self {
+            Verdict::Pass => "PASS",
+            Verdict::Flaky => "FLAKY",
+            Verdict::Ignored => "IGNORED",
+            Verdict::Timeout => "TIMEOUT",
+            Verdict::Interrupted => "INTERRUPTED",
+            Verdict::Fail => "FAIL",
+        }
+    }
+
+    /// Its SGR colour: green, yellow, red.
+    fn colour(self) -> u8 {
+        match self {
+            Verdict::Pass => 32,
+            Verdict::Flaky | Verdict::Ignored => 33,
+            Verdict::Timeout | Verdict::Interrupted | Verdict::Fail => 31,
+        }
+    }
+}
+
+/// What the harness tells a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A line on stderr, whatever the verbosity (a failure, a tally).
+    Say(&'a str),
+    /// A line on stderr that `-q` leaves out.
+    Note(&'a str),
+    /// A line on stderr that only `-v` shows (a trial's command line).
+    Detail(&'a str),
+    /// `warning: …` on stderr.
+    Warning(&'a str),
+    /// Text shown as it is on stderr, whatever the verbosity (a table that ends its own lines).
+    Block(&'a str),
+    /// A trial ended: `ccl-coverage: [3/42] PASS    AllReduce::1K::ring (0.86s, …)`.
+    TrialEnded { done: usize, total: usize, verdict: Verdict, name: &'a str, detail: &'a str },
+    /// What a command was asked for, on stdout byte for byte (a listing, a
+    /// report in a format, JSON): data for a program, so not cleaned.
+    Output(&'a str),
+}
+
+/// Where an event goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// The text `event` shows on `screen` and where, or `None` where the
+/// verbosity leaves it out.
+fn render(event: &Event, screen: Screen) -> Option<(Stream, String)> {
+    let line = |text: &str| format!("{}\n", clean(text));
+    let shown = match *event {
+        Event::Say(text) => line(text),
+        Event::Note(text) if screen.verbosity > Verbosity::Quiet => line(text),
+        Event::Detail(text) if screen.verbosity == Verbosity::Verbose => line(text),
+        Event::Warning(text) if screen.color => format!("\x1b[33mwarning:\x1b[0m {}\n", clean(text)),
+        Event::Warning(text) => format!("warning: {}\n", clean(text)),
+        Event::Block(text) => clean(text).into_owned(),
+        Event::TrialEnded { verdict: Verdict::Pass, .. } if screen.verbosity == Verbosity::Quiet => return None,
+        Event::TrialEnded { done, total, verdict, name, detail } => {
+            let word = verdict.word();
+            let shown =
+                if screen.color { format!("\x1b[{}m{word:<7}\x1b[0m", verdict.colour()) } else { format!("{word:<7}") };
+            format!("ccl-coverage: [{done}/{total}] {shown} {} ({})\n", clean(name), clean(detail))
+        }
+        Event::Output(text) => return Some((Stream::Stdout, text.to_string())),
+        Event::Note(_) | Event::Detail(_) => return None,
+    };
+    Some((Stream::Stderr, shown))
+}
+
+/// Shows `event` on the terminal. A write that fails (a closed pipe) is
+/// dropped: what a person reads is never a reason to stop a run.
+#[allow(clippy::print_stderr, clippy::print_stdout)]
+pub fn emit(event: Event) {
+    let Some((stream, text)) = render(&event, screen()) else { return };
+    let _ = match stream {
+        Stream::Stderr => std::io::stderr().lock().write_all(text.as_bytes()),
+        Stream::Stdout => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes()).and_then(|()| out.flush())
+        }
+    };
+}
+
+/// `text` with every byte that could drive a terminal shown instead:
+/// control characters but newline and tab (ESC, BEL, CR, backspace, C1),
+/// and the bidirectional overrides that reorder what is shown, each as
+/// `\u{…}`. Text without any is borrowed as it is.
+pub fn clean(text: &str) -> Cow<'_, str> {
+    let hostile = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(hostile) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if hostile(c) {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `say!("…", args)`: a line on stderr, whatever the verbosity.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => { $crate::reporter::emit($crate::reporter::Event::Say(&format!($($arg)*))) };
+}
+
+/// `note!("…", args)`: a line on stderr that `-q` leaves out.
+#[macro_export]
+macro_rules! note {
+    ($($arg:tt)*) => { $crate::reporter::emit($crate::reporter::Event::Note(&format!($($arg)*))) };
+}
+
+/// `warning!("…", args)`: `warning: …` on stderr.
+#[macro_export]
+macro_rules! warning {
+    ($($arg:tt)*) => { $crate::reporter::emit($crate::reporter::Event::Warning(&format!($($arg)*))) };
+}
+
+/// `output!("…", args)`: on stdout as it is, no newline added.
+#[macro_export]
+macro_rules! output {
+    ($($arg:tt)*) => { $crate::reporter::emit($crate::reporter::Event::Output(&format!($($arg)*))) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PLAIN: Screen = Screen { color: false, verbosity: Verbosity::Normal };
+
+    fn shown(event: &Event, screen: Screen) -> Option<String> {
+        render(event, screen).map(|(_, text)| text)
+    }
+
+    #[test]
+    fn control_bytes_of_any_name_are_shown_not_sent() {
+        let name = "src/\u{1b}]0;owned\u{7}x\u{1b}[2Jy\rz\u{9b}w\u{202e}cc.cc";
+        let cleaned = clean(name);
+        assert_eq!(cleaned, "src/\\u{1b}]0;owned\\u{7}x\\u{1b}[2Jy\\u{d}z\\u{9b}w\\u{202e}cc.cc");
+        assert!(!cleaned.chars().any(char::is_control), "{cleaned:?}");
+        assert!(matches!(clean("plain\tname\n"), Cow::Borrowed(_)));
+        for event in [
+            Event::Say(name),
+            Event::Note(name),
+            Event::Warning(name),
+            Event::Block(name),
+            Event::TrialEnded { done: 1, total: 2, verdict: Verdict::Fail, name, detail: name },
+        ] {
+            for color in [false, true] {
+                let text = shown(&event, Screen { color, ..PLAIN }).unwrap();
+                let escapes = text.matches('\u{1b}').count();
+                // Only the reporter's own colour codes, a pair where it colours.
+                let own = if color && matches!(event, Event::Warning(_) | Event::TrialEnded { .. }) { 2 } else { 0 };
+                assert_eq!(escapes, own, "{event:?} in colour {color}: {text:?}");
+                assert!(!text.contains('\u{7}') && !text.contains('\r'), "{text:?}");
+            }
+        }
+        // Data for a program goes out byte for byte.
+        assert_eq!(render(&Event::Output(name), PLAIN), Some((Stream::Stdout, name.to_string())));
+    }
+
+    #[test]
+    fn verbosity_chooses_what_is_shown() {
+        let quiet = Screen { verbosity: Verbosity::Quiet, ..PLAIN };
+        let verbose = Screen { verbosity: Verbosity::Verbose, ..PLAIN };
+        let pass = Event::TrialEnded { done: 3, total: 42, verdict: Verdict::Pass, name: "A::1K", detail: "0.86s" };
+        assert_eq!(shown(&pass, PLAIN).unwrap(), "ccl-coverage: [3/42] PASS    A::1K (0.86s)\n");
+        assert_eq!(shown(&pass, quiet), None);
+        let fail = Event::TrialEnded { done: 3, total: 42, verdict: Verdict::Fail, name: "A::1K", detail: "0.86s" };
+        assert_eq!(shown(&fail, quiet).unwrap(), "ccl-coverage: [3/42] FAIL    A::1K (0.86s)\n");
+        assert_eq!(
+            shown(&fail, Screen { color: true, ..quiet }).unwrap(),
+            "ccl-coverage: [3/42] \u{1b}[31mFAIL   \u{1b}[0m A::1K (0.86s)\n"
+        );
+        assert_eq!(shown(&Event::Note("n"), quiet), None);
+        assert_eq!(shown(&Event::Block("t\n"), quiet).unwrap(), "t\n");
+        assert_eq!(shown(&Event::Say("s"), quiet).unwrap(), "s\n");
+        assert_eq!(shown(&Event::Detail("d"), PLAIN), None);
+        assert_eq!(shown(&Event::Detail("d"), verbose).unwrap(), "d\n");
+        assert_eq!(shown(&Event::Warning("w"), quiet).unwrap(), "warning: w\n");
+    }
+
+    #[test]
+    fn the_environment_sets_colour_and_verbosity_and_a_wrong_value_is_named() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_string())
+        };
+        assert_eq!(Screen::from_env(&env(&[]), true).unwrap(), Screen { color: true, ..PLAIN });
+        assert_eq!(Screen::from_env(&env(&[("NO_COLOR", "1")]), true).unwrap(), PLAIN);
+        assert!(Screen::from_env(&env(&[("CCL_COV_COLOR", "always")]), false).unwrap().color);
+        let quiet = Screen::from_env(&env(&[("CCL_COV_VERBOSITY", "quiet")]), false).unwrap();
+        assert_eq!(quiet.verbosity, Verbosity::Quiet);
+        let err = Screen::from_env(&env(&[("CCL_COV_COLOR", "pink")]), false).unwrap_err();
+        assert!(err.contains("expected auto, always or never"), "{err}");
+    }
+}
