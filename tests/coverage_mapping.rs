@@ -11,9 +11,9 @@
 //! `llvm-profdata merge -text`'s of the same LLVM, and the lcov is computed
 //! from those.
 
+use ccl_coverage::coverage::lcov::Covered;
 use ccl_coverage::coverage::lcov::{Tallies, parse_lcov};
 use ccl_coverage::coverage::mapping::{self, Mapping, ProfileCounts};
-use ccl_coverage::coverage::trial_lines::Covered;
 mod support;
 
 use std::path::{Path, PathBuf};

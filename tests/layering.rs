@@ -47,8 +47,12 @@ fn stage_of(stages: &[Stage], rel: &str) -> Option<usize> {
 
 /// The stage of a top-level module name (`exec`, `plan`, `bail`).
 fn stage_of_module(stages: &[Stage], module: &str) -> Option<usize> {
-    // `bail!` is exported at the crate root by `error.rs`.
-    let module = if module == "bail" { "error" } else { module };
+    // `bail!` is exported at the crate root by `error.rs`, the reporter's macros by `reporter.rs`.
+    let module = match module {
+        "bail" => "error",
+        "say" | "note" | "warning" | "output" => "reporter",
+        other => other,
+    };
     stage_of(stages, &format!("{module}.rs")).or_else(|| stage_of(stages, &format!("{module}/mod.rs")))
 }
 
@@ -282,4 +286,101 @@ fn a_vendor_named_outside_its_folder_is_caught() {
         vendor_leaks(dir.path()),
         ["src/device/nvidia/mod.rs names hip (amdgpu)", "src/report/mod.rs names cupti (nvidia)"]
     );
+}
+
+/// A module's path from `src/`: `src/report/session/mod.rs` is `report::session`.
+fn module_of(rel: &str) -> Vec<String> {
+    let mut parts: Vec<String> = rel.trim_end_matches(".rs").split('/').map(String::from).collect();
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The modules of `src/` that each module's code (tests left out) names, by
+/// `crate::` and `super::` paths, each resolved to the longest module it names.
+fn module_imports(src: &Path) -> std::collections::BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    let modules: BTreeSet<Vec<String>> =
+        files.iter().map(|f| module_of(&f.strip_prefix(src).unwrap().to_string_lossy())).collect();
+    let mut imports = std::collections::BTreeMap::new();
+    for file in &files {
+        let me = module_of(&file.strip_prefix(src).unwrap().to_string_lossy());
+        let parent = &me[..me.len().saturating_sub(1)];
+        let code = non_test_code(&std::fs::read_to_string(file).unwrap());
+        let mut named = BTreeSet::new();
+        for (prefix, base) in [("crate::", &[][..]), ("super::", parent)] {
+            for (at, _) in code.match_indices(prefix) {
+                if prefix == "crate::" && code[..at].ends_with('$') {
+                    continue;
+                }
+                let path: String = code[at + prefix.len()..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
+                let mut full: Vec<String> = base.to_vec();
+                full.extend(path.split("::").filter(|s| !s.is_empty()).map(String::from));
+                while !full.is_empty() && !modules.contains(&full) {
+                    full.pop();
+                }
+                if !full.is_empty() && full != me {
+                    named.insert(full);
+                }
+            }
+        }
+        imports.insert(me, named);
+    }
+    imports
+}
+
+/// Every circle of imports between the files of one folder, as `a -> b -> a`.
+fn circles(imports: &std::collections::BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<String> {
+    let siblings = |a: &Vec<String>, b: &Vec<String>| a.len() == b.len() && a[..a.len() - 1] == b[..b.len() - 1];
+    let mut found = BTreeSet::new();
+    for start in imports.keys() {
+        // Depth-first from `start` along sibling imports, back to `start`.
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        while let Some((at, path)) = stack.pop() {
+            for next in imports.get(&at).into_iter().flatten().filter(|n| siblings(n, start)) {
+                if next == start {
+                    let mut names: Vec<String> = path.iter().map(|m| m.join("::")).collect();
+                    // One circle, whichever file it is read from: from its smallest name.
+                    let least = names.iter().enumerate().min_by_key(|(_, n)| (*n).clone()).map_or(0, |(i, _)| i);
+                    names.rotate_left(least);
+                    names.push(names[0].clone());
+                    found.insert(names.join(" -> "));
+                } else if !path.contains(next) {
+                    let mut longer = path.clone();
+                    longer.push(next.clone());
+                    stack.push((next.clone(), longer));
+                }
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// Inside a folder too, data flows one way: no two files of one folder import
+/// each other, directly or round a longer circle.
+#[test]
+fn no_folder_holds_a_circle_of_imports() {
+    let found = circles(&module_imports(&Path::new(ROOT).join("src")));
+    assert!(found.is_empty(), "files that import each other:\n{}", found.join("\n"));
+}
+
+#[test]
+fn a_circle_of_imports_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stage")).unwrap();
+    std::fs::write(dir.path().join("stage/mod.rs"), "mod a;\nmod b;\nmod c;\n").unwrap();
+    std::fs::write(dir.path().join("stage/a.rs"), "use super::b::B;\n// super::c::C in a comment\n").unwrap();
+    std::fs::write(dir.path().join("stage/b.rs"), "use crate::stage::c::{C, D};\n").unwrap();
+    std::fs::write(
+        dir.path().join("stage/c.rs"),
+        "fn f() { super::a::g() }\n#[cfg(test)]\nmod tests { use super::super::b; }\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("other.rs"), "use crate::stage::a;\n").unwrap();
+    assert_eq!(circles(&module_imports(dir.path())), ["stage::a -> stage::b -> stage::c -> stage::a"]);
 }

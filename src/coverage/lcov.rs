@@ -343,6 +343,44 @@ fn parse_count(text: &str) -> Option<u64> {
     text.trim().parse::<u64>().ok()
 }
 
+/// What one trial covered in one file: only what ran, as sorted numbers,
+/// so that thousands of trials of a libnccl-sized library fit in memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Covered {
+    pub(crate) lines: Vec<u32>,
+    /// The first lines of the functions that ran (the model's functions).
+    pub(crate) functions: Vec<u32>,
+    /// `(line, block, branch)` of each branch taken.
+    pub(crate) branches: Vec<(u32, u32, u32)>,
+}
+
+impl Covered {
+    /// What each file of `lcov` covered. Block and branch ids are numbers
+    /// in what llvm-cov writes; other text is an error naming the branch.
+    pub fn of(lcov: &Lcov) -> Result<BTreeMap<String, Covered>> {
+        let mut out = BTreeMap::new();
+        for (file, cov) in &lcov.files {
+            let mut branches = Vec::new();
+            for (line, block, branch) in cov.covered_branches() {
+                let number = |id: &str| {
+                    id.parse::<u32>().map_err(|_| {
+                        Error::new(format!("{file}: branch {line},{block},{branch}: the ids are not numbers"))
+                    })
+                };
+                branches.push((*line, number(block)?, number(branch)?));
+            }
+            branches.sort_unstable();
+            let covered = Covered {
+                lines: cov.covered_lines().collect(),
+                functions: cov.covered_function_starts().collect(),
+                branches,
+            };
+            out.insert(file.clone(), covered);
+        }
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

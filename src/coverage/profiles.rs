@@ -44,7 +44,7 @@ pub struct TrialMerge {
     /// What the merged profile covers, stored as `profiles/<trial>.lines`
     /// while the next trial ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) lines: Option<super::trial_lines::StoredLines>,
+    pub(crate) lines: Option<StoredLines>,
     /// Why no lines were stored: the report computes them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) lines_error: Option<String>,
@@ -556,6 +556,14 @@ pub(crate) fn merge(
         .env_remove(crate::env_names::PROFILE_INIT_ONCE)
         .read()
         .map(drop)
+}
+
+/// What a trial recorded of its stored lines (in its merge's record).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoredLines {
+    /// SHA-256 of `profiles/<trial>.lines` as written.
+    pub(crate) sha256: String,
+    pub(crate) seconds: f64,
 }
 
 #[cfg(test)]

@@ -6,9 +6,9 @@
 //! file it cannot trust is recomputed there and named.
 
 use super::ignore::IgnoreRule;
-use super::lcov::{Lcov, Tallies};
+use super::lcov::{Covered, Lcov, Tallies};
 use super::mapping::{CountedMapping, Mapping, ProfileCounts};
-use super::profiles::{self, TrialMerge};
+use super::profiles::{self, StoredLines, TrialMerge};
 use crate::build::cache::BuildManifest;
 use crate::error::{Error, Result};
 use crate::workspace::confined::EntryKind;
@@ -34,44 +34,6 @@ pub(crate) fn compact(numbers: impl IntoIterator<Item = u32>) -> Vec<(u32, u32)>
 /// The numbers of inclusive ranges, in order.
 pub(crate) fn expand(ranges: &[(u32, u32)]) -> impl Iterator<Item = u32> + '_ {
     ranges.iter().flat_map(|&(a, b)| a..=b)
-}
-
-/// What one trial covered in one file: only what ran, as sorted numbers,
-/// so that thousands of trials of a libnccl-sized library fit in memory.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Covered {
-    pub(crate) lines: Vec<u32>,
-    /// The first lines of the functions that ran (the model's functions).
-    pub(crate) functions: Vec<u32>,
-    /// `(line, block, branch)` of each branch taken.
-    pub(crate) branches: Vec<(u32, u32, u32)>,
-}
-
-impl Covered {
-    /// What each file of `lcov` covered. Block and branch ids are numbers
-    /// in what llvm-cov writes; other text is an error naming the branch.
-    pub fn of(lcov: &Lcov) -> Result<BTreeMap<String, Covered>> {
-        let mut out = BTreeMap::new();
-        for (file, cov) in &lcov.files {
-            let mut branches = Vec::new();
-            for (line, block, branch) in cov.covered_branches() {
-                let number = |id: &str| {
-                    id.parse::<u32>().map_err(|_| {
-                        Error::new(format!("{file}: branch {line},{block},{branch}: the ids are not numbers"))
-                    })
-                };
-                branches.push((*line, number(block)?, number(branch)?));
-            }
-            branches.sort_unstable();
-            let covered = Covered {
-                lines: cov.covered_lines().collect(),
-                functions: cov.covered_function_starts().collect(),
-                branches,
-            };
-            out.insert(file.clone(), covered);
-        }
-        Ok(out)
-    }
 }
 
 /// What one trial's profile covers, and its totals.
@@ -127,14 +89,6 @@ impl Basis {
             ignore: ignore.llvm_cov_arg(),
         }
     }
-}
-
-/// What a trial recorded of its stored lines (in its merge's record).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct StoredLines {
-    /// SHA-256 of `profiles/<trial>.lines` as written.
-    pub(crate) sha256: String,
-    pub(crate) seconds: f64,
 }
 
 /// More covered lines than this in one file is a damaged or forged record:

@@ -5,13 +5,12 @@
 //! lines come from.
 
 use super::lines::DeviceLines;
-use super::registry;
 use crate::config::{DeviceConfig, DeviceMode};
 use crate::env_names::Lookup;
 use crate::error::Result;
 use crate::toolchain::Tool;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -129,22 +128,12 @@ pub(crate) trait DeviceBackend: Sync {
     }
 }
 
-/// The backend a target picks: one of [`registry::backends`], written to
-/// `build.json` by its name.
+/// The backend a target picks: one of the registry's (`registry.rs`, which
+/// also finds one by target or by name), written to `build.json` by its name.
 #[derive(Clone, Copy)]
 pub struct Backend(pub(crate) &'static dyn DeviceBackend);
 
 impl Backend {
-    /// The backend a GPU architecture names; any other name is none, never a guess.
-    pub(crate) fn of_target(target: &str) -> Option<Backend> {
-        registry::backends().iter().find(|b| b.takes_target(target)).map(|&b| Backend(b))
-    }
-
-    /// The backend called `name` (`build.json`'s word for it).
-    pub fn named(name: &str) -> Option<Backend> {
-        registry::backends().iter().find(|b| b.name() == name).map(|&b| Backend(b))
-    }
-
     pub fn name(self) -> &'static str {
         self.0.name()
     }
@@ -172,16 +161,6 @@ impl std::fmt::Debug for Backend {
 impl Serialize for Backend {
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
         serializer.serialize_str(self.name())
-    }
-}
-
-impl<'de> Deserialize<'de> for Backend {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        Backend::named(&name).ok_or_else(|| {
-            let known: Vec<_> = registry::backends().iter().map(|b| b.name()).collect();
-            serde::de::Error::custom(format!("{name:?} names no device backend: expected one of {}", known.join(", ")))
-        })
     }
 }
 

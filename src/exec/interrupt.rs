@@ -27,10 +27,10 @@ pub(crate) fn install() {
             Ok(mut signals) => {
                 std::thread::spawn(move || {
                     for sig in signals.forever() {
-                        if !first(sig, crate::exec::process::signal_name(sig)) {
+                        if !first(sig, signal_name(sig)) {
                             crate::say!(
                                 "ccl-coverage: {} again: exiting now; the trial supervisors stop what still runs",
-                                crate::exec::process::signal_name(sig)
+                                signal_name(sig)
                             );
                             std::process::exit(128 + sig);
                         }
@@ -107,5 +107,23 @@ pub(crate) fn exit_code() -> Option<u8> {
 
 /// Says which signal stopped the run, for messages.
 pub(crate) fn describe() -> String {
-    requested().map_or_else(String::new, |sig| crate::exec::process::signal_name(sig).to_string())
+    requested().map_or_else(String::new, |sig| signal_name(sig).to_string())
+}
+
+/// A signal's name for messages: `SIGTERM`; `signal` for one not named here.
+pub(crate) fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
 }

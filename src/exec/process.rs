@@ -2,6 +2,7 @@
 //! string), an environment delta and a working directory. A failure always
 //! reports the full command line and what the command printed.
 
+pub(crate) use super::interrupt::signal_name;
 use crate::error::{Error, Result};
 use crate::exec::redact;
 use std::ffi::{OsStr, OsString};
@@ -226,23 +227,6 @@ pub(crate) fn describe_status(status: std::process::ExitStatus) -> String {
         (Some(code), _) => format!("exit status {code}"),
         (None, Some(sig)) => format!("killed by signal {sig} ({})", signal_name(sig)),
         _ => "unknown status".into(),
-    }
-}
-
-pub(crate) fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGTERM => "SIGTERM",
-        _ => "signal",
     }
 }
 

@@ -38,7 +38,7 @@ enum Access {
 /// modes, the leftovers of dead runs, the workspace's ownership and its lock.
 fn take_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock, ExitCode> {
     interrupt::install();
-    workspace::files::restrict_umask();
+    workspace::confined::restrict_umask();
     prepare_workspace(ctx, access).map_err(|e| {
         crate::say!("ccl-coverage: {e}");
         ExitCode::from(2)

@@ -108,7 +108,7 @@ mod tests {
             name: "A::1K::mpi".into(),
             slug: "A.1K.mpi".into(),
             duration_s: 1.0,
-            covered: universe.bits(&crate::coverage::trial_lines::Covered::of(&lcov).unwrap()).unwrap(),
+            covered: universe.bits(&crate::coverage::lcov::Covered::of(&lcov).unwrap()).unwrap(),
             lines: (1, 2),
             functions: (0, 0),
             regions: (0, 0),

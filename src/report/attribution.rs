@@ -254,7 +254,7 @@ pub(crate) mod tests {
 
     /// A trial that ran 1 s and covered what `text` (lcov) says, of `universe`.
     pub(crate) fn trial(universe: &Universe, name: &str, text: &str) -> TrialCoverage {
-        let covered = crate::coverage::trial_lines::Covered::of(&parse_lcov(text, name).unwrap()).unwrap();
+        let covered = crate::coverage::lcov::Covered::of(&parse_lcov(text, name).unwrap()).unwrap();
         TrialCoverage {
             name: name.into(),
             slug: name.replace("::", "."),

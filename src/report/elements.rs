@@ -4,8 +4,8 @@
 //! not fit in memory, and attribution, the trials' summaries and the minimal
 //! suite each pass over every trial's lines (issue #35).
 
+use crate::coverage::lcov::Covered;
 use crate::coverage::lcov::Lcov;
-use crate::coverage::trial_lines::Covered;
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::ops::Range;

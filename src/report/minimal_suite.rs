@@ -333,7 +333,7 @@ mod tests {
     }
 
     fn trial(universe: &Universe, name: &str, duration_s: f64, lcov: &str) -> TrialCoverage {
-        let covered = crate::coverage::trial_lines::Covered::of(&parse_lcov(lcov, name).unwrap()).unwrap();
+        let covered = crate::coverage::lcov::Covered::of(&parse_lcov(lcov, name).unwrap()).unwrap();
         TrialCoverage {
             name: name.into(),
             slug: name.into(),

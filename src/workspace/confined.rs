@@ -85,9 +85,29 @@ fn resolve_flags() -> ResolveFlags {
 /// Set once `openat2` answered `ENOSYS`: the walk is used from then on.
 static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
 
-/// The mode bits the harness takes away ([`super::files::restrict_umask`]).
+/// The bits taken away from the modes of everything the harness and its
+/// trials create: the user's umask, always with group and world write.
+static UMASK: AtomicU32 = AtomicU32::new(0o022);
+
+/// The bits taken away from every mode the harness creates.
+pub(crate) fn umask_bits() -> u32 {
+    UMASK.load(Ordering::SeqCst)
+}
+
+/// Adds group and world write to the process umask (keeping whatever else it
+/// takes away), so that no file or folder of the workspace, the build or a
+/// trial is world-writable whatever the umask the harness started with.
+pub(crate) fn restrict_umask() {
+    use rustix::fs::Mode;
+    let old = rustix::process::umask(Mode::from_raw_mode(0o022));
+    let mask = old.bits() | 0o022;
+    rustix::process::umask(Mode::from_raw_mode(mask));
+    UMASK.store(mask, Ordering::SeqCst);
+}
+
+/// The mode bits the harness takes away ([`restrict_umask`]).
 fn umask() -> u32 {
-    super::files::umask_bits()
+    umask_bits()
 }
 
 fn dir_mode() -> Mode {

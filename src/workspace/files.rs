@@ -2,12 +2,10 @@
 //! writes, folders, lock files that are never truncated, SHA-256 digests, and
 //! the modes everything the harness creates gets.
 
+use super::confined::{open_regular, umask_bits};
 use crate::error::{Context, Error, Result};
 use std::fs;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
-
-pub(crate) use super::confined::open_regular;
 
 pub(crate) fn create_dir(dir: &Path) -> Result<()> {
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
@@ -107,26 +105,6 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     })
 }
 
-/// The bits taken away from the modes of everything the harness and its
-/// trials create: the user's umask, always with group and world write.
-static UMASK: AtomicU32 = AtomicU32::new(0o022);
-
-/// The bits taken away from every mode the harness creates.
-pub(crate) fn umask_bits() -> u32 {
-    UMASK.load(Ordering::SeqCst)
-}
-
-/// Adds group and world write to the process umask (keeping whatever else it
-/// takes away), so that no file or folder of the workspace, the build or a
-/// trial is world-writable whatever the umask the harness started with.
-pub(crate) fn restrict_umask() {
-    use rustix::fs::Mode;
-    let old = rustix::process::umask(Mode::from_raw_mode(0o022));
-    let mask = old.bits() | 0o022;
-    rustix::process::umask(Mode::from_raw_mode(mask));
-    UMASK.store(mask, Ordering::SeqCst);
-}
-
 /// Opens (creating it if needed, never truncating) a file that is only ever
 /// `flock`ed: the workspace lock, the build cache's lock and the GPU slots.
 pub(crate) fn open_lock_file(path: &Path) -> Result<fs::File> {
@@ -147,7 +125,7 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
         tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot create a file in {}", dir.display()))?;
     std::io::Write::write_all(&mut tmp, contents).with_context(|| format!("cannot write {}", path.display()))?;
     // A temporary file is created 0600; give it the mode any other file gets.
-    let mode = 0o666 & !UMASK.load(Ordering::SeqCst);
+    let mode = 0o666 & !umask_bits();
     tmp.as_file()
         .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
         .with_context(|| format!("cannot set the mode of {}", path.display()))?;

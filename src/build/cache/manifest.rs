@@ -2,7 +2,7 @@
 //! and sources, written next to the cached build and copied into each
 //! workspace; and whether the sources are still those it was made from.
 
-use super::key::hash_tree;
+use super::identity::hash_tree;
 use crate::bail;
 use crate::device::{Backend, DeviceDecision};
 use crate::error::{Context as _, Result};
@@ -143,7 +143,7 @@ impl BuildManifest {
     /// The cached build's manifest at `path` (a regular file, not followed).
     pub fn read(path: &Path) -> Result<BuildManifest> {
         let mut text = String::new();
-        std::io::Read::read_to_string(&mut files::open_regular(path)?, &mut text)
+        std::io::Read::read_to_string(&mut crate::workspace::confined::open_regular(path)?, &mut text)
             .with_context(|| format!("cannot read {}", path.display()))?;
         Self::parse(&text, path)
     }

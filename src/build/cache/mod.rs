@@ -8,11 +8,13 @@
 //! is resumed because it has no manifest yet. A workspace whose recorded
 //! build differs loses its profiles and reports: they describe other objects.
 
+mod identity;
 mod key;
 mod manifest;
 mod steps;
 
-use key::{build_key, hash_tree, library_objects};
+use identity::hash_tree;
+use key::{build_key, library_objects};
 use manifest::programs;
 pub(crate) use manifest::sources_changed;
 #[cfg(test)]

@@ -32,11 +32,6 @@ impl ProfileCounts {
         Self::parse(&text).with_context(|| format!("the text of {}", profdata.display()))
     }
 
-    /// Reads an indexed profile's bytes in process (see [`super::indexed`]).
-    pub fn from_indexed(bytes: &[u8]) -> Result<ProfileCounts> {
-        super::indexed::parse(bytes)
-    }
-
     /// Adds a record; false when the name already has one of this hash.
     pub(super) fn insert(&mut self, name: &str, hash: u64, counters: Vec<u64>) -> bool {
         let records = match self.functions.get_mut(name) {

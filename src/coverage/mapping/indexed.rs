@@ -57,7 +57,14 @@ const VALUE_KIND_LAST: u32 = 2;
 
 /// Reads the counters of the indexed profile `bytes`; errors say where in
 /// the file and what was wrong (the caller names the file).
-pub(super) fn parse(bytes: &[u8]) -> Result<ProfileCounts> {
+impl ProfileCounts {
+    /// Reads an indexed profile's bytes in process.
+    pub fn from_indexed(bytes: &[u8]) -> Result<ProfileCounts> {
+        parse(bytes)
+    }
+}
+
+fn parse(bytes: &[u8]) -> Result<ProfileCounts> {
     let file = Bytes(bytes);
     if bytes.len() < 8 || file.u64(0, "the magic")? != MAGIC {
         return Err(Error::new("it is not an indexed profile (no \\xfflprofi\\x81 magic)"));

@@ -20,7 +20,7 @@ mod indexed;
 pub use counts::ProfileCounts;
 pub(crate) use indexed::{CounterReader, read_in_process};
 
-use super::trial_lines::Covered;
+use super::lcov::Covered;
 use crate::coverage::lcov::{FileCoverage, Lcov, Tally};
 use binary::{Counter, Expression, FunctionMapping, Region, RegionKind};
 use counts::InProfile;

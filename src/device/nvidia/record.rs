@@ -71,7 +71,8 @@ impl Record {
         let origin = path.display().to_string();
         // A regular file only, opened without following a link or blocking on a FIFO.
         let mut text = String::new();
-        std::io::Read::read_to_string(&mut crate::workspace::files::open_regular(path)?, &mut text).context(&origin)?;
+        std::io::Read::read_to_string(&mut crate::workspace::confined::open_regular(path)?, &mut text)
+            .context(&origin)?;
         Self::parse(&text, &origin)
     }
 
