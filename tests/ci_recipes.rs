@@ -1,5 +1,5 @@
 //! The CI recipes (`docs/ci/github-actions.yml`, `docs/ci/gitlab-ci.yml`):
-//! README.md shows them as they are, they parse, they keep reporting when
+//! docs/ci/README.md shows them as they are, they parse, they keep reporting when
 //! coverage drops, and their harness steps run here as written, on the
 //! default config, with the bar raised past what it covers. GitHub and
 //! GitLab themselves are not reachable from here (nor is actionlint): the
@@ -36,13 +36,18 @@ fn condition(step: &Yaml) -> &str {
 
 #[test]
 fn the_readme_shows_each_recipe_as_it_is() {
-    let readme = fs::read_to_string(root().join("README.md")).unwrap();
+    let readme = fs::read_to_string(root().join("docs/ci/README.md")).unwrap();
     for recipe in RECIPES {
         let marker = format!("<!-- ci: {recipe} -->\n```yaml\n");
-        let at = readme.find(&marker).unwrap_or_else(|| panic!("README.md does not show {recipe} ({marker:?})"));
+        let at =
+            readme.find(&marker).unwrap_or_else(|| panic!("docs/ci/README.md does not show {recipe} ({marker:?})"));
         let block = &readme[at + marker.len()..];
         let block = &block[..block.find("```\n").expect("the block ends")];
-        assert_eq!(block, fs::read_to_string(root().join(recipe)).unwrap(), "README.md's copy of {recipe} differs");
+        assert_eq!(
+            block,
+            fs::read_to_string(root().join(recipe)).unwrap(),
+            "docs/ci/README.md's copy of {recipe} differs"
+        );
     }
 }
 

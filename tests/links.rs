@@ -137,6 +137,8 @@ fn documents() -> Vec<PathBuf> {
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "md"))
         .collect();
+    // The CI recipes' page sits beside them.
+    docs.push(Path::new(ROOT).join("docs/ci/README.md"));
     docs.sort();
     files.extend(docs);
     files

@@ -1,6 +1,9 @@
-//! The command line's own subcommands beside the two harnesses: `show-env`
-//! (what the environment and the config resolve to) and `clean` (deleting
-//! what the harness made: the workspace and, when asked, the build cache).
+//! The command line's own subcommands and lines beside the two harnesses:
+//! `show-env` (what the environment and the config resolve to), `clean`
+//! (deleting what the harness made: the workspace and, when asked, the build
+//! cache), `list` (the planned trials), `run`'s last line (what the run did
+//! and what the report also covers), the report folder the command line
+//! hands reports over from, and `--show-missing-lines`.
 
 use super::Access;
 use super::select::Selection;

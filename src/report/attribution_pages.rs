@@ -119,7 +119,7 @@ type Range = (u32, u32, u32);
 
 /// What the pages look up many times, worked out once: at 4,000 trials a
 /// set has hundreds of members and is named on thousands of rows.
-struct Lookup<'a> {
+struct PageIndex<'a> {
     attribution: &'a Attribution,
     /// Each trial's page.
     trial_pages: Vec<String>,
@@ -127,7 +127,7 @@ struct Lookup<'a> {
     set_sizes: Vec<u32>,
 }
 
-impl Lookup<'_> {
+impl PageIndex<'_> {
     fn members(&self, set: u32) -> impl Iterator<Item = u32> + '_ {
         expand(self.attribution.trial_sets.get(set as usize).map_or(&[][..], Vec::as_slice))
     }
@@ -143,7 +143,7 @@ impl Lookup<'_> {
 /// Each page of `report/attribution/`, given to `out` (file name, page) as
 /// it is made: at 4,000 trials they would not fit in memory together.
 pub(crate) fn each_page(attribution: &Attribution, sources: &Sources, out: &mut PageSink) -> Result<()> {
-    let lookup = Lookup {
+    let lookup = PageIndex {
         attribution,
         trial_pages: attribution.trials.iter().map(|t| page_name("trial-", t)).collect(),
         set_sizes: attribution.trial_sets.iter().map(|s| s.iter().map(|&(a, b)| b - a + 1).sum()).collect(),
@@ -279,7 +279,7 @@ const NAMED: usize = 3;
 /// line's set has hundreds, and the file's page would be 24 MB.
 const LISTED: usize = 50;
 
-fn file_page(lookup: &Lookup, file: &str, ranges: &[Range], sources: &Sources) -> String {
+fn file_page(lookup: &PageIndex, file: &str, ranges: &[Range], sources: &Sources) -> String {
     let text = (sources.text)(file).unwrap_or_default();
     let mut source: Vec<&str> = text.lines().collect();
     let last = ranges.iter().map(|r| r.1).max().unwrap_or(0) as usize;
