@@ -4,6 +4,7 @@
 
 use super::Session;
 use super::merge::Merged;
+use super::model::{ModelSummary, ModelText};
 use crate::bail;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::mapping::{self, CounterReader, Mapping};
@@ -41,10 +42,11 @@ impl Session {
     /// `report/trials/`), computed on every core; checked against the
     /// merged report: the trials' lines together must be exactly the lines
     /// the report covers. See [`PerTrial`] for how.
-    pub(super) fn attributed(&self, merged: &Merged) -> Result<&Attributed> {
-        self.attributed
+    pub(super) fn attributed(&self, merged: &Merged, model: &ModelText, summary: &ModelSummary) -> Result<&Attributed> {
+        self.made
+            .attributed
             .get_or_init(|| {
-                let text = self.lcov(merged)?;
+                let text = model.text.as_str();
                 let all = lcov::parse_lcov(text, "the merged lcov")?;
                 let universe = Universe::of(&all)?;
                 let ws = &self.ctx.workspace;
@@ -65,7 +67,7 @@ impl Session {
                     profiles::merge(ws, &merged.manifest.toolchain, &raw, &dir.join(format!("{}.list", r.slug)), &out)?;
                     jobs.push((r, out));
                 }
-                let regions = self.summary()?.all.totals().regions;
+                let regions = summary.all.totals().regions;
                 let per_trial = PerTrial::choose(
                     ws,
                     self.ctx.report.attribution_exports,

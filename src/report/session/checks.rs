@@ -2,7 +2,10 @@
 //! report is still whole): the profiles' health, the coverage bars, device
 //! coverage, the snapshot, changed-line coverage and the baseline.
 
+use super::Step;
+use super::attributed::Attributed;
 use super::merge::Merged;
+use super::model::ModelSummary;
 use super::{Done, Session};
 use crate::error::{Context, Error, Result};
 use crate::plan;
@@ -53,8 +56,7 @@ impl Session {
     }
 
     /// `CCL_COV_FAIL_UNDER_LINES|FUNCTIONS|REGIONS|BRANCHES`, in percent.
-    pub(super) fn thresholds(&self) -> Result<Done> {
-        let summary = self.summary()?;
+    pub(super) fn thresholds(&self, summary: &ModelSummary) -> Result<Done> {
         match report::check_bars(&summary.all, &self.ctx.report.bars).context("reading the bars failed")? {
             None => Ok(Done::Ignored(NO_BAR.to_string())),
             Some(short) if short.is_empty() => Ok(Done::Completed),
@@ -64,12 +66,8 @@ impl Session {
 
     /// With device coverage on, some device function must have run;
     /// otherwise the check does not apply and says why.
-    pub(super) fn device_check(&self, merged: &Merged) -> Result<Done> {
+    pub(super) fn device_check(&self, merged: &Merged, summary: &ModelSummary) -> Result<Done> {
         let device = &merged.manifest.device;
-        if !device.enabled {
-            return Ok(Done::Ignored(format!("does not apply: this build has host-only coverage ({})", device.reason)));
-        }
-        let summary = self.summary()?;
         let totals = summary
             .device
             .as_ref()
@@ -102,17 +100,30 @@ impl Session {
         Ok(Done::Completed)
     }
 
-    /// Compares the normalised summary with `snapshots/`. Ignored (not
-    /// failed) when the results are not of one run, or of a partial suite.
-    pub(super) fn snapshot(&self, merged: &Merged) -> Result<Done> {
+    /// Why a check does not apply to this report, known before its inputs
+    /// are made: no bar, host-only coverage, snapshots off or results not of
+    /// one whole run, no diff base, no baseline.
+    pub(super) fn does_not_apply(&self, step: Step, merged: &Merged) -> Option<String> {
         let config = self.ctx.config();
-        if !config.report.snapshot {
-            return Ok(Done::Ignored(format!("snapshots are off for config {}", config.name)));
+        let device = &merged.manifest.device;
+        match step {
+            Step::Thresholds if !report::any_bar(&self.ctx.report.bars) => Some(NO_BAR.to_string()),
+            Step::DeviceCoverage if !device.enabled => {
+                Some(format!("does not apply: this build has host-only coverage ({})", device.reason))
+            }
+            Step::Snapshot if !config.report.snapshot => Some(format!("snapshots are off for config {}", config.name)),
+            Step::Snapshot => snapshot_skip(config, &merged.results),
+            Step::Diff if self.ctx.report.diff_base.is_none() => Some(NO_DIFF_BASE.to_string()),
+            Step::Baseline if self.ctx.report.baseline.is_none() => Some(NO_BASELINE.to_string()),
+            _ => None,
         }
-        if let Some(why) = snapshot_skip(config, &merged.results) {
-            return Ok(Done::Ignored(why));
-        }
-        let summary = self.summary()?;
+    }
+
+    /// Compares the normalised summary with `snapshots/`. Ignored (not
+    /// failed) when the results are not of one run, or of a partial suite
+    /// ([`Self::does_not_apply`]).
+    pub(super) fn snapshot(&self, merged: &Merged, summary: &ModelSummary) -> Result<Done> {
+        let config = self.ctx.config();
         let planned = plan::plan(config).into_iter().filter(|t| !t.ignored).count();
         let m = &merged.manifest;
         let roots = [m.library_src.as_path(), m.tests_src.as_path(), self.ctx.root.as_path()];
@@ -171,13 +182,12 @@ impl Session {
     }
 
     /// `CCL_COV_DIFF_BASE`: changed-line coverage, failed below `CCL_COV_FAIL_UNDER_DIFF`.
-    pub(super) fn diff(&self, merged: &Merged) -> Result<Done> {
+    pub(super) fn diff(&self, merged: &Merged, a: &Attributed) -> Result<Done> {
         let Some(base) = &self.ctx.report.diff_base else { return Ok(Done::Ignored(NO_DIFF_BASE.to_string())) };
         // The diff's line numbers are of the sources now, the coverage's of the sources built.
         if let Some(changed) = &merged.health.sources_changed {
             return Err(Error::new(format!("changed-line coverage refused: {changed}")));
         }
-        let a = self.attributed(merged)?;
         let changes = diff_coverage::git_changes(&merged.manifest.library_src, base).context("git diff failed")?;
         let report = diff_coverage::diff_report(base, &changes, &a.all);
         let dir = self.report_dir();
@@ -203,9 +213,8 @@ impl Session {
 
     /// `CCL_COV_BASELINE`: what an earlier run covered that this one does
     /// not; failed with `CCL_COV_FAIL_ON_LOST=1` if any line was lost.
-    pub(super) fn baseline(&self, merged: &Merged) -> Result<Done> {
+    pub(super) fn baseline(&self, merged: &Merged, a: &Attributed) -> Result<Done> {
         let Some(baseline) = &self.ctx.report.baseline else { return Ok(Done::Ignored(NO_BASELINE.to_string())) };
-        let a = self.attributed(merged)?;
         let path = diff_coverage::baseline_lcov(baseline).context("the baseline failed")?;
         let text =
             std::fs::read_to_string(&path).with_context(|| format!("cannot read the baseline {}", path.display()))?;

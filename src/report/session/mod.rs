@@ -196,6 +196,16 @@ pub(crate) enum Done {
     Ignored(String),
 }
 
+/// What is made from the merge, once each, whichever step needs it first:
+/// steps run as libtest's threads in any order, and nextest runs each alone.
+#[derive(Default)]
+struct Made {
+    /// The merged lcov, absolute paths: the model every total comes from.
+    model: OnceLock<Result<ModelText>>,
+    summary: OnceLock<Result<ModelSummary>>,
+    attributed: OnceLock<Result<Attributed>>,
+}
+
 /// One report of one workspace, shared by its steps (threads of one
 /// process; nextest runs each step in a process of its own).
 pub(crate) struct Session {
@@ -203,10 +213,8 @@ pub(crate) struct Session {
     /// Each step that ran and whether it passed, for [`Session::install`].
     outcomes: Mutex<Vec<(Step, bool)>>,
     merged: OnceLock<Result<Merge>>,
-    summary: OnceLock<Result<ModelSummary>>,
-    /// The merged lcov, absolute paths: the model every later step reads.
-    lcov: OnceLock<Result<ModelText>>,
-    attributed: OnceLock<Result<Attributed>>,
+    /// What the steps make from the merge and hand each other ([`Self::step`]).
+    made: Made,
     /// Set once a step said why the merge failed: the others refer to it,
     /// so one cause is named once, not by every step.
     merge_failure_said: AtomicBool,
@@ -221,9 +229,7 @@ impl Session {
             ctx,
             outcomes: Mutex::new(Vec::new()),
             merged: OnceLock::new(),
-            summary: OnceLock::new(),
-            lcov: OnceLock::new(),
-            attributed: OnceLock::new(),
+            made: Made::default(),
             merge_failure_said: AtomicBool::new(false),
             after_run: false,
         }
@@ -251,25 +257,34 @@ impl Session {
         self.outcomes.lock().unwrap_or_else(PoisonError::into_inner).push((step, ok));
     }
 
+    /// Runs `step`, handing it what it needs: the merge, the model made from
+    /// it, the summary made from the model, each trial's coverage made from
+    /// both. Each is made once, by the first step that needs it, and passed on.
     fn step(&self, step: Step, merged: &Merged) -> Result<Done> {
+        if let Some(why) = self.does_not_apply(step, merged) {
+            return Ok(Done::Ignored(why));
+        }
         let completed = |r: Result<()>| r.map(|()| Done::Completed);
+        let model = || self.model(merged);
+        let summary = || self.summary(merged, model()?);
+        let attributed = || self.attributed(merged, model()?, summary()?);
         match step {
             Step::Merge => Ok(Done::Completed),
             Step::Profiles => self.health(merged),
-            Step::SummaryJson => self.summary().map(|_| Done::Completed),
-            Step::Json => completed(self.json(merged)),
-            Step::Lcov => self.lcov(merged).map(|_| Done::Completed),
-            Step::Cobertura => completed(self.cobertura(merged)),
-            Step::Html => completed(self.html(merged)),
-            Step::Text => completed(self.text(merged)),
-            Step::Markdown => completed(self.markdown(merged)),
-            Step::Thresholds => self.thresholds(),
-            Step::DeviceCoverage => self.device_check(merged),
-            Step::Snapshot => self.snapshot(merged),
-            Step::Attribution => completed(self.attribution_files(merged)),
-            Step::MinimalSuite => completed(self.minimal_suite(merged)),
-            Step::Diff => self.diff(merged),
-            Step::Baseline => self.baseline(merged),
+            Step::SummaryJson => summary().map(|_| Done::Completed),
+            Step::Json => completed(self.json(merged, model()?)),
+            Step::Lcov => model().map(|_| Done::Completed),
+            Step::Cobertura => completed(self.cobertura(merged, model()?)),
+            Step::Html => completed(self.html(merged, summary()?)),
+            Step::Text => completed(self.text(merged, summary()?)),
+            Step::Markdown => completed(self.markdown(merged, summary()?, attributed())),
+            Step::Thresholds => self.thresholds(summary()?),
+            Step::DeviceCoverage => self.device_check(merged, summary()?),
+            Step::Snapshot => self.snapshot(merged, summary()?),
+            Step::Attribution => completed(self.attribution_files(merged, attributed()?)),
+            Step::MinimalSuite => completed(self.minimal_suite(merged, attributed()?)),
+            Step::Diff => self.diff(merged, attributed()?),
+            Step::Baseline => self.baseline(merged, attributed()?),
         }
     }
 
@@ -307,7 +322,7 @@ impl Session {
         if crate::reporter::screen().verbosity == crate::reporter::Verbosity::Quiet {
             return;
         }
-        let (Some(Ok(Merge::Done(merged))), Some(Ok(summary))) = (self.merged.get(), self.summary.get()) else {
+        let (Some(Ok(Merge::Done(merged))), Some(Ok(summary))) = (self.merged.get(), self.made.summary.get()) else {
             return;
         };
         let m = &merged.manifest;

@@ -3,11 +3,11 @@
 //! made once and written as `coverage.lcov` and `summary.json`.
 
 use super::Session;
-use super::merge::{Merge, Merged};
+use super::merge::Merged;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::{Metric, SummaryExport};
 use crate::device::lines as device_lines;
-use crate::error::{Context, Error, Result};
+use crate::error::{Context, Result};
 use crate::report::{self, Totals};
 use serde_json::json;
 
@@ -29,12 +29,11 @@ pub(super) struct ModelSummary {
 }
 
 impl Session {
-    pub(super) fn summary(&self) -> Result<&ModelSummary> {
-        let Some(Ok(Merge::Done(merged))) = self.merged.get() else {
-            return Err(Error::new("the summary needs a merged profile"));
-        };
-        let model = self.model(merged)?;
-        self.summary
+    /// The model's summary, made from the `model` the merge gave (once,
+    /// by the first step that needs it).
+    pub(super) fn summary(&self, merged: &Merged, model: &ModelText) -> Result<&ModelSummary> {
+        self.made
+            .summary
             .get_or_init(|| {
                 let dir = self.report_dir();
                 let (text, all) = merged.inputs.model_summary(&model.model)?;
@@ -73,17 +72,13 @@ impl Session {
             .map_err(|e| e.clone().context("the model's summary (llvm-cov export -summary-only) failed"))
     }
 
-    /// The merged lcov's text (absolute paths).
-    pub(super) fn lcov(&self, merged: &Merged) -> Result<&str> {
-        self.model(merged).map(|m| m.text.as_str())
-    }
-
     /// The model: llvm-cov's lcov export, its per-record totals recounted
     /// from its records, and NVIDIA's kernel lines; `coverage.lcov` gets it
     /// with the path prefix taken off.
-    fn model(&self, merged: &Merged) -> Result<&ModelText> {
+    pub(super) fn model(&self, merged: &Merged) -> Result<&ModelText> {
         let out = self.report_dir().join("coverage.lcov");
-        self.lcov
+        self.made
+            .model
             .get_or_init(|| {
                 let host = lcov::recount(&merged.inputs.lcov_text()?, "llvm-cov export -format=lcov")?;
                 // Device lines of a host file join its record: one record per file.
@@ -112,8 +107,7 @@ impl Session {
     }
 
     /// `coverage.json`: llvm-cov's full export with the model's summaries.
-    pub(super) fn json(&self, merged: &Merged) -> Result<()> {
-        let model = self.model(merged)?;
+    pub(super) fn json(&self, merged: &Merged, model: &ModelText) -> Result<()> {
         let text = merged.inputs.json(&model.model).context("llvm-cov export -format=text failed")?;
         let text = report::relative_json(&text, &self.path_prefix(merged));
         self.ctx

@@ -2,15 +2,17 @@
 //! summaries, the attribution files and pages, the minimal suite.
 
 use super::Session;
+use super::attributed::Attributed;
 use super::merge::Merged;
+use super::model::{ModelSummary, ModelText};
 use crate::error::{Context, Result};
 use crate::plan;
 use crate::report::attribution::{self, Attribution};
 use crate::report::{self, attribution_pages, minimal_suite};
 
 impl Session {
-    pub(super) fn cobertura(&self, merged: &Merged) -> Result<()> {
-        let lcov = self.lcov(merged)?;
+    pub(super) fn cobertura(&self, merged: &Merged, model: &ModelText) -> Result<()> {
+        let lcov = model.text.as_str();
         report::cobertura(
             &self.ctx.workspace,
             lcov,
@@ -20,7 +22,7 @@ impl Session {
         .context("Cobertura conversion failed")
     }
 
-    pub(super) fn html(&self, merged: &Merged) -> Result<()> {
+    pub(super) fn html(&self, merged: &Merged, summary: &ModelSummary) -> Result<()> {
         let dir = self.report_dir().join("html");
         self.ctx.workspace.clear_for_tool(&dir).context("preparing html/ failed")?;
         let shown = merged.inputs.html(&dir).context("llvm-cov show -format=html failed");
@@ -38,7 +40,6 @@ impl Session {
         }
         let index = shown?;
         // llvm-cov's index gives its own totals: the model's replaces it.
-        let summary = self.summary()?;
         let m = &merged.manifest;
         let roots = [m.library_src.as_path(), m.tests_src.as_path()];
         let title = &merged.inputs.title;
@@ -74,10 +75,10 @@ impl Session {
     }
 
     /// `summary.txt`: the model's totals per file, as `llvm-cov report` lays them out.
-    pub(super) fn text(&self, merged: &Merged) -> Result<()> {
+    pub(super) fn text(&self, merged: &Merged, summary: &ModelSummary) -> Result<()> {
         let m = &merged.manifest;
         let roots = [m.library_src.as_path(), m.tests_src.as_path()];
-        let mut text = report::summary_text(&self.summary()?.all, &roots);
+        let mut text = report::summary_text(&summary.all, &roots);
         if let Some(changed) = &merged.health.sources_changed {
             text = format!("warning: {changed}\n\n{text}");
         }
@@ -88,8 +89,12 @@ impl Session {
     }
 
     /// `report/summary.md`, also appended to `$GITHUB_STEP_SUMMARY` when set.
-    pub(super) fn markdown(&self, merged: &Merged) -> Result<()> {
-        let summary = self.summary()?;
+    pub(super) fn markdown(
+        &self,
+        merged: &Merged,
+        summary: &ModelSummary,
+        attributed: Result<&Attributed>,
+    ) -> Result<()> {
         let mut md =
             report::markdown(&self.ctx.config().name, &merged.manifest, &summary.all, &merged.results, &merged.health);
         if let Some(lines) = &merged.device_lines {
@@ -108,7 +113,7 @@ impl Session {
                 ));
             }
         }
-        match self.attributed(merged) {
+        match attributed {
             Ok(a) => md.push_str(&attribution::markdown(&a.summaries, self.ctx.report.ci_run_url.as_deref())),
             Err(e) => md.push_str(&format!("\nPer-trial attribution is not available: {e}\n")),
         }
@@ -127,8 +132,7 @@ impl Session {
     }
 
     /// `attribution.json`, `trials.json` and the pages under `attribution/`.
-    pub(super) fn attribution_files(&self, merged: &Merged) -> Result<()> {
-        let a = self.attributed(merged)?;
+    pub(super) fn attribution_files(&self, merged: &Merged, a: &Attributed) -> Result<()> {
         let dir = self.report_dir();
         let attribution = Attribution::new(&a.universe, &a.trials);
         let write = |name: &str, json: String| {
@@ -166,8 +170,7 @@ impl Session {
         Ok(())
     }
 
-    pub(super) fn minimal_suite(&self, merged: &Merged) -> Result<()> {
-        let a = self.attributed(merged)?;
+    pub(super) fn minimal_suite(&self, merged: &Merged, a: &Attributed) -> Result<()> {
         let plan = plan::plan(self.ctx.config());
         let planned: Vec<minimal_suite::PlannedTrial> =
             plan.iter().map(|t| minimal_suite::PlannedTrial { name: &t.name, ignored: t.ignored }).collect();
