@@ -125,8 +125,11 @@ pub enum Event<'a> {
     Block(&'a str),
     /// A trial ended: `ccl-coverage: [3/42] PASS    AllReduce::1K::ring (0.86s, …)`.
     TrialEnded { done: usize, total: usize, verdict: Verdict, name: &'a str, detail: &'a str },
-    /// What a command was asked for, on stdout byte for byte (a listing, a
-    /// report in a format, JSON): data for a program, so not cleaned.
+    /// Text for a person on stdout (`show-env`, `list`, `who-covers`, the dry
+    /// run), cleaned; no newline added.
+    Print(&'a str),
+    /// What a command was asked for as data, on stdout byte for byte (a
+    /// report in a format, JSON, nextest's listing): for a program, so not cleaned.
     Output(&'a str),
 }
 
@@ -155,6 +158,7 @@ fn render(event: &Event, screen: Screen) -> Option<(Stream, String)> {
                 if screen.color { format!("\x1b[{}m{word:<7}\x1b[0m", verdict.colour()) } else { format!("{word:<7}") };
             format!("ccl-coverage: [{done}/{total}] {shown} {} ({})\n", clean(name), clean(detail))
         }
+        Event::Print(text) => return Some((Stream::Stdout, clean(text).into_owned())),
         Event::Output(text) => return Some((Stream::Stdout, text.to_string())),
         Event::Note(_) | Event::Detail(_) => return None,
     };
@@ -215,7 +219,13 @@ macro_rules! warning {
     ($($arg:tt)*) => { $crate::reporter::emit($crate::reporter::Event::Warning(&format!($($arg)*))) };
 }
 
-/// `output!("…", args)`: on stdout as it is, no newline added.
+/// `show!("…", args)`: text for a person on stdout, cleaned, no newline added.
+#[macro_export]
+macro_rules! show {
+    ($($arg:tt)*) => { $crate::reporter::emit($crate::reporter::Event::Print(&format!($($arg)*))) };
+}
+
+/// `output!("…", args)`: data on stdout as it is, no newline added.
 #[macro_export]
 macro_rules! output {
     ($($arg:tt)*) => { $crate::reporter::emit($crate::reporter::Event::Output(&format!($($arg)*))) };
@@ -254,8 +264,9 @@ mod tests {
                 assert!(!text.contains('\u{7}') && !text.contains('\r'), "{text:?}");
             }
         }
-        // Data for a program goes out byte for byte.
+        // Data for a program goes out byte for byte; text for a person is cleaned.
         assert_eq!(render(&Event::Output(name), PLAIN), Some((Stream::Stdout, name.to_string())));
+        assert_eq!(render(&Event::Print(name), PLAIN), Some((Stream::Stdout, cleaned.into_owned())));
     }
 
     #[test]

@@ -299,7 +299,7 @@ impl Output {
             };
             let delivered = match (to, format) {
                 (None, Format::Html) => {
-                    ccl_coverage::output!("{}\n", path.join("index.html").display());
+                    ccl_coverage::show!("{}\n", path.join("index.html").display());
                     Ok(())
                 }
                 (None, _) => read().map(|text| ccl_coverage::output!("{text}")),

@@ -35,7 +35,12 @@ pub(crate) fn print(ctx: &Context, specs: &[TrialSpec], args: &Arguments) -> Exi
     });
     match rendered {
         Ok((text, problems)) => {
-            crate::output!("{text}");
+            // JSON is data for a program; the text is for a person.
+            if ctx.dry_run_json {
+                crate::output!("{text}");
+            } else {
+                crate::show!("{text}");
+            }
             for problem in &problems {
                 crate::say!("ccl-coverage: dry run: {problem}");
             }

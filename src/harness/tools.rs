@@ -22,13 +22,13 @@ pub fn show_env() -> ExitCode {
     for known in KNOWN.iter().filter(|k| !internal(k.meaning)) {
         let value = std::env::var(known.name)
             .map_or_else(|_| "(unset)".to_string(), |v| format!("{:?}", redact::value(known.name, &v)));
-        crate::output!("{:<32} {value:<24} {}\n", known.name, known.meaning);
+        crate::show!("{:<32} {value:<24} {}\n", known.name, known.meaning);
     }
     match Context::from_env() {
         Ok(ctx) => {
-            crate::output!("\nconfig:      {} ({})\n", ctx.config().name, ctx.loaded.path.display());
-            crate::output!("workspace:   {}\n", ctx.workspace.root().display());
-            crate::output!("build cache: {}\n", ctx.state_dir.join("builds").display());
+            crate::show!("\nconfig:      {} ({})\n", ctx.config().name, ctx.loaded.path.display());
+            crate::show!("workspace:   {}\n", ctx.workspace.root().display());
+            crate::show!("build cache: {}\n", ctx.state_dir.join("builds").display());
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -229,9 +229,9 @@ pub fn list(selection: &Selection, format: ListFormat) -> ExitCode {
         ListFormat::Pretty => {
             for spec in listed {
                 match why(spec) {
-                    Some(why) if !why.is_empty() => crate::output!("{}  (ignored: {why})\n", spec.name),
-                    Some(_) => crate::output!("{}  (ignored)\n", spec.name),
-                    None => crate::output!("{}\n", spec.name),
+                    Some(why) if !why.is_empty() => crate::show!("{}  (ignored: {why})\n", spec.name),
+                    Some(_) => crate::show!("{}  (ignored)\n", spec.name),
+                    None => crate::show!("{}\n", spec.name),
                 }
             }
         }

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 pub fn main(args: &[String]) -> ExitCode {
     match run(args) {
         Ok((text, covered)) => {
-            crate::output!("{text}");
+            crate::show!("{text}");
             if covered { ExitCode::SUCCESS } else { ExitCode::from(1) }
         }
         Err(e) => {

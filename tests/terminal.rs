@@ -1,0 +1,50 @@
+//! No name can drive the terminal (issue #40, item 7): a workspace path and a
+//! config `env` value holding escape sequences (an OSC title, a screen clear,
+//! BEL, a carriage return) reach the screen only as visible `\u{…}` text,
+//! through the one reporter (`src/reporter.rs`), in `show-env`, the dry run,
+//! and a real run with `-v` (each trial's command line) and its report.
+
+mod support;
+
+use serde_json::json;
+use std::time::Duration;
+
+/// An OSC window title ended by BEL, a clear screen and a carriage return.
+const HOSTILE: &str = "\u{1b}]0;owned\u{7}\u{1b}[2J\r";
+const SHOWN: &str = "\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\u{d}";
+
+/// What a person's terminal would get: no byte that starts a sequence or rings.
+fn assert_clean(what: &str, text: &str) {
+    let bad: Vec<_> = text.char_indices().filter(|(_, c)| matches!(c, '\u{1b}' | '\u{7}' | '\r' | '\u{9b}')).collect();
+    assert!(bad.is_empty(), "{what} sent control bytes at {bad:?}:\n{text}");
+}
+
+#[test]
+fn escape_sequences_in_names_reach_the_terminal_only_as_text() {
+    let mut s = support::setup(|v| {
+        support::only(v, "AllReduce", &["1K"], json!([{ "name": "ring", "env": { "CCL_ALGO": "ring" } }]));
+        v["env"]["CCL_COV_TEST_TITLE"] = json!(HOSTILE);
+    });
+    s.ws = s.dir.path().join(format!("ws{HOSTILE}x"));
+
+    let env = support::output_within(support::command(&s, "show-env", &[]), Duration::from_secs(60));
+    let env_text = String::from_utf8_lossy(&env.stdout).into_owned() + &String::from_utf8_lossy(&env.stderr);
+    assert!(env.status.success(), "{env_text}");
+    assert_clean("show-env", &env_text);
+    assert!(env_text.contains(&format!("ws{SHOWN}x")), "the workspace is named, shown: {env_text}");
+
+    let mut dry = support::command(&s, "run", &[]);
+    dry.env("CCL_COV_DRY_RUN", "1");
+    let dry = support::output_within(dry, Duration::from_secs(60));
+    let dry_text = String::from_utf8_lossy(&dry.stdout).into_owned() + &String::from_utf8_lossy(&dry.stderr);
+    assert!(dry.status.success(), "{dry_text}");
+    assert_clean("the dry run", &dry_text);
+    assert!(dry_text.contains(SHOWN), "the env value is shown: {dry_text}");
+
+    let run = support::output_within(support::command(&s, "run", &["-v"]), Duration::from_secs(600));
+    let run_text = String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{run_text}");
+    assert_clean("run -v", &run_text);
+    assert!(run_text.contains(&format!("CCL_COV_TEST_TITLE='{SHOWN}'")), "-v shows the command line: {run_text}");
+    assert!(run_text.contains(&format!("ws{SHOWN}x/report")), "the report's paths are shown: {run_text}");
+}
