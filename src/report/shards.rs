@@ -86,8 +86,9 @@ pub(crate) fn merge(ctx: &Context, dirs: &[PathBuf]) -> Result<Merged> {
         );
     }
     if own.is_none() {
-        let (_, bytes) = &shards[0].1;
-        target.write(&target.build_manifest(), bytes)?;
+        let manifest = cached_manifest(ctx, &build_id)?;
+        let text = serde_json::to_string_pretty(&manifest).expect("manifest serializes");
+        target.write(&target.build_manifest(), text.as_bytes())?;
     }
 
     let planned = crate::plan::names(config);
@@ -133,6 +134,26 @@ pub(crate) fn merge(ctx: &Context, dirs: &[PathBuf]) -> Result<Merged> {
 
 /// Where the last merge is recorded, at the top of the workspace.
 pub(crate) const SHARDS_FILE: &str = "shards.json";
+
+/// Build `build_id`'s manifest as this machine's build cache holds it: a
+/// shard's `build.json` only says which build the shard ran, and is never
+/// the source of programs, paths or options (the report runs what its
+/// manifest names).
+fn cached_manifest(ctx: &Context, build_id: &str) -> Result<BuildManifest> {
+    if build_id.is_empty() || !build_id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!("the shards' build.json names build {build_id:?}: a build id is hexadecimal digits; refused");
+    }
+    let path = ctx.state_dir.join("builds").join(build_id).join("build.json");
+    let manifest = BuildManifest::read(&path).map_err(|e| {
+        crate::error::Error::new(format!(
+            "build {build_id}, which the shards ran, is not in this machine's build cache ({e}): merge where that build is (the same build cache, or CCL_COV_BUILD_DIR); a shard's own build.json is never used"
+        ))
+    })?;
+    if manifest.build_id != build_id {
+        bail!("{} records build {}, not {build_id}: refused", path.display(), manifest.build_id);
+    }
+    Ok(manifest)
+}
 
 /// A shard's `build.json`, parsed, with its bytes as read.
 fn read_manifest(ws: &Workspace) -> Result<Option<(BuildManifest, Vec<u8>)>> {

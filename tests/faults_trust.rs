@@ -1,0 +1,160 @@
+//! The trust side of the fault matrix (issue #40): shards and records are
+//! data, never configuration; a run's tally is what the run saw; no write
+//! through a hard link; output that parses. Each case runs the real
+//! `ccl-coverage` binary on the real fixture, plays the hostile or careless
+//! part by hand (a shard edited, a trial that rewrites what it should not),
+//! and checks the message and that nothing it should not touch changed.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use support::{Setup, harness, only, setup};
+
+/// The harness is killed past this: every case here ends in seconds.
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// One trial of one rank: fast, and never short of rank slots.
+fn one_trial() -> Setup {
+    setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "t", "ranks": 1}])))
+}
+
+/// The same config as `s`, with the workspace `ws`.
+fn at(s: &Setup, ws: PathBuf) -> Setup {
+    Setup { dir: tempfile::tempdir().unwrap(), config: s.config.clone(), ws, env: s.env.clone() }
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+fn write_json(path: &Path, v: &Value) {
+    fs::write(path, serde_json::to_string_pretty(v).unwrap()).unwrap();
+}
+
+/// An executable shell script at `path`.
+fn script(path: &Path, body: &str) {
+    fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A program that notes each call in `log`, then runs `real`: what a hostile
+/// shard or trial would name as the report's tools.
+fn logging_wrapper(dir: &Path, name: &str, real: &str, log: &Path) -> PathBuf {
+    let path = dir.join(name);
+    script(&path, &format!("echo \"$0 $*\" >> '{}'\nexec '{real}' \"$@\"", log.display()));
+    path
+}
+
+/// A workspace in which the one trial ran and passed.
+fn ran_once() -> Setup {
+    let s = one_trial();
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    s
+}
+
+/// `build.json` of `ws` with its llvm-profdata and llvm-cov pointed at
+/// logging wrappers; the real tools' paths.
+fn plant_tool_wrappers(ws: &Path, dir: &Path, log: &Path) -> (String, String) {
+    let manifest = ws.join("build.json");
+    let mut build = read_json(&manifest);
+    let real = |tool: &str| build["toolchain"][tool]["path"].as_str().unwrap().to_string();
+    let (profdata, cov) = (real("llvm_profdata"), real("llvm_cov"));
+    build["toolchain"]["llvm_profdata"]["path"] =
+        json!(logging_wrapper(dir, "llvm-profdata", &profdata, log).display().to_string());
+    build["toolchain"]["llvm_cov"]["path"] = json!(logging_wrapper(dir, "llvm-cov", &cov, log).display().to_string());
+    build["toolchain"]["llvm_bin"] = json!(dir.display().to_string());
+    write_json(&manifest, &build);
+    (profdata, cov)
+}
+
+// ---- item 1: a shard (or a trial) never chooses the programs the report runs
+
+/// A shard whose `build.json` names wrappers as the LLVM tools: the merged
+/// report runs the tools it resolves itself; the wrappers never run (they
+/// ran 6 times, exit 0, no warning).
+#[test]
+fn a_shard_s_build_json_never_chooses_the_report_s_programs() {
+    let s = ran_once();
+    let tools = tempfile::tempdir().unwrap();
+    let log = tools.path().join("calls.log");
+    plant_tool_wrappers(&s.ws, tools.path(), &log);
+    let merged = at(&s, s.dir.path().join("merged"));
+    let ran = harness(&merged, "report", &["--merge-from", &s.ws.display().to_string()], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    assert!(!log.exists(), "a program the shard named ran: {}", fs::read_to_string(&log).unwrap_or_default());
+    let build = read_json(&merged.ws.join("build.json"));
+    assert!(!build.to_string().contains(&tools.path().display().to_string()), "the shard's build.json was copied");
+}
+
+/// A trial that rewrites its workspace's `build.json` to name wrappers:
+/// the report never runs them (the wrapper ran 4 times).
+#[test]
+fn a_rewritten_build_json_never_chooses_the_report_s_programs() {
+    let s = ran_once();
+    let tools = tempfile::tempdir().unwrap();
+    let log = tools.path().join("calls.log");
+    plant_tool_wrappers(&s.ws, tools.path(), &log);
+    let ran = harness(&s, "report", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    assert!(!log.exists(), "a program build.json named ran: {}", fs::read_to_string(&log).unwrap_or_default());
+}
+
+/// `LLVM_COV`, which docs/environment.md says overrides the tool, is what the
+/// report runs (it was silently ignored).
+#[test]
+fn llvm_cov_from_the_environment_is_what_the_report_runs() {
+    let mut s = ran_once();
+    let tools = tempfile::tempdir().unwrap();
+    let log = tools.path().join("calls.log");
+    let real = read_json(&s.ws.join("build.json"))["toolchain"]["llvm_cov"]["path"].as_str().unwrap().to_string();
+    // A link to the real tool: the same program, so the build's identity holds.
+    let link = tools.path().join("llvm-cov");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let wrapper = logging_wrapper(tools.path(), "logged-llvm-cov", &link.display().to_string(), &log);
+    s.env.push(("LLVM_COV".into(), wrapper.display().to_string()));
+    let ran = harness(&s, "report", &[], LIMIT);
+    let calls = fs::read_to_string(&log).unwrap_or_default();
+    assert!(calls.contains(" export ") || calls.contains(" report "), "LLVM_COV was not used: {calls}\n{}", ran.text());
+}
+
+/// An `LLVM_COV` of another release than the build's: refused, naming both
+/// versions and the variable, before anything is merged.
+#[test]
+fn an_llvm_cov_of_another_version_than_the_build_s_is_refused() {
+    let mut s = ran_once();
+    let tools = tempfile::tempdir().unwrap();
+    let build = read_json(&s.ws.join("build.json"));
+    let major = build["toolchain"]["llvm_cov"]["major"].as_u64().unwrap();
+    let other = tools.path().join("llvm-cov");
+    script(&other, &format!("echo 'LLVM (http://llvm.org/):'\necho '  LLVM version {major}.0.0-other'"));
+    s.env.push(("LLVM_COV".into(), other.display().to_string()));
+    let ran = harness(&s, "report", &[], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    assert!(text.contains("the report's llvm-cov is") && text.contains("not the one build.json records"), "{text}");
+    assert!(text.contains(&format!("LLVM version {major}.0.0-other")) && text.contains("LLVM_COV"), "{text}");
+    assert!(!s.ws.join("report/summary.json").exists(), "a report was made with it");
+}
+
+/// A build whose recorded llvm-profdata checksum is not the resolved tool's
+/// (another program of the same version): refused, naming both checksums.
+#[test]
+fn an_llvm_profdata_whose_checksum_is_not_the_build_s_is_refused() {
+    let s = ran_once();
+    let manifest = s.ws.join("build.json");
+    let mut build = read_json(&manifest);
+    build["toolchain"]["llvm_profdata"]["sha256"] = json!("0".repeat(64));
+    write_json(&manifest, &build);
+    let ran = harness(&s, "report", &[], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    assert!(
+        text.contains("the report's llvm-profdata is") && text.contains(&format!("the build's was {}", "0".repeat(64))),
+        "{text}"
+    );
+}
