@@ -158,3 +158,76 @@ fn an_llvm_profdata_whose_checksum_is_not_the_build_s_is_refused() {
         "{text}"
     );
 }
+
+// ---- item 2: a name from a record or shard is one plain path component
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The shard's record of its one trial made to name `name` (relative to
+/// its profile folder) as a raw profile, with the checksum of what is there.
+fn record_naming(shard: &Path, name: &str) {
+    let record = shard.join("results/AllReduce.1K.t.json");
+    let mut r = read_json(&record);
+    let target = shard.join("profiles/AllReduce.1K.t").join(name);
+    let bytes = fs::read(&target).unwrap_or_else(|e| panic!("{}: {e}", target.display()));
+    r["merge"] = Value::Null;
+    r["raw_sha256"] = json!({ name: sha256_hex(&bytes) });
+    write_json(&record, &r);
+    fs::create_dir_all(shard.join("profiles/AllReduce.1K.t")).unwrap();
+}
+
+/// Merges the shard `from` into a new workspace; the run and the workspace.
+fn merge_into_new(s: &Setup, from: &Path) -> (support::Ran, Setup) {
+    let merged = at(s, s.dir.path().join("merged"));
+    let ran = harness(&merged, "report", &["--merge-from", &from.display().to_string()], LIMIT);
+    (ran, merged)
+}
+
+/// A shard record whose raw profile is named `../../build.json`: refused
+/// and named, in the output and `shards.json`; the target's build record
+/// kept (it was replaced by the shard's).
+#[test]
+fn a_shard_profile_name_leading_to_build_json_is_refused_and_named() {
+    let s = ran_once();
+    let shard = s.dir.path().join("shard");
+    support::copy_tree(&s.ws, &shard);
+    let mut build = read_json(&shard.join("build.json"));
+    build["config"] = json!("planted");
+    write_json(&shard.join("build.json"), &build);
+    record_naming(&shard, "../../build.json");
+    let (ran, merged) = merge_into_new(&s, &shard);
+    let text = ran.text();
+    assert!(text.contains("names a raw profile \"../../build.json\", which is not one plain file name"), "{text}");
+    assert_ne!(read_json(&merged.ws.join("build.json"))["config"], "planted", "the shard's file replaced build.json");
+    let record = read_json(&merged.ws.join("shards.json"));
+    assert!(record["refused"].to_string().contains("../../build.json"), "{record}");
+}
+
+/// A shard record whose raw profile is the workspace's marker, with
+/// `created_root` flipped: refused and named; the target's marker kept, so
+/// `clean` still leaves the folder the user made.
+#[test]
+fn a_shard_profile_name_leading_to_the_marker_is_refused_and_the_marker_never_copied() {
+    let s = ran_once();
+    let shard = s.dir.path().join("shard");
+    support::copy_tree(&s.ws, &shard);
+    let marker = shard.join(".ccl-coverage-workspace");
+    let mut m = read_json(&marker);
+    m["created_root"] = json!(true);
+    write_json(&marker, &m);
+    record_naming(&shard, "../../.ccl-coverage-workspace");
+    // A folder the user made: the harness adopts it, and `clean` must keep it.
+    let merged = at(&s, s.dir.path().join("mine"));
+    fs::create_dir(&merged.ws).unwrap();
+    let ran = harness(&merged, "report", &["--merge-from", &shard.display().to_string()], LIMIT);
+    let text = ran.text();
+    assert!(text.contains("names a raw profile \"../../.ccl-coverage-workspace\""), "{text}");
+    let kept = read_json(&merged.ws.join(".ccl-coverage-workspace"));
+    assert_eq!(kept["created_root"], json!(false), "the shard's marker was copied: {kept}");
+    let cleaned = harness(&merged, "clean", &[], LIMIT);
+    assert!(cleaned.success, "{}", cleaned.text());
+    assert!(merged.ws.is_dir(), "clean deleted a folder the user made");
+}

@@ -168,7 +168,11 @@ fn read_manifest(ws: &Workspace) -> Result<Option<(BuildManifest, Vec<u8>)>> {
 /// each profile only if it is the one the trial recorded.
 fn import(shard: &Workspace, target: &Workspace, result: &TrialResult) -> Result<()> {
     let slug = &result.slug;
+    crate::workspace::check_slug(slug)?;
     let recorded = result.recorded_profiles();
+    for name in recorded.raw_sha256.keys() {
+        plain_profile_name(name)?;
+    }
     let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     let profdata = profiles::trial_profdata(shard, slug);
     match recorded.merge.and_then(|m| m.sha256.as_deref().filter(|_| m.profdata.is_some())) {
@@ -208,6 +212,23 @@ fn import(shard: &Workspace, target: &Workspace, result: &TrialResult) -> Result
     }
     target.create_dir(&target.results_dir())?;
     target.write(&target.trial_result(slug), &record)
+}
+
+/// Refuses `name`, a raw profile's name from a shard's record, unless it is
+/// one plain file name of a raw profile: it becomes a path in this
+/// workspace (`../../build.json` replaced the target's build record).
+fn plain_profile_name(name: &str) -> Result<()> {
+    let plain = !name.starts_with('.')
+        && !name.contains('/')
+        && !name.chars().any(char::is_control)
+        && name.len() <= 255
+        && name.ends_with(".profraw");
+    if !plain {
+        bail!(
+            "its record names a raw profile {name:?}, which is not one plain file name of a raw profile (`<name>.profraw`): nothing of it is merged"
+        );
+    }
+    Ok(())
 }
 
 /// The bytes of the shard's file `path`, if their SHA-256 is `sha`.
