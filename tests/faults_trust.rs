@@ -231,3 +231,78 @@ fn a_shard_profile_name_leading_to_the_marker_is_refused_and_the_marker_never_co
     assert!(cleaned.success, "{}", cleaned.text());
     assert!(merged.ws.is_dir(), "clean deleted a folder the user made");
 }
+
+// ---- item 4: the tally is what the run saw
+
+/// A setup whose `AllReduce::1K` variants (`name`, shell lines run before
+/// the real perf binary) each run a wrapper script; `$WS` is the workspace.
+fn wrapped(variants: &[(&str, &str)]) -> Setup {
+    let s = setup(|v| {
+        let list: Vec<Value> = variants
+            .iter()
+            .map(|(name, _)| {
+                json!({"name": name, "ranks": 1,
+                       "env": {"REAL_BINARY": "{bin_dir}/all_reduce_perf", "CCL_WRAPPED": name}})
+            })
+            .collect();
+        only(v, "AllReduce", &["1K"], Value::Array(list));
+    });
+    let wrapper = s.dir.path().join("wrapper.sh");
+    let mut body =
+        String::from("WS=$(dirname \"$(dirname \"$(dirname \"$LLVM_PROFILE_FILE\")\")\")\ncase \"$CCL_WRAPPED\" in\n");
+    for (name, before) in variants {
+        body += &format!("{name}) {before}\n;;\n");
+    }
+    body += "esac\nexec \"$REAL_BINARY\" \"$@\"";
+    script(&wrapper, &body);
+    let mut v = read_json(&s.config);
+    v["collectives"][0]["binary"] = json!(wrapper.display().to_string());
+    write_json(&s.config, &v);
+    s
+}
+
+/// A trial that rewrites another trial's record from FAILED to PASSED: the
+/// run still fails, `junit.xml` and `run.json` say what the run saw (they
+/// said 0 failures), and the rewritten record is named.
+#[test]
+fn a_record_rewritten_by_another_trial_does_not_change_the_run_s_tally() {
+    let s = wrapped(&[
+        ("a_fails", "exit 3"),
+        (
+            "b_liar",
+            "sed -i 's/\"status\": \"FAILED\"/\"status\": \"PASSED\"/' \"$WS/results/AllReduce.1K.a_fails.json\"",
+        ),
+    ]);
+    let ran = harness(&s, "run", &["--no-report", "--test-threads", "1"], LIMIT);
+    let text = ran.text();
+    let liar_wrote = read_json(&s.ws.join("results/AllReduce.1K.a_fails.json"));
+    assert_eq!(liar_wrote["status"], "PASSED", "the liar did not rewrite it: {text}");
+    assert!(!ran.success, "{text}");
+    let junit = fs::read_to_string(s.ws.join("results/junit.xml")).unwrap();
+    assert!(junit.contains("failures=\"1\""), "{junit}");
+    let run = read_json(&s.ws.join("results/run.json"));
+    assert_eq!(run["summary"]["failed"], 1, "{run}");
+    assert!(
+        text.contains("AllReduce.1K.a_fails.json says PASSED, but this run saw AllReduce::1K::a_fails FAILED"),
+        "{text}"
+    );
+    assert!(text.contains("2 trials ran: 1 passed, 1 failed"), "{text}");
+}
+
+/// A run whose records cannot be written (`results/` replaced by a link):
+/// it fails, says so, and its last line is its own tally (it was the
+/// earlier run's, `1 passed, 0 failed`).
+#[test]
+fn a_run_whose_records_could_not_be_written_fails_and_says_so() {
+    let s = one_trial();
+    assert!(harness(&s, "run", &["--no-report"], LIMIT).success);
+    let elsewhere = s.dir.path().join("elsewhere");
+    fs::rename(s.ws.join("results"), &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, s.ws.join("results")).unwrap();
+    let ran = harness(&s, "run", &["--no-report"], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    assert!(!text.contains("1 passed, 0 failed"), "the earlier run's tally: {text}");
+    assert!(text.contains("1 of 1 trials ran: 0 passed, 1 failed"), "{text}");
+    assert!(text.contains("results/run.json is not this run's: it could not be written"), "{text}");
+}

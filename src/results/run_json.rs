@@ -10,7 +10,7 @@ use crate::error::{Context, Error, Result};
 use crate::exec::redact;
 use crate::verdict::Status;
 use crate::workspace::Workspace;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -78,6 +78,57 @@ struct WriterShared {
     state: Mutex<WriterState>,
     wake: Condvar,
     parsed: Mutex<ParsedRecords>,
+    own: Mutex<Own>,
+}
+
+/// What this process's trials were, as it saw them: what `run.json` and
+/// `junit.xml` say of them, whatever the disk holds (a trial can rewrite
+/// another's record).
+#[derive(Default)]
+struct Own {
+    /// Each trial's record as this process last recorded it (redacted), by file name.
+    verdicts: BTreeMap<String, TrialResult>,
+    /// Records that could not be written, and why, by file name.
+    unwritten: BTreeMap<String, String>,
+}
+
+impl Own {
+    /// Why the run must fail because of its records: one it could not write,
+    /// or one on disk that is not what it wrote (rewritten, replaced, gone).
+    fn problems(&self, ws: &Workspace) -> Vec<String> {
+        let mut problems: Vec<String> = self
+            .unwritten
+            .iter()
+            .map(|(slug, why)| format!("results/{slug}.json could not be written: {why}"))
+            .collect();
+        for (slug, mine) in self.verdicts.iter().filter(|(slug, _)| !self.unwritten.contains_key(*slug)) {
+            let path = ws.trial_result(slug);
+            let on_disk =
+                ws.read_opt(&path).ok().flatten().and_then(|b| serde_json::from_slice::<TrialResult>(&b).ok());
+            match on_disk {
+                Some(theirs) if same(&theirs.redacted(), mine) => {}
+                Some(theirs) => problems.push(format!(
+                    "{} says {}, but this run saw {} {}: the record was rewritten after the trial wrote it, so it is not trusted; run.json and junit.xml say what the run saw",
+                    path.display(),
+                    theirs.status.as_str(),
+                    mine.trial,
+                    mine.status.as_str()
+                )),
+                None => problems.push(format!(
+                    "{} is gone or damaged since trial {} wrote it ({}); run.json and junit.xml say what the run saw",
+                    path.display(),
+                    mine.trial,
+                    mine.status.as_str()
+                )),
+            }
+        }
+        problems
+    }
+}
+
+/// Whether two records say the same.
+fn same(a: &TrialResult, b: &TrialResult) -> bool {
+    serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
 }
 
 #[derive(Default)]
@@ -107,6 +158,7 @@ impl RunWriter {
                 state: Mutex::new(state),
                 wake: Condvar::new(),
                 parsed: Mutex::new(ParsedRecords::default()),
+                own: Mutex::new(Own::default()),
             }),
             flusher: Arc::new(Mutex::new(None)),
         }
@@ -115,7 +167,15 @@ impl RunWriter {
     /// Writes `results/<slug>.json` and schedules `run.json` and `junit.xml`.
     pub(crate) fn record(&self, result: &TrialResult, build: RunBuild, info: &RunInfo) -> Result<()> {
         let shared = &self.shared;
-        result.write(&shared.ws)?;
+        {
+            let mut own = shared.own();
+            own.verdicts.insert(result.slug.clone(), result.redacted());
+            if let Err(e) = result.write(&shared.ws) {
+                own.unwritten.insert(result.slug.clone(), e.to_string());
+                return Err(e);
+            }
+            own.unwritten.remove(&result.slug);
+        }
         let interval = {
             let mut state = shared.lock();
             if state.writers.is_none() {
@@ -152,7 +212,9 @@ impl RunWriter {
     }
 
     /// Ends this process's part of the run: rebuilds `run.json` and
-    /// `junit.xml` if no other process of the run is still recording.
+    /// `junit.xml` if no other process of the run is still recording. Fails,
+    /// naming each, when a record of this process's trials could not be
+    /// written or is not on disk as it wrote it.
     pub(crate) fn finish(&self) -> Result<()> {
         let shared = &self.shared;
         shared.lock().stopping = true;
@@ -160,6 +222,24 @@ impl RunWriter {
         if let Some(thread) = self.flusher.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
             let _ = thread.join();
         }
+        let problems = shared.own().problems(&shared.ws);
+        let written = self.finish_views();
+        if problems.is_empty() {
+            return written;
+        }
+        let mut said = format!(
+            "{} record(s) of this run's trials are not what the run saw, so the run fails:\n  {}",
+            problems.len(),
+            problems.join("\n  ")
+        );
+        if let Err(e) = written {
+            said.push_str(&format!("\nand run.json could not be written: {e}"));
+        }
+        Err(Error::new(said))
+    }
+
+    fn finish_views(&self) -> Result<()> {
+        let shared = &self.shared;
         let (Some(writers), Some(run)) = ({
             let mut state = shared.lock();
             (state.writers.take(), state.run.clone())
@@ -171,13 +251,17 @@ impl RunWriter {
         if writers.try_lock().is_err() {
             return Ok(());
         }
-        write_run(&shared.ws, &run.0, &run.1, None)
+        write_run(&shared.ws, &run.0, &run.1, None, &shared.own().verdicts)
     }
 }
 
 impl WriterShared {
     fn lock(&self) -> MutexGuard<'_, WriterState> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn own(&self) -> MutexGuard<'_, Own> {
+        self.own.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// How long until `run.json` is `interval` old (it may have been rebuilt
@@ -199,7 +283,10 @@ impl WriterShared {
         };
         let started = Instant::now();
         let mut parsed = self.parsed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let written = lock_workspace(&self.ws).and_then(|_lock| write_run(&self.ws, &run.0, &run.1, Some(&mut parsed)));
+        let written = lock_workspace(&self.ws).and_then(|_lock| {
+            let own = self.own();
+            write_run(&self.ws, &run.0, &run.1, Some(&mut parsed), &own.verdicts)
+        });
         self.lock().interval = MIN_INTERVAL.max(started.elapsed() * COST_FACTOR);
         written
     }
@@ -238,16 +325,30 @@ fn lock_workspace(ws: &Workspace) -> Result<File> {
 }
 
 /// Rewrites `results/run.json` and `results/junit.xml` from the trial records
-/// of the run's build; the caller holds the workspace's `.lock`.
-fn write_run(ws: &Workspace, run_build: &RunBuild, info: &RunInfo, cache: Option<&mut ParsedRecords>) -> Result<()> {
+/// of the run's build, those of `own` (this process's trials, by file name)
+/// as this process saw them, whatever the disk says; the caller holds the
+/// workspace's `.lock`.
+fn write_run(
+    ws: &Workspace,
+    run_build: &RunBuild,
+    info: &RunInfo,
+    cache: Option<&mut ParsedRecords>,
+    own: &BTreeMap<String, TrialResult>,
+) -> Result<()> {
     let (manifest, build_error) = match run_build {
         RunBuild::Built(manifest) => (Some(manifest), None),
         RunBuild::Failed { planned, error } => (planned.as_ref(), Some(error.clone())),
     };
     let build_id = manifest.map_or("", |m| m.build_id.as_str());
     // Records written by an older harness may predate redaction.
-    let trials: Vec<TrialResult> =
-        load_checked_with(ws, build_id, &info.planned, cache)?.results.iter().map(TrialResult::redacted).collect();
+    let mut trials: Vec<TrialResult> = load_checked_with(ws, build_id, &info.planned, cache)?
+        .results
+        .iter()
+        .filter(|t| !own.contains_key(&t.slug))
+        .map(TrialResult::redacted)
+        .collect();
+    trials.extend(own.values().filter(|t| t.build_id == build_id).cloned());
+    trials.sort_by(|a, b| a.trial.cmp(&b.trial));
     let mut build = manifest.cloned();
     for step in build.iter_mut().flat_map(|b| &mut b.steps) {
         step.command = redact::shell_line(&step.command);
@@ -276,7 +377,7 @@ fn write_run(ws: &Workspace, run_build: &RunBuild, info: &RunInfo, cache: Option
             flaky: trials.iter().filter(|t| t.flaky).count(),
             duration_s: trials.iter().map(|t| t.duration_s).sum(),
         },
-        containment: trials.iter().fold(std::collections::BTreeMap::new(), |mut by, t| {
+        containment: trials.iter().fold(BTreeMap::new(), |mut by, t| {
             *by.entry(t.containment).or_default() += 1;
             by
         }),

@@ -179,6 +179,11 @@ impl Suite {
 
     /// Writes `run.json` and JUnit from every record, once the trials ended
     /// and their lines are stored.
+    /// This run's id ([`crate::results::run_id`]).
+    pub(crate) fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
     pub(crate) fn finish(&self) -> Result<()> {
         self.lines.drain();
         self.results.finish()
