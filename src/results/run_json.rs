@@ -458,9 +458,14 @@ mod tests {
         let (a, b) = (RunWriter::new(ws.clone()), RunWriter::new(ws.clone()));
         a.record(&trial(0), RunBuild::Built(manifest.clone()), &info).unwrap();
         b.record(&trial(1), RunBuild::Built(manifest.clone()), &info).unwrap();
-        std::fs::remove_file(ws.results_dir().join("run.json")).unwrap();
+        // run.json rewritten now, as the first trial left it: b's writer
+        // thread waits its interval from now, and a must not rewrite it (a
+        // missing run.json would be due at once for b's thread).
+        assert_eq!(trials_in_views(&ws), Some(1));
+        let run_json = ws.results_dir().join("run.json");
+        std::fs::write(&run_json, std::fs::read(&run_json).unwrap()).unwrap();
         a.finish().unwrap();
-        assert_eq!(trials_in_views(&ws), None, "b still runs, so a leaves run.json to it");
+        assert_eq!(trials_in_views(&ws), Some(1), "b still runs, so a leaves run.json to it");
         b.finish().unwrap();
         assert_eq!(trials_in_views(&ws), Some(2));
     }
