@@ -306,3 +306,40 @@ fn a_run_whose_records_could_not_be_written_fails_and_says_so() {
     assert!(text.contains("1 of 1 trials ran: 0 passed, 1 failed"), "{text}");
     assert!(text.contains("results/run.json is not this run's: it could not be written"), "{text}");
 }
+
+// ---- item 6: never a write in place into a file the harness did not just make
+
+/// After a first run, the workspace's `rel` is replaced by a hard link to a
+/// file outside the workspace; a second run must leave that file as it was
+/// (with `logs/<trial>.log` it was truncated and the log written into it).
+fn a_hard_link_is_never_written_through(rel: &str) {
+    let s = one_trial();
+    assert!(harness(&s, "collectives", &[], LIMIT).success);
+    let outside = s.dir.path().join("precious.txt");
+    fs::write(&outside, "precious").unwrap();
+    let planted = s.ws.join(rel);
+    fs::remove_file(&planted).unwrap();
+    fs::hard_link(&outside, &planted).unwrap();
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "precious", "{rel} was written through: {}", ran.text());
+}
+
+#[test]
+fn a_hard_linked_trial_log_is_not_written_through() {
+    a_hard_link_is_never_written_through("logs/AllReduce.1K.t.log");
+}
+
+#[test]
+fn a_hard_linked_trial_record_is_not_written_through() {
+    a_hard_link_is_never_written_through("results/AllReduce.1K.t.json");
+}
+
+#[test]
+fn a_hard_linked_run_json_is_not_written_through() {
+    a_hard_link_is_never_written_through("results/run.json");
+}
+
+#[test]
+fn a_hard_linked_junit_xml_is_not_written_through() {
+    a_hard_link_is_never_written_through("results/junit.xml");
+}
