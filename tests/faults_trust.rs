@@ -343,3 +343,44 @@ fn a_hard_linked_run_json_is_not_written_through() {
 fn a_hard_linked_junit_xml_is_not_written_through() {
     a_hard_link_is_never_written_through("results/junit.xml");
 }
+
+// ---- item 3: every refusal named
+
+/// A shard record for a trial the config does not plan: named in the
+/// output and `shards.json`'s `refused` (it was dropped without a word).
+#[test]
+fn a_shard_record_of_an_unplanned_trial_is_named() {
+    let s = ran_once();
+    let shard = s.dir.path().join("shard");
+    support::copy_tree(&s.ws, &shard);
+    let mut r = read_json(&shard.join("results/AllReduce.1K.t.json"));
+    r["trial"] = json!("Bogus::1K::ring");
+    r["slug"] = json!("Bogus.1K.ring");
+    write_json(&shard.join("results/Bogus.1K.ring.json"), &r);
+    let (ran, merged) = merge_into_new(&s, &shard);
+    let text = ran.text();
+    assert!(
+        text.contains("not merged: ") && text.contains("it is a record of trial Bogus::1K::ring, which config"),
+        "{text}"
+    );
+    let record = read_json(&merged.ws.join("shards.json"));
+    assert!(record["refused"].to_string().contains("Bogus::1K::ring"), "{record}");
+}
+
+/// A shard record of another build: named in the output and `shards.json`
+/// (the plain report names such records; the merge dropped them silently).
+#[test]
+fn a_shard_record_of_another_build_is_named() {
+    let s = ran_once();
+    let shard = s.dir.path().join("shard");
+    support::copy_tree(&s.ws, &shard);
+    let path = shard.join("results/AllReduce.1K.t.json");
+    let mut r = read_json(&path);
+    r["build_id"] = json!("0123456789abcdef");
+    write_json(&path, &r);
+    let (ran, merged) = merge_into_new(&s, &shard);
+    let text = ran.text();
+    assert!(text.contains("it is a record of build 0123456789abcdef, not of "), "{text}");
+    let record = read_json(&merged.ws.join("shards.json"));
+    assert!(record["refused"].to_string().contains("0123456789abcdef"), "{record}");
+}

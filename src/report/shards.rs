@@ -107,6 +107,16 @@ pub(crate) fn merge(ctx: &Context, dirs: &[PathBuf]) -> Result<Merged> {
         for (path, why) in &loaded.damaged {
             merged.refused.push(format!("{}: {why}", path.display()));
         }
+        for (path, id) in &loaded.other_builds {
+            merged.refused.push(format!("{}: it is a record of build {id}, not of {build_id}", path.display()));
+        }
+        for (path, trial) in &loaded.unplanned {
+            merged.refused.push(format!(
+                "{}: it is a record of trial {trial}, which config {} does not plan",
+                path.display(),
+                config.name
+            ));
+        }
         let mut taken = Vec::new();
         for result in &loaded.results {
             if let Some(first) = counted.get(&result.trial) {

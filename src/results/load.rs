@@ -75,6 +75,9 @@ pub(crate) struct Loaded {
     /// Records of another build, with its id: never counted. A build change
     /// deletes them (`cache::adopt`); one found anyway is named.
     pub(crate) other_builds: Vec<(PathBuf, String)>,
+    /// Records of trials the config does not plan, with the trial they name:
+    /// never counted, and named where they came from elsewhere (a shard).
+    pub(crate) unplanned: Vec<(PathBuf, String)>,
 }
 
 /// The trial results in the workspace recorded for build `build_id`, of the
@@ -98,6 +101,7 @@ pub(super) fn load_checked_with(
     let mut results = Vec::new();
     let mut damaged = Vec::new();
     let mut other_builds = Vec::new();
+    let mut unplanned = Vec::new();
     for (name, kind) in ws.list(&dir)? {
         let name = name.to_string_lossy().into_owned();
         let path = dir.join(&name);
@@ -114,14 +118,15 @@ pub(super) fn load_checked_with(
         match parsed.and_then(|result| trusted_as(result, stem, planned)) {
             Ok(result) if result.build_id != build_id => other_builds.push((path, result.build_id)),
             Ok(result) if planned.contains_key(&result.trial) => results.push(result),
-            Ok(_) => {}
+            Ok(result) => unplanned.push((path, result.trial)),
             Err(why) => damaged.push((path, why.to_string())),
         }
     }
     results.sort_by(|a, b| a.trial.cmp(&b.trial));
     damaged.sort();
     other_builds.sort();
-    Ok(Loaded { results, damaged, other_builds })
+    unplanned.sort();
+    Ok(Loaded { results, damaged, other_builds, unplanned })
 }
 
 /// `result`, read from `<stem>.json`, if it is that file's record: its slug
