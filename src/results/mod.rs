@@ -11,6 +11,9 @@ mod record;
 mod run_json;
 mod runs;
 
+#[cfg(test)]
+pub(crate) use junit::assert_xml_1_0;
+pub(crate) use junit::xml_text;
 pub(crate) use load::load_checked;
 pub(crate) use record::{Attempt, Ignored, Rerun, RunHeader, RunRecord, TrialIdentity, TrialResult};
 pub(crate) use run_json::{RunBuild, RunInfo, RunWriter};
