@@ -384,3 +384,21 @@ fn a_shard_record_of_another_build_is_named() {
     let record = read_json(&merged.ws.join("shards.json"));
     assert!(record["refused"].to_string().contains("0123456789abcdef"), "{record}");
 }
+
+// ---- item 8: smaller
+
+/// `--config` naming a FIFO: `list` says so at once, never hangs (it hung
+/// forever in `open`).
+#[test]
+fn a_fifo_given_as_the_config_is_refused_without_hanging() {
+    let s = one_trial();
+    let fifo = s.dir.path().join("config.fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let mut cmd = support::command(&s, "list", &[]);
+    cmd.env("CCL_COV_CONFIG", &fifo);
+    let out = support::output_within(cmd, Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("it is a FIFO, not a regular file"), "{text}");
+}
