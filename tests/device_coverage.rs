@@ -22,7 +22,7 @@ const CLANG19: &str = "/usr/lib/llvm-19/bin/clang++";
 const LLVM22: &str = "/usr/lib/llvm-22/bin";
 
 fn tool(path: &str, major: u32) -> Tool {
-    Tool { path: path.into(), version: format!("clang version {major}"), major }
+    Tool { path: path.into(), version: format!("clang version {major}"), major, sha256: None }
 }
 
 fn clang22() -> Tool {
@@ -223,7 +223,7 @@ esac
     fs::write(&cxx, script).unwrap();
     fs::set_permissions(&cxx, fs::Permissions::from_mode(0o755)).unwrap();
     let major = version.split("version ").nth(1).and_then(|v| v.split('.').next()).unwrap().parse().unwrap();
-    (Tool { path: cxx, version: version.into(), major }, resource)
+    (Tool { path: cxx, version: version.into(), major, sha256: None }, resource)
 }
 
 /// Installs the host collector where the first candidate says.
@@ -494,7 +494,12 @@ fn host_and_device_raw_profiles_merge_and_report_apart() {
     let garbled = trial.join(format!("amdgcn-amd-amdhsa.gfx942:xnack-.1.{host_raw}"));
     fs::write(&garbled, &fs::read(&raw[0]).unwrap()[..20]).unwrap();
 
-    let tool = |name: &str| Tool { path: format!("{LLVM22}/{name}").into(), version: "LLVM 22".into(), major: 22 };
+    let tool = |name: &str| Tool {
+        path: format!("{LLVM22}/{name}").into(),
+        version: "LLVM 22".into(),
+        major: 22,
+        sha256: None,
+    };
     let toolchain = Toolchain {
         cc: tool("clang"),
         cxx: tool("clang++"),

@@ -683,12 +683,12 @@ fn main() -> ExitCode {
                     return (ran.code, None);
                 }
                 if run.no_report {
-                    tools::print_run_line();
+                    tools::print_run_line(&ran.tally);
                     return (ran.code, None);
                 }
                 // The report covers what the workspace holds, whatever the trials did.
                 let report = coverage_report::after_run(&Selection::parse(report_argv));
-                tools::print_run_line();
+                tools::print_run_line(&ran.tally);
                 // Also when a bar was not reached: CI uploads the lcov of a drop.
                 (worst(ran.code, report.code), tools::report_dir().filter(|_| report.installed))
             });

@@ -59,7 +59,17 @@ pub(crate) const MAX_CONFIG_BYTES: u64 = 4 << 20;
 /// before it is read whole (a FIFO or `/dev/zero` is read only that far).
 pub(crate) fn read_text(path: &Path, what: &str) -> std::io::Result<String> {
     use std::io::Read;
-    let file = std::fs::File::open(path)?;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    // Opened without blocking: a FIFO with no writer would hang `open` forever.
+    let file = std::fs::File::options().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_fifo() || kind.is_socket() {
+        let what = if kind.is_fifo() { "a FIFO" } else { "a socket" };
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("it is {what}, not a regular file: a config is a file"),
+        ));
+    }
     let mut bytes = Vec::new();
     file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_CONFIG_BYTES {

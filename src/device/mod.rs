@@ -224,7 +224,7 @@ pub(crate) mod tests {
 
     /// A clang 22 that is not there.
     pub(crate) fn tool() -> Tool {
-        Tool { path: "/nonexistent/clang++".into(), version: "clang version 22.1.8".into(), major: 22 }
+        Tool { path: "/nonexistent/clang++".into(), version: "clang version 22.1.8".into(), major: 22, sha256: None }
     }
 
     /// `decide` with no tools folder and an empty environment.

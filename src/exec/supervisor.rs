@@ -114,12 +114,7 @@ impl Supervised {
         };
         // The harness wrote the log's head through the workspace's handle; a
         // link put in its place since is not followed (`O_NOFOLLOW`).
-        let err = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(log)
-            .with_context(|| format!("cannot open {}", log.display()))?;
+        let err = open_log(log)?;
         let mut command = Command::new(exe);
         command.arg(cmd.program()).args(cmd.get_args()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(err);
         for (k, v) in cmd.get_envs() {
@@ -380,9 +375,9 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> SupervisorReport {
     let _ = process::set_child_subreaper(Some(process::getpid()));
     let token = std::env::var(TRIAL_TOKEN).unwrap_or_default();
     let me = process::getpid().as_raw_nonzero().get();
-    let log = match std::fs::File::options().create(true).append(true).custom_flags(libc::O_NOFOLLOW).open(&spec.log) {
+    let log = match open_log(&spec.log) {
         Ok(log) => log,
-        Err(e) => return spawn_failed(format!("cannot open {}: {e}", spec.log.display())),
+        Err(e) => return spawn_failed(e.to_string()),
     };
     let Some((program, args)) = argv.split_first() else { return spawn_failed("empty command line".into()) };
     // Held until this process ends: while it is, no other run sweeps the record.
@@ -641,4 +636,26 @@ fn lifeline() -> Option<StopCause> {
         Ok(1) => None,
         _ => Some(StopCause::HarnessGone),
     }
+}
+
+/// The trial's log, opened to append to what the harness wrote there. A
+/// link put in its place since is not followed (`O_NOFOLLOW`), and a file
+/// with another name (a hard link to a file outside the workspace) is
+/// refused: the harness writes only into files it made.
+fn open_log(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let links = file.metadata().with_context(|| format!("cannot stat {}", path.display()))?.nlink();
+    if links > 1 {
+        bail!(
+            "refusing to write {}: it has {links} names (a hard link), so it is not a file the harness made; remove it",
+            path.display()
+        );
+    }
+    Ok(file)
 }

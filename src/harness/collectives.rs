@@ -25,12 +25,47 @@ struct Progress {
     total: std::sync::atomic::AtomicUsize,
     done: std::sync::atomic::AtomicUsize,
     started: std::time::Instant,
+    /// What this run's trials came to, as the run saw them.
+    tally: std::sync::Mutex<Tally>,
+}
+
+/// What the trials of one run came to, from their verdicts in memory: the
+/// run's last line says this, never what `run.json` says (a trial can
+/// rewrite records, and a run whose records could not be written leaves an
+/// earlier run's there).
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    pub(crate) run_id: String,
+    pub(crate) ran: usize,
+    pub(crate) passed: usize,
+    pub(crate) flaky: usize,
+    pub(crate) failed: usize,
+    pub(crate) timed_out: usize,
+    pub(crate) interrupted: usize,
+}
+
+impl Tally {
+    fn add(&mut self, outcome: &Outcome) {
+        match outcome {
+            Outcome::Ignored(_) => return,
+            Outcome::Passed => self.passed += 1,
+            Outcome::Flaky { .. } => {
+                self.passed += 1;
+                self.flaky += 1;
+            }
+            Outcome::Failed(Status::Timeout, _) => self.timed_out += 1,
+            Outcome::Failed(Status::Interrupted, _) => self.interrupted += 1,
+            Outcome::Failed(_, _) => self.failed += 1,
+        }
+        self.ran += 1;
+    }
 }
 
 impl Progress {
     /// `since`: when the build was ready, so that its time is not taken for
     /// the trials' (the first trial's estimate would include it).
     fn finished(&self, name: &str, took: std::time::Duration, since: Option<std::time::Instant>, outcome: &Outcome) {
+        self.tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner).add(outcome);
         let (done, total, verdict, detail) = self.ended(took, since, outcome);
         reporter::emit(reporter::Event::TrialEnded { done, total, verdict, name, detail: &detail });
     }
@@ -124,11 +159,13 @@ pub struct Ran {
     /// the workspace's results are another run's, and are neither reported
     /// nor tallied as its own.
     pub ran: bool,
+    /// What its trials came to.
+    pub tally: Tally,
 }
 
 /// The trials as [`main_with`] runs them, saying whether they ran at all.
 pub fn run(selection: &Selection, intent: Intent) -> Ran {
-    let refused = |code| Ran { code, ran: false };
+    let refused = |code| Ran { code, ran: false, tally: Tally::default() };
     let ctx = match super::load_context() {
         Ok(ctx) => ctx,
         Err(code) => return refused(code),
@@ -155,6 +192,7 @@ pub fn run(selection: &Selection, intent: Intent) -> Ran {
         total: std::sync::atomic::AtomicUsize::new(0),
         done: std::sync::atomic::AtomicUsize::new(0),
         started: std::time::Instant::now(),
+        tally: std::sync::Mutex::default(),
     };
     let shared = Arc::new(Shared { suite: Suite::new(ctx), progress });
     let trials: Vec<Trial> = specs
@@ -237,7 +275,9 @@ pub fn run(selection: &Selection, intent: Intent) -> Ran {
     } else {
         conclusion.exit_code()
     };
-    Ran { code, ran: !args.list && running > 0 }
+    let mut tally = shared.progress.tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    tally.run_id = shared.suite.run_id().to_string();
+    Ran { code, ran: !args.list && running > 0, tally }
 }
 
 #[cfg(test)]
@@ -254,6 +294,7 @@ mod tests {
             total: std::sync::atomic::AtomicUsize::new(3),
             done: std::sync::atomic::AtomicUsize::new(0),
             started: now.checked_sub(Duration::from_secs(600)).unwrap(),
+            tally: std::sync::Mutex::default(),
         };
         let ready = now.checked_sub(Duration::from_secs(2)).unwrap();
         let (done, total, verdict, detail) = progress.ended(Duration::from_secs(2), Some(ready), &Outcome::Passed);

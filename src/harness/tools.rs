@@ -11,7 +11,6 @@ use crate::context::Context;
 use crate::env_names::KNOWN;
 use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
-use crate::verdict::Status;
 use crate::workspace::files;
 use std::process::ExitCode;
 
@@ -150,35 +149,34 @@ pub fn report_dir() -> Option<std::path::PathBuf> {
 }
 
 /// After `ccl-coverage run`: what this run did (the trials it ran, passed,
-/// failed, timed out), then what the report also covers (results of earlier
-/// runs of the build, the oldest named; `run.json` and `meta.json` name every
-/// one) and the minimal suite, in one line (from `run.json` and
-/// `minimal-suite.json`).
-pub fn print_run_line() {
+/// failed, timed out, from its verdicts in memory: `tally`), then what the
+/// report also covers (results of earlier runs of the build, the oldest
+/// named, when `run.json` is this run's; `run.json` and `meta.json` name
+/// every one) and the minimal suite, in one line (from `minimal-suite.json`).
+pub fn print_run_line(tally: &super::collectives::Tally) {
     let Ok(ctx) = Context::from_env() else { return };
     let read = |path: std::path::PathBuf| -> Option<Vec<u8>> { ctx.workspace.read_opt(&path).ok()? };
     let run: Option<crate::results::RunRecord> =
         read(ctx.workspace.results_dir().join("run.json")).and_then(|b| serde_json::from_slice(&b).ok());
-    let Some(run) = run else { return };
-    let this: Vec<&crate::results::TrialResult> = run.trials.iter().filter(|t| run.ran.contains(&t.trial)).collect();
-    let count = |status: Status| this.iter().filter(|t| t.status == status).count();
     let planned = crate::plan::names(ctx.config()).len();
-    let flaky = match this.iter().filter(|t| t.flaky).count() {
+    let flaky = match tally.flaky {
         0 => String::new(),
         f => format!(" ({f} flaky: passed on a retry)"),
     };
     let mut line = format!(
         "ccl-coverage: {} of {planned} trials ran: {} passed{flaky}, {} failed, {} timed out",
-        this.len(),
-        count(Status::Passed),
-        count(Status::Failed),
-        count(Status::Timeout)
+        tally.ran, tally.passed, tally.failed, tally.timed_out
     );
-    if count(Status::Interrupted) > 0 {
-        line.push_str(&format!(", {} interrupted", count(Status::Interrupted)));
+    if tally.interrupted > 0 {
+        line.push_str(&format!(", {} interrupted", tally.interrupted));
     }
-    if let Some(also) = crate::results::also_uses(&run.earlier_runs) {
-        line.push_str(&format!("; {also}"));
+    match run.filter(|run| run.header.run_id == tally.run_id) {
+        Some(run) => {
+            if let Some(also) = crate::results::also_uses(&run.earlier_runs) {
+                line.push_str(&format!("; {also}"));
+            }
+        }
+        None => line.push_str("; results/run.json is not this run's: it could not be written"),
     }
     let minimal = ctx.workspace.report_dir().join("minimal-suite.json");
     let suite: Option<serde_json::Value> = read(minimal.clone()).and_then(|b| serde_json::from_slice(&b).ok());

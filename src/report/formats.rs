@@ -12,6 +12,8 @@ use std::path::Path;
 /// `lcov` (the model's text, absolute paths) as Cobertura XML, its file
 /// names relative to `base_dir`.
 pub(crate) fn cobertura(ws: &workspace::Workspace, lcov: &str, base_dir: &Path, out: &Path) -> Result<()> {
+    // A file name may hold any byte; the XML may not (`results::xml_text`).
+    let lcov = crate::results::xml_text(lcov);
     let data = lcov2cobertura::parse_lines(std::io::BufRead::lines(lcov.as_bytes()), base_dir, &[])
         .map_err(|e| Error::new(format!("cannot read {} as lcov: {e}", out.display())))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -133,5 +135,20 @@ mod tests {
         assert_eq!(relative_lcov(lcov, ""), lcov, "an empty prefix keeps absolute paths");
         let json = r#"{"filename":"/src/lib/a.cc","filenames":["/src/lib/b.cc","/src/library.cc"]}"#;
         assert_eq!(relative_json(json, "/src/lib"), r#"{"filename":"a.cc","filenames":["b.cc","/src/library.cc"]}"#);
+    }
+
+    /// A source file whose name holds ESC and BEL: cobertura.xml still
+    /// parses as XML 1.0 (it was `not well-formed (invalid token)`).
+    #[test]
+    fn cobertura_is_valid_xml_whatever_the_file_names_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = workspace::Workspace::new(&dir.path().join("ws")).unwrap();
+        ws.create().unwrap();
+        let lcov = "SF:/src/lib/a\u{1b}]0;x\u{7}.cc\nFN:1,f\nFNDA:1,f\nDA:1,1\nDA:2,0\nend_of_record\n";
+        let out = ws.report_dir().join("cobertura.xml");
+        cobertura(&ws, lcov, Path::new("/src/lib"), &out).unwrap();
+        let xml = std::fs::read_to_string(&out).unwrap();
+        crate::results::assert_xml_1_0(&xml);
+        assert!(xml.contains("a\\x1B]0;x\\x07.cc"), "{xml}");
     }
 }

@@ -86,8 +86,9 @@ pub(crate) fn merge(ctx: &Context, dirs: &[PathBuf]) -> Result<Merged> {
         );
     }
     if own.is_none() {
-        let (_, bytes) = &shards[0].1;
-        target.write(&target.build_manifest(), bytes)?;
+        let manifest = cached_manifest(ctx, &build_id)?;
+        let text = serde_json::to_string_pretty(&manifest).expect("manifest serializes");
+        target.write(&target.build_manifest(), text.as_bytes())?;
     }
 
     let planned = crate::plan::names(config);
@@ -105,6 +106,16 @@ pub(crate) fn merge(ctx: &Context, dirs: &[PathBuf]) -> Result<Merged> {
         let loaded = results::load_checked(shard, &build_id, &planned)?;
         for (path, why) in &loaded.damaged {
             merged.refused.push(format!("{}: {why}", path.display()));
+        }
+        for (path, id) in &loaded.other_builds {
+            merged.refused.push(format!("{}: it is a record of build {id}, not of {build_id}", path.display()));
+        }
+        for (path, trial) in &loaded.unplanned {
+            merged.refused.push(format!(
+                "{}: it is a record of trial {trial}, which config {} does not plan",
+                path.display(),
+                config.name
+            ));
         }
         let mut taken = Vec::new();
         for result in &loaded.results {
@@ -134,6 +145,26 @@ pub(crate) fn merge(ctx: &Context, dirs: &[PathBuf]) -> Result<Merged> {
 /// Where the last merge is recorded, at the top of the workspace.
 pub(crate) const SHARDS_FILE: &str = "shards.json";
 
+/// Build `build_id`'s manifest as this machine's build cache holds it: a
+/// shard's `build.json` only says which build the shard ran, and is never
+/// the source of programs, paths or options (the report runs what its
+/// manifest names).
+fn cached_manifest(ctx: &Context, build_id: &str) -> Result<BuildManifest> {
+    if build_id.is_empty() || !build_id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!("the shards' build.json names build {build_id:?}: a build id is hexadecimal digits; refused");
+    }
+    let path = ctx.state_dir.join("builds").join(build_id).join("build.json");
+    let manifest = BuildManifest::read(&path).map_err(|e| {
+        crate::error::Error::new(format!(
+            "build {build_id}, which the shards ran, is not in this machine's build cache ({e}): merge where that build is (the same build cache, or CCL_COV_BUILD_DIR); a shard's own build.json is never used"
+        ))
+    })?;
+    if manifest.build_id != build_id {
+        bail!("{} records build {}, not {build_id}: refused", path.display(), manifest.build_id);
+    }
+    Ok(manifest)
+}
+
 /// A shard's `build.json`, parsed, with its bytes as read.
 fn read_manifest(ws: &Workspace) -> Result<Option<(BuildManifest, Vec<u8>)>> {
     let path = ws.build_manifest();
@@ -147,7 +178,11 @@ fn read_manifest(ws: &Workspace) -> Result<Option<(BuildManifest, Vec<u8>)>> {
 /// each profile only if it is the one the trial recorded.
 fn import(shard: &Workspace, target: &Workspace, result: &TrialResult) -> Result<()> {
     let slug = &result.slug;
+    crate::workspace::check_slug(slug)?;
     let recorded = result.recorded_profiles();
+    for name in recorded.raw_sha256.keys() {
+        plain_profile_name(name)?;
+    }
     let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     let profdata = profiles::trial_profdata(shard, slug);
     match recorded.merge.and_then(|m| m.sha256.as_deref().filter(|_| m.profdata.is_some())) {
@@ -187,6 +222,23 @@ fn import(shard: &Workspace, target: &Workspace, result: &TrialResult) -> Result
     }
     target.create_dir(&target.results_dir())?;
     target.write(&target.trial_result(slug), &record)
+}
+
+/// Refuses `name`, a raw profile's name from a shard's record, unless it is
+/// one plain file name of a raw profile: it becomes a path in this
+/// workspace (`../../build.json` replaced the target's build record).
+fn plain_profile_name(name: &str) -> Result<()> {
+    let plain = !name.starts_with('.')
+        && !name.contains('/')
+        && !name.chars().any(char::is_control)
+        && name.len() <= 255
+        && name.ends_with(".profraw");
+    if !plain {
+        bail!(
+            "its record names a raw profile {name:?}, which is not one plain file name of a raw profile (`<name>.profraw`): nothing of it is merged"
+        );
+    }
+    Ok(())
 }
 
 /// The bytes of the shard's file `path`, if their SHA-256 is `sha`.

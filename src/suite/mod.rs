@@ -19,7 +19,7 @@ use crate::launch;
 use crate::launch::allocation::{Allocation, Want};
 use crate::launch::slots::Slots;
 use crate::plan::{self, TrialSpec};
-use crate::results::{Attempt, Ignored, Rerun, RunBuild, RunInfo, RunWriter, TrialIdentity, TrialResult};
+use crate::results::{Attempt, Ignored, Rerun, RunBuild, RunHeader, RunInfo, RunWriter, TrialIdentity, TrialResult};
 use crate::trial;
 use crate::upstream::TrialKind;
 use crate::verdict::output::TrialOutput;
@@ -181,6 +181,11 @@ impl Suite {
 
     /// Writes `run.json` and JUnit from every record, once the trials ended
     /// and their lines are stored.
+    /// This run's id ([`crate::results::run_id`]).
+    pub(crate) fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
     pub(crate) fn finish(&self) -> Result<()> {
         self.lines.drain();
         self.results.finish()
@@ -227,15 +232,17 @@ impl Suite {
 
     fn run_info(&self) -> &RunInfo {
         self.info.get_or_init(|| RunInfo {
-            config: self.ctx.config().name.to_string(),
-            config_path: self.ctx.loaded.path.clone(),
-            description: self.ctx.config().description.clone(),
-            host: host::hostname(),
-            gpus: crate::device::gpus(),
-            library_git_sha: git_sha(&self.ctx.loaded.library_src()),
+            header: RunHeader {
+                config: self.ctx.config().name.to_string(),
+                config_path: self.ctx.loaded.path.clone(),
+                description: self.ctx.config().description.clone(),
+                host: host::hostname(),
+                gpus: crate::device::gpus(),
+                library_git_sha: git_sha(&self.ctx.loaded.library_src()),
+                run_id: self.run_id.clone(),
+            },
             planned: plan::names(self.ctx.config()),
             ignored: self.ignored(),
-            run_id: self.run_id.clone(),
         })
     }
 

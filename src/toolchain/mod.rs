@@ -23,6 +23,10 @@ pub struct Tool {
     /// First line of `--version`.
     pub version: String,
     pub major: u32,
+    /// SHA-256 of the program, for `llvm-profdata` and `llvm-cov`: the report
+    /// resolves its own tools and checks them against the build's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -59,6 +63,42 @@ pub(crate) fn resolve(config: &ToolchainConfig, env: Lookup) -> Result<Toolchain
     let llvm_profdata = search.find("llvm-profdata", "LLVM_PROFDATA", config.llvm_profdata.as_deref())?;
     let llvm_cov = search.find("llvm-cov", "LLVM_COV", config.llvm_cov.as_deref())?;
     Ok(Toolchain { cc, cxx, llvm_bin, llvm_profdata, llvm_cov })
+}
+
+/// The report's toolchain: resolved from `config` and `env` as the build
+/// resolves it, never taken from a `build.json` (a shard's, or one a trial
+/// rewrote, could name any program), and refused unless its `llvm-profdata`
+/// and `llvm-cov` are those `recorded` by the build: the same version and,
+/// where the build recorded one, the same SHA-256.
+pub(crate) fn resolve_as_built(config: &ToolchainConfig, env: Lookup, recorded: &Toolchain) -> Result<Toolchain> {
+    let now = resolve(config, env)?;
+    for (name, var, mine, built) in [
+        ("llvm-profdata", "LLVM_PROFDATA", &now.llvm_profdata, &recorded.llvm_profdata),
+        ("llvm-cov", "LLVM_COV", &now.llvm_cov, &recorded.llvm_cov),
+    ] {
+        let differs = if mine.version != built.version {
+            Some(format!("it is {:?}, the build's was {:?}", mine.version, built.version))
+        } else {
+            match (&mine.sha256, &built.sha256) {
+                (Some(a), Some(b)) if a != b => Some(format!("its SHA-256 is {a}, the build's was {b}")),
+                _ => None,
+            }
+        };
+        if let Some(why) = differs {
+            bail!(
+                "the report's {name} is {}, not the one build.json records ({}): {why}. The report runs only the tools it resolves itself (the config's toolchain, {var}, the compiler's LLVM) and checks them against the build's; point {var} at the build's {name}, or run the trials again with this one",
+                mine.path.display(),
+                built.path.display()
+            );
+        }
+    }
+    Ok(now)
+}
+
+/// A found LLVM tool, with its checksum.
+fn identified(path: PathBuf, version: String, major: u32) -> Result<Tool> {
+    let sha256 = crate::workspace::files::sha256_file(&path)?;
+    Ok(Tool { path, version, major, sha256: Some(sha256) })
 }
 
 impl Toolchain {
@@ -107,7 +147,7 @@ fn compiler(what: &str, var: &str, field: &str, configured: &str, fallbacks: &[S
         );
     };
     let version = text.lines().find(|l| l.contains("clang version ")).unwrap_or(&first).trim().to_string();
-    Ok(Tool { path, version, major })
+    Ok(Tool { path, version, major, sha256: None })
 }
 
 /// A program given as a path, or as a name looked up on PATH.
@@ -170,7 +210,7 @@ impl ToolSearch<'_> {
             let path = find_program(&spec, self.env)
                 .map_err(|why| Error::new(format!("{name} {spec:?} (from {origin}) {why}")))?;
             return match tool_version(&path) {
-                Some((major, version)) if major == cxx.major => Ok(Tool { path, version, major }),
+                Some((major, version)) if major == cxx.major => identified(path, version, major),
                 Some((major, _)) => bail!(
                     "{name} {} (from {origin}) is LLVM {major}, but the compiler {} is clang {}: profiles and coverage mappings of clang {} need {name} {}. Unset {var} to use the one next to the compiler",
                     path.display(),
@@ -203,7 +243,7 @@ impl ToolSearch<'_> {
                 continue;
             }
             match tool_version(&path) {
-                Some((major, version)) if major == cxx.major => return Ok(Tool { path, version, major }),
+                Some((major, version)) if major == cxx.major => return identified(path, version, major),
                 Some((major, _)) => looked.push(format!("{} (LLVM {major}, not {})", path.display(), cxx.major)),
                 None => looked.push(format!("{} (no LLVM version)", path.display())),
             }

@@ -362,21 +362,12 @@ impl Beneath {
         ))
     }
 
-    /// Creates (or empties) the regular file `path` and writes `contents`:
-    /// a log's head, to which its trial then appends.
+    /// Creates the regular file `path` anew and writes `contents`: a log's
+    /// head, to which its trial then appends. A new file renamed over the
+    /// old one, never the old one truncated: a hard link planted there to a
+    /// file outside the workspace would be written through.
     pub(crate) fn write_new(&self, path: &Path, contents: &[u8]) -> Result<()> {
-        use std::io::Write;
-        let rel = self.relative(Op::Write, path)?;
-        let (parent, _) = self.split(Op::Write, &rel)?;
-        self.make_dirs(parent)?;
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK;
-        let fd = self.resolve(&rel, flags, file_mode()).map_err(|e| self.error(Op::Write, &rel, e))?;
-        let kind = fd_kind(&fd).map_err(|e| self.error(Op::Write, &rel, e))?;
-        if kind != EntryKind::File {
-            return Err(self.refused(Op::Write, &rel, kind));
-        }
-        rfs::ftruncate(&fd, 0).map_err(|e| self.error(Op::Write, &rel, e))?;
-        File::from(fd).write_all(contents).with_context(|| format!("cannot write {}", path.display()))
+        self.write_atomic(path, contents)
     }
 
     /// Opens the regular file `path` for reading. Opened `O_NONBLOCK`, so a

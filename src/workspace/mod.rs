@@ -231,8 +231,16 @@ impl Workspace {
         Beneath::open(&self.root)
     }
 
-    /// Writes `contents` to `path` (under the workspace) atomically.
+    /// Writes `contents` to `path` (under the workspace) atomically. Never
+    /// the ownership marker, which only [`Self::claim`] writes: a name taken
+    /// from a record or shard that leads there is refused.
     pub(crate) fn write(&self, path: &Path, contents: &[u8]) -> Result<()> {
+        if normalize(&self.root.join(path)) == normalize(&self.marker_file()) {
+            bail!(
+                "refusing to write {}: the workspace's marker is written only when the harness claims the folder, never copied",
+                path.display()
+            );
+        }
         self.beneath()?.write_atomic(path, contents)
     }
 
@@ -375,7 +383,8 @@ impl Workspace {
             created_root,
         };
         let text = serde_json::to_string_pretty(&marker).expect("marker serializes");
-        self.write(&self.marker_file(), text.as_bytes())
+        self.beneath()?
+            .write_atomic(&self.marker_file(), text.as_bytes())
             .with_context(|| format!("the workspace {} is not writable", self.root.display()))?;
         self.create().with_context(|| format!("the workspace {} is not writable", self.root.display()))
     }
@@ -887,6 +896,18 @@ mod tests {
         let ws = Workspace::new(&dir.path().join("ws")).unwrap();
         ws.create().unwrap();
         (dir, ws)
+    }
+
+    /// A name from a record that leads to the marker, however spelt, is
+    /// refused: only `claim` writes it.
+    #[test]
+    fn the_marker_is_written_only_by_claim() {
+        let (_d, ws) = setup();
+        for path in [ws.marker_file(), ws.trial_profiles("T").join("../../.ccl-coverage-workspace")] {
+            let err = ws.write(&path, b"{}").unwrap_err().to_string();
+            assert!(err.contains("the workspace's marker is written only when the harness claims"), "{err}");
+        }
+        assert!(!ws.marker_file().exists());
     }
 
     #[test]

@@ -275,7 +275,12 @@ pub(crate) fn sources_changed(manifest: &BuildManifest, config: &crate::config::
 /// A manifest for unit tests of later stages.
 #[cfg(test)]
 pub(crate) fn test_manifest(build_id: &str) -> BuildManifest {
-    let tool = crate::toolchain::Tool { path: "/llvm/bin/clang".into(), version: "clang version 22".into(), major: 22 };
+    let tool = crate::toolchain::Tool {
+        path: "/llvm/bin/clang".into(),
+        version: "clang version 22".into(),
+        major: 22,
+        sha256: None,
+    };
     BuildManifest {
         build_id: build_id.into(),
         config: "t".into(),

@@ -803,7 +803,8 @@ pub(crate) mod tests {
 
     #[test]
     fn no_cupti_and_no_toolkit_block_with_the_paths() {
-        let tool = Tool { path: "/nonexistent/clang++".into(), version: "clang version 19".into(), major: 19 };
+        let tool =
+            Tool { path: "/nonexistent/clang++".into(), version: "clang version 19".into(), major: 19, sha256: None };
         let tools = tempfile::tempdir().unwrap();
         let none = lookup(vec![("PATH", String::new()), ("CUDA_HOME", "/nonexistent/cuda".into())]);
         let Err(Blocker::NoCupti { looked }) = check("sm_90", &tool, Some(tools.path()), &none).unwrap() else {

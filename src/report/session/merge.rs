@@ -37,7 +37,7 @@ impl Session {
         if let Some(nothing) = super::nothing_to_report(&self.ctx) {
             return Ok(Merge::Off(nothing));
         }
-        let manifest = BuildManifest::read_in(ws).map_err(|e| {
+        let mut manifest = BuildManifest::read_in(ws).map_err(|e| {
             Error::new(format!(
                 "no build recorded in {} ({e}); run `cargo test --test collectives` first, with the same CCL_COV_CONFIG and CCL_COV_WORKSPACE",
                 ws.root().display()
@@ -49,6 +49,12 @@ impl Session {
                 manifest.build_id
             )));
         }
+        // build.json names programs; the report runs only those it resolves and checks.
+        manifest.toolchain = crate::toolchain::resolve_as_built(
+            &self.ctx.config().toolchain,
+            &crate::config::process_env,
+            &manifest.toolchain,
+        )?;
         // llvm-cov would read a damaged object as `malformed coverage data`, in every step.
         let damaged = manifest.damaged_objects();
         if !damaged.is_empty() {

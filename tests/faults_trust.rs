@@ -1,0 +1,404 @@
+//! The trust side of the fault matrix (issue #40): shards and records are
+//! data, never configuration; a run's tally is what the run saw; no write
+//! through a hard link; output that parses. Each case runs the real
+//! `ccl-coverage` binary on the real fixture, plays the hostile or careless
+//! part by hand (a shard edited, a trial that rewrites what it should not),
+//! and checks the message and that nothing it should not touch changed.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use support::{Setup, harness, only, setup};
+
+/// The harness is killed past this: every case here ends in seconds.
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// One trial of one rank: fast, and never short of rank slots.
+fn one_trial() -> Setup {
+    setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "t", "ranks": 1}])))
+}
+
+/// The same config as `s`, with the workspace `ws`.
+fn at(s: &Setup, ws: PathBuf) -> Setup {
+    Setup { dir: tempfile::tempdir().unwrap(), config: s.config.clone(), ws, env: s.env.clone() }
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+fn write_json(path: &Path, v: &Value) {
+    fs::write(path, serde_json::to_string_pretty(v).unwrap()).unwrap();
+}
+
+/// An executable shell script at `path`.
+fn script(path: &Path, body: &str) {
+    fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A program that notes each call in `log`, then runs `real`: what a hostile
+/// shard or trial would name as the report's tools.
+fn logging_wrapper(dir: &Path, name: &str, real: &str, log: &Path) -> PathBuf {
+    let path = dir.join(name);
+    script(&path, &format!("echo \"$0 $*\" >> '{}'\nexec '{real}' \"$@\"", log.display()));
+    path
+}
+
+/// A workspace in which the one trial ran and passed.
+fn ran_once() -> Setup {
+    let s = one_trial();
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    s
+}
+
+/// `build.json` of `ws` with its llvm-profdata and llvm-cov pointed at
+/// logging wrappers; the real tools' paths.
+fn plant_tool_wrappers(ws: &Path, dir: &Path, log: &Path) -> (String, String) {
+    let manifest = ws.join("build.json");
+    let mut build = read_json(&manifest);
+    let real = |tool: &str| build["toolchain"][tool]["path"].as_str().unwrap().to_string();
+    let (profdata, cov) = (real("llvm_profdata"), real("llvm_cov"));
+    build["toolchain"]["llvm_profdata"]["path"] =
+        json!(logging_wrapper(dir, "llvm-profdata", &profdata, log).display().to_string());
+    build["toolchain"]["llvm_cov"]["path"] = json!(logging_wrapper(dir, "llvm-cov", &cov, log).display().to_string());
+    build["toolchain"]["llvm_bin"] = json!(dir.display().to_string());
+    write_json(&manifest, &build);
+    (profdata, cov)
+}
+
+// ---- item 1: a shard (or a trial) never chooses the programs the report runs
+
+/// A shard whose `build.json` names wrappers as the LLVM tools: the merged
+/// report runs the tools it resolves itself; the wrappers never run (they
+/// ran 6 times, exit 0, no warning).
+#[test]
+fn a_shard_s_build_json_never_chooses_the_report_s_programs() {
+    let s = ran_once();
+    let tools = tempfile::tempdir().unwrap();
+    let log = tools.path().join("calls.log");
+    plant_tool_wrappers(&s.ws, tools.path(), &log);
+    let merged = at(&s, s.dir.path().join("merged"));
+    let ran = harness(&merged, "report", &["--merge-from", &s.ws.display().to_string()], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    assert!(!log.exists(), "a program the shard named ran: {}", fs::read_to_string(&log).unwrap_or_default());
+    let build = read_json(&merged.ws.join("build.json"));
+    assert!(!build.to_string().contains(&tools.path().display().to_string()), "the shard's build.json was copied");
+}
+
+/// A trial that rewrites its workspace's `build.json` to name wrappers:
+/// the report never runs them (the wrapper ran 4 times).
+#[test]
+fn a_rewritten_build_json_never_chooses_the_report_s_programs() {
+    let s = ran_once();
+    let tools = tempfile::tempdir().unwrap();
+    let log = tools.path().join("calls.log");
+    plant_tool_wrappers(&s.ws, tools.path(), &log);
+    let ran = harness(&s, "report", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    assert!(!log.exists(), "a program build.json named ran: {}", fs::read_to_string(&log).unwrap_or_default());
+}
+
+/// `LLVM_COV`, which docs/environment.md says overrides the tool, is what the
+/// report runs (it was silently ignored).
+#[test]
+fn llvm_cov_from_the_environment_is_what_the_report_runs() {
+    let mut s = ran_once();
+    let tools = tempfile::tempdir().unwrap();
+    let log = tools.path().join("calls.log");
+    let real = read_json(&s.ws.join("build.json"))["toolchain"]["llvm_cov"]["path"].as_str().unwrap().to_string();
+    // A link to the real tool: the same program, so the build's identity holds.
+    let link = tools.path().join("llvm-cov");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let wrapper = logging_wrapper(tools.path(), "logged-llvm-cov", &link.display().to_string(), &log);
+    s.env.push(("LLVM_COV".into(), wrapper.display().to_string()));
+    let ran = harness(&s, "report", &[], LIMIT);
+    let calls = fs::read_to_string(&log).unwrap_or_default();
+    assert!(calls.contains(" export ") || calls.contains(" report "), "LLVM_COV was not used: {calls}\n{}", ran.text());
+}
+
+/// An `LLVM_COV` of another release than the build's: refused, naming both
+/// versions and the variable, before anything is merged.
+#[test]
+fn an_llvm_cov_of_another_version_than_the_build_s_is_refused() {
+    let mut s = ran_once();
+    let tools = tempfile::tempdir().unwrap();
+    let build = read_json(&s.ws.join("build.json"));
+    let major = build["toolchain"]["llvm_cov"]["major"].as_u64().unwrap();
+    let other = tools.path().join("llvm-cov");
+    script(&other, &format!("echo 'LLVM (http://llvm.org/):'\necho '  LLVM version {major}.0.0-other'"));
+    s.env.push(("LLVM_COV".into(), other.display().to_string()));
+    let ran = harness(&s, "report", &[], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    assert!(text.contains("the report's llvm-cov is") && text.contains("not the one build.json records"), "{text}");
+    assert!(text.contains(&format!("LLVM version {major}.0.0-other")) && text.contains("LLVM_COV"), "{text}");
+    assert!(!s.ws.join("report/summary.json").exists(), "a report was made with it");
+}
+
+/// A build whose recorded llvm-profdata checksum is not the resolved tool's
+/// (another program of the same version): refused, naming both checksums.
+#[test]
+fn an_llvm_profdata_whose_checksum_is_not_the_build_s_is_refused() {
+    let s = ran_once();
+    let manifest = s.ws.join("build.json");
+    let mut build = read_json(&manifest);
+    build["toolchain"]["llvm_profdata"]["sha256"] = json!("0".repeat(64));
+    write_json(&manifest, &build);
+    let ran = harness(&s, "report", &[], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    assert!(
+        text.contains("the report's llvm-profdata is") && text.contains(&format!("the build's was {}", "0".repeat(64))),
+        "{text}"
+    );
+}
+
+// ---- item 2: a name from a record or shard is one plain path component
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The shard's record of its one trial made to name `name` (relative to
+/// its profile folder) as a raw profile, with the checksum of what is there.
+fn record_naming(shard: &Path, name: &str) {
+    let record = shard.join("results/AllReduce.1K.t.json");
+    let mut r = read_json(&record);
+    let target = shard.join("profiles/AllReduce.1K.t").join(name);
+    let bytes = fs::read(&target).unwrap_or_else(|e| panic!("{}: {e}", target.display()));
+    r["merge"] = Value::Null;
+    r["raw_sha256"] = json!({ name: sha256_hex(&bytes) });
+    write_json(&record, &r);
+    fs::create_dir_all(shard.join("profiles/AllReduce.1K.t")).unwrap();
+}
+
+/// Merges the shard `from` into a new workspace; the run and the workspace.
+fn merge_into_new(s: &Setup, from: &Path) -> (support::Ran, Setup) {
+    let merged = at(s, s.dir.path().join("merged"));
+    let ran = harness(&merged, "report", &["--merge-from", &from.display().to_string()], LIMIT);
+    (ran, merged)
+}
+
+/// A shard record whose raw profile is named `../../build.json`: refused
+/// and named, in the output and `shards.json`; the target's build record
+/// kept (it was replaced by the shard's).
+#[test]
+fn a_shard_profile_name_leading_to_build_json_is_refused_and_named() {
+    let s = ran_once();
+    let shard = s.dir.path().join("shard");
+    support::copy_tree(&s.ws, &shard);
+    let mut build = read_json(&shard.join("build.json"));
+    build["config"] = json!("planted");
+    write_json(&shard.join("build.json"), &build);
+    record_naming(&shard, "../../build.json");
+    let (ran, merged) = merge_into_new(&s, &shard);
+    let text = ran.text();
+    assert!(text.contains("names a raw profile \"../../build.json\", which is not one plain file name"), "{text}");
+    assert_ne!(read_json(&merged.ws.join("build.json"))["config"], "planted", "the shard's file replaced build.json");
+    let record = read_json(&merged.ws.join("shards.json"));
+    assert!(record["refused"].to_string().contains("../../build.json"), "{record}");
+}
+
+/// A shard record whose raw profile is the workspace's marker, with
+/// `created_root` flipped: refused and named; the target's marker kept, so
+/// `clean` still leaves the folder the user made.
+#[test]
+fn a_shard_profile_name_leading_to_the_marker_is_refused_and_the_marker_never_copied() {
+    let s = ran_once();
+    let shard = s.dir.path().join("shard");
+    support::copy_tree(&s.ws, &shard);
+    let marker = shard.join(".ccl-coverage-workspace");
+    let mut m = read_json(&marker);
+    m["created_root"] = json!(true);
+    write_json(&marker, &m);
+    record_naming(&shard, "../../.ccl-coverage-workspace");
+    // A folder the user made: the harness adopts it, and `clean` must keep it.
+    let merged = at(&s, s.dir.path().join("mine"));
+    fs::create_dir(&merged.ws).unwrap();
+    let ran = harness(&merged, "report", &["--merge-from", &shard.display().to_string()], LIMIT);
+    let text = ran.text();
+    assert!(text.contains("names a raw profile \"../../.ccl-coverage-workspace\""), "{text}");
+    let kept = read_json(&merged.ws.join(".ccl-coverage-workspace"));
+    assert_eq!(kept["created_root"], json!(false), "the shard's marker was copied: {kept}");
+    let cleaned = harness(&merged, "clean", &[], LIMIT);
+    assert!(cleaned.success, "{}", cleaned.text());
+    assert!(merged.ws.is_dir(), "clean deleted a folder the user made");
+}
+
+// ---- item 4: the tally is what the run saw
+
+/// A setup whose `AllReduce::1K` variants (`name`, shell lines run before
+/// the real perf binary) each run a wrapper script; `$WS` is the workspace.
+fn wrapped(variants: &[(&str, &str)]) -> Setup {
+    let s = setup(|v| {
+        let list: Vec<Value> = variants
+            .iter()
+            .map(|(name, _)| {
+                json!({"name": name, "ranks": 1,
+                       "env": {"REAL_BINARY": "{bin_dir}/all_reduce_perf", "CCL_WRAPPED": name}})
+            })
+            .collect();
+        only(v, "AllReduce", &["1K"], Value::Array(list));
+    });
+    let wrapper = s.dir.path().join("wrapper.sh");
+    let mut body =
+        String::from("WS=$(dirname \"$(dirname \"$(dirname \"$LLVM_PROFILE_FILE\")\")\")\ncase \"$CCL_WRAPPED\" in\n");
+    for (name, before) in variants {
+        body += &format!("{name}) {before}\n;;\n");
+    }
+    body += "esac\nexec \"$REAL_BINARY\" \"$@\"";
+    script(&wrapper, &body);
+    let mut v = read_json(&s.config);
+    v["collectives"][0]["binary"] = json!(wrapper.display().to_string());
+    write_json(&s.config, &v);
+    s
+}
+
+/// A trial that rewrites another trial's record from FAILED to PASSED: the
+/// run still fails, `junit.xml` and `run.json` say what the run saw (they
+/// said 0 failures), and the rewritten record is named.
+#[test]
+fn a_record_rewritten_by_another_trial_does_not_change_the_run_s_tally() {
+    let s = wrapped(&[
+        ("a_fails", "exit 3"),
+        (
+            "b_liar",
+            "sed -i 's/\"status\": \"FAILED\"/\"status\": \"PASSED\"/' \"$WS/results/AllReduce.1K.a_fails.json\"",
+        ),
+    ]);
+    let ran = harness(&s, "run", &["--no-report", "--test-threads", "1"], LIMIT);
+    let text = ran.text();
+    let liar_wrote = read_json(&s.ws.join("results/AllReduce.1K.a_fails.json"));
+    assert_eq!(liar_wrote["status"], "PASSED", "the liar did not rewrite it: {text}");
+    assert!(!ran.success, "{text}");
+    let junit = fs::read_to_string(s.ws.join("results/junit.xml")).unwrap();
+    assert!(junit.contains("failures=\"1\""), "{junit}");
+    let run = read_json(&s.ws.join("results/run.json"));
+    assert_eq!(run["summary"]["failed"], 1, "{run}");
+    assert!(
+        text.contains("AllReduce.1K.a_fails.json says PASSED, but this run saw AllReduce::1K::a_fails FAILED"),
+        "{text}"
+    );
+    assert!(text.contains("2 trials ran: 1 passed, 1 failed"), "{text}");
+}
+
+/// A run whose records cannot be written (`results/` replaced by a link):
+/// it fails, says so, and its last line is its own tally (it was the
+/// earlier run's, `1 passed, 0 failed`).
+#[test]
+fn a_run_whose_records_could_not_be_written_fails_and_says_so() {
+    let s = one_trial();
+    assert!(harness(&s, "run", &["--no-report"], LIMIT).success);
+    let elsewhere = s.dir.path().join("elsewhere");
+    fs::rename(s.ws.join("results"), &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, s.ws.join("results")).unwrap();
+    let ran = harness(&s, "run", &["--no-report"], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    assert!(!text.contains("1 passed, 0 failed"), "the earlier run's tally: {text}");
+    assert!(text.contains("1 of 1 trials ran: 0 passed, 1 failed"), "{text}");
+    assert!(text.contains("results/run.json is not this run's: it could not be written"), "{text}");
+}
+
+// ---- item 6: never a write in place into a file the harness did not just make
+
+/// After a first run, the workspace's `rel` is replaced by a hard link to a
+/// file outside the workspace; a second run must leave that file as it was
+/// (with `logs/<trial>.log` it was truncated and the log written into it).
+fn a_hard_link_is_never_written_through(rel: &str) {
+    let s = one_trial();
+    assert!(harness(&s, "collectives", &[], LIMIT).success);
+    let outside = s.dir.path().join("precious.txt");
+    fs::write(&outside, "precious").unwrap();
+    let planted = s.ws.join(rel);
+    fs::remove_file(&planted).unwrap();
+    fs::hard_link(&outside, &planted).unwrap();
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "precious", "{rel} was written through: {}", ran.text());
+}
+
+#[test]
+fn a_hard_linked_trial_log_is_not_written_through() {
+    a_hard_link_is_never_written_through("logs/AllReduce.1K.t.log");
+}
+
+#[test]
+fn a_hard_linked_trial_record_is_not_written_through() {
+    a_hard_link_is_never_written_through("results/AllReduce.1K.t.json");
+}
+
+#[test]
+fn a_hard_linked_run_json_is_not_written_through() {
+    a_hard_link_is_never_written_through("results/run.json");
+}
+
+#[test]
+fn a_hard_linked_junit_xml_is_not_written_through() {
+    a_hard_link_is_never_written_through("results/junit.xml");
+}
+
+// ---- item 3: every refusal named
+
+/// A shard record for a trial the config does not plan: named in the
+/// output and `shards.json`'s `refused` (it was dropped without a word).
+#[test]
+fn a_shard_record_of_an_unplanned_trial_is_named() {
+    let s = ran_once();
+    let shard = s.dir.path().join("shard");
+    support::copy_tree(&s.ws, &shard);
+    let mut r = read_json(&shard.join("results/AllReduce.1K.t.json"));
+    r["trial"] = json!("Bogus::1K::ring");
+    r["slug"] = json!("Bogus.1K.ring");
+    write_json(&shard.join("results/Bogus.1K.ring.json"), &r);
+    let (ran, merged) = merge_into_new(&s, &shard);
+    let text = ran.text();
+    assert!(
+        text.contains("not merged: ") && text.contains("it is a record of trial Bogus::1K::ring, which config"),
+        "{text}"
+    );
+    let record = read_json(&merged.ws.join("shards.json"));
+    assert!(record["refused"].to_string().contains("Bogus::1K::ring"), "{record}");
+}
+
+/// A shard record of another build: named in the output and `shards.json`
+/// (the plain report names such records; the merge dropped them silently).
+#[test]
+fn a_shard_record_of_another_build_is_named() {
+    let s = ran_once();
+    let shard = s.dir.path().join("shard");
+    support::copy_tree(&s.ws, &shard);
+    let path = shard.join("results/AllReduce.1K.t.json");
+    let mut r = read_json(&path);
+    r["build_id"] = json!("0123456789abcdef");
+    write_json(&path, &r);
+    let (ran, merged) = merge_into_new(&s, &shard);
+    let text = ran.text();
+    assert!(text.contains("it is a record of build 0123456789abcdef, not of "), "{text}");
+    let record = read_json(&merged.ws.join("shards.json"));
+    assert!(record["refused"].to_string().contains("0123456789abcdef"), "{record}");
+}
+
+// ---- item 8: smaller
+
+/// `--config` naming a FIFO: `list` says so at once, never hangs (it hung
+/// forever in `open`).
+#[test]
+fn a_fifo_given_as_the_config_is_refused_without_hanging() {
+    let s = one_trial();
+    let fifo = s.dir.path().join("config.fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let mut cmd = support::command(&s, "list", &[]);
+    cmd.env("CCL_COV_CONFIG", &fifo);
+    let out = support::output_within(cmd, Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("it is a FIFO, not a regular file"), "{text}");
+}
