@@ -1,7 +1,6 @@
 //! The records' schema: a trial's (`results/<slug>.json`), made from every
 //! stage's output as the trial ends, and the run's (`run.json`).
 
-use super::runs::RunOf;
 use crate::build::cache::BuildManifest;
 use crate::config::Config;
 use crate::coverage::profiles::MergeOutcome;
@@ -426,6 +425,23 @@ pub(crate) struct RunHeader {
 }
 
 /// Records to test with: trial `T::<i>`, slug `T.<i>`, of build `b1`, run `r`, passed.
+/// A run whose records are still in `results/`: each trial's record is
+/// replaced only when the trial runs again, so after a partial run the
+/// records of the other trials are those of earlier runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RunOf {
+    pub(crate) run_id: String,
+    /// When its first trial still recorded started.
+    pub(crate) started_at: String,
+    pub(crate) trials: Vec<String>,
+}
+
+impl RunOf {
+    pub(super) fn describe(&self) -> String {
+        format!("{} (run {}, started {})", self.trials.join(", "), self.run_id, self.started_at)
+    }
+}
+
 #[cfg(test)]
 pub(super) mod samples {
     use super::*;

@@ -3,8 +3,9 @@
 //! interrupted or the coverage report later fails.
 
 use super::load::{ParsedRecords, Planned, load_checked_with};
+use super::record::RunOf;
 use super::record::{Ignored, RunHeader, RunRecord, Summary, TrialResult};
-use super::runs::{RunOf, runs};
+use super::runs::runs;
 use crate::build::cache::BuildManifest;
 use crate::error::{Context, Error, Result};
 use crate::exec::redact;

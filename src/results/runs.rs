@@ -1,8 +1,7 @@
 //! Which runs the records of one build come from: the latest and the
 //! earlier ones whose records are still there.
 
-use super::record::TrialResult;
-use serde::{Deserialize, Serialize};
+use super::record::{RunOf, TrialResult};
 
 /// This run's id: nextest's, when nextest runs the trials (one process
 /// each, one run), else this process's start time and pid.
@@ -10,23 +9,6 @@ pub(crate) fn run_id() -> String {
     match std::env::var(crate::env_names::NEXTEST_RUN_ID).ok().filter(|id| !id.is_empty()) {
         Some(id) => format!("nextest-{id}"),
         None => format!("{}-{}", crate::exec::host::now(), std::process::id()),
-    }
-}
-
-/// A run whose records are still in `results/`: each trial's record is
-/// replaced only when the trial runs again, so after a partial run the
-/// records of the other trials are those of earlier runs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct RunOf {
-    pub(crate) run_id: String,
-    /// When its first trial still recorded started.
-    pub(crate) started_at: String,
-    pub(crate) trials: Vec<String>,
-}
-
-impl RunOf {
-    fn describe(&self) -> String {
-        format!("{} (run {}, started {})", self.trials.join(", "), self.run_id, self.started_at)
     }
 }
 
