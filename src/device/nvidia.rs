@@ -12,6 +12,7 @@
 //! against the CUPTI found, a probe that launches three kernels runs under
 //! it, and the CUPTI is accepted only if every probe kernel was recorded.
 
+pub(crate) mod branches;
 pub(crate) mod record;
 
 use super::decision::{Available, Found, join};
