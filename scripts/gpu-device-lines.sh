@@ -3,7 +3,7 @@
 # docs/gpu-validation.md "Every frame of the inline chain"), on a host with
 # one GPU, through the harness itself.
 #
-# Usage, from the repository root: scripts/gpu-device-lines.sh <carry> <out> fixture|fixture-rest|cupti|nccl
+# Usage, from the repository root: scripts/gpu-device-lines.sh <carry> <out> fixture|fixture-rest|branches|cupti|nccl
 # <carry> holds ccl-coverage.xz (the release binary), unit-tests.xz (the
 # crate's release unit-test binary), llvm19.tar.xz (clang, llvm-profdata,
 # llvm-cov of LLVM 19 with their libraries and the profile runtime),
@@ -17,6 +17,12 @@
 #   crate's unit tests on this run's capture (markers, nvdisasm -gi).
 # fixture-rest: the fixture's Broadcast and ReduceScatter trials again, under
 #   Nsight Compute (the first run's budget ended before them).
+# branches (issue #42): the CUDA fixture with device coverage (three-metric
+#   records), then host-only; the capture (cubins, records, device.lcov,
+#   build.json) and the toolkit's own `nvdisasm -c` of each cubin; every trial
+#   under Nsight Compute (source pages with SASS and thread counts) for as
+#   long as NCU_BUDGET seconds (default 380) allow; the crate's unit tests on
+#   this capture.
 # cupti: the probe (k1, k2, k3, k1) under collectors that count some kernels:
 #   told to count k2 only, or each kernel's first launch, with and without
 #   switching a context back on before it is torn down (the `[resume]` lines).
@@ -100,6 +106,49 @@ if has fixture; then
   tar -czf "$final/capture.tar.gz" -C /tmp capture capture-extra
   tar -czf "$final/ncu.tar.gz" -C /tmp ncu
   cp -r /tmp/ws-dev/logs "$out/dev-logs"; cp -r /tmp/ws-host/logs "$out/host-logs"
+fi
+
+if has branches; then
+  export CCL_COV_CONFIG=configs/h200_cuda.json
+  CCL_COV_WORKSPACE=/tmp/ws-dev $cov collectives > "$out/dev-collectives.log" 2>&1
+  echo "rc=$?" >> "$out/dev-collectives.log"
+  stamp dev-collectives
+  CCL_COV_WORKSPACE=/tmp/ws-dev $cov report > "$out/dev-report.log" 2>&1
+  echo "rc=$?" >> "$out/dev-report.log"
+  stamp dev-report
+  for line in tally.cu:17 tally.cu:23 tally.cu:33 common.cuh:35; do
+    CCL_COV_WORKSPACE=/tmp/ws-dev $cov who-covers "$line" >> "$out/who-covers.txt" 2>&1
+  done
+  CCL_COV_DEVICE_COVERAGE=off CCL_COV_WORKSPACE=/tmp/ws-host $cov collectives > "$out/host-collectives.log" 2>&1
+  echo "rc=$?" >> "$out/host-collectives.log"
+  stamp host-collectives
+  build=$(python3 -c 'import json;print(json.load(open("/tmp/ws-dev/build.json"))["cache_dir"])')
+  rm -rf /tmp/capture /tmp/capture-extra && mkdir -p /tmp/capture/trials /tmp/capture-extra/nvdisasm
+  cp -r "$build/cubins" /tmp/capture/
+  for d in /tmp/ws-dev/profiles/*/; do
+    s=$(basename "$d"); mkdir -p "/tmp/capture/trials/$s"; cp "$d"sass-*.tsv "/tmp/capture/trials/$s/" 2>/dev/null
+  done
+  cp /tmp/ws-dev/report/device.lcov /tmp/ws-dev/build.json /tmp/capture/
+  cp /tmp/ws-dev/report/coverage.lcov /tmp/ws-dev/report/summary.md /tmp/ws-dev/report/summary-device.json \
+    /tmp/ws-dev/report/meta.json /tmp/ws-dev/results/run.json /tmp/capture-extra/ 2>/dev/null
+  cp /tmp/ws-host/results/run.json /tmp/capture-extra/run-host.json
+  for c in /tmp/capture/cubins/*.cubin; do nvdisasm -c "$c" > "/tmp/capture-extra/nvdisasm/$(basename "$c" .cubin).sass"; done
+  tar -czf "$final/capture.tar.gz" -C /tmp capture capture-extra
+  stamp capture
+  python3 scripts/ncu-source-lines.py run /tmp/ws-dev /tmp/ncu --budget "${NCU_BUDGET:-380}" > "$out/ncu-run.log" 2>&1
+  echo "rc=$?" >> "$out/ncu-run.log"
+  stamp ncu
+  python3 scripts/ncu-source-lines.py lines /tmp/ncu > "$final/ncu-lines.tsv" 2>> "$out/ncu-run.log"
+  python3 scripts/ncu-source-lines.py branches /tmp/ncu > "$final/ncu-branches.tsv" 2>> "$out/ncu-run.log"
+  # The pages themselves, in parts small enough to come back.
+  tar -cf - -C /tmp ncu | xz -T0 -6 | split -b 15M - "$final/ncu.tar.xz."
+  rm -rf tests/fixtures/cuda-capture/cubins tests/fixtures/cuda-capture/trials
+  cp -r /tmp/capture/cubins /tmp/capture/trials /tmp/capture/device.lcov /tmp/capture/build.json tests/fixtures/cuda-capture/
+  CCL_COV_CUDA_CAPTURE=/tmp/capture /tmp/bin/unit-tests sass > "$out/unit-tests.log" 2>&1
+  echo "rc=$?" >> "$out/unit-tests.log"
+  CCL_COV_CUDA_CAPTURE=/tmp/capture /tmp/bin/unit-tests device::nvidia >> "$out/unit-tests.log" 2>&1
+  echo "rc=$?" >> "$out/unit-tests.log"
+  stamp unit-tests
 fi
 
 if has fixture-rest; then
