@@ -104,7 +104,7 @@ PY
   if [ -f "$carry/unit-tests.xz" ]; then
     xz -dc "$carry/unit-tests.xz" > /tmp/bin/unit-tests && chmod +x /tmp/bin/unit-tests
     CCL_COV_CUDA_CAPTURE=/tmp/capture /tmp/bin/unit-tests --exact \
-      coverage::sass::fixture_markers::every_marked_device_line_is_covered_in_exactly_its_trials > "$out/markers.log" 2>&1
+      device::nvidia::sass::fixture_markers::every_marked_device_line_is_covered_in_exactly_its_trials > "$out/markers.log" 2>&1
     echo "rc=$?" >> "$out/markers.log"
   fi
   cp -r /tmp/ws-dev/logs "$out/dev-logs"; cp -r /tmp/ws-host/logs "$out/host-logs"

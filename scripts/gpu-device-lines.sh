@@ -100,7 +100,7 @@ if has fixture; then
   # The crate's own tests on this run's capture.
   rm -rf tests/fixtures/cuda-capture/cubins tests/fixtures/cuda-capture/trials
   cp -r /tmp/capture/cubins /tmp/capture/trials tests/fixtures/cuda-capture/
-  CCL_COV_CUDA_CAPTURE=/tmp/capture /tmp/bin/unit-tests coverage::sass > "$out/unit-tests.log" 2>&1
+  CCL_COV_CUDA_CAPTURE=/tmp/capture /tmp/bin/unit-tests device::nvidia::sass > "$out/unit-tests.log" 2>&1
   echo "rc=$?" >> "$out/unit-tests.log"
   stamp unit-tests
   tar -czf "$final/capture.tar.gz" -C /tmp capture capture-extra
@@ -233,7 +233,7 @@ if has nccl; then
   stamp host
   # nvdisasm -gi against our reading of NCCL's cubins, frame by frame (the unit test, on these cubins).
   CCL_COV_CUDA_CUBINS="$build/cubins" /tmp/bin/unit-tests --exact \
-    coverage::sass::cubin::tests::every_frame_of_the_captured_cubins_matches_live_nvdisasm_gi > "$out/nccl-nvdisasm.log" 2>&1
+    device::nvidia::sass::cubin::tests::every_frame_of_the_captured_cubins_matches_live_nvdisasm_gi > "$out/nccl-nvdisasm.log" 2>&1
   echo "rc=$?" >> "$out/nccl-nvdisasm.log"
   stamp nvdisasm
 fi

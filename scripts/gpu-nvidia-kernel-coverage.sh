@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # What NVIDIA's tool APIs give for kernel coverage on a GPU host (CUDA 13.0
 # toolkit, 2 GPUs): the evidence behind docs/gpu-validation.md, "NVIDIA kernel
-# line coverage". Part A: CUPTI's SASS metrics (nvidia/cupti_sass_injection.cpp)
-# on a three-kernel program (nvidia/probe2.cu) in every enable mode, NVIDIA's
+# line coverage". Part A: CUPTI's SASS metrics (docs/experiments/nvidia/cupti_sass_injection.cpp)
+# on a three-kernel program (docs/experiments/nvidia/probe2.cu) in every enable mode, NVIDIA's
 # own sass_metrics sample, and nccl-tests. Part B: the Compute Sanitizer
-# patching API (nvidia/ccl_cov_blocks.cpp + nvidia/ccl_cov_patches.cu) on the
+# patching API (docs/experiments/nvidia/ccl_cov_blocks.cpp + docs/experiments/nvidia/ccl_cov_patches.cu) on the
 # same programs, with its cost against no instrumentation.
 #
 # Usage, from the repository root: scripts/gpu-nvidia-kernel-coverage.sh <carry> <out>
@@ -19,11 +19,11 @@ inc=$(dirname "$(find "$cuda/" -name cupti_sass_metrics.h | head -1)")
 lib=$(dirname "$(find "$cuda/" -name 'libcupti.so' | head -1)")
 { nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader; nvcc --version | tail -1; ls "$lib" | grep 'libcupti.so.20'; } >> $sum
 build() { "$@" >> $out/build.txt 2>&1 || { echo "build failed: $*" >> $sum; tail -20 $out/build.txt >> $sum; exit 1; }; }
-build nvcc -std=c++17 -shared -Xcompiler -fPIC,-fvisibility=hidden -O2 -I"$inc" nvidia/cupti_sass_injection.cpp -o $w/libcupti_sass.so -L"$lib" -lcupti -Xlinker -rpath="$lib"
-build nvcc -std=c++17 -shared -Xcompiler -fPIC,-fvisibility=hidden -O2 -I$san/include nvidia/ccl_cov_blocks.cpp -o $w/libblocks.so -L$san -lsanitizer-public -Xlinker -rpath=$san
-build nvcc -arch=sm_90 --fatbin --keep-device-functions -Xptxas --compile-as-tools-patch -I$san/include nvidia/ccl_cov_patches.cu -o $w/patches.fatbin
-build nvcc -lineinfo -O3 -arch=sm_90 nvidia/probe2.cu -o $w/probe2
-build nvcc -lineinfo -O3 -arch=sm_90 nvidia/probe.cu -o $w/probe
+build nvcc -std=c++17 -shared -Xcompiler -fPIC,-fvisibility=hidden -O2 -I"$inc" docs/experiments/nvidia/cupti_sass_injection.cpp -o $w/libcupti_sass.so -L"$lib" -lcupti -Xlinker -rpath="$lib"
+build nvcc -std=c++17 -shared -Xcompiler -fPIC,-fvisibility=hidden -O2 -I$san/include docs/experiments/nvidia/ccl_cov_blocks.cpp -o $w/libblocks.so -L$san -lsanitizer-public -Xlinker -rpath=$san
+build nvcc -arch=sm_90 --fatbin --keep-device-functions -Xptxas --compile-as-tools-patch -I$san/include docs/experiments/nvidia/ccl_cov_patches.cu -o $w/patches.fatbin
+build nvcc -lineinfo -O3 -arch=sm_90 docs/experiments/nvidia/probe2.cu -o $w/probe2
+build nvcc -lineinfo -O3 -arch=sm_90 docs/experiments/nvidia/probe.cu -o $w/probe
 export CUDA_MODULE_LOADING=EAGER CCL_COV_BLOCKS_PATCHES=$w/patches.fatbin
 # one <name> <tool: none|cupti|blocks> <VAR=value...> -- <command...>
 one() {

@@ -238,6 +238,7 @@ impl Context {
             Some(ws) => Workspace::new(&absolute(&root, Path::new(&ws)))?,
             None => Workspace::new(&default_workspace(&loaded, &root, &state_dir))?,
         };
+        device::check_target(&loaded.config.coverage.device).with_context(|| config_path.display().to_string())?;
         let device_mode = device::requested_mode(&loaded.config.coverage.device, &env)?;
         // Read by each trial's supervisor; a wrong value is refused here, before anything runs.
         crate::exec::cgroup::Mode::parse(env(env_names::CGROUP).as_deref())?;

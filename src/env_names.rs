@@ -126,7 +126,7 @@ pub(crate) const KNOWN: &[Known] = &[
     ),
     known("CCL_COV_HOSTFILE", ValueKind::Text, "the nodes and slots launched trials may use"),
     known("CCL_COV_DEVICE_COVERAGE", ValueKind::Text, "auto, on or off: overrides coverage.device.mode"),
-    known("CCL_COV_CUPTI", ValueKind::Text, "the libcupti (or its folder) for NVIDIA device coverage"),
+    known("CCL_COV_CUPTI", ValueKind::Text, "the libcupti (or its folder) the device collector is built against"),
     known("CCL_COV_DRY_RUN", ValueKind::Text, "1 or json: print what would run, run nothing"),
     known(
         TRIAL_FILTER,
@@ -175,15 +175,27 @@ pub(crate) const KNOWN: &[Known] = &[
     known("CCL_COV_ROOT", ValueKind::Text, "${CCL_COV_ROOT} in a config: set by the harness to its checkout, not read"),
     known(SUPERVISE, ValueKind::Text, "internal: makes the process a trial's supervisor"),
     known(TRIAL_TOKEN, ValueKind::Text, "internal: marks the processes of one trial"),
-    known("CCL_COV_SASS_DIR", ValueKind::Text, "set for NVIDIA trials: where the collector writes kernel records"),
-    known("CCL_COV_SASS_CUBINS", ValueKind::Text, "set for NVIDIA trials: where the collector saves cubins"),
-    known("CCL_COV_SASS_KERNELS", ValueKind::Text, "set for NVIDIA trials: the kernels the collector counts"),
-    known("CCL_COV_SASS_MAX_LAUNCHES", ValueKind::Text, "set for NVIDIA trials: the launches of each kernel it counts"),
+    known("CCL_COV_SASS_DIR", ValueKind::Text, "set for trials with kernel records: where the collector writes them"),
+    known(
+        "CCL_COV_SASS_CUBINS",
+        ValueKind::Text,
+        "set for trials with kernel records: where the collector saves the code objects",
+    ),
+    known(
+        "CCL_COV_SASS_KERNELS",
+        ValueKind::Text,
+        "set for trials with kernel records: the kernels the collector counts",
+    ),
+    known(
+        "CCL_COV_SASS_MAX_LAUNCHES",
+        ValueKind::Text,
+        "set for trials with kernel records: the launches of each kernel it counts",
+    ),
     known("CCL_COV_CUDA_CAPTURE", ValueKind::Text, "a fresh H200 capture for the fixture-marker unit test"),
     known(
         "CCL_COV_CUDA_CUBINS",
         ValueKind::Text,
-        "another cubin folder for the nvdisasm -gi unit test (NCCL's, on a GPU host)",
+        "another folder of code objects for the inline-chain unit test (NCCL's, on a GPU host)",
     ),
 ];
 

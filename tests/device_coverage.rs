@@ -8,7 +8,7 @@
 use ccl_coverage::build::cache;
 use ccl_coverage::config::{DeviceConfig, DeviceMode};
 use ccl_coverage::coverage::profiles;
-use ccl_coverage::device::{self, Backend, DeviceDecision, Found};
+use ccl_coverage::device::{self, Backend, DeviceDecision};
 use ccl_coverage::exec::process::Cmd;
 use ccl_coverage::report::{self, ReportInputs};
 use ccl_coverage::toolchain::{Tool, Toolchain};
@@ -58,10 +58,8 @@ fn decide(mode: DeviceMode, cfg: &DeviceConfig, cxx: &Tool) -> ccl_coverage::err
 
 /// The AMDGPU runtime and collector a decision found.
 fn amdgpu_found(d: &DeviceDecision) -> Option<(PathBuf, PathBuf)> {
-    match &d.found {
-        Some(Found::Amdgpu { runtime, collector }) => Some((runtime.clone(), collector.clone())),
-        _ => None,
-    }
+    let needs: device::amdgpu::Needs = d.found.as_ref().filter(|f| f.backend.name() == "amdgpu")?.get()?;
+    Some((needs.runtime, needs.collector))
 }
 
 /// AUTO, ON and OFF for one setup: AUTO's decision, ON's error (or
@@ -143,7 +141,7 @@ fn cuda_targets_without_cupti_are_host_only_and_say_where_they_looked() {
     let cfg = DeviceConfig { target: Some("sm_90".into()), ..hip(Path::new("/nonexistent")) };
     let (auto, on, off) = all_modes(&cfg, &clang22());
     assert!(!auto.enabled);
-    assert_eq!(auto.backend, Some(Backend::Nvidia));
+    assert_eq!(auto.backend, Backend::named("nvidia"));
     assert_eq!(
         auto.reason,
         "NVIDIA kernel coverage needs CUPTI 13.4 or newer (libcupti.so.13): looked in /nonexistent/cuda/extras/CUPTI/lib64/libcupti.so.13, /nonexistent/cuda/extras/CUPTI/lib64/libcupti.so, /nonexistent/cuda/lib64/libcupti.so.13, /nonexistent/cuda/lib64/libcupti.so"
@@ -358,7 +356,7 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
         enabled: true,
         reason: "on".into(),
         target: Some("gfx942".into()),
-        backend: Some(Backend::Amdgpu),
+        backend: Backend::named("amdgpu"),
         found: None,
     };
     let selected = cache::select_device_objects(&patterns, &on).unwrap();

@@ -54,7 +54,7 @@ fn stage_of_module(stages: &[Stage], module: &str) -> Option<usize> {
 
 /// Source without comments and without the unit-test module that closes a file.
 fn non_test_code(text: &str) -> String {
-    let body = match text.find("#[cfg(test)]\nmod tests") {
+    let body = match text.find("#[cfg(test)]\nmod tests").or_else(|| text.find("#[cfg(test)]\npub(crate) mod tests")) {
         Some(at) => &text[..at],
         None => text,
     };
@@ -189,13 +189,42 @@ fn brace_lists_name_each_module() {
     assert_eq!(found.into_iter().collect::<Vec<_>>(), ["exec", "workspace"]);
 }
 
-/// Where a vendor may be named: its backend's files, and the reader of its own kind of
-/// device lines.
-const VENDOR_HOMES: [&str; 2] = ["device/", "coverage/sass/"];
-const VENDOR_NAMES: [&str; 6] =
-    ["device::amdgpu", "device::nvidia", "Backend::Amdgpu", "Backend::Nvidia", "Found::Amdgpu", "Found::Nvidia"];
+/// Each GPU vendor's words: its backend's name and the tools, formats and
+/// targets only it has. Matched whole (letters, digits and `_` around them
+/// end a word), in any case, in code and strings; comments and tests left out.
+const VENDORS: [(&str, &[&str]); 2] = [
+    (
+        "nvidia",
+        &["nvidia", "cuda", "cupti", "nvcc", "sass", "cubin", "cubins", "ptx", "cuobjdump", "nvdisasm", "nvptx64"],
+    ),
+    ("amdgpu", &["amdgpu", "amd", "hip", "rocm", "gfx", "amdgcn", "hipcc"]),
+];
 
-/// Every place outside [`VENDOR_HOMES`] whose code (tests left out) names a vendor's backend.
+/// The one place outside a vendor's folder that names every vendor: the list of backends.
+const REGISTRY: &str = "device/registry.rs";
+
+/// Words of a vendor that other files may say, and why: they speak for a
+/// library's own platform or for every toolkit at once, not for a backend.
+const SPOKEN_FOR: [(&str, &str, &str); 2] = [
+    // RCCL's test runner puts `<rocm>/lib` on every test's library path (upstream's order).
+    ("launch/mod.rs", "rocm", "RCCL's runner"),
+    // The report's default ignore rule leaves every toolkit's system files out.
+    ("config/types.rs", "rocm", "default ignore rule"),
+];
+
+/// `word`'s whole-word occurrences in `code`, in any case.
+fn names_word(code: &str, word: &str) -> bool {
+    let lower = code.to_ascii_lowercase();
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    lower.match_indices(word).any(|(at, _)| {
+        let before = lower[..at].chars().next_back();
+        let after = lower[at + word.len()..].chars().next();
+        !before.is_some_and(is_word) && !after.is_some_and(is_word)
+    })
+}
+
+/// Every place whose code (tests left out) names a vendor outside that
+/// vendor's own folder, `device/<vendor>/`.
 fn vendor_leaks(src: &Path) -> Vec<String> {
     let mut files = Vec::new();
     sources(src, &mut files);
@@ -203,36 +232,54 @@ fn vendor_leaks(src: &Path) -> Vec<String> {
     let mut leaks = Vec::new();
     for file in files {
         let rel = file.strip_prefix(src).unwrap().to_string_lossy().into_owned();
-        if VENDOR_HOMES.iter().any(|home| rel.starts_with(home)) || rel.ends_with("tests.rs") {
+        if rel == REGISTRY || rel.ends_with("tests.rs") || rel.ends_with("test_backend.rs") {
             continue;
         }
-        let code = non_test_code(&std::fs::read_to_string(&file).unwrap());
-        for name in VENDOR_NAMES.iter().filter(|name| code.contains(*name)) {
-            leaks.push(format!("src/{rel} names {name}"));
+        // A vendor's folder is declared in `device/mod.rs`: a `mod` line names it and nothing else.
+        let code = non_test_code(&std::fs::read_to_string(&file).unwrap())
+            .lines()
+            .filter(|l| {
+                !(l.trim_start().starts_with("pub mod ") || l.trim_start().starts_with("mod ")) || !l.ends_with(';')
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        for (vendor, words) in VENDORS {
+            if rel.starts_with(&format!("device/{vendor}/")) {
+                continue;
+            }
+            let spoken_for = |word: &&str| SPOKEN_FOR.iter().any(|&(file, w, _)| file == rel && w == *word);
+            for word in words.iter().filter(|word| names_word(&code, word) && !spoken_for(word)) {
+                leaks.push(format!("src/{rel} names {word} ({vendor})"));
+            }
         }
     }
     leaks
 }
 
-/// A backend is its own file under `device/` (and a reader under `coverage/` if its lines
-/// have a kind of their own): the other stages ask the device stage vendor-neutral
-/// questions (docs/architecture.md, "Adding a device backend").
+/// A backend is one folder under `device/` and one line in its registry: the
+/// other stages, and the device stage's own front, ask vendor-neutral questions
+/// (docs/architecture.md, "Adding a device backend").
 #[test]
-fn no_stage_but_the_device_stage_names_a_vendor() {
+fn no_file_but_a_vendor_s_own_folder_names_the_vendor() {
     let leaks = vendor_leaks(&Path::new(ROOT).join("src"));
-    assert!(leaks.is_empty(), "vendors named outside their backends:\n{}", leaks.join("\n"));
+    assert!(leaks.is_empty(), "vendors named outside their folders:\n{}", leaks.join("\n"));
 }
 
 #[test]
-fn a_vendor_named_outside_its_backend_is_caught() {
+fn a_vendor_named_outside_its_folder_is_caught() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("device")).unwrap();
-    std::fs::create_dir_all(dir.path().join("report")).unwrap();
-    std::fs::write(dir.path().join("device/nvidia.rs"), "use crate::device::nvidia::x;\n").unwrap();
+    for folder in ["device/nvidia", "device/amdgpu", "report"] {
+        std::fs::create_dir_all(dir.path().join(folder)).unwrap();
+    }
+    std::fs::write(dir.path().join("device/nvidia/mod.rs"), "let cupti = \"libcupti.so\"; let hip = 1;\n").unwrap();
+    std::fs::write(dir.path().join("device/registry.rs"), "&nvidia::Nvidia, &amdgpu::Amdgpu\n").unwrap();
     std::fs::write(
         dir.path().join("report/mod.rs"),
-        "// Backend::Nvidia in a comment\nif b == Backend::Nvidia {}\n#[cfg(test)]\nmod tests { Found::Amdgpu }\n",
+        "// NVIDIA in a comment\nlet shipped = \"CUPTI dropped\"; let cudaless = 1;\n#[cfg(test)]\nmod tests { rocm }\n",
     )
     .unwrap();
-    assert_eq!(vendor_leaks(dir.path()), ["src/report/mod.rs names Backend::Nvidia"]);
+    assert_eq!(
+        vendor_leaks(dir.path()),
+        ["src/device/nvidia/mod.rs names hip (amdgpu)", "src/report/mod.rs names cupti (nvidia)"]
+    );
 }

@@ -4,7 +4,7 @@
 //! not fetched (this runs without a network); they are listed as skipped.
 //! And every code span of those files and of the project's Rust comments that
 //! names a Rust file (`supervisor.rs`, `src/exec/supervisor.rs`) or a path of
-//! this crate's items (`coverage::sass::line_coverage`, `Type::method` of a
+//! this crate's items (`device::nvidia::sass::line_coverage`, `Type::method` of a
 //! type of this crate) names one that exists.
 
 use regex::Regex;
@@ -238,7 +238,7 @@ fn code_spans(file: &Path, text: &str) -> Vec<(usize, String)> {
 }
 
 /// The module files a path's leading segments may name, with how many segments each took: a
-/// module of `src/` from the top (`crate`, `coverage::sass`), a module named so anywhere in
+/// module of `src/` from the top (`crate`, `device::nvidia::sass`), a module named so anywhere in
 /// `src/` (`attribution::TrialCoverage`), or a test or bench file (`fault_matrix::sigint_…`).
 fn module_files(path: &[&str], files: &[PathBuf]) -> Vec<(PathBuf, usize)> {
     let root = Path::new(ROOT);
@@ -398,7 +398,7 @@ fn a_rust_file_or_item_path_that_does_not_exist_is_named() {
         "src/exec/supervisor.rs",
         "supervisor.rs:17",
         "tests/links.rs",
-        "coverage::sass::line_coverage",
+        "device::nvidia::sass::line_coverage",
         "crate::coverage::lcov::fold_in",
         "attribution::TrialCoverage",
         "fault_matrix::sigint_…",
@@ -412,7 +412,10 @@ fn a_rust_file_or_item_path_that_does_not_exist_is_named() {
     }
     assert_eq!(wrong("toolchain.rs").as_deref(), Some("no file toolchain.rs"));
     assert_eq!(wrong("src/exec/run.rs").as_deref(), Some("no file src/exec/run.rs"));
-    assert_eq!(wrong("coverage::sass::no_such_fn").as_deref(), Some("src/coverage/sass/mod.rs defines no no_such_fn"));
+    assert_eq!(
+        wrong("device::nvidia::sass::no_such_fn").as_deref(),
+        Some("src/device/nvidia/sass/mod.rs defines no no_such_fn")
+    );
     assert_eq!(wrong("fault_matrix::no_such_test…").as_deref(), Some("tests/fault_matrix.rs defines no no_such_test…"));
     assert!(wrong("FileCoverage::no_such_method").is_some_and(|w| w.contains("no_such_method")));
 }

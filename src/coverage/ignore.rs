@@ -1,6 +1,6 @@
 //! `report.ignore_filename_regex`, owned in one place: compiled and checked
 //! once, it gives llvm-cov its `-ignore-filename-regex` (every llvm-cov
-//! call of a report goes through [`crate::report::ReportInputs`], which
+//! call of a report goes through [`crate::report::llvm_cov::ReportInputs`], which
 //! holds one rule) and decides which files of NVIDIA's kernel lines count.
 //! The formats then read one model, so none can apply another rule.
 

@@ -1,6 +1,6 @@
 //! The one coverage model every report reads: lcov's lines, functions and
 //! branches with their counts, per source file. llvm-cov's host export and
-//! the device lines (`device_lines::to_lcov`) both feed it, as lcov text folded
+//! the device lines (`device::lines::to_lcov`) both feed it, as lcov text folded
 //! into one record per file ([`fold_in`]), and records of one file add up: a
 //! union. Every total of lines, functions
 //! and branches in every report format is [`FileCoverage::tallies`] of it

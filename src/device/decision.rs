@@ -1,65 +1,214 @@
 //! What the device decision is, shared by the stage's front (`mod.rs`) and its
 //! backends, which import it from here rather than from the front: the
-//! backend a target names, what a backend found, the decision, and where a
-//! build's device lines come from.
+//! questions every backend answers (`DeviceBackend`), the backend a target
+//! names, what a backend found, the decision, and where a build's device
+//! lines come from.
 
-use crate::config::DeviceMode;
-use serde::{Deserialize, Serialize};
+use super::lines::DeviceLines;
+use super::registry;
+use crate::config::{DeviceConfig, DeviceMode};
+use crate::env_names::Lookup;
+use crate::error::Result;
+use crate::toolchain::Tool;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Where device coverage comes from, chosen by the device target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// HIP device code instrumented by LLVM; llvm-cov reads its code objects.
-    Amdgpu,
-    /// CUDA kernels counted by CUPTI's SASS metrics, mapped to lines by the
-    /// cubins' `.debug_line`.
-    Nvidia,
+/// One GPU vendor's device coverage: what it needs (`check`), and the
+/// answers to what the other stages ask of device coverage. A backend is one
+/// folder under `device/` and one line in `registry.rs`; `found` is what its
+/// own `check` returned, in the build's `build.json`. The defaults are a
+/// backend that adds nothing.
+pub(crate) trait DeviceBackend: Sync {
+    /// Its name in `build.json` and in messages: `nvidia`.
+    fn name(&self) -> &'static str;
+
+    /// Whether a GPU architecture name (`coverage.device.target`) is this
+    /// backend's; names are never guessed, so at most one backend takes one.
+    fn takes_target(&self, target: &str) -> bool;
+
+    /// The target names it takes, for the message that names none: `sm_*/compute_* (NVIDIA)`.
+    fn target_forms(&self) -> &'static str;
+
+    /// Whether OFF still runs `check`, to say whether device coverage would
+    /// have been available (not where the probe itself needs the GPU).
+    fn checks_when_off(&self) -> bool {
+        true
+    }
+
+    /// The first blocker for `target`, or what makes device coverage
+    /// available. `tools` is where it may build what it needs, `None` in a
+    /// dry run. `Err` of the outer result is a failure of the harness itself.
+    fn check(
+        &self,
+        target: &str,
+        config: &DeviceConfig,
+        cxx: &Tool,
+        tools: Option<&Path>,
+        env: Lookup,
+    ) -> Result<std::result::Result<Available, Blocker>>;
+
+    /// Where its device lines come from.
+    fn line_source(&self) -> LineSource;
+
+    /// The host instrumentation flags when its device code must stay
+    /// uninstrumented (host-only).
+    fn host_only_flags(&self, host_flags: &[String]) -> Vec<String> {
+        host_flags.to_vec()
+    }
+
+    /// `{coverage_link_flags}` for the library's link, device coverage on.
+    fn link_flags(&self, _found: &Found) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// What a build step's environment gains; `inherited` reads the step's
+    /// own environment, then the harness's.
+    fn build_env(&self, _found: &Found, _inherited: Lookup) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    /// What a trial's environment gains: its collector, writing into the
+    /// trial's `profile_dir` and once per build under `cache_dir`.
+    fn trial_env(
+        &self,
+        _found: &Found,
+        _config: &DeviceConfig,
+        _profile_dir: &Path,
+        _cache_dir: &Path,
+    ) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    /// What it does once the library is built, for its trials; what to say.
+    fn after_build(&self, _found: &Found, _objects: &[PathBuf], _cache_dir: &Path, _env: Lookup) -> Option<String> {
+        None
+    }
+
+    /// Why a passed trial's device coverage is lost, for a collector that
+    /// writes records of its own: each of `expected` processes left a complete
+    /// one in `dir`, or `Some(why)`.
+    fn coverage_lost(&self, _dir: &Path, _expected: usize) -> Option<String> {
+        None
+    }
+
+    /// Whether a raw profile in a trial's folder is this backend's device profile.
+    fn is_device_profile(&self, _file_name: &str) -> bool {
+        false
+    }
+
+    /// The records its own collector left in a trial's folder, sorted.
+    fn collector_records(&self, _dir: &Path) -> Result<Vec<PathBuf>> {
+        Ok(Vec::new())
+    }
+
+    /// The file that lists what its trials count, where it keeps one.
+    fn counted_kernels_file(&self, _cache_dir: &Path) -> Option<PathBuf> {
+        None
+    }
+
+    /// The device lines of each trial's checked `records` (by slug) and of
+    /// all of them, for a backend whose lines come from its records.
+    fn device_lines(
+        &self,
+        _cache_dir: &Path,
+        _records: &BTreeMap<String, Vec<PathBuf>>,
+    ) -> Result<Option<DeviceLines>> {
+        Ok(None)
+    }
+
+    /// Why `coverage.profile_pattern` cannot work with its device coverage on.
+    fn profile_pattern_problem(&self, _pattern: &str) -> Option<String> {
+        None
+    }
+
+    /// This machine's GPUs as the vendor's tools list them; empty without them.
+    fn gpus(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
+
+/// The backend a target picks: one of [`registry::backends`], written to
+/// `build.json` by its name.
+#[derive(Clone, Copy)]
+pub struct Backend(pub(crate) &'static dyn DeviceBackend);
 
 impl Backend {
-    /// The backend a GPU architecture names: `gfx*` is AMDGPU, `sm_*` and
-    /// `compute_*` are NVIDIA; any other name is none, never a guess.
+    /// The backend a GPU architecture names; any other name is none, never a guess.
     pub(crate) fn of_target(target: &str) -> Option<Backend> {
-        if target.starts_with("gfx") {
-            Some(Backend::Amdgpu)
-        } else if target.starts_with("sm_") || target.starts_with("compute_") {
-            Some(Backend::Nvidia)
-        } else {
-            None
-        }
+        registry::backends().iter().find(|b| b.takes_target(target)).map(|&b| Backend(b))
     }
 
-    /// Whether the backend's device objects go to llvm-cov (LLVM's own
-    /// coverage mapping), rather than to a source of its own.
+    /// The backend called `name` (`build.json`'s word for it).
+    pub fn named(name: &str) -> Option<Backend> {
+        registry::backends().iter().find(|b| b.name() == name).map(|&b| Backend(b))
+    }
+
+    pub fn name(self) -> &'static str {
+        self.0.name()
+    }
+
+    /// Whether its device objects go to llvm-cov with the host's.
     pub(crate) fn llvm_objects(self) -> bool {
-        self == Backend::Amdgpu
+        self.0.line_source() == LineSource::LlvmObjects
     }
 }
 
-/// What a backend found that the build and the trials use.
+impl PartialEq for Backend {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Backend {}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for Backend {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Backend {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Backend::named(&name).ok_or_else(|| {
+            let known: Vec<_> = registry::backends().iter().map(|b| b.name()).collect();
+            serde::de::Error::custom(format!("{name:?} names no device backend: expected one of {}", known.join(", ")))
+        })
+    }
+}
+
+/// What a backend found that the build and the trials use: its own fields,
+/// which only it reads ([`Found::get`]), beside its name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "backend", rename_all = "lowercase")]
-pub enum Found {
-    Amdgpu {
-        /// The device profile runtime.
-        runtime: PathBuf,
-        /// The host collector linked into the library.
-        collector: PathBuf,
-    },
-    Nvidia {
-        /// The CUPTI library the collector is linked against.
-        cupti: PathBuf,
-        /// Its version, as its file or its wheel names it.
-        cupti_version: String,
-        /// The injection library (`CUDA_INJECTION64_PATH`) built against it.
-        collector: PathBuf,
-        /// Whether this CUPTI counts only the kernels it is told to (the probe
-        /// switched counting off for one kernel and on again for the next).
-        #[serde(default)]
-        selective: bool,
-    },
+pub struct Found {
+    pub backend: Backend,
+    #[serde(flatten)]
+    fields: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Found {
+    /// `fields`, which must serialize to a JSON object, as `backend` found them.
+    pub(crate) fn new(backend: Backend, fields: &impl Serialize) -> Found {
+        let fields = match serde_json::to_value(fields) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        };
+        Found { backend, fields }
+    }
+
+    /// The fields as the backend's own type; `None` if they are not (a
+    /// `build.json` of another release).
+    pub fn get<T: DeserializeOwned>(&self) -> Option<T> {
+        serde_json::from_value(serde_json::Value::Object(self.fields.clone())).ok()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,25 +233,26 @@ impl DeviceDecision {
         format!("{state} ({}): {}", self.requested.as_str(), self.reason)
     }
 
-    /// Whether the target is AMDGPU (HIP), where host-only needs the
-    /// `-Xarch_host` flag forms.
-    pub(crate) fn is_hip(&self) -> bool {
-        self.backend == Some(Backend::Amdgpu)
-    }
-
-    /// The NVIDIA collector and its CUPTI, when NVIDIA device coverage is on.
-    pub(crate) fn nvidia(&self) -> Option<(&Path, &Path)> {
-        match (&self.found, self.enabled) {
-            (Some(Found::Nvidia { collector, cupti, .. }), true) => Some((collector, cupti)),
+    /// The backend and what it found, when device coverage is on.
+    pub(crate) fn on(&self) -> Option<(Backend, &Found)> {
+        match (self.enabled, self.backend, &self.found) {
+            (true, Some(backend), Some(found)) => Some((backend, found)),
             _ => None,
         }
     }
 
-    /// Whether NVIDIA device coverage is on with a CUPTI that counts only the
-    /// kernels it is told to.
-    pub(crate) fn nvidia_selective(&self) -> bool {
-        matches!((&self.found, self.enabled), (Some(Found::Nvidia { selective: true, .. }), true))
+    /// Where this build's device lines come from.
+    pub(crate) fn line_source(&self) -> LineSource {
+        self.on().map_or(LineSource::None, |(backend, _)| backend.0.line_source())
     }
+}
+
+/// Why device coverage is unavailable, in the backend's own words, and what
+/// to change so that ON works.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Blocker {
+    pub(crate) message: String,
+    pub(crate) fix: &'static str,
 }
 
 /// What makes device coverage available, and the sentence that says so.
@@ -120,17 +270,6 @@ pub(crate) enum LineSource {
     None,
     LlvmObjects,
     KernelRecords,
-}
-
-impl DeviceDecision {
-    /// Where this build's device lines come from.
-    pub(crate) fn line_source(&self) -> LineSource {
-        match (self.enabled, self.backend) {
-            (true, Some(Backend::Amdgpu)) => LineSource::LlvmObjects,
-            (true, Some(Backend::Nvidia)) => LineSource::KernelRecords,
-            _ => LineSource::None,
-        }
-    }
 }
 
 /// Paths for a message: `a, b, c`.

@@ -1,8 +1,8 @@
 //! Device coverage: AUTO, ON or OFF, resolved once per build into a decision
 //! that names its backend, and the reason for it.
 //!
-//! The target picks the backend: `gfx*` is AMDGPU (`amdgpu.rs`: LLVM
-//! instruments HIP device code), `sm_*`/`compute_*` is NVIDIA (`nvidia.rs`:
+//! The target picks the backend: `gfx*` is AMDGPU (`amdgpu/`: LLVM
+//! instruments HIP device code), `sm_*`/`compute_*` is NVIDIA (`nvidia/`:
 //! CUPTI's SASS metrics count every executed instruction, and the cubins'
 //! line tables make that line coverage). Each backend checks its own
 //! requirements; the first that fails is the blocker. AUTO falls back to
@@ -11,7 +11,11 @@
 
 pub mod amdgpu;
 mod decision;
-pub(crate) mod nvidia;
+pub(crate) mod lines;
+pub mod nvidia;
+mod registry;
+#[cfg(test)]
+mod test_backend;
 
 pub(crate) use decision::LineSource;
 pub use decision::{Backend, DeviceDecision, Found};
@@ -21,33 +25,16 @@ use crate::config::{DeviceConfig, DeviceMode};
 use crate::env_names::Lookup;
 use crate::error::Result;
 use crate::toolchain::Tool;
+use decision::Blocker;
+use lines::DeviceLines;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Why device coverage is unavailable: no target, or a backend's own blocker,
-/// which words its message and its fix itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Blocker {
-    NoTarget,
-    Amdgpu(amdgpu::Blocker),
-    Nvidia(nvidia::Blocker),
-}
-
-impl Blocker {
-    pub(crate) fn message(&self) -> String {
-        match self {
-            Blocker::NoTarget => "the config has no device target (coverage.device.target)".into(),
-            Blocker::Amdgpu(blocker) => blocker.message(),
-            Blocker::Nvidia(blocker) => blocker.message(),
-        }
-    }
-
-    /// What to change so that ON works.
-    fn fix(&self) -> &'static str {
-        match self {
-            Blocker::NoTarget => "set coverage.device.target to the GPU architecture (e.g. gfx942 or sm_90)",
-            Blocker::Amdgpu(blocker) => blocker.fix(),
-            Blocker::Nvidia(blocker) => blocker.fix(),
-        }
+/// The blocker when the config names no target at all.
+fn no_target() -> Blocker {
+    Blocker {
+        message: "the config has no device target (coverage.device.target)".into(),
+        fix: "set coverage.device.target to the GPU architecture (e.g. gfx942 or sm_90)",
     }
 }
 
@@ -62,6 +49,20 @@ pub(crate) fn requested_mode(config: &DeviceConfig, env: Lookup<'_>) -> Result<D
     }
 }
 
+/// The backend `coverage.device.target` names, if any; a name no backend
+/// takes is an error that lists what each takes, never a guess.
+pub(crate) fn check_target(config: &DeviceConfig) -> Result<Option<Backend>> {
+    let Some(target) = config.target.as_deref() else { return Ok(None) };
+    if let Some(backend) = Backend::of_target(target) {
+        return Ok(Some(backend));
+    }
+    let forms: Vec<_> = registry::backends().iter().map(|b| b.target_forms()).collect();
+    bail!(
+        "coverage.device.target: {target:?} is not a GPU architecture any backend takes: expected {}",
+        forms.join(" or ")
+    )
+}
+
 /// Resolves `requested` against what the config, the compiler `cxx` and the
 /// machine allow. `tools` is where a backend builds what it needs at fixture
 /// time (NVIDIA's collector and probe), `None` in a dry run, which builds and
@@ -74,15 +75,7 @@ pub fn decide(
     env: Lookup,
 ) -> Result<DeviceDecision> {
     let target = config.target.clone();
-    let backend = match target.as_deref() {
-        Some(target) => match Backend::of_target(target) {
-            Some(backend) => Some(backend),
-            None => bail!(
-                "coverage.device.target {target:?} names no backend: expected gfx* (AMDGPU) or sm_*/compute_* (NVIDIA)"
-            ),
-        },
-        None => None,
-    };
+    let backend = check_target(config)?;
     let decision = |enabled, reason: String, found: Option<Found>| DeviceDecision {
         requested,
         enabled,
@@ -91,158 +84,133 @@ pub fn decide(
         backend,
         found,
     };
-    // OFF never probes: NVIDIA's probe builds and runs on the GPU.
-    if requested == DeviceMode::Off && backend == Some(Backend::Nvidia) {
+    if requested == DeviceMode::Off && backend.is_some_and(|b| !b.0.checks_when_off()) {
         return Ok(decision(false, "off as requested".into(), None));
     }
     let availability = match (target.as_deref(), backend) {
-        (Some(target), Some(Backend::Amdgpu)) => amdgpu::check(target, config, cxx)?.map_err(Blocker::Amdgpu),
-        (Some(target), Some(Backend::Nvidia)) => nvidia::check(target, cxx, tools, env)?.map_err(Blocker::Nvidia),
-        _ => Err(Blocker::NoTarget),
+        (Some(target), Some(backend)) => backend.0.check(target, config, cxx, tools, env)?,
+        _ => Err(no_target()),
     };
     Ok(match (requested, availability) {
         (DeviceMode::Off, Err(blocker)) => {
-            decision(false, format!("off as requested (it would be unavailable anyway: {})", blocker.message()), None)
+            decision(false, format!("off as requested (it would be unavailable anyway: {})", blocker.message), None)
         }
         (DeviceMode::Off, Ok(found)) => {
             decision(false, format!("off as requested (device coverage is available: {})", found.detail), None)
         }
         (DeviceMode::On, Err(blocker)) => bail!(
             "device coverage is ON (CCL_COV_DEVICE_COVERAGE or coverage.device.mode) but unavailable because {}. To fix: {}; or set CCL_COV_DEVICE_COVERAGE=auto to fall back to host-only coverage",
-            blocker.message(),
-            blocker.fix()
+            blocker.message,
+            blocker.fix
         ),
-        (DeviceMode::Auto, Err(blocker)) => decision(false, blocker.message(), None),
+        (DeviceMode::Auto, Err(blocker)) => decision(false, blocker.message, None),
         (_, Ok(available)) => decision(true, available.detail, Some(available.found)),
     })
 }
 
 /// The instrumentation flags for the build: as configured when device code
-/// is instrumented (or there is none); for a HIP target on host-only, each
-/// flag in its `-Xarch_host` form so a compiler that would instrument device
-/// code by default (clang 22) really instruments only the host.
+/// is instrumented (or there is none); on host-only, as the backend keeps
+/// its device code uninstrumented (AMDGPU: each flag in its `-Xarch_host`
+/// form, since clang 22 would instrument HIP device code by default).
 pub fn coverage_flags(host_flags: &[String], decision: &DeviceDecision) -> Vec<String> {
-    if decision.enabled || !decision.is_hip() {
-        return host_flags.to_vec();
+    match decision.backend {
+        Some(backend) if !decision.enabled => backend.0.host_only_flags(host_flags),
+        _ => host_flags.to_vec(),
     }
-    host_flags.iter().flat_map(|f| ["-Xarch_host".to_string(), f.clone()]).collect()
 }
 
-/// `{coverage_link_flags}`: with AMDGPU device coverage on, the host
-/// collector and what it needs (`dlopen` of the HIP runtime, a mutex), for
-/// the library's link. The whole archive, because nothing in the library
-/// refers to the collector: it hooks in through a constructor and the
-/// exit-time write.
+/// `{coverage_link_flags}`: what the library's link needs for device
+/// coverage (AMDGPU's host collector).
 pub fn link_flags(decision: &DeviceDecision) -> Vec<String> {
-    match (&decision.found, decision.enabled) {
-        (Some(Found::Amdgpu { collector, .. }), true) => vec![
-            format!("-Wl,--whole-archive,{},--no-whole-archive", collector.display()),
-            "-ldl".into(),
-            "-lpthread".into(),
-        ],
-        _ => Vec::new(),
-    }
+    decision.on().map(|(backend, found)| backend.0.link_flags(found)).unwrap_or_default()
 }
 
-/// What a build step's environment gains from device coverage: NVIDIA's
-/// line tables (`-lineinfo`, through nvcc's `NVCC_APPEND_FLAGS`, added to
-/// any value `inherited` holds).
-pub(crate) fn build_env(decision: &DeviceDecision, inherited: Option<&str>) -> Vec<(String, String)> {
-    match decision.nvidia() {
-        Some(_) => vec![nvidia::append_lineinfo(inherited)],
-        None => Vec::new(),
-    }
+/// What a build step's environment gains from device coverage (NVIDIA's
+/// line tables); `inherited` reads the step's own environment, then the
+/// harness's.
+pub(crate) fn build_env(decision: &DeviceDecision, inherited: Lookup) -> Vec<(String, String)> {
+    decision.on().map(|(backend, found)| backend.0.build_env(found, inherited)).unwrap_or_default()
 }
 
-/// What a trial's environment gains from device coverage: NVIDIA's
-/// collector, writing its records into the trial's `profile_dir` and the
-/// cubins once per build under the build's `cache_dir`, counting the kernels
-/// and launches `config` selects.
+/// What a trial's environment gains from device coverage: the backend's
+/// collector, writing its records into the trial's `profile_dir` and once
+/// per build under the build's `cache_dir`.
 pub(crate) fn trial_env(
     decision: &DeviceDecision,
     config: &DeviceConfig,
     profile_dir: &Path,
     cache_dir: &Path,
 ) -> Vec<(String, String)> {
-    match decision.nvidia() {
-        Some((collector, _)) => {
-            let selective = decision.nvidia_selective();
-            let list = nvidia::library_kernels_file(cache_dir);
-            let library = config.kernels == crate::config::KernelSelection::Library;
-            let kernels = (selective && library && list.is_file()).then_some(list);
-            nvidia::trial_env(
-                collector,
-                profile_dir,
-                &nvidia::cubins_dir(cache_dir),
-                kernels.as_deref(),
-                config.max_launches.filter(|_| selective),
-            )
-        }
-        None => Vec::new(),
-    }
+    decision.on().map(|(backend, found)| backend.0.trial_env(found, config, profile_dir, cache_dir)).unwrap_or_default()
 }
 
 /// Why a passed trial's device coverage is lost, judged like its host
-/// profiles: a backend whose collector writes records of its own (NVIDIA)
-/// checks that each of the `expected` processes left a complete one in `dir`.
-/// AMDGPU's device profiles are llvm's, checked with the host's.
+/// profiles: a backend whose collector writes records of its own checks that
+/// each of the `expected` processes left a complete one in `dir`.
 pub(crate) fn coverage_lost(decision: &DeviceDecision, dir: &Path, expected: usize) -> Option<String> {
-    decision.nvidia().and_then(|_| nvidia::records_lost(dir, expected))
+    decision.on().and_then(|(backend, _)| backend.0.coverage_lost(dir, expected))
 }
 
-/// Whether a raw profile in a trial's folder is a backend's device profile
-/// (AMDGPU's host collector writes `<target>.<pattern>`), not a host process's.
+/// Whether a raw profile in a trial's folder is some backend's device
+/// profile, not a host process's.
 pub(crate) fn is_device_profile(file_name: &str) -> bool {
-    amdgpu::is_device_profile(file_name)
+    registry::backends().iter().any(|b| b.is_device_profile(file_name))
 }
 
-/// The records a backend's own collector left in a trial's profile folder
-/// (NVIDIA's kernel records), sorted; none when the folder does not exist.
+/// The records the backends' own collectors left in a trial's profile
+/// folder, sorted; none when the folder does not exist.
 pub(crate) fn collector_records(dir: &Path) -> Result<Vec<PathBuf>> {
-    nvidia::record::record_files(dir)
+    let mut all = Vec::new();
+    for backend in registry::backends() {
+        all.extend(backend.collector_records(dir)?);
+    }
+    all.sort();
+    Ok(all)
 }
 
-/// What a backend does once the library is built, for its trials: NVIDIA's
-/// list of the library's kernels, the only ones they count. Returns what to
-/// say; a failure is said, not raised, since it costs time, never coverage.
+/// What a backend does once the library is built, for its trials (NVIDIA:
+/// the list of the library's kernels, the only ones they count). Returns
+/// what to say; a failure is said, not raised, since it costs time, never
+/// coverage.
 pub(crate) fn after_build(
     decision: &DeviceDecision,
     objects: &[PathBuf],
     cache_dir: &Path,
     env: Lookup,
 ) -> Option<String> {
-    if !decision.nvidia_selective() {
-        return None;
+    decision.on().and_then(|(backend, found)| backend.0.after_build(found, objects, cache_dir, env))
+}
+
+/// The file of what a build's trials count ([`after_build`]), where the
+/// backend keeps one.
+pub(crate) fn counted_kernels_file(decision: &DeviceDecision, cache_dir: &Path) -> Option<PathBuf> {
+    decision.on().and_then(|(backend, _)| backend.0.counted_kernels_file(cache_dir))
+}
+
+/// The device lines of each trial's checked `records` (by slug) and of all
+/// of them, where the backend's lines come from its own records; `None`
+/// otherwise.
+pub(crate) fn device_lines(
+    decision: &DeviceDecision,
+    cache_dir: &Path,
+    records: &BTreeMap<String, Vec<PathBuf>>,
+) -> Result<Option<DeviceLines>> {
+    match decision.on() {
+        Some((backend, _)) => backend.0.device_lines(cache_dir, records),
+        None => Ok(None),
     }
-    Some(match nvidia::write_library_kernels(objects, cache_dir, env) {
-        Ok(n) => format!(
-            "{n} kernels in the library's objects ({}): trials count only these unless coverage.device.kernels is \"all\"",
-            nvidia::library_kernels_file(cache_dir).display()
-        ),
-        Err(why) => format!(
-            "warning: the library's kernels could not be listed ({why}): trials count every kernel, the test programs' own too"
-        ),
-    })
-}
-
-/// The file of the kernels a build's trials count ([`after_build`]).
-pub(crate) fn counted_kernels_file(cache_dir: &Path) -> PathBuf {
-    nvidia::library_kernels_file(cache_dir)
-}
-
-/// Where a build with kernel records keeps the code objects they are mapped
-/// through (NVIDIA's cubins, saved once per build by its trials).
-pub(crate) fn kernel_objects_dir(cache_dir: &Path) -> PathBuf {
-    nvidia::cubins_dir(cache_dir)
 }
 
 /// Why the profile file pattern cannot work with this backend's device
 /// coverage on; `None` when it can.
 pub(crate) fn profile_pattern_problem(decision: &DeviceDecision, pattern: &str) -> Option<String> {
-    match decision.backend {
-        Some(Backend::Amdgpu) if decision.enabled => amdgpu::profile_pattern_problem(pattern),
-        _ => None,
-    }
+    decision.on().and_then(|(backend, _)| backend.0.profile_pattern_problem(pattern))
+}
+
+/// The machine's GPUs as the first backend whose tools list any lists them;
+/// empty without GPU tools.
+pub(crate) fn gpus() -> Vec<String> {
+    registry::backends().iter().map(|b| b.gpus()).find(|gpus| !gpus.is_empty()).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -294,7 +262,7 @@ pub(crate) mod tests {
             enabled: false,
             reason: String::new(),
             target: Some("gfx942".into()),
-            backend: Some(Backend::Amdgpu),
+            backend: Backend::named("amdgpu"),
             found: None,
         };
         assert_eq!(
@@ -303,7 +271,7 @@ pub(crate) mod tests {
         );
         let hip_on = DeviceDecision { enabled: true, ..hip_off.clone() };
         assert_eq!(coverage_flags(&flags, &hip_on), flags);
-        let cuda = DeviceDecision { target: Some("sm_90".into()), backend: Some(Backend::Nvidia), ..hip_off };
+        let cuda = DeviceDecision { target: Some("sm_90".into()), backend: Backend::named("nvidia"), ..hip_off };
         assert_eq!(coverage_flags(&flags, &cuda), flags);
     }
 
@@ -315,13 +283,8 @@ pub(crate) mod tests {
             enabled: true,
             reason: String::new(),
             target: Some("sm_90".into()),
-            backend: Some(Backend::Nvidia),
-            found: Some(Found::Nvidia {
-                cupti: "/c/libcupti.so.13".into(),
-                cupti_version: "13.4.92".into(),
-                collector: "/t/libccl_cov_cupti.so".into(),
-                selective,
-            }),
+            backend: Backend::named("nvidia"),
+            found: Some(nvidia::tests::found(selective)),
         };
         let env = |decision: &DeviceDecision, config: &DeviceConfig| -> Vec<(String, String)> {
             trial_env(decision, config, Path::new("/ws/p"), cache.path())
@@ -334,7 +297,7 @@ pub(crate) mod tests {
         let all = DeviceConfig { kernels: crate::config::KernelSelection::All, ..DeviceConfig::default() };
         // No list yet (cuobjdump failed, an older build): every kernel.
         assert!(env(&decision(true), &library).is_empty());
-        let list = nvidia::library_kernels_file(cache.path());
+        let list = cache.path().join("library-kernels.txt");
         std::fs::write(&list, "k\n").unwrap();
         let listed = ("CCL_COV_SASS_KERNELS".to_string(), list.display().to_string());
         assert_eq!(env(&decision(true), &library), std::slice::from_ref(&listed));

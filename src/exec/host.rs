@@ -1,5 +1,6 @@
-//! Facts about this machine and the clock, for records: when, where, on
-//! which GPUs. Every later stage may use them; they use nothing of the crate.
+//! Facts about this machine and the clock, for records: when and where
+//! (which GPUs is the device stage's). Every later stage may use them; they
+//! use nothing of the crate.
 
 use std::time::SystemTime;
 
@@ -10,18 +11,6 @@ pub(crate) fn unix_ms() -> u64 {
 /// Now as RFC 3339 UTC, to the second.
 pub(crate) fn now() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
-}
-
-/// The machine's GPUs as their tools list them; empty without GPU tools.
-pub(crate) fn gpus() -> Vec<String> {
-    let nvidia = crate::exec::process::Cmd::new("nvidia-smi")
-        .args(["--query-gpu=index,name,driver_version,pci.bus_id", "--format=csv,noheader"])
-        .read();
-    let amd = || crate::exec::process::Cmd::new("rocm-smi").arg("--showproductname").read();
-    nvidia
-        .or_else(|_| amd())
-        .map(|text| text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
-        .unwrap_or_default()
 }
 
 /// The host name, for run records.

@@ -648,7 +648,7 @@ mod tests {
     /// trial's environment, so every launcher forwards them to every rank.
     #[test]
     fn nvidia_device_coverage_reaches_every_rank() {
-        use crate::device::{Backend, DeviceDecision, Found};
+        use crate::device::{Backend, DeviceDecision};
         let config = crate::config::load_str(crate::config::DEFAULT_CONFIG_TEXT, Path::new("local.json"), &|_| None)
             .unwrap()
             .config;
@@ -659,13 +659,8 @@ mod tests {
             enabled: true,
             reason: "r".into(),
             target: Some("sm_90".into()),
-            backend: Some(Backend::Nvidia),
-            found: Some(Found::Nvidia {
-                cupti: "/c/libcupti.so.13".into(),
-                cupti_version: "13.4.92".into(),
-                collector: "/t/libccl_cov_cupti.so".into(),
-                selective: true,
-            }),
+            backend: Backend::named("nvidia"),
+            found: Some(crate::device::nvidia::tests::found(true)),
         };
         let user = vec![("CUDA_MODULE_LOADING".to_string(), "LAZY".to_string())];
         let (env, _) = harness_env(user, &config, &manifest, Path::new("/ws/profiles/A.1K"));

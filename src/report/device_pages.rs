@@ -2,7 +2,7 @@
 //! file with each line's count, and an index with the totals, beside
 //! llvm-cov's host pages (llvm-cov cannot show coverage it did not compute).
 
-use crate::coverage::device_lines::DeviceLines;
+use crate::device::lines::DeviceLines;
 use crate::error::Result;
 use crate::report::escape_html as escape;
 use std::fmt::Write as _;

@@ -229,7 +229,7 @@ impl Suite {
             config_path: self.ctx.loaded.path.clone(),
             description: self.ctx.config().description.clone(),
             host: host::hostname(),
-            gpus: host::gpus(),
+            gpus: crate::device::gpus(),
             library_git_sha: git_sha(&self.ctx.loaded.library_src()),
             planned: plan::names(self.ctx.config()),
             ignored: self.ignored(),

@@ -641,16 +641,10 @@ mod tests {
 
     #[test]
     fn nvidia_device_coverage_gives_every_build_step_line_tables() {
-        use crate::device::{Backend, Found};
         let mut device = test_manifest("b").device;
         device.enabled = true;
-        device.backend = Some(Backend::Nvidia);
-        device.found = Some(Found::Nvidia {
-            cupti: "/c".into(),
-            cupti_version: "13.4".into(),
-            collector: "/t".into(),
-            selective: true,
-        });
+        device.backend = device::Backend::named("nvidia");
+        device.found = Some(device::nvidia::tests::found(true));
         let steps = vec![
             ("make".to_string(), Cmd::new("make")),
             ("own".to_string(), Cmd::new("make").env("NVCC_APPEND_FLAGS", "-O3")),

@@ -49,7 +49,7 @@ pub(super) fn with_device_env(steps: Vec<(String, Cmd)>, device: &DeviceDecision
                     .and_then(|(_, v)| v.as_ref().map(|v| v.to_string_lossy().into_owned()))
                     .or_else(|| std::env::var(key).ok())
             };
-            let extra = device::build_env(device, own("NVCC_APPEND_FLAGS").as_deref());
+            let extra = device::build_env(device, &own);
             (name, cmd.envs(extra))
         })
         .collect()

@@ -5,11 +5,11 @@
 use super::Session;
 use super::merge::Merged;
 use crate::bail;
-use crate::coverage::device_lines;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::mapping::{self, CounterReader, Mapping};
 use crate::coverage::profiles;
 use crate::coverage::trial_lines::{self, Basis, TrialLines};
+use crate::device::lines as device_lines;
 use crate::error::{Error, Result};
 use crate::report::attribution::{self, TrialCoverage, TrialSummary};
 use crate::report::elements::{Bits, Universe};

@@ -79,9 +79,10 @@ impl Session {
             && !lines.uncounted_library.is_empty()
         {
             return Err(Error::new(format!(
-                "kernels of the library were launched and not counted: {}. The build's kernel list ({}) does not name them as CUPTI does; set coverage.device.kernels to \"all\" and report the names",
+                "kernels of the library were launched and not counted: {}. The build's kernel list ({}) does not name them as the collector does; set coverage.device.kernels to \"all\" and report the names",
                 lines.uncounted_library.join(", "),
-                crate::device::counted_kernels_file(&merged.manifest.cache_dir).display()
+                crate::device::counted_kernels_file(device, &merged.manifest.cache_dir)
+                    .map_or_else(|| "none".to_string(), |file| file.display().to_string())
             )));
         }
         if let Some(lines) = &merged.device_lines

@@ -4,9 +4,9 @@
 
 use super::Session;
 use crate::build::cache::BuildManifest;
-use crate::coverage::device_lines::DeviceLines;
 use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::profiles;
+use crate::device::lines::DeviceLines;
 use crate::error::{Error, Result};
 use crate::plan;
 use crate::report::{Health, ReportInputs, ReportMeta};

@@ -4,9 +4,9 @@
 
 use super::Session;
 use super::merge::{Merge, Merged};
-use crate::coverage::device_lines;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::{Metric, SummaryExport};
+use crate::device::lines as device_lines;
 use crate::error::{Context, Error, Result};
 use crate::report::{self, Totals};
 use serde_json::json;

@@ -14,13 +14,92 @@
 //! accepts the flags: clang 19 accepts them and silently leaves device code
 //! alone (docs/architecture.md, "Toolchain and profile runtime").
 
-use super::decision::{Available, Found, join};
+use super::decision::{self, Available, Backend, DeviceBackend, Found, LineSource, join};
 use crate::config::DeviceConfig;
+use crate::env_names::Lookup;
 use crate::error::{Context, Result};
 use crate::exec::process::Cmd;
 use crate::toolchain::Tool;
 use crate::toolchain::objects;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+
+/// The AMDGPU backend, in the registry.
+pub(crate) struct Amdgpu;
+
+/// What AMDGPU device coverage needs, found by [`check`]: in `build.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Needs {
+    /// The device profile runtime.
+    pub runtime: PathBuf,
+    /// The host collector linked into the library.
+    pub collector: PathBuf,
+}
+
+impl DeviceBackend for Amdgpu {
+    fn name(&self) -> &'static str {
+        "amdgpu"
+    }
+
+    fn takes_target(&self, target: &str) -> bool {
+        target.starts_with("gfx")
+    }
+
+    fn target_forms(&self) -> &'static str {
+        "gfx* (AMDGPU)"
+    }
+
+    fn check(
+        &self,
+        target: &str,
+        config: &DeviceConfig,
+        cxx: &Tool,
+        _tools: Option<&Path>,
+        _env: Lookup,
+    ) -> Result<std::result::Result<Available, decision::Blocker>> {
+        Ok(check(target, config, cxx)?.map_err(|b| decision::Blocker { message: b.message(), fix: b.fix() }))
+    }
+
+    fn line_source(&self) -> LineSource {
+        LineSource::LlvmObjects
+    }
+
+    /// Each flag in its `-Xarch_host` form, so a compiler that would
+    /// instrument device code by default (clang 22) instruments only the host.
+    fn host_only_flags(&self, host_flags: &[String]) -> Vec<String> {
+        host_flags.iter().flat_map(|f| ["-Xarch_host".to_string(), f.clone()]).collect()
+    }
+
+    /// The host collector and what it needs (`dlopen` of the HIP runtime, a
+    /// mutex). The whole archive, because nothing in the library refers to
+    /// the collector: it hooks in through a constructor and the exit-time write.
+    fn link_flags(&self, found: &Found) -> Vec<String> {
+        match found.get::<Needs>() {
+            Some(needs) => vec![
+                format!("-Wl,--whole-archive,{},--no-whole-archive", needs.collector.display()),
+                "-ldl".into(),
+                "-lpthread".into(),
+            ],
+            None => Vec::new(),
+        }
+    }
+
+    fn is_device_profile(&self, file_name: &str) -> bool {
+        is_device_profile(file_name)
+    }
+
+    fn profile_pattern_problem(&self, pattern: &str) -> Option<String> {
+        profile_pattern_problem(pattern)
+    }
+
+    fn gpus(&self) -> Vec<String> {
+        Cmd::new("rocm-smi")
+            .arg("--showproductname")
+            .read()
+            .map(|text| text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
+            .unwrap_or_default()
+    }
+}
 
 /// Why AMDGPU device coverage is unavailable, each in its own words.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +169,7 @@ impl Blocker {
 const DEVICE_PROFILE_PREFIX: &str = "amdgcn-amd-amdhsa.";
 
 /// Whether a raw profile is one the host collector wrote for the device.
-pub(super) fn is_device_profile(file_name: &str) -> bool {
+fn is_device_profile(file_name: &str) -> bool {
     file_name.starts_with(DEVICE_PROFILE_PREFIX)
 }
 
@@ -175,11 +254,7 @@ fn gate(config: &DeviceConfig, cxx: &Tool) -> std::result::Result<Gate, Blocker>
 /// outer result is a failure to run the probes at all.
 /// The first blocker of HIP device coverage for `target`, or what makes it
 /// available. `Err` of the outer result is a failure to run the probes at all.
-pub(super) fn check(
-    target: &str,
-    config: &DeviceConfig,
-    cxx: &Tool,
-) -> Result<std::result::Result<Available, Blocker>> {
+fn check(target: &str, config: &DeviceConfig, cxx: &Tool) -> Result<std::result::Result<Available, Blocker>> {
     let scratch = tempfile::tempdir().context("cannot create a probe folder")?;
     if !config.linker {
         return Ok(Err(Blocker::LinkerDisabled));
@@ -227,7 +302,7 @@ pub(super) fn check(
         collector.display(),
         gate.describe()
     );
-    Ok(Ok(Available { found: Found::Amdgpu { runtime, collector }, detail }))
+    Ok(Ok(Available { found: Found::new(Backend(&Amdgpu), &Needs { runtime, collector }), detail }))
 }
 
 /// The ROCm version from `.info/version`, `core/.info/version` or rocm-core's
@@ -321,7 +396,7 @@ fn device_object_not_instrumented(cxx: &Tool, target: &str, scratch: &Path) -> R
 /// overwrite another, or `None`. The device write puts its target name in
 /// front of the expanded pattern and truncates, so only `%p` keeps two
 /// processes apart; `%m` merges host counters but never device ones.
-pub(crate) fn profile_pattern_problem(pattern: &str) -> Option<String> {
+fn profile_pattern_problem(pattern: &str) -> Option<String> {
     (!pattern.contains("%p")).then(|| {
         format!(
             "coverage.profile_pattern {pattern:?} has no %p: with device coverage on, every process writes its device profiles under the same names and the last one wins (%m merges host counters only). To fix: put %p in it, e.g. \"%h-%p-%m.profraw\""

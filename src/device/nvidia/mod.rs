@@ -3,7 +3,7 @@
 //! The collector (`nvidia/collector.cpp`, a CUDA injection library loaded
 //! through `CUDA_INJECTION64_PATH`) counts every executed SASS instruction
 //! of every launched kernel and writes one record per process (`record.rs`)
-//! and each cubin once; `coverage::sass` maps the counts to source lines
+//! and each cubin once; `device::nvidia::sass` maps the counts to source lines
 //! through the cubins' `.debug_line` (`nvcc -lineinfo`).
 //!
 //! The gate is a capability, not a version: CUPTI 13.0 (CUDA 13.0's
@@ -14,21 +14,144 @@
 
 pub(crate) mod branches;
 pub(crate) mod record;
+pub(crate) mod sass;
 
-use super::decision::{Available, Found, join};
+use super::decision::{self, Available, Backend, DeviceBackend, Found, LineSource, join};
+use super::lines::DeviceLines;
 use crate::bail;
+use crate::config::{DeviceConfig, KernelSelection};
 use crate::env_names::Lookup;
 use crate::error::{Context, Error, Result};
 use crate::exec::process::Cmd;
 use crate::toolchain::Tool;
 use crate::workspace::files;
 use record::Record;
-use std::collections::BTreeSet;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-const COLLECTOR_SOURCE: &str = include_str!("nvidia/collector.cpp");
-const PROBE_SOURCE: &str = include_str!("nvidia/probe.cu");
+/// The NVIDIA backend, in the registry.
+pub(crate) struct Nvidia;
+
+/// What NVIDIA kernel coverage needs, found by [`check`]: in `build.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Needs {
+    /// The CUPTI library the collector is linked against.
+    pub cupti: PathBuf,
+    /// Its version, as its file or its wheel names it.
+    pub cupti_version: String,
+    /// The injection library (`CUDA_INJECTION64_PATH`) built against it.
+    pub collector: PathBuf,
+    /// Whether this CUPTI counts only the kernels it is told to (the probe
+    /// switched counting off for one kernel and on again for the next).
+    #[serde(default)]
+    pub selective: bool,
+}
+
+impl DeviceBackend for Nvidia {
+    fn name(&self) -> &'static str {
+        "nvidia"
+    }
+
+    fn takes_target(&self, target: &str) -> bool {
+        target.starts_with("sm_") || target.starts_with("compute_")
+    }
+
+    fn target_forms(&self) -> &'static str {
+        "sm_*/compute_* (NVIDIA)"
+    }
+
+    /// OFF never probes: the probe builds and runs on the GPU.
+    fn checks_when_off(&self) -> bool {
+        false
+    }
+
+    fn check(
+        &self,
+        target: &str,
+        _config: &DeviceConfig,
+        cxx: &Tool,
+        tools: Option<&Path>,
+        env: Lookup,
+    ) -> Result<std::result::Result<Available, decision::Blocker>> {
+        Ok(check(target, cxx, tools, env)?.map_err(|b| decision::Blocker { message: b.message(), fix: b.fix() }))
+    }
+
+    fn line_source(&self) -> LineSource {
+        LineSource::KernelRecords
+    }
+
+    /// The line tables that map SASS offsets to source lines (`-lineinfo`).
+    fn build_env(&self, _found: &Found, inherited: Lookup) -> Vec<(String, String)> {
+        vec![append_lineinfo(inherited("NVCC_APPEND_FLAGS").as_deref())]
+    }
+
+    /// The collector, counting the kernels and launches `config` selects
+    /// where this CUPTI can count some and not others.
+    fn trial_env(
+        &self,
+        found: &Found,
+        config: &DeviceConfig,
+        profile_dir: &Path,
+        cache_dir: &Path,
+    ) -> Vec<(String, String)> {
+        let Some(needs) = found.get::<Needs>() else { return Vec::new() };
+        let list = library_kernels_file(cache_dir);
+        let library = config.kernels == KernelSelection::Library;
+        let kernels = (needs.selective && library && list.is_file()).then_some(list);
+        trial_env(
+            &needs.collector,
+            profile_dir,
+            &cubins_dir(cache_dir),
+            kernels.as_deref(),
+            config.max_launches.filter(|_| needs.selective),
+        )
+    }
+
+    /// The list of the library's kernels, the only ones its trials count.
+    fn after_build(&self, found: &Found, objects: &[PathBuf], cache_dir: &Path, env: Lookup) -> Option<String> {
+        if !found.get::<Needs>().is_some_and(|needs| needs.selective) {
+            return None;
+        }
+        Some(match write_library_kernels(objects, cache_dir, env) {
+            Ok(n) => format!(
+                "{n} kernels in the library's objects ({}): trials count only these unless coverage.device.kernels is \"all\"",
+                library_kernels_file(cache_dir).display()
+            ),
+            Err(why) => format!(
+                "warning: the library's kernels could not be listed ({why}): trials count every kernel, the test programs' own too"
+            ),
+        })
+    }
+
+    fn coverage_lost(&self, dir: &Path, expected: usize) -> Option<String> {
+        records_lost(dir, expected)
+    }
+
+    fn collector_records(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        record::record_files(dir)
+    }
+
+    fn counted_kernels_file(&self, cache_dir: &Path) -> Option<PathBuf> {
+        Some(library_kernels_file(cache_dir))
+    }
+
+    fn device_lines(&self, cache_dir: &Path, records: &BTreeMap<String, Vec<PathBuf>>) -> Result<Option<DeviceLines>> {
+        sass::device_lines(&cubins_dir(cache_dir), records).map(Some)
+    }
+
+    fn gpus(&self) -> Vec<String> {
+        Cmd::new("nvidia-smi")
+            .args(["--query-gpu=index,name,driver_version,pci.bus_id", "--format=csv,noheader"])
+            .read()
+            .map(|text| text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
+            .unwrap_or_default()
+    }
+}
+
+const COLLECTOR_SOURCE: &str = include_str!("collector.cpp");
+const PROBE_SOURCE: &str = include_str!("probe.cu");
 /// The probe's kernels (`extern "C"`-free names, so their mangled names
 /// start `_Z2k1` and so on).
 const PROBE_KERNELS: [&str; 3] = ["_Z2k1", "_Z2k2", "_Z2k3"];
@@ -180,7 +303,7 @@ fn cupti_include(cuda: &Path, cupti: &Path, looked: &mut Vec<PathBuf>) -> Option
 /// The first blocker of NVIDIA kernel coverage for `target`, or the CUPTI
 /// and collector that give it. `Err` of the outer result is a failure of the
 /// harness itself (it cannot write its tools folder).
-pub(super) fn check(
+fn check(
     target: &str,
     cxx: &Tool,
     tools: Option<&Path>,
@@ -258,7 +381,10 @@ pub(super) fn check(
         n = PROBE_KERNELS.len()
     );
     let selective = selection.is_ok();
-    Ok(Ok(Available { found: Found::Nvidia { cupti, cupti_version: version, collector, selective }, detail }))
+    Ok(Ok(Available {
+        found: Found::new(Backend(&Nvidia), &Needs { cupti, cupti_version: version, collector, selective }),
+        detail,
+    }))
 }
 
 /// Builds the collector (with the host compiler, against CUPTI's C API) and
@@ -370,7 +496,7 @@ fn run_probe(probe: &Path, collector: &Path, run: &Path, kernels: Option<&Path>)
 
 /// `NVCC_APPEND_FLAGS` with `-lineinfo`: the line tables that map SASS
 /// offsets to source lines, in every nvcc a build step runs.
-pub(super) fn append_lineinfo(inherited: Option<&str>) -> (String, String) {
+fn append_lineinfo(inherited: Option<&str>) -> (String, String) {
     let value = match inherited.map(str::trim).filter(|v| !v.is_empty()) {
         Some(v) if v.split_whitespace().any(|f| f == "-lineinfo") => v.to_string(),
         Some(v) => format!("{v} -lineinfo"),
@@ -385,7 +511,7 @@ pub(super) fn append_lineinfo(inherited: Option<&str>) -> (String, String) {
 /// run), records into `records`, cubins into `cubins`; only the kernels
 /// `kernels` lists are counted when it names a list, and each kernel's first
 /// `max_launches` launches when it is set.
-pub(super) fn trial_env(
+fn trial_env(
     collector: &Path,
     records: &Path,
     cubins: &Path,
@@ -488,8 +614,19 @@ pub(crate) fn cubins_dir(cache_dir: &Path) -> PathBuf {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// What a probe on an H200 with CUPTI 13.4 finds, `selective` or not.
+    pub(crate) fn found(selective: bool) -> Found {
+        let needs = Needs {
+            cupti: "/c/libcupti.so.13".into(),
+            cupti_version: "13.4.92".into(),
+            collector: "/t/libccl_cov_cupti.so".into(),
+            selective,
+        };
+        Found::new(Backend(&Nvidia), &needs)
+    }
 
     fn lookup(vars: Vec<(&'static str, String)>) -> impl Fn(&str) -> Option<String> {
         move |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone())

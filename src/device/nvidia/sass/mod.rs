@@ -3,7 +3,7 @@
 //! (`cubin`), give per-source-line counts.
 //!
 //! Use: `read_cubin_dir` on the collector's cubin folder, `Record::read` on each record file,
-//! then `line_coverage`: the lines are the vendor-neutral `coverage::device_lines` types. A record that `!is_complete()` or has `dropped > 0` lost
+//! then `line_coverage`: the lines are the vendor-neutral `device::lines` types. A record that `!is_complete()` or has `dropped > 0` lost
 //! counts: the caller reports it as lost device coverage.
 
 pub(crate) mod cubin;
@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::bail;
-use crate::coverage::device_lines::{DeviceCoverage, DeviceFunction, DeviceLines, LinesOrigin};
+use crate::device::lines::{DeviceCoverage, DeviceFunction, DeviceLines, LinesOrigin};
 use crate::device::nvidia::record::{InstructionKey, Record};
 use crate::error::{Context, Result};
 use cubin::{CubinLines, INSTRUCTION_BYTES};
@@ -169,7 +169,7 @@ fn check_instruction(cubins: &BTreeMap<u32, CubinLines>, key: &InstructionKey) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coverage::device_lines::to_lcov;
+    use crate::device::lines::to_lcov;
     use cubin::tests::{FIXTURES, fixture_cubin};
 
     const CRC: u32 = 0xc0de;
@@ -292,7 +292,7 @@ mod tests {
     /// `device.lcov` beside the H200 capture is what the harness's report wrote for that run:
     /// recomputed from the captured cubins and records, with the config's ignore rule, the test
     /// programs' kernels left out and the paths made relative to the library's sources (as
-    /// `coverage::device_lines` and the report do), it must be the same text.
+    /// `device::lines` and the report do), it must be the same text.
     #[test]
     fn the_captured_device_lcov_is_recomputed_from_its_cubins_and_records() {
         let capture = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cuda-capture"));
