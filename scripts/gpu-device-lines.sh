@@ -119,9 +119,12 @@ if has branches; then
   for line in tally.cu:17 tally.cu:23 tally.cu:33 common.cuh:35; do
     CCL_COV_WORKSPACE=/tmp/ws-dev $cov who-covers "$line" >> "$out/who-covers.txt" 2>&1
   done
-  CCL_COV_DEVICE_COVERAGE=off CCL_COV_WORKSPACE=/tmp/ws-host $cov collectives > "$out/host-collectives.log" 2>&1
-  echo "rc=$?" >> "$out/host-collectives.log"
-  stamp host-collectives
+  if [ "${HOST_ONLY:-1}" = 1 ]; then
+    CCL_COV_DEVICE_COVERAGE=off CCL_COV_WORKSPACE=/tmp/ws-host $cov collectives > "$out/host-collectives.log" 2>&1
+    echo "rc=$?" >> "$out/host-collectives.log"
+    stamp host-collectives
+  fi
+  cp /tmp/ws-dev/report/summary-device.json /tmp/ws-dev/report/summary.md "$out/" 2>/dev/null
   build=$(python3 -c 'import json;print(json.load(open("/tmp/ws-dev/build.json"))["cache_dir"])')
   rm -rf /tmp/capture /tmp/capture-extra && mkdir -p /tmp/capture/trials /tmp/capture-extra/nvdisasm
   cp -r "$build/cubins" /tmp/capture/
@@ -131,11 +134,20 @@ if has branches; then
   cp /tmp/ws-dev/report/device.lcov /tmp/ws-dev/build.json /tmp/capture/
   cp /tmp/ws-dev/report/coverage.lcov /tmp/ws-dev/report/summary.md /tmp/ws-dev/report/summary-device.json \
     /tmp/ws-dev/report/meta.json /tmp/ws-dev/results/run.json /tmp/capture-extra/ 2>/dev/null
-  cp /tmp/ws-host/results/run.json /tmp/capture-extra/run-host.json
+  cp /tmp/ws-host/results/run.json /tmp/capture-extra/run-host.json 2>/dev/null
   for c in /tmp/capture/cubins/*.cubin; do nvdisasm -c "$c" > "/tmp/capture-extra/nvdisasm/$(basename "$c" .cubin).sass"; done
   tar -czf "$final/capture.tar.gz" -C /tmp capture capture-extra
   stamp capture
-  python3 scripts/ncu-source-lines.py run /tmp/ws-dev /tmp/ncu --budget "${NCU_BUDGET:-380}" > "$out/ncu-run.log" 2>&1
+  # NCU_SKIP: collectives whose trials an earlier run already profiled; the rest run again
+  # (same build) in a workspace of their own, and only they go under Nsight Compute.
+  ncu_ws=/tmp/ws-dev
+  if [ -n "${NCU_SKIP:-}" ]; then
+    skips=(); for c in $NCU_SKIP; do skips+=(--skip "$c"); done
+    CCL_COV_WORKSPACE=/tmp/ws-rest $cov collectives "${skips[@]}" > "$out/rest-collectives.log" 2>&1
+    echo "rc=$?" >> "$out/rest-collectives.log"
+    ncu_ws=/tmp/ws-rest
+  fi
+  python3 scripts/ncu-source-lines.py run "$ncu_ws" /tmp/ncu --budget "${NCU_BUDGET:-380}" > "$out/ncu-run.log" 2>&1
   echo "rc=$?" >> "$out/ncu-run.log"
   stamp ncu
   python3 scripts/ncu-source-lines.py lines /tmp/ncu > "$final/ncu-lines.tsv" 2>> "$out/ncu-run.log"

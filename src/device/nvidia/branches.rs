@@ -114,12 +114,11 @@ pub(crate) fn parse_disassembly(text: &str, origin: &str) -> Result<Branches> {
     Ok(branches)
 }
 
-/// NVIDIA's disassembler: `$CUDA_HOME/bin/nvdisasm` (default `/usr/local/cuda`), the toolkit that
-/// built the library; else `nvdisasm` on `PATH`; else the `nvidia-cuda-nvdisasm` wheel of a Python
-/// environment on `PATH` (`<prefix>/lib/python3*/site-packages/nvidia/cu13/bin/nvdisasm`).
-pub(crate) fn find_nvdisasm(cuda_home: Option<&str>, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    let home = cuda_home.filter(|h| !h.is_empty()).unwrap_or("/usr/local/cuda");
-    let toolkit = Path::new(home).join("bin/nvdisasm");
+/// NVIDIA's disassembler: `<cuda>/bin/nvdisasm` of the toolkit that built the library; else
+/// `nvdisasm` on `path`; else the `nvidia-cuda-nvdisasm` wheel of a Python environment on `path`
+/// (`<prefix>/lib/python3*/site-packages/nvidia/cu13/bin/nvdisasm`).
+pub(crate) fn find_nvdisasm(cuda: &Path, path: Option<&str>) -> Option<PathBuf> {
+    let toolkit = cuda.join("bin/nvdisasm");
     if toolkit.is_file() {
         return Some(toolkit);
     }
@@ -324,9 +323,8 @@ pub(crate) mod tests {
     /// The listings kept beside the captured cubins are what nvdisasm lists, where it is found.
     #[test]
     fn the_captured_listings_are_live_nvdisasm_s() {
-        let Some(nvdisasm) =
-            find_nvdisasm(std::env::var("CUDA_HOME").ok().as_deref(), std::env::var_os("PATH").as_deref())
-        else {
+        let cuda = std::env::var("CUDA_HOME").unwrap_or_else(|_| "/usr/local/cuda".to_owned());
+        let Some(nvdisasm) = find_nvdisasm(Path::new(&cuda), std::env::var("PATH").ok().as_deref()) else {
             eprintln!("no nvdisasm: skipping the live comparison");
             return;
         };

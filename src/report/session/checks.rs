@@ -2,7 +2,7 @@
 //! report is still whole): the profiles' health, the coverage bars, device
 //! coverage, the snapshot, changed-line coverage and the baseline.
 
-use super::merge::Merged;
+use super::merge::{Merge, Merged};
 use super::{Done, Session};
 use crate::error::{Context, Error, Result};
 use crate::plan;
@@ -55,10 +55,26 @@ impl Session {
     /// `CCL_COV_FAIL_UNDER_LINES|FUNCTIONS|REGIONS|BRANCHES`, in percent.
     pub(super) fn thresholds(&self) -> Result<Done> {
         let summary = self.summary()?;
-        match report::check_bars(&summary.all, &self.ctx.report.bars).context("reading the bars failed")? {
-            None => Ok(Done::Ignored(NO_BAR.to_string())),
-            Some(short) if short.is_empty() => Ok(Done::Completed),
-            Some(short) => Err(Error::new(format!("coverage is under the bar: {}", short.join("; ")))),
+        let bars = &self.ctx.report.bars;
+        let all = report::check_bars(&summary.all, bars).context("reading the bars failed")?;
+        let unavailable = match self.merged.get() {
+            Some(Ok(Merge::Done(merged))) => {
+                merged.device_lines.as_ref().map(|l| l.branches_unavailable.clone()).unwrap_or_default()
+            }
+            _ => Vec::new(),
+        };
+        let device = report::check_device_bar(summary.device.as_ref(), &unavailable, bars)
+            .context("reading the device branch bar failed")?;
+        match (all, device) {
+            (None, None) => Ok(Done::Ignored(NO_BAR.to_string())),
+            (all, device) => {
+                let short: Vec<String> = all.into_iter().chain(device).flatten().collect();
+                if short.is_empty() {
+                    Ok(Done::Completed)
+                } else {
+                    Err(Error::new(format!("coverage is under the bar: {}", short.join("; "))))
+                }
+            }
         }
     }
 
