@@ -223,17 +223,19 @@ if has nccl; then
     stamp "$name"
   }
   run library configs/h200_nccl.json
-  run all configs/.nccl-all.json
+  # NCCL_ALL=0: the library's kernels only (the default mode), for the cost at three metrics.
+  [ "${NCCL_ALL:-1}" = 1 ] && run all configs/.nccl-all.json
   build=$(python3 -c 'import json;print(json.load(open("/tmp/ws-library/build.json"))["cache_dir"])')
   cp "$build/library-kernels.txt" "$out/" 2>/dev/null
   tar -czf "$final/nccl-cubins.tar.gz" -C "$build" cubins
   mkdir -p /tmp/nccl-records
   for d in /tmp/ws-library/profiles/*/ /tmp/ws-all/profiles/*/; do
+    [ -d "$d" ] || continue
     w=$(basename "$(dirname "$(dirname "$d")")"); mkdir -p "/tmp/nccl-records/$w/$(basename "$d")"
     cp "$d"sass-*.tsv "/tmp/nccl-records/$w/$(basename "$d")/" 2>/dev/null
   done
   tar -czf "$final/nccl-records.tar.gz" -C /tmp nccl-records
-  if [ $(($(date +%s) - started)) -lt 330 ]; then
+  if [ "${NCCL_ALL:-1}" = 1 ] && [ $(($(date +%s) - started)) -lt 330 ]; then
     run n20 configs/.nccl-n20.json
     run n20-first configs/.nccl-n20-first.json
   fi
@@ -244,7 +246,7 @@ if has nccl; then
   mkdir -p "$out/nccl-host"; cp /tmp/ws-nccl-host/results/run.json "$out/nccl-host/" 2>/dev/null
   stamp host
   # nvdisasm -gi against our reading of NCCL's cubins, frame by frame (the unit test, on these cubins).
-  CCL_COV_CUDA_CUBINS="$build/cubins" /tmp/bin/unit-tests --exact \
+  [ "${NCCL_NVDISASM:-1}" = 1 ] && CCL_COV_CUDA_CUBINS="$build/cubins" /tmp/bin/unit-tests --exact \
     device::nvidia::sass::cubin::tests::every_frame_of_the_captured_cubins_matches_live_nvdisasm_gi > "$out/nccl-nvdisasm.log" 2>&1
   echo "rc=$?" >> "$out/nccl-nvdisasm.log"
   stamp nvdisasm
