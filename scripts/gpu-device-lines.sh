@@ -3,7 +3,7 @@
 # docs/gpu-validation.md "Every frame of the inline chain"), on a host with
 # one GPU, through the harness itself.
 #
-# Usage, from the repository root: scripts/gpu-device-lines.sh <carry> <out> fixture|fixture-rest|cupti|nccl
+# Usage, from the repository root: scripts/gpu-device-lines.sh <carry> <out> fixture|fixture-rest|branches|cupti|nccl
 # <carry> holds ccl-coverage.xz (the release binary), unit-tests.xz (the
 # crate's release unit-test binary), llvm19.tar.xz (clang, llvm-profdata,
 # llvm-cov of LLVM 19 with their libraries and the profile runtime),
@@ -17,6 +17,12 @@
 #   crate's unit tests on this run's capture (markers, nvdisasm -gi).
 # fixture-rest: the fixture's Broadcast and ReduceScatter trials again, under
 #   Nsight Compute (the first run's budget ended before them).
+# branches (issue #42): the CUDA fixture with device coverage (three-metric
+#   records), then host-only; the capture (cubins, records, device.lcov,
+#   build.json) and the toolkit's own `nvdisasm -c` of each cubin; every trial
+#   under Nsight Compute (source pages with SASS and thread counts) for as
+#   long as NCU_BUDGET seconds (default 380) allow; the crate's unit tests on
+#   this capture.
 # cupti: the probe (k1, k2, k3, k1) under collectors that count some kernels:
 #   told to count k2 only, or each kernel's first launch, with and without
 #   switching a context back on before it is torn down (the `[resume]` lines).
@@ -102,6 +108,61 @@ if has fixture; then
   cp -r /tmp/ws-dev/logs "$out/dev-logs"; cp -r /tmp/ws-host/logs "$out/host-logs"
 fi
 
+if has branches; then
+  export CCL_COV_CONFIG=configs/h200_cuda.json
+  CCL_COV_WORKSPACE=/tmp/ws-dev $cov collectives > "$out/dev-collectives.log" 2>&1
+  echo "rc=$?" >> "$out/dev-collectives.log"
+  stamp dev-collectives
+  CCL_COV_WORKSPACE=/tmp/ws-dev $cov report > "$out/dev-report.log" 2>&1
+  echo "rc=$?" >> "$out/dev-report.log"
+  stamp dev-report
+  for line in tally.cu:17 tally.cu:23 tally.cu:33 common.cuh:35; do
+    CCL_COV_WORKSPACE=/tmp/ws-dev $cov who-covers "$line" >> "$out/who-covers.txt" 2>&1
+  done
+  if [ "${HOST_ONLY:-1}" = 1 ]; then
+    CCL_COV_DEVICE_COVERAGE=off CCL_COV_WORKSPACE=/tmp/ws-host $cov collectives > "$out/host-collectives.log" 2>&1
+    echo "rc=$?" >> "$out/host-collectives.log"
+    stamp host-collectives
+  fi
+  cp /tmp/ws-dev/report/summary-device.json /tmp/ws-dev/report/summary.md "$out/" 2>/dev/null
+  build=$(python3 -c 'import json;print(json.load(open("/tmp/ws-dev/build.json"))["cache_dir"])')
+  rm -rf /tmp/capture /tmp/capture-extra && mkdir -p /tmp/capture/trials /tmp/capture-extra/nvdisasm
+  cp -r "$build/cubins" /tmp/capture/
+  for d in /tmp/ws-dev/profiles/*/; do
+    s=$(basename "$d"); mkdir -p "/tmp/capture/trials/$s"; cp "$d"sass-*.tsv "/tmp/capture/trials/$s/" 2>/dev/null
+  done
+  cp /tmp/ws-dev/report/device.lcov /tmp/ws-dev/build.json /tmp/capture/
+  cp /tmp/ws-dev/report/coverage.lcov /tmp/ws-dev/report/summary.md /tmp/ws-dev/report/summary-device.json \
+    /tmp/ws-dev/report/meta.json /tmp/ws-dev/results/run.json /tmp/capture-extra/ 2>/dev/null
+  cp /tmp/ws-host/results/run.json /tmp/capture-extra/run-host.json 2>/dev/null
+  for c in /tmp/capture/cubins/*.cubin; do nvdisasm -c "$c" > "/tmp/capture-extra/nvdisasm/$(basename "$c" .cubin).sass"; done
+  tar -czf "$final/capture.tar.gz" -C /tmp capture capture-extra
+  stamp capture
+  # NCU_SKIP: collectives whose trials an earlier run already profiled; the rest run again
+  # (same build) in a workspace of their own, and only they go under Nsight Compute.
+  ncu_ws=/tmp/ws-dev
+  if [ -n "${NCU_SKIP:-}" ]; then
+    skips=(); for c in $NCU_SKIP; do skips+=(--skip "$c"); done
+    CCL_COV_WORKSPACE=/tmp/ws-rest $cov collectives "${skips[@]}" > "$out/rest-collectives.log" 2>&1
+    echo "rc=$?" >> "$out/rest-collectives.log"
+    ncu_ws=/tmp/ws-rest
+  fi
+  python3 scripts/ncu-source-lines.py run "$ncu_ws" /tmp/ncu --budget "${NCU_BUDGET:-380}" > "$out/ncu-run.log" 2>&1
+  echo "rc=$?" >> "$out/ncu-run.log"
+  stamp ncu
+  python3 scripts/ncu-source-lines.py lines /tmp/ncu > "$final/ncu-lines.tsv" 2>> "$out/ncu-run.log"
+  python3 scripts/ncu-source-lines.py branches /tmp/ncu > "$final/ncu-branches.tsv" 2>> "$out/ncu-run.log"
+  # The pages themselves, in parts small enough to come back.
+  tar -cf - -C /tmp ncu | xz -T0 -6 | split -b 15M - "$final/ncu.tar.xz."
+  rm -rf tests/fixtures/cuda-capture/cubins tests/fixtures/cuda-capture/trials
+  cp -r /tmp/capture/cubins /tmp/capture/trials /tmp/capture/device.lcov /tmp/capture/build.json tests/fixtures/cuda-capture/
+  CCL_COV_CUDA_CAPTURE=/tmp/capture /tmp/bin/unit-tests sass > "$out/unit-tests.log" 2>&1
+  echo "rc=$?" >> "$out/unit-tests.log"
+  CCL_COV_CUDA_CAPTURE=/tmp/capture /tmp/bin/unit-tests device::nvidia >> "$out/unit-tests.log" 2>&1
+  echo "rc=$?" >> "$out/unit-tests.log"
+  stamp unit-tests
+fi
+
 if has fixture-rest; then
   export CCL_COV_CONFIG=configs/h200_cuda.json
   CCL_COV_WORKSPACE=/tmp/ws-rest $cov collectives --skip AllReduce --skip AllGather > "$out/rest-collectives.log" 2>&1
@@ -162,17 +223,19 @@ if has nccl; then
     stamp "$name"
   }
   run library configs/h200_nccl.json
-  run all configs/.nccl-all.json
+  # NCCL_ALL=0: the library's kernels only (the default mode), for the cost at three metrics.
+  [ "${NCCL_ALL:-1}" = 1 ] && run all configs/.nccl-all.json
   build=$(python3 -c 'import json;print(json.load(open("/tmp/ws-library/build.json"))["cache_dir"])')
   cp "$build/library-kernels.txt" "$out/" 2>/dev/null
   tar -czf "$final/nccl-cubins.tar.gz" -C "$build" cubins
   mkdir -p /tmp/nccl-records
   for d in /tmp/ws-library/profiles/*/ /tmp/ws-all/profiles/*/; do
+    [ -d "$d" ] || continue
     w=$(basename "$(dirname "$(dirname "$d")")"); mkdir -p "/tmp/nccl-records/$w/$(basename "$d")"
     cp "$d"sass-*.tsv "/tmp/nccl-records/$w/$(basename "$d")/" 2>/dev/null
   done
   tar -czf "$final/nccl-records.tar.gz" -C /tmp nccl-records
-  if [ $(($(date +%s) - started)) -lt 330 ]; then
+  if [ "${NCCL_ALL:-1}" = 1 ] && [ $(($(date +%s) - started)) -lt 330 ]; then
     run n20 configs/.nccl-n20.json
     run n20-first configs/.nccl-n20-first.json
   fi
@@ -183,7 +246,7 @@ if has nccl; then
   mkdir -p "$out/nccl-host"; cp /tmp/ws-nccl-host/results/run.json "$out/nccl-host/" 2>/dev/null
   stamp host
   # nvdisasm -gi against our reading of NCCL's cubins, frame by frame (the unit test, on these cubins).
-  CCL_COV_CUDA_CUBINS="$build/cubins" /tmp/bin/unit-tests --exact \
+  [ "${NCCL_NVDISASM:-1}" = 1 ] && CCL_COV_CUDA_CUBINS="$build/cubins" /tmp/bin/unit-tests --exact \
     device::nvidia::sass::cubin::tests::every_frame_of_the_captured_cubins_matches_live_nvdisasm_gi > "$out/nccl-nvdisasm.log" 2>&1
   echo "rc=$?" >> "$out/nccl-nvdisasm.log"
   stamp nvdisasm

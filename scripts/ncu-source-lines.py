@@ -7,11 +7,21 @@ check of ccl-coverage's NVIDIA kernel lines (issue #30, docs/gpu-validation.md).
         ran it (argv, environment, working directory) but without its CUPTI
         collector, under `ncu --section SourceCounters`, and prints each
         report's source page: <out>/<slug>.csv is
-        `ncu --import <slug>.ncu-rep --page source --print-source cuda,sass --csv`.
+        `ncu --import <slug>.ncu-rep --page source --print-source cuda,sass --csv`,
+        and <out>/<slug>.sass.csv the same page of SASS alone
+        (`--print-source sass --print-kernel-base mangled`), each instruction
+        with its thread counts.
 
     ncu-source-lines.py lines <out> > ncu-lines.tsv
         Reduces those pages to `<slug> <file> <line> <instructions executed>`
         (summed over the trial's kernel launches), one line each, sorted.
+
+    ncu-source-lines.py branches <out> > ncu-branches.tsv
+        Reduces the SASS pages to `<slug> <kernel> <offset hex> <instruction>
+        <thread instructions executed> <predicated-on thread instructions
+        executed>` for every guarded instruction (`@P0 ...`, `@!UP1 ...`),
+        summed over the trial's launches of the kernel, one line each, sorted:
+        the independent check of ccl-coverage's device branch outcomes.
 
     ncu-source-lines.py compare <ncu-lines.tsv> <device.lcov> [--prefix DIR]
         Per file, the lines Nsight Compute saw executed (union over the
@@ -57,6 +67,10 @@ def run(workspace, out, budget):
                                "cuda,sass", "--csv"], capture_output=True, text=True)
         with open(report + ".csv", "w") as csv_file:
             csv_file.write(page.stdout)
+        sass = subprocess.run(["ncu", "--import", report + ".ncu-rep", "--page", "source", "--print-source", "sass",
+                               "--print-kernel-base", "mangled", "--csv"], capture_output=True, text=True)
+        with open(report + ".sass.csv", "w") as csv_file:
+            csv_file.write(sass.stdout)
         os.remove(report + ".ncu-rep")
         print(f"{trial['trial']}: ncu rc {done.returncode}, page rc {page.returncode}, "
               f"{time.monotonic() - t0:.1f}s, {len(page.stdout)} bytes", flush=True)
@@ -95,6 +109,53 @@ def lines(out):
     return counts
 
 
+def number(text):
+    text = text.replace(",", "").strip()
+    return int(text) if text.isdigit() else 0
+
+
+def sass_rows(path):
+    """`(kernel, offset, instruction, threads, predicated on)` of every SASS row of one page: per
+    profiled launch, a `Function Name` (or `Kernel Name`) row, a header row with `Address` and
+    `Source`, then one row per instruction. Offsets are from the launch's first address."""
+    kernel, header, base = None, None, None
+    with open(path, newline="") as f:
+        for row in csv.reader(f):
+            if not row:
+                continue
+            if row[0] in ("Function Name", "Kernel Name") and len(row) > 1:
+                kernel, header, base = row[1], None, None
+            elif "Address" in row and "Source" in row:
+                header = row
+            elif header and kernel and len(row) == len(header):
+                address = row[header.index("Address")].strip()
+                try:
+                    address = int(address, 16)
+                except ValueError:
+                    continue
+                base = address if base is None else base
+                threads = row[header.index("Thread Instructions Executed")]
+                pred_on = row[header.index("Predicated-On Thread Instructions Executed")]
+                yield kernel, address - base, row[header.index("Source")].strip(), number(threads), number(pred_on)
+
+
+def branches(out):
+    """`{(slug, kernel, offset, instruction): [threads, predicated on]}` of every guarded
+    instruction over every SASS page, summed over launches."""
+    counts = {}
+    for name in sorted(os.listdir(out)):
+        if not name.endswith(".sass.csv"):
+            continue
+        slug = name[:-len(".sass.csv")]
+        for kernel, offset, instruction, threads, pred_on in sass_rows(os.path.join(out, name)):
+            if not instruction.startswith("@"):
+                continue
+            total = counts.setdefault((slug, kernel, offset, instruction), [0, 0])
+            total[0] += threads
+            total[1] += pred_on
+    return counts
+
+
 def compare(tsv, lcov, prefix):
     ncu = {}
     for row in open(tsv):
@@ -130,6 +191,9 @@ def main():
     elif len(args) == 2 and args[0] == "lines":
         for (slug, file, line), executed in sorted(lines(args[1]).items()):
             print(f"{slug}\t{file}\t{line}\t{executed}")
+    elif len(args) == 2 and args[0] == "branches":
+        for (slug, kernel, offset, instruction), (threads, pred_on) in sorted(branches(args[1]).items()):
+            print(f"{slug}\t{kernel}\t{offset:x}\t{instruction}\t{threads}\t{pred_on}")
     elif len(args) >= 3 and args[0] == "compare":
         prefix = args[args.index("--prefix") + 1] if "--prefix" in args else ""
         sys.exit(compare(args[1], args[2], prefix))

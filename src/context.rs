@@ -103,7 +103,9 @@ impl ReportSettings {
         let set = |name: &str| env(name).filter(|v| !v.is_empty());
         let bars = env_names::FAIL_UNDER
             .iter()
-            .filter_map(|(_, name)| env(name).map(|value| (name.to_string(), value)))
+            .map(|(_, name)| *name)
+            .chain([env_names::FAIL_UNDER_DEVICE_BRANCHES])
+            .filter_map(|name| env(name).map(|value| (name.to_string(), value)))
             .collect();
         Ok(ReportSettings {
             bars,

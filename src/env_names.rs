@@ -47,6 +47,10 @@ pub(crate) const FAIL_UNDER: [(&str, &str); 4] = [
     ("branches", "CCL_COV_FAIL_UNDER_BRANCHES"),
 ];
 
+/// The device metric a bar of its own can be set for: the bars above are of the merged report
+/// (host and device together, as `summary.json`); this one of the device's alone.
+pub(crate) const FAIL_UNDER_DEVICE_BRANCHES: &str = "CCL_COV_FAIL_UNDER_DEVICE_BRANCHES";
+
 /// Set to `1` by `cargo coverage` (`.cargo/config.toml`) and by
 /// `ccl-coverage run` and `list`: the test filters were given to select
 /// trials, on purpose. The trials then refuse a filter that matches none,
@@ -145,6 +149,11 @@ pub(crate) const KNOWN: &[Known] = &[
     known("CCL_COV_FAIL_UNDER_FUNCTIONS", ValueKind::Percent, "report::thresholds fails below this function coverage"),
     known("CCL_COV_FAIL_UNDER_REGIONS", ValueKind::Percent, "report::thresholds fails below this region coverage"),
     known("CCL_COV_FAIL_UNDER_BRANCHES", ValueKind::Percent, "report::thresholds fails below this branch coverage"),
+    known(
+        "CCL_COV_FAIL_UNDER_DEVICE_BRANCHES",
+        ValueKind::Percent,
+        "report::thresholds fails below this device branch coverage",
+    ),
     known("CCL_COV_DIFF_BASE", ValueKind::Text, "a git revision: changed-line coverage (report::diff)"),
     known("CCL_COV_FAIL_UNDER_DIFF", ValueKind::Percent, "report::diff fails below this changed-line coverage"),
     known("CCL_COV_BASELINE", ValueKind::Text, "an earlier workspace or its coverage.lcov (report::baseline)"),

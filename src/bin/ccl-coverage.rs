@@ -113,6 +113,9 @@ struct Gates {
     /// Fail below this branch coverage (percent).
     #[arg(long, env = "CCL_COV_FAIL_UNDER_BRANCHES", value_name = "PERCENT")]
     fail_under_branches: Option<String>,
+    /// Fail below this device branch coverage (percent; the device's alone).
+    #[arg(long, env = "CCL_COV_FAIL_UNDER_DEVICE_BRANCHES", value_name = "PERCENT")]
+    fail_under_device_branches: Option<String>,
     /// Fail below this changed-line coverage (percent; with --diff-base).
     #[arg(long, env = "CCL_COV_FAIL_UNDER_DIFF", value_name = "PERCENT")]
     fail_under_diff: Option<String>,
@@ -505,6 +508,7 @@ impl Gates {
         set("CCL_COV_FAIL_UNDER_FUNCTIONS", self.fail_under_functions.as_ref());
         set("CCL_COV_FAIL_UNDER_REGIONS", self.fail_under_regions.as_ref());
         set("CCL_COV_FAIL_UNDER_BRANCHES", self.fail_under_branches.as_ref());
+        set("CCL_COV_FAIL_UNDER_DEVICE_BRANCHES", self.fail_under_device_branches.as_ref());
         set("CCL_COV_FAIL_UNDER_DIFF", self.fail_under_diff.as_ref());
         set("CCL_COV_DIFF_BASE", self.diff_base.as_ref());
         set("CCL_COV_BASELINE", self.baseline.as_ref());
@@ -546,7 +550,7 @@ impl Select {
 
 /// The options that set a harness variable, by argument id: a message
 /// about the setting names the option (`--fail-under-lines 80`).
-const OPTIONS: [(&str, &str, &str); 15] = [
+const OPTIONS: [(&str, &str, &str); 16] = [
     ("config", "CCL_COV_CONFIG", "--config"),
     ("retries", "CCL_COV_RETRIES", "--retries"),
     ("jobs", "CCL_COV_JOBS", "--jobs"),
@@ -558,6 +562,7 @@ const OPTIONS: [(&str, &str, &str); 15] = [
     ("fail_under_functions", "CCL_COV_FAIL_UNDER_FUNCTIONS", "--fail-under-functions"),
     ("fail_under_regions", "CCL_COV_FAIL_UNDER_REGIONS", "--fail-under-regions"),
     ("fail_under_branches", "CCL_COV_FAIL_UNDER_BRANCHES", "--fail-under-branches"),
+    ("fail_under_device_branches", "CCL_COV_FAIL_UNDER_DEVICE_BRANCHES", "--fail-under-device-branches"),
     ("fail_under_diff", "CCL_COV_FAIL_UNDER_DIFF", "--fail-under-diff"),
     ("diff_base", "CCL_COV_DIFF_BASE", "--diff-base"),
     ("baseline", "CCL_COV_BASELINE", "--baseline"),

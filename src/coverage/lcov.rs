@@ -239,6 +239,31 @@ fn fold_record(record: &[&str], extra: &FileCoverage, out: &mut String) {
         }
     }
     groups[1].extend(new_functions().map(|(name, (_, hits))| format!("FNDA:{hits},{name}\n")));
+    // The extra branches after the host's, their blocks numbered after the host's on each line
+    // so that no host branch is counted twice (a `-` of the extra record folds in as 0).
+    let mut next_block: BTreeMap<u32, u64> = BTreeMap::new();
+    for line in &groups[4] {
+        let mut fields = value(line).split(',').map(str::to_owned).collect::<Vec<_>>().into_iter();
+        if let (Some(number), Some(block)) = (fields.next().and_then(|n| n.parse().ok()), fields.next()) {
+            let block = block.trim_start_matches('e').parse::<u64>().unwrap_or(0);
+            let next = next_block.entry(number).or_default();
+            *next = (*next).max(block + 1);
+        }
+    }
+    let mut extra_branches: Vec<(u32, u64, &str, u64)> = extra
+        .branches
+        .iter()
+        .map(|((number, block, branch), taken)| {
+            let base = next_block.get(number).copied().unwrap_or(0);
+            (*number, base + block.parse::<u64>().unwrap_or(0), branch.as_str(), *taken)
+        })
+        .collect();
+    extra_branches.sort();
+    groups[4].extend(
+        extra_branches
+            .into_iter()
+            .map(|(number, block, branch, taken)| format!("BRDA:{number},{block},{branch},{taken}\n")),
+    );
     let mut extra_lines = extra.lines.clone();
     let mut lines: Vec<(u32, String)> = groups[7]
         .iter()
@@ -444,5 +469,22 @@ mod tests {
         // Nothing to fold: the host text as it was.
         assert_eq!(fold_in(host, "", "none").unwrap(), host);
         assert!(fold_in(host, "SF:x\nDA:1\nend_of_record\n", "bad").is_err());
+    }
+
+    #[test]
+    fn device_branches_fold_in_after_the_host_s_without_sharing_a_block() {
+        let host = "TN:\nSF:/s/a.h\nBRDA:4,0,0,1\nBRDA:4,0,1,-\nBRDA:4,1,0,0\nBRDA:4,1,1,3\nBRF:4\nBRH:2\n\
+                    DA:4,2\nLF:1\nLH:1\nend_of_record\n";
+        let device = "TN:\nSF:/s/a.h\nFNF:0\nFNH:0\nBRDA:4,0,0,32\nBRDA:4,0,1,0\nBRDA:9,0,0,-\nBRDA:9,0,1,-\nBRF:4\nBRH:1\n\
+                      DA:4,5\nDA:9,0\nLF:2\nLH:1\nend_of_record\n";
+        let folded = recount(&fold_in(host, device, "device").unwrap(), "folded").unwrap();
+        assert_eq!(
+            folded,
+            "TN:\nSF:/s/a.h\nBRDA:4,0,0,1\nBRDA:4,0,1,-\nBRDA:4,1,0,0\nBRDA:4,1,1,3\nBRDA:4,2,0,32\nBRDA:4,2,1,0\n\
+             BRDA:9,0,0,0\nBRDA:9,0,1,0\nBRF:8\nBRH:3\nDA:4,7\nDA:9,0\nLF:2\nLH:1\nFNF:0\nFNH:0\nend_of_record\n"
+        );
+        // Every branch of both records, none merged into another.
+        let model = parse_lcov(&folded, "folded").unwrap();
+        assert_eq!(model.files["/s/a.h"].branches.len(), 8);
     }
 }

@@ -111,6 +111,7 @@ pub(crate) trait DeviceBackend: Sync {
     /// all of them, for a backend whose lines come from its records.
     fn device_lines(
         &self,
+        _found: &Found,
         _cache_dir: &Path,
         _records: &BTreeMap<String, Vec<PathBuf>>,
     ) -> Result<Option<DeviceLines>> {

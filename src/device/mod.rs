@@ -196,7 +196,7 @@ pub(crate) fn device_lines(
     records: &BTreeMap<String, Vec<PathBuf>>,
 ) -> Result<Option<DeviceLines>> {
     match decision.on() {
-        Some((backend, _)) => backend.0.device_lines(cache_dir, records),
+        Some((backend, found)) => backend.0.device_lines(found, cache_dir, records),
         None => Ok(None),
     }
 }

@@ -73,7 +73,12 @@ impl DeviceBackend for Plain {
         Ok(records)
     }
 
-    fn device_lines(&self, _cache_dir: &Path, records: &BTreeMap<String, Vec<PathBuf>>) -> Result<Option<DeviceLines>> {
+    fn device_lines(
+        &self,
+        _found: &Found,
+        _cache_dir: &Path,
+        records: &BTreeMap<String, Vec<PathBuf>>,
+    ) -> Result<Option<DeviceLines>> {
         let mut lines = DeviceLines {
             origin: LinesOrigin { id: "plain", name: "the plain collector", short: "plain lines" },
             ..DeviceLines::default()

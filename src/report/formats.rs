@@ -12,7 +12,7 @@ use std::path::Path;
 /// `lcov` (the model's text, absolute paths) as Cobertura XML, its file
 /// names relative to `base_dir`.
 pub(crate) fn cobertura(ws: &workspace::Workspace, lcov: &str, base_dir: &Path, out: &Path) -> Result<()> {
-    // A file name may hold any byte; the XML may not (`results::xml_text`).
+    // A file name may hold any byte; the XML may not (`results::junit::xml_text`).
     let lcov = crate::results::xml_text(lcov);
     let data = lcov2cobertura::parse_lines(std::io::BufRead::lines(lcov.as_bytes()), base_dir, &[])
         .map_err(|e| Error::new(format!("cannot read {} as lcov: {e}", out.display())))?;

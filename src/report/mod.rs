@@ -30,4 +30,6 @@ pub use llvm_cov::ReportInputs;
 pub(crate) use markdown::markdown;
 pub(crate) use meta::ReportMeta;
 pub use totals::totals;
-pub(crate) use totals::{Totals, any_bar, check_bars, normalize, percent, relative, snapshot_text, summary_text};
+pub(crate) use totals::{
+    Totals, any_bar, check_bars, check_device_bar, normalize, percent, relative, snapshot_text, summary_text,
+};

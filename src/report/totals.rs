@@ -133,6 +133,31 @@ pub(crate) fn check_bars(summary: &SummaryExport, bars: &BTreeMap<String, String
     Ok(any.then_some(short))
 }
 
+/// Checks `CCL_COV_FAIL_UNDER_DEVICE_BRANCHES` against the device's own branch totals
+/// (`device`: `None` without device coverage, its `branches` `None` where they were not
+/// measured, and `unavailable` says why): the shortfall, or `None` when the bar is not set. A bar
+/// on branches nobody measured is a shortfall, never a pass.
+pub(crate) fn check_device_bar(
+    device: Option<&Totals>,
+    unavailable: &[String],
+    bars: &BTreeMap<String, String>,
+) -> Result<Option<Vec<String>>> {
+    let var = crate::env_names::FAIL_UNDER_DEVICE_BRANCHES;
+    let value = bars.get(var).map_or("", String::as_str);
+    let Some(bar) = crate::env_names::percent(var, value)? else { return Ok(None) };
+    let setting = crate::env_names::setting(var, value);
+    let short = match device.map(|d| d.branches) {
+        None => Some(format!("device branches: this report has no device coverage, under {setting}")),
+        Some(None) => Some(format!(
+            "device branches were not measured ({}), under {setting}",
+            if unavailable.is_empty() { "the device backend has none".to_owned() } else { unavailable.join("; ") }
+        )),
+        Some(Some(Metric { covered, count })) => (percent(covered, count) < bar)
+            .then(|| format!("device branches {:.2}% ({covered}/{count}) is under {setting}", percent(covered, count))),
+    };
+    Ok(Some(short.into_iter().collect()))
+}
+
 /// A summary export's totals as `covered/count` strings, as
 /// `summary-device.json` shows them (`tests/device_coverage.rs` reads them so).
 pub fn totals(summary: &SummaryExport) -> Value {
@@ -236,5 +261,38 @@ mod tests {
         settings.bind(|| insta::assert_json_snapshot!("coverage_summary-mine", value));
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(left, ["coverage_summary-mine.snap"], "insta wrote nothing of its own");
+    }
+
+    #[test]
+    fn the_device_branch_bar_reads_the_device_s_own_branches() {
+        let bar = |value: &str| {
+            BTreeMap::from([(crate::env_names::FAIL_UNDER_DEVICE_BRANCHES.to_string(), value.to_string())])
+        };
+        let device = |branches| Totals {
+            lines: Metric { covered: 9, count: 10 },
+            functions: Metric { covered: 1, count: 1 },
+            regions: None,
+            branches,
+        };
+        let measured = device(Some(Metric { covered: 30, count: 40 }));
+        assert_eq!(check_device_bar(Some(&measured), &[], &BTreeMap::new()).unwrap(), None);
+        assert_eq!(check_device_bar(Some(&measured), &[], &bar("75")).unwrap(), Some(vec![]));
+        assert_eq!(
+            check_device_bar(Some(&measured), &[], &bar("80")).unwrap().unwrap(),
+            ["device branches 75.00% (30/40) is under CCL_COV_FAIL_UNDER_DEVICE_BRANCHES=80"]
+        );
+        // A bar on branches nobody measured fails and says why.
+        let why = ["r.tsv: a version 3 record counts executed instructions only".to_string()];
+        assert_eq!(
+            check_device_bar(Some(&device(None)), &why, &bar("1")).unwrap().unwrap(),
+            [
+                "device branches were not measured (r.tsv: a version 3 record counts executed instructions only), under CCL_COV_FAIL_UNDER_DEVICE_BRANCHES=1"
+            ]
+        );
+        assert_eq!(
+            check_device_bar(None, &[], &bar("1")).unwrap().unwrap(),
+            ["device branches: this report has no device coverage, under CCL_COV_FAIL_UNDER_DEVICE_BRANCHES=1"]
+        );
+        assert!(check_device_bar(Some(&measured), &[], &bar("lots")).is_err());
     }
 }

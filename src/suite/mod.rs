@@ -181,7 +181,7 @@ impl Suite {
 
     /// Writes `run.json` and JUnit from every record, once the trials ended
     /// and their lines are stored.
-    /// This run's id ([`crate::results::run_id`]).
+    /// This run's id ([`crate::results::runs::run_id`]).
     pub(crate) fn run_id(&self) -> &str {
         &self.run_id
     }

@@ -216,7 +216,7 @@ impl Workspace {
     }
 
     /// Held shared by each process recording trials, so the last one can tell
-    /// it is last (`results::RunWriter`).
+    /// it is last (`results::run_json::RunWriter`).
     pub(crate) fn writers_lock_file(&self) -> PathBuf {
         self.root.join(".writers.lock")
     }

@@ -1,7 +1,13 @@
 // ccl-coverage's NVIDIA kernel collector: a CUDA injection library
 // (CUDA_INJECTION64_PATH; the driver calls InitializeInjection() at cuInit)
 // that records which SASS instructions of which cubins a process executed,
-// with CUPTI's SASS metrics (smsp__sass_inst_executed, GPU granularity).
+// and by how many threads, with CUPTI's SASS metrics at GPU granularity:
+// smsp__sass_inst_executed (warp-level executions: lines),
+// smsp__sass_thread_inst_executed (threads that executed the instruction) and
+// smsp__sass_thread_inst_executed_pred_on (threads whose guard predicate was
+// true: a conditional branch's taken outcome). The thread metrics give device
+// branch coverage; where CUPTI will not configure them, the first alone is
+// configured and the record says so.
 //
 // Derived from nvidia/cupti_sass_injection.cpp, reduced to the one mode that
 // gives coverage with CUPTI >= 13.4 (docs: shared/spec/cupti-134/README.md):
@@ -52,19 +58,21 @@
 // temporary file in the same folder, fsync, rename) when the library starts,
 // after every context-destroy flush, and at exit; only the exit write ends
 // with the `end` line:
-//   ccl-coverage-sass  2
+//   ccl-coverage-sass  4
 //   host    <hostname>
 //   pid     <pid>
 //   cupti   <cuptiGetVersion()>  <path of the loaded libcupti (dladdr)>
 //   cubin   <crc hex>  <bytes>                      (one per distinct cubin)
 //   event   <free text: enabled, flushes, errors>   (in order)
 //   dropped <records CUPTI dropped, in total>        (always; 0 when none)
-//   x       <crc hex>  <pc offset hex>  <count>  <function (mangled)>
+//   x       <crc hex>  <pc offset hex>  <count>  <threads>  <threads pred on>  <function (mangled)>
+//           (version 4; the thread counts are `-` where only the first metric was configured)
 //   skipped <launches not counted>  <function (mangled)>   (version 3: not listed)
 //   capped  <launches not counted>  <function (mangled)>   (version 3: past the limit)
 //   end     <reason>
 // Counts of the same (cubin, function, offset) are summed over flushes; only
-// executed instructions (count > 0) are written. Free text has no tabs or
+// executed instructions (count > 0) are written. Versions 1-3 had no thread
+// counts (`x <crc> <offset> <count> <function>`). Free text has no tabs or
 // newlines. A CUPTI error becomes an event line with the call and
 // cuptiGetResultString(); nothing here ends or crashes the host process.
 
@@ -99,8 +107,20 @@
 
 namespace {
 
-// (cubin CRC, function, PC offset) -> times executed.
+// (cubin CRC, function, PC offset).
 using Key = std::tuple<uint32_t, std::string, uint32_t>;
+
+// The metrics asked for, in the order of Counts' fields.
+constexpr const char* kMetrics[] = {"smsp__sass_inst_executed", "smsp__sass_thread_inst_executed",
+                                    "smsp__sass_thread_inst_executed_pred_on"};
+constexpr size_t kMetricCount = sizeof kMetrics / sizeof kMetrics[0];
+
+// One instruction's counts, summed over flushes: warp-level executions, then
+// threads and threads predicated on (valid only with `threads_counted`).
+struct Counts {
+  uint64_t value[kMetricCount] = {0, 0, 0};
+  bool threads_counted = false;
+};
 
 struct State {
   std::recursive_mutex mu;
@@ -114,7 +134,10 @@ struct State {
   std::set<CUcontext> paused;   // switched off before an uncounted kernel
   std::map<uint32_t, size_t> cubins;         // crc -> bytes
   std::vector<std::string> pending_cubins;   // loaded, not yet named by CRC
-  std::map<Key, uint64_t> executed;
+  std::map<Key, Counts> executed;
+  // CUPTI's metric id -> index into kMetrics, for every metric configured.
+  std::map<uint64_t, size_t> metric_slots;
+  bool unknown_metric_seen = false;
   // Counting only some kernels: their names (CCL_COV_SASS_KERNELS), and how
   // many launches of each to count (CCL_COV_SASS_MAX_LAUNCHES; 0: all).
   bool selective = false;
@@ -238,7 +261,7 @@ void write_records(const char* end_reason) {
   State& s = state();
   if (s.path.empty() || getpid() != s.pid) return;
   settle_cubins();
-  std::string out = "ccl-coverage-sass\t3\n";
+  std::string out = "ccl-coverage-sass\t4\n";
   out += "host\t" + field(s.host) + "\n";
   out += "pid\t" + std::to_string((long)s.pid) + "\n";
   out += "cupti\t" + s.cupti_line + "\n";
@@ -249,10 +272,18 @@ void write_records(const char* end_reason) {
   }
   for (const std::string& e : s.events) out += "event\t" + e + "\n";
   out += "dropped\t" + std::to_string((unsigned long long)s.dropped) + "\n";
-  for (const auto& [key, count] : s.executed) {
+  for (const auto& [key, counts] : s.executed) {
+    if (counts.value[0] == 0) continue;
     std::snprintf(buf, sizeof buf, "x\t%08x\t%x\t%llu\t", std::get<0>(key), std::get<2>(key),
-                  (unsigned long long)count);
+                  (unsigned long long)counts.value[0]);
     out += buf;
+    if (counts.threads_counted) {
+      std::snprintf(buf, sizeof buf, "%llu\t%llu\t", (unsigned long long)counts.value[1],
+                    (unsigned long long)counts.value[2]);
+      out += buf;
+    } else {
+      out += "-\t-\t";
+    }
     out += field(std::get<1>(key)) + "\n";
   }
   for (const auto& [name, count] : s.skipped) {
@@ -289,22 +320,39 @@ void enable(CUcontext ctx) {
     CUpti_Device_GetChipName_Params chip = {CUpti_Device_GetChipName_Params_STRUCT_SIZE};
     chip.deviceIndex = device;
     if (!ok(cuptiDeviceGetChipName(&chip), "cuptiDeviceGetChipName(" + dev + ")")) return;
-    CUpti_SassMetrics_GetProperties_Params props = {CUpti_SassMetrics_GetProperties_Params_STRUCT_SIZE};
-    props.pChipName = chip.pChipName;
-    props.pMetricName = "smsp__sass_inst_executed";
-    if (!ok(cuptiSassMetricsGetProperties(&props), "cuptiSassMetricsGetProperties(smsp__sass_inst_executed)")) {
-      return;
+    // All three metrics if CUPTI has them, else the first alone (lines without branches).
+    std::vector<CUpti_SassMetrics_Config> configs;
+    std::vector<uint64_t> ids;
+    for (size_t slot = 0; slot < kMetricCount; ++slot) {
+      CUpti_SassMetrics_GetProperties_Params props = {CUpti_SassMetrics_GetProperties_Params_STRUCT_SIZE};
+      props.pChipName = chip.pChipName;
+      props.pMetricName = kMetrics[slot];
+      if (!ok(cuptiSassMetricsGetProperties(&props), std::string("cuptiSassMetricsGetProperties(") + kMetrics[slot] + ")")) {
+        if (slot == 0) return;
+        break;
+      }
+      CUpti_SassMetrics_Config config = {};
+      config.metricId = props.metric.metricId;
+      config.outputGranularity = CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_GPU;
+      configs.push_back(config);
+      ids.push_back(props.metric.metricId);
     }
-    CUpti_SassMetrics_Config config = {};
-    config.metricId = props.metric.metricId;
-    config.outputGranularity = CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_GPU;
+    if (configs.size() < kMetricCount) configs.resize(1), ids.resize(1);
     CUpti_SassMetricsSetConfig_Params set = {CUpti_SassMetricsSetConfig_Params_STRUCT_SIZE};
-    set.pConfigs = &config;
-    set.numOfMetricConfig = 1;
+    set.pConfigs = configs.data();
+    set.numOfMetricConfig = configs.size();
     set.deviceIndex = device;
-    if (!ok(cuptiSassMetricsSetConfig(&set), "cuptiSassMetricsSetConfig(" + dev + ")")) return;
+    if (!ok(cuptiSassMetricsSetConfig(&set), "cuptiSassMetricsSetConfig(" + dev + ")")) {
+      if (configs.size() == 1) return;
+      // Lines still count with the first metric alone.
+      configs.resize(1), ids.resize(1);
+      set.numOfMetricConfig = 1;
+      if (!ok(cuptiSassMetricsSetConfig(&set), "cuptiSassMetricsSetConfig(" + dev + ", " + kMetrics[0] + ")")) return;
+    }
+    for (size_t slot = 0; slot < ids.size(); ++slot) s.metric_slots[ids[slot]] = slot;
     s.configured_devices.insert(device);
-    event("configured " + dev + " chip " + (chip.pChipName ? chip.pChipName : "?"));
+    event("configured " + dev + " chip " + (chip.pChipName ? chip.pChipName : "?") + " metrics " +
+          std::to_string(configs.size()) + " of " + std::to_string(kMetricCount));
   }
   CUpti_SassMetricsEnable_Params on = {CUpti_SassMetricsEnable_Params_STRUCT_SIZE};
   on.ctx = ctx;
@@ -339,13 +387,29 @@ void flush(CUcontext ctx, const char* where) {
   params.numOfInstances = instances;
   params.pMetricsData = data.data();
   if (!ok(cuptiSassMetricsFlushData(&params), "cuptiSassMetricsFlushData at " + at)) return;
+  // Each value names its metric: summed by metric, whether CUPTI gives one
+  // record per instruction with every metric's instances or one per metric.
   size_t executed = 0;
   for (size_t i = 0; i < n; ++i) {
-    uint64_t count = 0;
-    for (size_t k = 0; k < instances; ++k) count += data[i].pInstanceValues[k].value;
-    if (count == 0) continue;
-    ++executed;
-    s.executed[Key(data[i].cubinCrc, data[i].functionName ? data[i].functionName : "?", data[i].pcOffset)] += count;
+    Counts flushed;
+    bool any = false;
+    for (size_t k = 0; k < instances; ++k) {
+      const CUpti_SassMetrics_InstanceValue& v = data[i].pInstanceValues[k];
+      auto slot = s.metric_slots.find(v.metricId);
+      if (slot == s.metric_slots.end()) {
+        if (!s.unknown_metric_seen) event("error: a value of unconfigured metric id " + std::to_string(v.metricId));
+        s.unknown_metric_seen = true;
+        continue;
+      }
+      flushed.value[slot->second] += v.value;
+      if (slot->second > 0) flushed.threads_counted = true;
+      any = any || v.value > 0;
+    }
+    if (!any) continue;
+    Counts& total = s.executed[Key(data[i].cubinCrc, data[i].functionName ? data[i].functionName : "?", data[i].pcOffset)];
+    if (flushed.value[0] > 0) ++executed;
+    for (size_t m = 0; m < kMetricCount; ++m) total.value[m] += flushed.value[m];
+    total.threads_counted = total.threads_counted || flushed.threads_counted;
   }
   // CUPTI allocates the names with malloc; the caller frees them (NVIDIA's
   // sass_metrics sample).

@@ -12,6 +12,7 @@
 //! against the CUPTI found, a probe that launches three kernels runs under
 //! it, and the CUPTI is accepted only if every probe kernel was recorded.
 
+pub(crate) mod branches;
 pub(crate) mod record;
 pub(crate) mod sass;
 
@@ -46,6 +47,10 @@ pub struct Needs {
     /// switched counting off for one kernel and on again for the next).
     #[serde(default)]
     pub selective: bool,
+    /// NVIDIA's disassembler, which lists each cubin's branches once (`branches.rs`): the
+    /// toolkit's, else one on `PATH`; none in builds recorded before device branches.
+    #[serde(default)]
+    pub nvdisasm: Option<PathBuf>,
 }
 
 impl DeviceBackend for Nvidia {
@@ -136,8 +141,14 @@ impl DeviceBackend for Nvidia {
         Some(library_kernels_file(cache_dir))
     }
 
-    fn device_lines(&self, cache_dir: &Path, records: &BTreeMap<String, Vec<PathBuf>>) -> Result<Option<DeviceLines>> {
-        sass::device_lines(&cubins_dir(cache_dir), records).map(Some)
+    fn device_lines(
+        &self,
+        found: &Found,
+        cache_dir: &Path,
+        records: &BTreeMap<String, Vec<PathBuf>>,
+    ) -> Result<Option<DeviceLines>> {
+        let nvdisasm = found.get::<Needs>().and_then(|needs| needs.nvdisasm);
+        sass::device_lines(&cubins_dir(cache_dir), records, nvdisasm.as_deref()).map(Some)
     }
 
     fn gpus(&self) -> Vec<String> {
@@ -380,8 +391,9 @@ fn check(
         n = PROBE_KERNELS.len()
     );
     let selective = selection.is_ok();
+    let nvdisasm = branches::find_nvdisasm(&cuda, env("PATH").as_deref());
     Ok(Ok(Available {
-        found: Found::new(Backend(&Nvidia), &Needs { cupti, cupti_version: version, collector, selective }),
+        found: Found::new(Backend(&Nvidia), &Needs { cupti, cupti_version: version, collector, selective, nvdisasm }),
         detail,
     }))
 }
@@ -623,6 +635,7 @@ pub(crate) mod tests {
             cupti_version: "13.4.92".into(),
             collector: "/t/libccl_cov_cupti.so".into(),
             selective,
+            nvdisasm: None,
         };
         Found::new(Backend(&Nvidia), &needs)
     }

@@ -30,8 +30,21 @@ pub(crate) fn record_files(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     Ok(files)
 }
 /// Version 1 files (the first collector) lack the `cupti` and `dropped` lines; `skipped`
-/// lines (kernels launched but not counted) came with version 3.
-const VERSIONS: std::ops::RangeInclusive<u32> = 1..=3;
+/// lines (kernels launched but not counted) came with version 3, and each instruction's thread
+/// counts (`x` lines of six fields) with version 4.
+const VERSIONS: std::ops::RangeInclusive<u32> = 1..=4;
+
+/// The first version whose instructions carry thread counts, which device branches need.
+const THREAD_COUNTS_SINCE: u32 = 4;
+
+/// One instruction's thread counts, summed over repeated lines: the threads that executed it
+/// (`smsp__sass_thread_inst_executed`) and those of them whose guard predicate was true
+/// (`smsp__sass_thread_inst_executed_pred_on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ThreadCounts {
+    pub(crate) executed: u64,
+    pub(crate) pred_on: u64,
+}
 
 /// Where one SASS instruction is: CUPTI keys its counts by cubin CRC, kernel and PC offset.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -58,6 +71,11 @@ pub(crate) struct Record {
     pub(crate) dropped: u64,
     /// Executed count of each instruction, summed over repeated lines.
     pub(crate) executions: BTreeMap<InstructionKey, u64>,
+    /// Thread counts of each instruction that has them (version 4, the thread metrics configured).
+    pub(crate) threads: BTreeMap<InstructionKey, ThreadCounts>,
+    /// Instructions of a version 4 record without thread counts (`-`): CUPTI would not configure
+    /// the thread metrics.
+    pub(crate) without_threads: usize,
     /// Launches the collector did not count, by kernel: of kernels outside
     /// those it was told to count (`skipped`), and past the launch limit (`capped`).
     pub(crate) skipped: BTreeMap<String, u64>,
@@ -112,6 +130,24 @@ impl Record {
         self.end.is_some()
     }
 
+    /// Why this record gives no branch outcomes, if it does not: an older collector counted
+    /// executed instructions only, or CUPTI would not configure the thread metrics.
+    pub(crate) fn branches_unavailable(&self) -> Option<String> {
+        if self.version < THREAD_COUNTS_SINCE {
+            Some(format!(
+                "{}: a version {} record counts executed instructions only (thread counts came with version {THREAD_COUNTS_SINCE})",
+                self.origin, self.version
+            ))
+        } else if self.without_threads > 0 {
+            Some(format!(
+                "{}: {} instructions have no thread counts (CUPTI did not configure the thread metrics; see its event lines)",
+                self.origin, self.without_threads
+            ))
+        } else {
+            None
+        }
+    }
+
     fn parse_line(&mut self, line: &str, host: &mut Option<String>, pid: &mut Option<u32>) -> Result<()> {
         let (tag, rest) = line.split_once('\t').unwrap_or((line, ""));
         match tag {
@@ -140,7 +176,13 @@ impl Record {
                 Ok(())
             }
             "x" => {
-                let [crc, offset, count, function] = fields(rest)?;
+                let (crc, offset, count, threads, function) = if self.version >= THREAD_COUNTS_SINCE {
+                    let [crc, offset, count, threads, pred_on, function] = fields(rest)?;
+                    (crc, offset, count, Some((threads, pred_on)), function)
+                } else {
+                    let [crc, offset, count, function] = fields(rest)?;
+                    (crc, offset, count, None, function)
+                };
                 if function.is_empty() {
                     bail!("empty function name");
                 }
@@ -150,6 +192,20 @@ impl Record {
                     offset: parse_number(offset, 16, "PC offset")?,
                 };
                 let count: u64 = parse_number(count, 10, "count")?;
+                match threads {
+                    Some(("-", "-")) => self.without_threads += 1,
+                    Some((threads, pred_on)) => {
+                        let executed: u64 = parse_number(threads, 10, "thread count")?;
+                        let pred_on: u64 = parse_number(pred_on, 10, "predicated-on thread count")?;
+                        if pred_on > executed {
+                            bail!("{pred_on} threads predicated on of {executed} that executed");
+                        }
+                        let total = self.threads.entry(key.clone()).or_default();
+                        total.executed = total.executed.saturating_add(executed);
+                        total.pred_on = total.pred_on.saturating_add(pred_on);
+                    }
+                    None => {}
+                }
                 let total = self.executions.entry(key).or_default();
                 *total = total.saturating_add(count);
                 Ok(())
@@ -272,8 +328,8 @@ pub(crate) mod tests {
         let cases = [
             (
                 "ccl-coverage-sass\t2",
-                "ccl-coverage-sass\t4",
-                "r.tsv:1: ccl-coverage-sass version 4 is not supported (only 1..=3)",
+                "ccl-coverage-sass\t5",
+                "r.tsv:1: ccl-coverage-sass version 5 is not supported (only 1..=4)",
             ),
             ("x\tab\t10\t4\tk", "skipped\t3\tprepare", "r.tsv:6: unknown line tag \"skipped\""),
             (
@@ -314,5 +370,54 @@ pub(crate) mod tests {
             "r.tsv:7: launch count \"x\" is not a base-10 number"
         );
         assert_eq!(parse(&v3.replace("\tverify", "")).unwrap_err().to_string(), "r.tsv:8: 1 fields where 2 belong");
+    }
+
+    #[test]
+    fn version_4_carries_each_instruction_s_thread_counts() {
+        let v4 = "ccl-coverage-sass\t4\nhost\th\npid\t7\ncubin\tab\t10\ndropped\t0\n\
+                  x\tab\t10\t4\t100\t25\tk\nx\tab\t20\t2\t64\t0\tk\nx\tab\t10\t1\t32\t32\tk\nend\texit\n";
+        let record = parse(v4).unwrap();
+        let key = |offset| InstructionKey { crc: 0xab, function: "k".to_owned(), offset };
+        assert_eq!(record.executions, BTreeMap::from([(key(0x10), 5), (key(0x20), 2)]));
+        assert_eq!(
+            record.threads,
+            BTreeMap::from([
+                (key(0x10), ThreadCounts { executed: 132, pred_on: 57 }),
+                (key(0x20), ThreadCounts { executed: 64, pred_on: 0 })
+            ])
+        );
+        assert_eq!(record.branches_unavailable(), None);
+        let cases = [
+            ("\t100\t25\t", "\t100\t101\t", "r.tsv:6: 101 threads predicated on of 100 that executed"),
+            ("\t100\t25\t", "\t100\t-\t", "r.tsv:6: predicated-on thread count \"-\" is not a base-10 number"),
+            ("\t100\t25\t", "\t-\t25\t", "r.tsv:6: thread count \"-\" is not a base-10 number"),
+            ("\t100\t25\tk", "\t100\tk", "r.tsv:6: 5 fields where 6 belong"),
+        ];
+        for (from, to, expected) in cases {
+            assert_eq!(parse(&v4.replacen(from, to, 1)).unwrap_err().to_string(), expected, "{to:?}");
+        }
+        // The collector fell back to the first metric: lines, and the reason there are no branches.
+        let one_metric = parse(&v4.replace("\t100\t25\t", "\t-\t-\t")).unwrap();
+        assert_eq!(one_metric.executions.len(), 2);
+        assert_eq!(
+            one_metric.branches_unavailable().unwrap(),
+            "r.tsv: 1 instructions have no thread counts (CUPTI did not configure the thread metrics; see its event lines)"
+        );
+    }
+
+    #[test]
+    fn older_records_still_read_and_say_why_they_have_no_branches() {
+        let record = Record::read(Path::new(PROBE)).unwrap();
+        assert!(record.threads.is_empty());
+        assert_eq!(
+            record.branches_unavailable().unwrap(),
+            format!(
+                "{PROBE}: a version 2 record counts executed instructions only (thread counts came with version 4)"
+            )
+        );
+        // A version 3 line of four fields is not a version 4 line.
+        let v3 = "ccl-coverage-sass\t3\nhost\th\npid\t7\ncubin\tab\t10\nx\tab\t10\t4\tk\nend\texit\n";
+        assert_eq!(parse(v3).unwrap().executions.len(), 1);
+        assert_eq!(parse(&v3.replace("\t3\n", "\t4\n")).unwrap_err().to_string(), "r.tsv:5: 4 fields where 6 belong");
     }
 }

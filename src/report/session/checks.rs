@@ -56,11 +56,22 @@ impl Session {
     }
 
     /// `CCL_COV_FAIL_UNDER_LINES|FUNCTIONS|REGIONS|BRANCHES`, in percent.
-    pub(super) fn thresholds(&self, summary: &ModelSummary) -> Result<Done> {
-        match report::check_bars(&summary.all, &self.ctx.report.bars).context("reading the bars failed")? {
-            None => Ok(Done::Ignored(NO_BAR.to_string())),
-            Some(short) if short.is_empty() => Ok(Done::Completed),
-            Some(short) => Err(Error::new(format!("coverage is under the bar: {}", short.join("; ")))),
+    pub(super) fn thresholds(&self, merged: &Merged, summary: &ModelSummary) -> Result<Done> {
+        let bars = &self.ctx.report.bars;
+        let all = report::check_bars(&summary.all, bars).context("reading the bars failed")?;
+        let unavailable = merged.device_lines.as_ref().map(|l| l.branches_unavailable.clone()).unwrap_or_default();
+        let device = report::check_device_bar(summary.device.as_ref(), &unavailable, bars)
+            .context("reading the device branch bar failed")?;
+        match (all, device) {
+            (None, None) => Ok(Done::Ignored(NO_BAR.to_string())),
+            (all, device) => {
+                let short: Vec<String> = all.into_iter().chain(device).flatten().collect();
+                if short.is_empty() {
+                    Ok(Done::Completed)
+                } else {
+                    Err(Error::new(format!("coverage is under the bar: {}", short.join("; "))))
+                }
+            }
         }
     }
 

@@ -278,7 +278,7 @@ impl Session {
             Step::Html => completed(self.html(merged, summary()?)),
             Step::Text => completed(self.text(merged, summary()?)),
             Step::Markdown => completed(self.markdown(merged, summary()?, attributed())),
-            Step::Thresholds => self.thresholds(summary()?),
+            Step::Thresholds => self.thresholds(merged, summary()?),
             Step::DeviceCoverage => self.device_check(merged, summary()?),
             Step::Snapshot => self.snapshot(merged, summary()?),
             Step::Attribution => completed(self.attribution_files(merged, attributed()?)),

@@ -46,6 +46,7 @@ impl Session {
                         "totals": device.json(),
                         "not_counted": lines.not_counted,
                         "beyond_max_launches": lines.beyond_max_launches,
+                        "branches_unavailable": lines.branches_unavailable,
                     });
                     self.ctx.workspace.write(
                         &dir.join("summary-device.json"),
@@ -117,13 +118,15 @@ impl Session {
     }
 }
 
-/// Device totals: lines and kernels, no regions or branches.
+/// Device totals: lines, kernels and, where the backend measured them, branch outcomes; no
+/// regions.
 fn device_totals(lines: &device_lines::DeviceCoverage) -> Totals {
     let ((lh, lf), (fh, ff)) = lines.totals();
+    let (bh, bf) = lines.branch_totals();
     Totals {
         lines: Metric { covered: lh, count: lf },
         functions: Metric { covered: fh, count: ff },
         regions: None,
-        branches: None,
+        branches: (!lines.branches.is_empty()).then_some(Metric { covered: bh, count: bf }),
     }
 }

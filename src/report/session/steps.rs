@@ -99,12 +99,25 @@ impl Session {
             report::markdown(&self.ctx.config().name, &merged.manifest, &summary.all, &merged.results, &merged.health);
         if let Some(lines) = &merged.device_lines {
             let ((lh, lf), (fh, ff)) = lines.all.totals();
+            let (bh, bf) = lines.all.branch_totals();
+            let branches = if lines.all.branches.is_empty() {
+                String::new()
+            } else {
+                format!(", branches {bh}/{bf} ({:.2}%)", report::percent(bh, bf))
+            };
             md.push_str(&format!(
-                "\n{}: lines {lh}/{lf} ({:.2}%), kernels {fh}/{ff} ({:.2}%)\n",
+                "\n{}: lines {lh}/{lf} ({:.2}%), kernels {fh}/{ff} ({:.2}%){branches}\n",
                 lines.origin.name,
                 report::percent(lh, lf),
                 report::percent(fh, ff)
             ));
+            if !lines.branches_unavailable.is_empty() {
+                md.push_str(&format!(
+                    "\nDevice branches unavailable ({}): {}\n",
+                    lines.branches_unavailable.len(),
+                    lines.branches_unavailable.join("; ")
+                ));
+            }
             if !lines.not_counted.is_empty() {
                 let launches: u64 = lines.not_counted.values().sum();
                 md.push_str(&format!(

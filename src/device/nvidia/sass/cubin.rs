@@ -595,7 +595,12 @@ pub(crate) mod tests {
             .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cuda-capture/cubins").to_owned());
         let mut inlined = 0;
         for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path().display().to_string();
+            let path = entry.unwrap().path();
+            // Beside each cubin, its branch listing.
+            if path.extension().is_none_or(|extension| extension != "cubin") {
+                continue;
+            }
+            let path = path.display().to_string();
             let cubin = CubinLines::parse(&std::fs::read(&path).unwrap(), &path).unwrap();
             let theirs = live_nvdisasm(&nvdisasm, "-gi", &path);
             inlined += theirs.values().flatten().filter(|(_, frames)| frames.len() > 1).count();

@@ -1,13 +1,14 @@
-//! The CUDA fixture's `// cov:` markers (tests/fixtures/ccl-cuda/README.md)
-//! against kernel records captured on an H200 by
-//! `scripts/gpu-cuda-validation.sh` (tests/fixtures/cuda-capture): every
-//! marked device line is covered in exactly the trials its marker names.
+//! The CUDA fixture's `// cov:` and `// cov-branch:` markers
+//! (tests/fixtures/ccl-cuda/README.md) against kernel records captured on an
+//! H200 (tests/fixtures/cuda-capture): every marked device line is covered,
+//! and every marked line's branches take each outcome, in exactly the trials
+//! its marker names.
 //! On the GPU host the same test reads the run's fresh capture
 //! (`CCL_COV_CUDA_CAPTURE`), so the assertion runs where the kernels ran.
 
-use super::{DeviceCoverage, line_coverage, read_cubin_dir};
+use super::{DeviceCoverage, line_coverage, read_branch_listings, read_cubin_dir};
 use crate::device::nvidia::record::{Record, record_files};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -57,6 +58,11 @@ impl Trial {
 
 /// `(file name, line, marker)` of every marked line of the fixture's device code.
 fn markers() -> Vec<(String, u32, String)> {
+    marked("// cov:")
+}
+
+/// `(file name, line, marker)` of every line of the fixture's device code marked with `tag`.
+fn marked(tag: &str) -> Vec<(String, u32, String)> {
     let dir = Path::new(ROOT).join("tests/fixtures/ccl-cuda/src/device");
     let mut found = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -64,7 +70,7 @@ fn markers() -> Vec<(String, u32, String)> {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         for (i, line) in std::fs::read_to_string(&path).unwrap().lines().enumerate() {
             // A marker ends a line of code; comment lines that mention them are prose.
-            if let Some((code, marker)) = line.split_once("// cov:")
+            if let Some((code, marker)) = line.split_once(tag)
                 && !code.trim().is_empty()
                 && !code.trim_start().starts_with("//")
             {
@@ -98,7 +104,7 @@ fn every_marked_device_line_is_covered_in_exactly_its_trials() {
         let records: Vec<Record> = record_files(dir).unwrap().iter().map(|f| Record::read(f).unwrap()).collect();
         assert_eq!(records.len(), 1, "{slug}: one process, one record");
         assert!(records[0].is_complete() && records[0].dropped == 0, "{slug}: the record is whole");
-        let coverage = line_coverage(&cubins, &records).unwrap();
+        let coverage = line_coverage(&cubins, &BTreeMap::new(), &records).unwrap();
         let trial = Trial::from_slug(&slug);
         for (file, line, marker) in &markers {
             let Some(n) = count(&coverage, file, *line) else {
@@ -111,6 +117,53 @@ fn every_marked_device_line_is_covered_in_exactly_its_trials() {
                     "{slug}: {file}:{line} ran {n} times, expected {}: {marker}",
                     if expected { "some" } else { "none" }
                 ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{} mismatches:\n{}", wrong.len(), wrong.join("\n"));
+}
+
+/// `taken <expr>; not-taken <expr>`.
+fn branch_marker(marker: &str) -> (&str, &str) {
+    let (taken, not_taken) = marker.split_once(';').expect("taken ...; not-taken ...");
+    (
+        taken.trim().strip_prefix("taken ").expect("taken"),
+        not_taken.trim().strip_prefix("not-taken ").expect("not-taken"),
+    )
+}
+
+#[test]
+fn every_marked_branch_takes_each_outcome_in_exactly_its_trials() {
+    let capture = std::env::var_os("CCL_COV_CUDA_CAPTURE")
+        .map_or_else(|| Path::new(ROOT).join("tests/fixtures/cuda-capture"), std::path::PathBuf::from);
+    let cubins = read_cubin_dir(&capture.join("cubins")).unwrap();
+    let listings = read_branch_listings(&capture.join("cubins"), None).unwrap().unwrap();
+    let markers = marked("// cov-branch:");
+    assert_eq!(markers.len(), 6, "the fixture's branch markers: {markers:?}");
+    let mut trials: Vec<_> = std::fs::read_dir(capture.join("trials")).unwrap().map(|e| e.unwrap().path()).collect();
+    trials.sort();
+    assert_eq!(trials.len(), 24, "configs/h200_cuda.json has 24 trials");
+    let mut wrong = Vec::new();
+    for dir in &trials {
+        let slug = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let records: Vec<Record> = record_files(dir).unwrap().iter().map(|f| Record::read(f).unwrap()).collect();
+        let coverage = line_coverage(&cubins, &listings, &records).unwrap();
+        let placed = coverage.branch_lines();
+        let trial = Trial::from_slug(&slug);
+        for (file, line, marker) in &markers {
+            let suffix = format!("ccl-cuda/src/device/{file}");
+            let branches = placed.iter().find(|(f, _)| f.ends_with(&suffix)).and_then(|(_, lines)| lines.get(line));
+            let Some(branches) = branches.filter(|b| !b.is_empty()) else {
+                wrong.push(format!("{file}:{line} ({marker}) has no device branch"));
+                continue;
+            };
+            let (taken, not_taken) = branch_marker(marker);
+            let seen_taken = branches.iter().flatten().any(|o| o.taken > 0);
+            let seen_not_taken = branches.iter().flatten().any(|o| o.not_taken > 0);
+            for (outcome, seen, expr) in [("taken", seen_taken, taken), ("not taken", seen_not_taken, not_taken)] {
+                if seen != trial.holds(expr) {
+                    wrong.push(format!("{slug}: {file}:{line} {outcome} {seen}, expected {expr}: {branches:?}"));
+                }
             }
         }
     }

@@ -16,8 +16,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::bail;
-use crate::device::lines::{DeviceCoverage, DeviceFunction, DeviceLines, LinesOrigin};
-use crate::device::nvidia::record::{InstructionKey, Record};
+use crate::device::lines::{DeviceBranch, DeviceCoverage, DeviceFunction, DeviceLines, LinesOrigin, Outcomes};
+use crate::device::nvidia::branches::{Branches, branches_of};
+use crate::device::nvidia::record::{InstructionKey, Record, ThreadCounts};
 use crate::error::{Context, Result};
 use cubin::{CubinLines, INSTRUCTION_BYTES};
 
@@ -26,17 +27,32 @@ const CUPTI_SASS: LinesOrigin =
     LinesOrigin { id: "cupti-sass", name: "NVIDIA kernel coverage (CUPTI SASS metrics)", short: "NVIDIA kernel lines" };
 
 /// The coverage of each trial's records (`records`, by slug) over the
-/// build's saved cubins in `cubins_dir`, and of all of them together.
+/// build's saved cubins in `cubins_dir`, and of all of them together. The cubins' branch
+/// listings are read from beside them, or made with `nvdisasm` and kept there.
 pub(crate) fn device_lines(
     cubins_dir: &Path,
     records: &BTreeMap<String, Vec<std::path::PathBuf>>,
+    nvdisasm: Option<&Path>,
 ) -> Result<DeviceLines> {
     let cubins = if cubins_dir.is_dir() { read_cubin_dir(cubins_dir)? } else { BTreeMap::new() };
     let mut lines = DeviceLines { origin: CUPTI_SASS, ..DeviceLines::default() };
+    let listings = if cubins_dir.is_dir() {
+        match read_branch_listings(cubins_dir, nvdisasm)? {
+            Ok(listings) => Some(listings),
+            Err(why) => {
+                lines.branches_unavailable.push(why);
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let listings = listings.unwrap_or_default();
     let mut every = Vec::new();
     for (slug, files) in records {
         let read = files.iter().map(|f| Record::read(f)).collect::<Result<Vec<_>>>()?;
-        lines.trials.insert(slug.clone(), line_coverage(&cubins, &read)?);
+        lines.branches_unavailable.extend(read.iter().filter_map(Record::branches_unavailable));
+        lines.trials.insert(slug.clone(), line_coverage(&cubins, &listings, &read)?);
         for record in &read {
             for (map, counts) in
                 [(&mut lines.not_counted, &record.skipped), (&mut lines.beyond_max_launches, &record.capped)]
@@ -49,7 +65,7 @@ pub(crate) fn device_lines(
         }
         every.extend(read);
     }
-    lines.all = line_coverage(&cubins, &every)?;
+    lines.all = line_coverage(&cubins, &listings, &every)?;
     for (function, function_lines) in cubins.values().flat_map(|cubin| &cubin.functions) {
         if let Some(entry) = function_lines.frames_at(0).last() {
             lines.kernel_files.insert(function.clone(), normalized(&entry.file));
@@ -86,7 +102,31 @@ pub(crate) fn read_cubin_dir(dir: &Path) -> Result<BTreeMap<u32, CubinLines>> {
     Ok(cubins)
 }
 
-/// Line and function coverage of every kernel of `cubins` over all `records`.
+/// The branch listing of every `<crc>.cubin` of `dir` (`branches::branches_of`), by CRC; why
+/// there are none when one cubin has no listing and no nvdisasm can make it.
+pub(crate) fn read_branch_listings(
+    dir: &Path,
+    nvdisasm: Option<&Path>,
+) -> Result<std::result::Result<BTreeMap<u32, Branches>, String>> {
+    let mut listings = BTreeMap::new();
+    let mut paths: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| dir.display())?
+        .map(|entry| entry.map(|e| e.path()).with_context(|| dir.display()))
+        .collect::<Result<_>>()?;
+    paths.sort();
+    for path in paths.iter().filter(|p| p.extension().is_some_and(|x| x == "cubin")) {
+        let crc = path.file_stem().and_then(|stem| stem.to_str()).and_then(|stem| u32::from_str_radix(stem, 16).ok());
+        let Some(crc) = crc else { continue };
+        let data = std::fs::read(path).with_context(|| path.display())?;
+        match branches_of(path, &data, nvdisasm)? {
+            Ok(branches) => listings.insert(crc, branches),
+            Err(why) => return Ok(Err(why)),
+        };
+    }
+    Ok(Ok(listings))
+}
+
+/// Line, function and branch coverage of every kernel of `cubins` over all `records`.
 ///
 /// Every frame of an instruction's inline chain is a line of it: the inlined code's own line,
 /// and each call site out to the kernel's, as LLVM and gcov count the call site of an inlined
@@ -94,15 +134,31 @@ pub(crate) fn read_cubin_dir(dir: &Path) -> Result<BTreeMap<u32, CubinLines>> {
 /// helper of the same header) has both lines. A line's count is the most any one of its
 /// instructions ran, summed over records: the count of its hottest instruction, so that a line
 /// is covered when any of its code ran.
-pub(crate) fn line_coverage(cubins: &BTreeMap<u32, CubinLines>, records: &[Record]) -> Result<DeviceCoverage> {
+///
+/// Every branch of `listings` with a line is a device branch, executed or not: its outcomes
+/// are the thread counts of the records that have them (version 4), taken = threads whose
+/// guard was true, not taken = the other threads that executed it. Without such a record, or
+/// without listings, the coverage has no branches.
+pub(crate) fn line_coverage(
+    cubins: &BTreeMap<u32, CubinLines>,
+    listings: &BTreeMap<u32, Branches>,
+    records: &[Record],
+) -> Result<DeviceCoverage> {
     let mut counts: BTreeMap<&InstructionKey, u64> = BTreeMap::new();
+    let mut threads: BTreeMap<&InstructionKey, ThreadCounts> = BTreeMap::new();
     for record in records {
         for (key, count) in &record.executions {
             check_instruction(cubins, key).map_err(|error| error.context(&record.origin))?;
             let total = counts.entry(key).or_default();
             *total = total.saturating_add(*count);
         }
+        for (key, count) in &record.threads {
+            let total = threads.entry(key).or_default();
+            total.executed = total.executed.saturating_add(count.executed);
+            total.pred_on = total.pred_on.saturating_add(count.pred_on);
+        }
     }
+    let measured = records.iter().any(|record| record.branches_unavailable().is_none());
     let mut coverage = DeviceCoverage::default();
     let mut names: BTreeMap<&str, String> = BTreeMap::new();
     for (&crc, cubin) in cubins {
@@ -127,6 +183,17 @@ pub(crate) fn line_coverage(cubins: &BTreeMap<u32, CubinLines>, records: &[Recor
                     *line = (*line).max(count);
                 }
             }
+            let listed = listings.get(&crc).and_then(|listing| listing.get(function)).filter(|_| measured);
+            for branch in listed.into_iter().flatten() {
+                let frames = lines.frames_at(branch.offset);
+                if frames.is_empty() {
+                    continue;
+                }
+                let key = InstructionKey { crc, function: function.clone(), offset: branch.offset };
+                let outcomes = outcomes(threads.get(&key));
+                let frames = frames.iter().map(|frame| (file_of(&mut names, &frame.file), frame.line)).collect();
+                coverage.branches.push(DeviceBranch { frames, outcomes });
+            }
             // The kernel's own line is the outermost frame of its entry instruction.
             let Some(entry) = lines.frames_at(0).last() else { continue };
             let functions = &mut coverage.files.entry(file_of(&mut names, &entry.file)).or_default().functions;
@@ -137,6 +204,15 @@ pub(crate) fn line_coverage(cubins: &BTreeMap<u32, CubinLines>, records: &[Recor
         }
     }
     Ok(coverage)
+}
+
+/// A branch's outcomes from its instruction's thread counts: taken by the threads whose guard
+/// was true (the metric counts the guard as written, `!` included), not taken by the others that
+/// executed it; `None` when it never executed.
+pub(crate) fn outcomes(threads: Option<&ThreadCounts>) -> Option<Outcomes> {
+    threads
+        .filter(|t| t.executed > 0)
+        .map(|t| Outcomes { taken: t.pred_on, not_taken: t.executed.saturating_sub(t.pred_on) })
 }
 
 /// `file` normalized, once per spelling: nvcc spells one header many ways.
@@ -183,7 +259,7 @@ mod tests {
     }
 
     fn fixture_coverage() -> DeviceCoverage {
-        line_coverage(&BTreeMap::from([(CRC, fixture_cubin("sm_90"))]), &fixture_records()).unwrap()
+        line_coverage(&BTreeMap::from([(CRC, fixture_cubin("sm_90"))]), &BTreeMap::new(), &fixture_records()).unwrap()
     }
 
     #[test]
@@ -270,7 +346,7 @@ mod tests {
         ];
         for (from, to, expected) in cases {
             let record = Record::parse(&good.replace(from, to), "bad.tsv").unwrap();
-            let error = line_coverage(&cubins, &[record]).unwrap_err().to_string();
+            let error = line_coverage(&cubins, &BTreeMap::new(), &[record]).unwrap_err().to_string();
             assert_eq!(error, format!("bad.tsv: {expected}"));
         }
     }
@@ -312,7 +388,7 @@ mod tests {
             let slug = dir.file_name().unwrap().to_string_lossy().into_owned();
             records.insert(slug, crate::device::nvidia::record::record_files(&dir).unwrap());
         }
-        let mut lines = device_lines(&capture.join("cubins"), &records).unwrap();
+        let mut lines = device_lines(&capture.join("cubins"), &records, None).unwrap();
         lines.all.retain_files(&keep);
         let ours = crate::report::relative_lcov(&to_lcov(&lines.all), &manifest.library_src.display().to_string());
         let written = std::fs::read_to_string(capture.join("device.lcov")).unwrap();
@@ -332,7 +408,7 @@ mod tests {
             let slug = dir.file_name().unwrap().to_string_lossy().into_owned();
             records.insert(slug, crate::device::nvidia::record::record_files(&dir).unwrap());
         }
-        let mut lines = device_lines(Path::new(&format!("{capture}/cubins")), &records).unwrap();
+        let mut lines = device_lines(Path::new(&format!("{capture}/cubins")), &records, None).unwrap();
         let covered = |c: &DeviceCoverage| -> std::collections::BTreeSet<(String, u32)> {
             c.files
                 .iter()

@@ -10,9 +10,16 @@
 //! calls of `maxOf` and `minOf` at `:65` and `:67` in the small kernels and `reduceDirectKernel`, 8 trials). So per trial its
 //! lines lie between the two: every innermost-of-its-file frame ccl-coverage saw run, and
 //! nothing ccl-coverage does not have. Over the suite they are the same lines.
+//!
+//! Device branches against Nsight Compute's SASS page of the same trials
+//! (`tests/fixtures/cuda-capture/ncu-branches.tsv`: `ncu-source-lines.py branches`, each guarded
+//! instruction's "Thread Instructions Executed" and "Predicated-On Thread Instructions Executed",
+//! summed over the trial's launches): the same instructions with the same guards, and the same
+//! two outcomes, thread for thread, since both ran the same launches of the same cubins.
 
 use super::cubin::FileLine;
-use super::{DeviceCoverage, line_coverage, normalized, read_cubin_dir};
+use super::{DeviceCoverage, line_coverage, normalized, outcomes, read_branch_listings, read_cubin_dir};
+use crate::device::lines::Outcomes;
 use crate::device::nvidia::record::{InstructionKey, Record, record_files};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -20,6 +27,9 @@ use std::path::Path;
 const CAPTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cuda-capture");
 
 type Lines = BTreeSet<(String, u32)>;
+
+/// The trials Nsight Compute ran again for this capture.
+const TRIALS: usize = 24;
 
 /// Nsight Compute's executed lines by trial slug, CUDA's own headers left out as the report
 /// leaves them out.
@@ -76,11 +86,11 @@ fn innermost_per_file(cubins: &BTreeMap<u32, super::cubin::CubinLines>, records:
 fn every_trial_s_nsight_compute_lines_lie_between_the_innermost_frames_of_each_file_and_every_frame() {
     let cubins = read_cubin_dir(&Path::new(CAPTURE).join("cubins")).unwrap();
     let ncu = ncu_lines();
-    assert_eq!(ncu.len(), 24, "configs/h200_cuda.json has 24 trials");
+    assert_eq!(ncu.len(), TRIALS, "configs/h200_cuda.json has 24 trials");
     let mut call_sites = 0;
     for (slug, theirs) in &ncu {
         let records = records(slug);
-        let ours = covered(&line_coverage(&cubins, &records).unwrap());
+        let ours = covered(&line_coverage(&cubins, &BTreeMap::new(), &records).unwrap());
         let innermost = innermost_per_file(&cubins, &records);
         let missing: Vec<_> = innermost.difference(theirs).collect();
         assert!(missing.is_empty(), "{slug}: innermost frames Nsight Compute does not show run: {missing:?}");
@@ -96,9 +106,9 @@ fn every_trial_s_nsight_compute_lines_lie_between_the_innermost_frames_of_each_f
 fn over_the_suite_the_lines_are_nsight_compute_s() {
     let cubins = read_cubin_dir(&Path::new(CAPTURE).join("cubins")).unwrap();
     let ncu = ncu_lines();
-    assert_eq!(ncu.len(), 24, "configs/h200_cuda.json has 24 trials");
+    assert_eq!(ncu.len(), TRIALS, "configs/h200_cuda.json has 24 trials");
     let all: Vec<Record> = ncu.keys().flat_map(|slug| records(slug)).collect();
-    let ours = covered(&line_coverage(&cubins, &all).unwrap());
+    let ours = covered(&line_coverage(&cubins, &BTreeMap::new(), &all).unwrap());
     let theirs: Lines = ncu.values().flatten().cloned().collect();
     // Per file, as the issue compares them.
     let by_file = |lines: &Lines| -> BTreeMap<String, BTreeSet<u32>> {
@@ -109,5 +119,83 @@ fn over_the_suite_the_lines_are_nsight_compute_s() {
         files
     };
     assert_eq!(by_file(&ours), by_file(&theirs));
-    assert_eq!(ours.len(), 82, "the capture's covered device lines");
+    assert_eq!(ours.len(), 99, "the capture's covered device lines");
+}
+
+/// One trial's guarded instructions on Nsight Compute's page: (kernel, offset) → (its SASS
+/// text, threads that executed it, threads predicated on).
+type Guarded = BTreeMap<(String, u64), (String, u64, u64)>;
+
+/// Nsight Compute's guarded instructions by trial slug.
+fn ncu_branches() -> BTreeMap<String, Guarded> {
+    let mut trials: BTreeMap<String, Guarded> = BTreeMap::new();
+    for row in std::fs::read_to_string(format!("{CAPTURE}/ncu-branches.tsv")).unwrap().lines() {
+        let [slug, kernel, offset, text, threads, pred_on] = row.split('\t').collect::<Vec<_>>()[..] else {
+            panic!("{row:?}")
+        };
+        let key = (kernel.to_owned(), u64::from_str_radix(offset, 16).unwrap());
+        let value = (text.to_owned(), threads.parse().unwrap(), pred_on.parse().unwrap());
+        trials.entry(slug.to_owned()).or_default().insert(key, value);
+    }
+    trials
+}
+
+#[test]
+fn every_device_branch_s_outcomes_are_nsight_compute_s() {
+    let listings = read_branch_listings(&Path::new(CAPTURE).join("cubins"), None).unwrap().unwrap();
+    let ncu = ncu_branches();
+    assert_eq!(ncu.len(), TRIALS, "configs/h200_cuda.json has 24 trials");
+    let (mut compared, mut both_ways, mut wrong) = (0, 0, Vec::new());
+    for (slug, theirs) in &ncu {
+        let records = records(slug);
+        let launched: BTreeSet<&str> = theirs.keys().map(|(kernel, _)| kernel.as_str()).collect();
+        for (crc, listing) in &listings {
+            for (kernel, branches) in listing.iter().filter(|(kernel, _)| launched.contains(kernel.as_str())) {
+                for branch in branches {
+                    let Some((text, threads, pred_on)) = theirs.get(&(kernel.clone(), branch.offset)) else {
+                        wrong.push(format!(
+                            "{slug}: {kernel}+{:#x} ({}) is not on Nsight Compute's page",
+                            branch.offset, branch.guard
+                        ));
+                        continue;
+                    };
+                    // The same instruction with the same guard, negation included.
+                    let words: Vec<&str> = text.split_whitespace().collect();
+                    if words[..2] != [branch.guard.to_string().as_str(), branch.opcode.as_str()] {
+                        wrong.push(format!(
+                            "{slug}: {kernel}+{:#x}: ours {} {}, Nsight Compute's {text}",
+                            branch.offset, branch.guard, branch.opcode
+                        ));
+                    }
+                    let key = InstructionKey { crc: *crc, function: kernel.clone(), offset: branch.offset };
+                    let ours = outcomes(records.iter().find_map(|r| r.threads.get(&key)));
+                    let expected = (*threads > 0).then_some(Outcomes { taken: *pred_on, not_taken: threads - pred_on });
+                    if ours != expected {
+                        wrong.push(format!(
+                            "{slug}: {kernel}+{:#x} {text}: ours {ours:?}, Nsight Compute's {expected:?}",
+                            branch.offset
+                        ));
+                    }
+                    compared += 1;
+                    both_ways += usize::from(expected.is_some_and(|o| o.taken > 0 && o.not_taken > 0));
+                }
+            }
+        }
+        // Nothing Nsight Compute shows as a guarded control transfer is missing from the listings.
+        for ((kernel, offset), (text, _, _)) in theirs {
+            let opcode = text.split_whitespace().nth(1).unwrap_or_default();
+            let transfer =
+                ["BRA", "BRX", "JMP", "CALL", "RET", "EXIT"].contains(&opcode.split('.').next().unwrap_or_default());
+            let listed = listings.values().filter_map(|l| l.get(kernel)).flatten().any(|b| b.offset == *offset);
+            if transfer
+                && !listed
+                && !text.contains("PT ")
+                && !text.split_whitespace().nth(2).is_some_and(|w| w.trim_start_matches('!').starts_with('P'))
+            {
+                wrong.push(format!("{slug}: {kernel}+{offset:#x} {text} is not listed"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{} mismatches:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(compared > 1000 && both_ways > 200, "{compared} branches compared, {both_ways} both ways");
 }
