@@ -104,22 +104,31 @@ fn a_rewritten_build_json_never_chooses_the_report_s_programs() {
     assert!(!log.exists(), "a program build.json named ran: {}", fs::read_to_string(&log).unwrap_or_default());
 }
 
-/// `LLVM_COV`, which docs/environment.md says overrides the tool, is what the
-/// report runs (it was silently ignored).
+/// `LLVM_COV`, which docs/environment.md says overrides the tool, is the
+/// llvm-cov the report takes (it was silently ignored) and checks against the
+/// build's: a logging wrapper around the real one is another program (its
+/// SHA-256 is not the build's), so it is named and refused, and nothing is
+/// exported with it. Whether the build recorded a checksum does not matter to
+/// the first half: an older `build.json` without one is checked by version.
 #[test]
-fn llvm_cov_from_the_environment_is_what_the_report_runs() {
+fn llvm_cov_from_the_environment_is_the_one_the_report_takes_and_checks() {
     let mut s = ran_once();
     let tools = tempfile::tempdir().unwrap();
     let log = tools.path().join("calls.log");
-    let real = read_json(&s.ws.join("build.json"))["toolchain"]["llvm_cov"]["path"].as_str().unwrap().to_string();
-    // A link to the real tool: the same program, so the build's identity holds.
-    let link = tools.path().join("llvm-cov");
-    std::os::unix::fs::symlink(&real, &link).unwrap();
-    let wrapper = logging_wrapper(tools.path(), "logged-llvm-cov", &link.display().to_string(), &log);
+    let build = read_json(&s.ws.join("build.json"));
+    let real = build["toolchain"]["llvm_cov"]["path"].as_str().unwrap().to_string();
+    let wrapper = logging_wrapper(tools.path(), "logged-llvm-cov", &real, &log);
     s.env.push(("LLVM_COV".into(), wrapper.display().to_string()));
     let ran = harness(&s, "report", &[], LIMIT);
+    let text = ran.text();
     let calls = fs::read_to_string(&log).unwrap_or_default();
-    assert!(calls.contains(" export ") || calls.contains(" report "), "LLVM_COV was not used: {calls}\n{}", ran.text());
+    if build["toolchain"]["llvm_cov"]["sha256"].is_string() {
+        assert!(!ran.success, "{text}");
+        assert!(text.contains(&format!("the report's llvm-cov is {}", wrapper.display())), "{text}");
+        assert!(!calls.contains(" export ") && !calls.contains(" report "), "it exported with it: {calls}");
+    } else {
+        assert!(calls.contains(" export ") || calls.contains(" report "), "LLVM_COV was not used: {calls}\n{text}");
+    }
 }
 
 /// An `LLVM_COV` of another release than the build's: refused, naming both
@@ -305,6 +314,28 @@ fn a_run_whose_records_could_not_be_written_fails_and_says_so() {
     assert!(!text.contains("1 passed, 0 failed"), "the earlier run's tally: {text}");
     assert!(text.contains("1 of 1 trials ran: 0 passed, 1 failed"), "{text}");
     assert!(text.contains("results/run.json is not this run's: it could not be written"), "{text}");
+}
+
+/// A trial that replaces its own `profiles/<trial>` with a link (issue #40,
+/// item 8): its verdict names the folder and why it cannot be read (it said
+/// `wrote no coverage profile … is the instrumented library the one loaded?`,
+/// and the link was named only later, by every report step).
+#[test]
+fn a_trial_that_links_its_own_profile_folder_is_told_so_in_its_verdict() {
+    let s = wrapped(&[(
+        "linker",
+        "d=$(dirname \"$LLVM_PROFILE_FILE\"); mv \"$d\" \"$d.moved\"; ln -s \"$d.moved\" \"$d\"",
+    )]);
+    let ran = harness(&s, "run", &["--no-report"], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    assert!(fs::symlink_metadata(s.ws.join("profiles/AllReduce.1K.linker")).unwrap().is_symlink(), "{text}");
+    assert!(
+        text.contains("coverage lost: its profile folder")
+            && text.contains("profiles/AllReduce.1K.linker cannot be read"),
+        "{text}"
+    );
+    assert!(!text.contains("wrote no coverage profile"), "{text}");
 }
 
 // ---- item 6: never a write in place into a file the harness did not just make

@@ -110,7 +110,15 @@ pub fn finish_trial(
     keep_raw: bool,
 ) -> MergeOutcome {
     let dir = ws.trial_profiles(slug);
-    let files = raw_files(ws, &dir).unwrap_or_default();
+    // A folder the trial replaced (by a link, say) is named as such, not
+    // taken for one where nothing was written.
+    let files = match raw_files(ws, &dir) {
+        Ok(files) => files,
+        Err(e) => {
+            let error = Some(format!("its profile folder {} cannot be read: {e}", dir.display()));
+            return MergeOutcome { dir, error, ..MergeOutcome::default() };
+        }
+    };
     let (raw, writers) = (files.len(), writers(&files, pattern));
     let mut outcome = MergeOutcome { dir: dir.clone(), raw, writers, ..MergeOutcome::default() };
     if incremental && raw > 0 {

@@ -104,19 +104,23 @@ impl Own {
             .collect();
         for (slug, mine) in self.verdicts.iter().filter(|(slug, _)| !self.unwritten.contains_key(*slug)) {
             let path = ws.trial_result(slug);
-            let on_disk =
-                ws.read_opt(&path).ok().flatten().and_then(|b| serde_json::from_slice::<TrialResult>(&b).ok());
-            match on_disk {
-                Some(theirs) if same(&theirs.redacted(), mine) => {}
-                Some(theirs) => problems.push(format!(
-                    "{} says {}, but this run saw {} {}: the record was rewritten after the trial wrote it, so it is not trusted; run.json and junit.xml say what the run saw",
-                    path.display(),
-                    theirs.status.as_str(),
-                    mine.trial,
-                    mine.status.as_str()
-                )),
+            // Compared as the bytes written: parsing the record back would
+            // not always give the same floats (serde_json's fast parser).
+            let written = serde_json::to_string_pretty(mine).expect("result serializes");
+            match ws.read_opt(&path).ok().flatten() {
+                Some(bytes) if bytes == written.as_bytes() => {}
+                Some(bytes) => {
+                    let says = serde_json::from_slice::<TrialResult>(&bytes)
+                        .map_or_else(|_| "something unreadable".to_string(), |t| t.status.as_str().to_string());
+                    problems.push(format!(
+                        "{} says {says}, but this run saw {} {}: the record was rewritten after the trial wrote it, so it is not trusted; run.json and junit.xml say what the run saw",
+                        path.display(),
+                        mine.trial,
+                        mine.status.as_str()
+                    ));
+                }
                 None => problems.push(format!(
-                    "{} is gone or damaged since trial {} wrote it ({}); run.json and junit.xml say what the run saw",
+                    "{} is gone since trial {} wrote it ({}); run.json and junit.xml say what the run saw",
                     path.display(),
                     mine.trial,
                     mine.status.as_str()
@@ -125,11 +129,6 @@ impl Own {
         }
         problems
     }
-}
-
-/// Whether two records say the same.
-fn same(a: &TrialResult, b: &TrialResult) -> bool {
-    serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
 }
 
 #[derive(Default)]

@@ -413,7 +413,10 @@ pub(crate) fn judge_coverage(verdict: Verdict, evidence: &ProfileEvidence) -> Ve
         return verdict;
     }
     let dir = evidence.dir.display();
-    let reason = if evidence.writers == 0 && !evidence.unmatched.is_empty() {
+    let reason = if let (0, Some(error)) = (evidence.writers, evidence.merge_error) {
+        // Nothing could be counted: why is the whole story.
+        format!("coverage lost: {error}")
+    } else if evidence.writers == 0 && !evidence.unmatched.is_empty() {
         format!(
             "coverage lost: the trial passed and wrote {} coverage profile(s) in {dir} ({}), but not under the name the harness gave them (LLVM_PROFILE_FILE={dir}/{}): something in the trial set LLVM_PROFILE_FILE itself, so its processes cannot be counted",
             evidence.unmatched.len(),
