@@ -341,21 +341,14 @@ fn clean_keeps_a_build_a_run_uses_and_names_the_run() {
 #[test]
 fn sigterm_stops_the_report_and_keeps_the_last_good_one() {
     let _shared = shared();
-    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 1}])));
+    let mut s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 1}])));
+    support::tool_wrapper(&mut s, "llvm_cov");
     let ran = harness(&s, "collectives", &[], LIMIT);
     assert!(ran.success, "{}", ran.text());
-    let manifest_path = s.ws.join("build.json");
-    let good_manifest = fs::read_to_string(&manifest_path).unwrap();
     let hang = mark(621);
-    let mut manifest: Value = serde_json::from_str(&good_manifest).unwrap();
-    let real = manifest["toolchain"]["llvm_cov"]["path"].as_str().unwrap().to_string();
-    let fake = s.dir.path().join("llvm-cov");
-    script(&fake, &format!("if [ \"$1\" = show ]; then exec sleep {hang}; fi\nexec {real} \"$@\""));
-    manifest["toolchain"]["llvm_cov"]["path"] = json!(fake.display().to_string());
-    let hanging_manifest = serde_json::to_string_pretty(&manifest).unwrap();
     let report = s.ws.join("report");
     let stopped = |expect: &str| {
-        fs::write(&manifest_path, &hanging_manifest).unwrap();
+        support::tool_behaviour(&s, "llvm_cov", |_| format!("if [ \"$1\" = show ]; then exec sleep {hang}; fi"));
         // One thread: with two, the other may finish every other step
         // while `llvm-cov show` hangs, and no step would be left to refuse.
         let running = spawn(&s, command(&s, "report", &["--test-threads", "1"]));
@@ -367,7 +360,7 @@ fn sigterm_stops_the_report_and_keeps_the_last_good_one() {
         assert!(out.contains("SIGTERM: stopping") && out.contains(expect), "{out}");
         assert!(out.contains("not run: the report was interrupted by SIGTERM"), "later steps ran: {out}");
         assert!(marked(&hang).is_empty(), "llvm-cov show was left running");
-        fs::write(&manifest_path, &good_manifest).unwrap();
+        support::tool_as_is(&s, "llvm_cov");
     };
     stopped("the new report was not installed; there is no report yet");
     assert!(!report.exists(), "an interrupted first report was installed");

@@ -322,7 +322,8 @@ fn a_later_run_kills_what_a_killed_supervisor_left_behind() {
 #[test]
 fn a_failed_html_step_leaves_the_report_with_the_harness_modes() {
     use std::os::unix::fs::PermissionsExt;
-    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
+    let mut s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
+    support::tool_wrapper(&mut s, "llvm_cov");
     let ran = harness(&s, "collectives", &[], LIMIT);
     assert!(ran.success, "{}", ran.text());
     // An llvm-cov that makes its output folder 0750 and fails for `show`.
@@ -345,7 +346,8 @@ fn a_failed_html_step_leaves_the_report_with_the_harness_modes() {
 /// beside it and swapped in only when whole.
 #[test]
 fn a_failed_report_leaves_the_last_good_one_whole() {
-    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
+    let mut s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}])));
+    support::tool_wrapper(&mut s, "llvm_cov");
     let ran = harness(&s, "collectives", &[], LIMIT);
     assert!(ran.success, "{}", ran.text());
     let good = harness(&s, "report", &[], LIMIT);
@@ -396,29 +398,9 @@ fn failing_llvm_cov_show(s: &support::Setup, on_show: &str) {
     llvm_cov_script(s, |real| format!("if [ \"$1\" = show ]; then {on_show}; exit 1; fi\nexec {real} \"$@\""));
 }
 
-/// Makes the workspace's build use, as llvm-cov, a shell script whose body
-/// `script` writes around the real llvm-cov's path.
+/// The setup's llvm-cov runs shell lines that `script` writes around the real one's path.
 fn llvm_cov_script(s: &support::Setup, script: impl FnOnce(&str) -> String) {
-    tool_script(s, "llvm_cov", script);
-}
-
-/// The build's `tool` (`llvm_cov`, `llvm_profdata`) replaced by a script
-/// that runs `script(real)`, `real` being the tool it replaces (kept when
-/// the script is replaced again).
-fn tool_script(s: &support::Setup, tool: &str, script: impl FnOnce(&str) -> String) {
-    use std::os::unix::fs::PermissionsExt;
-    let manifest_path = s.ws.join("build.json");
-    let mut manifest: Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
-    let fake = s.dir.path().join(tool);
-    let real_path = s.dir.path().join(format!("{tool}.real"));
-    if !real_path.exists() {
-        std::fs::write(&real_path, manifest["toolchain"][tool]["path"].as_str().unwrap()).unwrap();
-    }
-    let real = std::fs::read_to_string(&real_path).unwrap();
-    std::fs::write(&fake, format!("#!/bin/sh\n{}\n", script(&real))).unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    manifest["toolchain"][tool]["path"] = json!(fake.display().to_string());
-    std::fs::write(&manifest_path, serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
+    support::tool_behaviour(s, "llvm_cov", script);
 }
 
 /// When the in-process coverage-mapping reader does not give llvm-cov's own
@@ -427,12 +409,14 @@ fn tool_script(s: &support::Setup, tool: &str, script: impl FnOnce(&str) -> Stri
 /// its trials then agree with the merged report, and the report passes.
 #[test]
 fn attribution_falls_back_to_llvm_cov_when_the_reader_disagrees() {
-    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}, {"name": "two", "ranks": 2}])));
+    let mut s =
+        setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}, {"name": "two", "ranks": 2}])));
+    support::tool_wrapper(&mut s, "llvm_cov");
     let ran = harness(&s, "collectives", &[], LIMIT);
     assert!(ran.success, "{}", ran.text());
     llvm_cov_script(&s, |real| {
         format!(
-            "case \"$*\" in *-format=lcov*) {real} \"$@\" || exit 1; printf 'SF:/nowhere.cc\\nDA:1,1\\nend_of_record\\n';; *) exec {real} \"$@\";; esac"
+            "case \"$*\" in *-format=lcov*) {real} \"$@\" || exit 1; printf 'SF:/nowhere.cc\\nDA:1,1\\nend_of_record\\n'; exit 0;; *) exec {real} \"$@\";; esac"
         )
     });
     let report = harness(&s, "report", &[], LIMIT);
@@ -454,7 +438,9 @@ fn attribution_falls_back_to_llvm_cov_when_the_reader_disagrees() {
 /// llvm-profdata, and passes.
 #[test]
 fn attribution_reads_counters_with_llvm_profdata_when_the_in_process_reader_disagrees() {
-    let s = setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}, {"name": "two", "ranks": 2}])));
+    let mut s =
+        setup(|v| only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}, {"name": "two", "ranks": 2}])));
+    support::tool_wrapper(&mut s, "llvm_profdata");
     let ran = harness(&s, "collectives", &[], LIMIT);
     assert!(ran.success, "{}", ran.text());
     let log = s.dir.path().join("llvm-profdata.log");
@@ -464,7 +450,9 @@ fn attribution_reads_counters_with_llvm_profdata_when_the_in_process_reader_disa
         std::fs::remove_file(s.dir.path().join("llvm-profdata.log")).ok();
         n
     };
-    tool_script(&s, "llvm_profdata", |real| format!("echo \"$*\" >> '{}'\nexec {real} \"$@\"", log.display()));
+    support::tool_behaviour(&s, "llvm_profdata", |real| {
+        format!("echo \"$*\" >> '{}'\nexec {real} \"$@\"", log.display())
+    });
     let report = harness(&s, "report", &[], LIMIT);
     let out = report.text();
     assert!(report.success, "{out}");
@@ -472,9 +460,9 @@ fn attribution_reads_counters_with_llvm_profdata_when_the_in_process_reader_disa
     assert_eq!(text_reads(), 1, "only the merged profile is read with llvm-profdata: {out}");
     let in_process = std::fs::read_to_string(s.ws.join("report/attribution.json")).unwrap();
 
-    tool_script(&s, "llvm_profdata", |real| {
+    support::tool_behaviour(&s, "llvm_profdata", |real| {
         format!(
-            "echo \"$*\" >> '{}'\ncase \"$*\" in *-text*) {real} \"$@\" || exit 1; printf '_Z9nowherev\\n# Func Hash:\\n1\\n# Num Counters:\\n1\\n# Counter Values:\\n1\\n\\n';; *) exec {real} \"$@\";; esac",
+            "echo \"$*\" >> '{}'\ncase \"$*\" in *-text*) {real} \"$@\" || exit 1; printf '_Z9nowherev\\n# Func Hash:\\n1\\n# Num Counters:\\n1\\n# Counter Values:\\n1\\n\\n'; exit 0;; *) exec {real} \"$@\";; esac",
             log.display()
         )
     });

@@ -338,3 +338,43 @@ pub fn undocumented_workspace_entries(ws: &Path) -> Vec<String> {
     missing.sort();
     missing
 }
+
+/// Makes `tool` (`llvm_cov` or `llvm_profdata`) of this setup's build and
+/// report a wrapper around the real one (`CCL_COV_LLVM_BIN`, default
+/// `/usr/lib/llvm-22/bin`, as `configs/local.json`), named by `LLVM_COV` /
+/// `LLVM_PROFDATA` before the first run. The wrapper's own bytes never change,
+/// so the build records its checksum once and the report, which runs only the
+/// tools it resolves and checks them against the build's (issue #40), accepts
+/// it; what it does is [`tool_behaviour`]'s, a script it sources when there is one.
+#[allow(dead_code)] // not every test binary that has `support` fakes a tool
+pub fn tool_wrapper(s: &mut Setup, tool: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let (binary, var) = match tool {
+        "llvm_cov" => ("llvm-cov", "LLVM_COV"),
+        _ => ("llvm-profdata", "LLVM_PROFDATA"),
+    };
+    let bin = std::env::var("CCL_COV_LLVM_BIN").unwrap_or_else(|_| "/usr/lib/llvm-22/bin".into());
+    let wrapper = s.dir.path().join(binary);
+    let behaviour = s.dir.path().join(format!("{tool}.sh"));
+    let text = format!(
+        "#!/bin/sh\nREAL='{bin}/{binary}'\nif [ -f '{b}' ]; then . '{b}'; fi\nexec \"$REAL\" \"$@\"\n",
+        b = behaviour.display()
+    );
+    fs::write(&wrapper, text).unwrap();
+    fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
+    s.env.push((var.into(), wrapper.display().to_string()));
+}
+
+/// What [`tool_wrapper`]'s `tool` does from now on: `script(real)`, shell
+/// lines sourced with the tool's arguments, `real` being the real tool
+/// (`"$REAL"`); falling off its end runs the real tool.
+#[allow(dead_code)]
+pub fn tool_behaviour(s: &Setup, tool: &str, script: impl FnOnce(&str) -> String) {
+    fs::write(s.dir.path().join(format!("{tool}.sh")), script("\"$REAL\"") + "\n").unwrap();
+}
+
+/// [`tool_wrapper`]'s `tool` runs the real tool again.
+#[allow(dead_code)]
+pub fn tool_as_is(s: &Setup, tool: &str) {
+    let _ = fs::remove_file(s.dir.path().join(format!("{tool}.sh")));
+}

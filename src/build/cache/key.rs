@@ -61,6 +61,15 @@ pub(super) fn build_key(
     key.feed("harness", env!("CARGO_PKG_VERSION"));
     key.feed("cc", &format!("{} {}", tc.cc.path.display(), tc.cc.version));
     key.feed("cxx", &format!("{} {}", tc.cxx.path.display(), tc.cxx.version));
+    // The report runs only the llvm-profdata and llvm-cov the build records
+    // (by version and checksum): another of them is another build, or a
+    // changed `LLVM_COV` would be refused until the cache is cleaned.
+    for tool in [&tc.llvm_profdata, &tc.llvm_cov] {
+        key.feed(
+            "llvm tool",
+            &format!("{} {} {}", tool.path.display(), tool.version, tool.sha256.as_deref().unwrap_or("")),
+        );
+    }
     key.feed("coverage", &format!("{} {}", ctx.coverage, setup.coverage_flags.join(" ")));
     key.feed("device", &setup.device.enabled.to_string());
     let mut sums = (None, None);
