@@ -261,7 +261,7 @@ fn attribution_minimal_suite_and_changed_lines_on_a_modified_fixture() {
     for (key, value) in suite["env"].as_object().unwrap() {
         again.env(key, value.as_str().unwrap());
     }
-    let shown = run_limited(again, limit);
+    let shown = run_limited(again, Duration::from_secs(300));
     let run = read_json(&s.ws.join("results/run.json"));
     assert_ne!(run["run_id"], before, "the command ran nothing in {}:\n{shown}", s.ws.display());
     assert_eq!(run["config_path"], s.config.display().to_string());
