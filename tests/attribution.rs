@@ -201,7 +201,10 @@ fn attribution_minimal_suite_and_changed_lines_on_a_modified_fixture() {
     assert_eq!(suite["branches"].as_u64(), Some(branches(&full).len() as u64));
     assert!(suite["nextest"].as_str().is_some_and(|n| n.contains("-E 'test(=")), "{suite:#}");
     let argv: Vec<&str> = suite["argv"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    assert_eq!(argv[..6], ["cargo", "test", "--test", "collectives", "--", "--exact"]);
+    let manifest = root().join("Cargo.toml").display().to_string();
+    assert_eq!(argv[..8], ["cargo", "test", "--manifest-path", &manifest, "--test", "collectives", "--", "--exact"]);
+    assert_eq!(suite["env"]["CCL_COV_CONFIG"], s.config.display().to_string(), "{suite:#}");
+    assert_eq!(suite["env"]["CCL_COV_WORKSPACE"], s.ws.display().to_string(), "{suite:#}");
 
     // Lost coverage: a baseline that covered the changed error string.
     let baseline = s.dir.path().join("baseline.lcov");
@@ -240,6 +243,31 @@ fn attribution_minimal_suite_and_changed_lines_on_a_modified_fixture() {
     let out = harness(&s, "report", &["--exact", "report::baseline"], limit);
     assert!(out.success, "{}", out.text());
     assert_eq!(read_json(&report_dir.join("baseline.json"))["lost_lines"], 0);
+
+    // The minimal suite's command, run as the file gives it (`env`, then
+    // `argv`) from another folder, with none of the caller's settings: a new
+    // run in this workspace, of this config, of exactly the chosen trials.
+    let before = read_json(&s.ws.join("results/run.json"))["run_id"].clone();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut again = Command::new(argv[0]);
+    again.args(&argv[1..]).current_dir(elsewhere.path());
+    for (key, _) in std::env::vars() {
+        if (key.starts_with("CCL_COV_") && key != "CCL_COV_CGROUP")
+            || ["CARGO_MANIFEST_DIR", "NEXTEST_RUN_ID", "GITHUB_STEP_SUMMARY"].contains(&key.as_str())
+        {
+            again.env_remove(key);
+        }
+    }
+    for (key, value) in suite["env"].as_object().unwrap() {
+        again.env(key, value.as_str().unwrap());
+    }
+    let shown = run_limited(again, Duration::from_secs(300));
+    let run = read_json(&s.ws.join("results/run.json"));
+    assert_ne!(run["run_id"], before, "the command ran nothing in {}:\n{shown}", s.ws.display());
+    assert_eq!(run["config_path"], s.config.display().to_string());
+    let ran: BTreeSet<&str> = run["ran"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let chosen: BTreeSet<&str> = suite["trials"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(ran, chosen, "{shown}");
 }
 
 #[test]

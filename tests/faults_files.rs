@@ -500,6 +500,46 @@ fn a_build_that_failed_is_counted_as_this_run_s_failure() {
     assert!(record["reason"].as_str().unwrap().contains("the shared build failed, so this trial did not run"));
 }
 
+/// Each change to a build command is a new cache folder: one whose build
+/// failed is deleted once the next build of the same workspace succeeds,
+/// and one that another workspace's run left is kept until that
+/// workspace's build succeeds.
+#[test]
+fn a_failed_build_goes_when_the_next_build_of_its_workspace_succeeds() {
+    let (mine, theirs) = (one_trial("t"), one_trial("t"));
+    let good = fs::read_to_string(&mine.config).unwrap();
+    let fail = |s: &Setup, why: &str| -> PathBuf {
+        let mut v: Value = serde_json::from_str(&good).unwrap();
+        v["library"]["steps"][0]["argv"] = json!(["sh", "-c", format!("echo {why} >&2; exit 9")]);
+        fs::write(&s.config, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        let ran = harness(s, "collectives", &[], LIMIT);
+        let text = ran.text();
+        assert!(!ran.success && text.contains(why), "{text}");
+        let dir = text
+            .lines()
+            .find(|l| l.contains(" as build "))
+            .and_then(|l| l.rsplit_once(" in "))
+            .map(|(_, dir)| PathBuf::from(dir.trim()))
+            .unwrap_or_else(|| panic!("no build folder named: {text}"));
+        assert!(dir.join("logs").is_dir(), "{text}");
+        fs::write(&s.config, &good).unwrap();
+        dir
+    };
+    let my_failed = fail(&mine, "my compiler exploded");
+    let their_failed = fail(&theirs, "their compiler exploded");
+    assert_ne!(my_failed, their_failed);
+    let ran = harness(&mine, "collectives", &[], LIMIT);
+    let text = ran.text();
+    assert!(ran.success, "{text}");
+    assert!(!my_failed.exists(), "the failed build stays: {text}");
+    assert!(text.contains(&format!("deleted the failed build {} of this workspace", my_failed.display())), "{text}");
+    assert!(their_failed.join("logs").is_dir(), "another workspace's failed build was deleted: {text}");
+    let ran = harness(&theirs, "collectives", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    assert!(!their_failed.exists(), "{}", ran.text());
+    assert!(manifest(&mine)["cache_dir"].as_str().is_some_and(|d| Path::new(d).join("build.json").is_file()));
+}
+
 #[test]
 fn a_config_past_4_mib_is_refused_before_it_is_parsed() {
     let s = one_trial("t");

@@ -11,11 +11,14 @@
 //! given, so a choice by duration changed between runs of the same suite
 //! (22, 24 and 22 trials); they are reported, rounded, not weighed.
 
+use crate::exec::process::Cmd;
+use crate::exec::redact;
 use crate::report::attribution::TrialCoverage;
 use crate::report::elements::{Bits, Universe};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::path::PathBuf;
 
 /// A cover: the chosen candidates and what can be said about its cost.
 #[derive(Debug, Clone, PartialEq)]
@@ -152,14 +155,30 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-/// `cargo nextest run --test collectives -E 'test(=A) | test(=B)'`: the
-/// same trials as a nextest filterset.
-pub(crate) fn nextest_command(selected: &[&str]) -> String {
+/// What selects this suite besides the trials' names: the package to test
+/// (so that the command runs from any folder) and the variables that name
+/// the config, the workspace and the build. Without them `cargo test` would
+/// run the default config's trials of the same names.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Invocation {
+    /// The harness's `Cargo.toml`.
+    pub(crate) manifest: PathBuf,
+    pub(crate) env: Vec<(String, String)>,
+}
+
+impl Invocation {
+    /// `K=V … cargo SUBCOMMAND --manifest-path M ARGS`.
+    fn cmd(&self, subcommand: &[&str], args: impl IntoIterator<Item = String>) -> Cmd {
+        Cmd::new("cargo").args(subcommand).arg("--manifest-path").arg(&self.manifest).args(args).envs(self.env.clone())
+    }
+}
+
+/// `cargo nextest run --manifest-path M --test collectives -E 'test(=A) | test(=B)'`:
+/// the same trials as a nextest filterset, with the invocation's variables.
+pub(crate) fn nextest_command(selected: &[&str], how: &Invocation) -> String {
     let set: Vec<String> = selected.iter().map(|n| format!("test(={n})")).collect();
-    format!(
-        "cargo nextest run --test collectives --run-ignored all -E {}",
-        crate::exec::process::shell_quote(&set.join(" | "))
-    )
+    let args = ["--test", "collectives", "--run-ignored", "all", "-E"].map(String::from);
+    how.cmd(&["nextest", "run"], args.into_iter().chain([set.join(" | ")])).display()
 }
 
 /// `report/minimal-suite.json`.
@@ -177,9 +196,13 @@ pub(crate) struct MinimalSuite {
     pub(crate) functions: usize,
     pub(crate) branches: usize,
     pub(crate) optimality: Optimality,
-    /// Runs just these trials, by their exact names.
+    /// Runs just these trials, by their exact names, from any folder: `env`
+    /// then `argv`, as one shell line (secrets masked, as in every record).
     pub(crate) command: String,
     pub(crate) argv: Vec<String>,
+    /// What the command sets: the config, the workspace, and the variables
+    /// that chose the build (secrets masked).
+    pub(crate) env: BTreeMap<String, String>,
     /// The same trials under nextest, as a filterset.
     pub(crate) nextest: String,
 }
@@ -200,17 +223,16 @@ pub(crate) struct PlannedTrial<'a> {
     pub(crate) ignored: bool,
 }
 
-/// `cargo test --test collectives -- --exact [--include-ignored] A B …`:
-/// the selected trials by their exact names (the harness takes several
-/// filters, as libtest does).
-pub(crate) fn command(selected: &[&str], planned: &[PlannedTrial]) -> Vec<String> {
-    let mut argv: Vec<String> =
-        ["cargo", "test", "--test", "collectives", "--", "--exact"].iter().map(|s| (*s).to_string()).collect();
+/// `K=V … cargo test --manifest-path M --test collectives -- --exact
+/// [--include-ignored] A B …`: the selected trials by their exact names
+/// (the harness takes several filters, as libtest does).
+pub(crate) fn command(selected: &[&str], planned: &[PlannedTrial], how: &Invocation) -> Cmd {
+    let mut args: Vec<String> = ["--test", "collectives", "--", "--exact"].map(String::from).to_vec();
     if planned.iter().any(|p| p.ignored && selected.contains(&p.name)) {
-        argv.push("--include-ignored".into());
+        args.push("--include-ignored".into());
     }
-    argv.extend(selected.iter().map(|n| (*n).to_string()));
-    argv
+    args.extend(selected.iter().map(|n| (*n).to_string()));
+    how.cmd(&["test"], args)
 }
 
 /// The minimal suite of `trials`, chosen from their coverage alone (see the
@@ -222,6 +244,7 @@ pub(crate) fn minimal_suite(
     planned: &[PlannedTrial],
     full_trials: usize,
     full_duration_s: f64,
+    how: &Invocation,
 ) -> MinimalSuite {
     let mut by_name: Vec<&TrialCoverage> = trials.iter().collect();
     by_name.sort_by(|a, b| a.name.cmp(&b.name));
@@ -243,7 +266,7 @@ pub(crate) fn minimal_suite(
     let names: Vec<&str> = chosen.iter().map(|&i| by_name[i].name.as_str()).collect();
     let full = full_duration_s;
     let duration: f64 = chosen.iter().map(|&i| by_name[i].duration_s.max(0.0)).sum();
-    let argv = command(&names, planned);
+    let cmd = command(&names, planned, how);
     // Each trial costs 1: the bound is a count of trials.
     let lower_bound = cover.lower_bound.ceil() as usize;
     let gap = if lower_bound > 0 { (chosen.len() as f64 / lower_bound as f64 - 1.0) * 100.0 } else { 0.0 };
@@ -262,7 +285,7 @@ pub(crate) fn minimal_suite(
         lines: kept.lines,
         functions: kept.functions,
         branches: kept.branches,
-        nextest: nextest_command(&names),
+        nextest: nextest_command(&names, how),
         optimality: Optimality {
             method: "greedy set cover (each trial counts 1; ties: the first by name), then trials whose lines, \
                      functions and branches the other chosen trials cover are dropped, the smallest first"
@@ -280,8 +303,9 @@ pub(crate) fn minimal_suite(
             lower_bound_trials: lower_bound,
             gap_percent: round2(gap),
         },
-        command: argv.iter().map(|a| crate::exec::process::shell_quote(a)).collect::<Vec<_>>().join(" "),
-        argv,
+        command: cmd.display(),
+        argv: cmd.argv_redacted(),
+        env: how.env.iter().map(|(k, v)| (k.clone(), redact::value(k, v))).collect(),
     }
 }
 
@@ -355,10 +379,20 @@ mod tests {
         let all =
             Universe::of(&parse_lcov("SF:/f.cc\nDA:1,1\nBRDA:1,0,0,1\nBRDA:1,0,1,4\nend_of_record\n", "all").unwrap())
                 .unwrap();
-        let suite = minimal_suite(&all, &[trial(&all, "a", 1.0, a), trial(&all, "b", 2.0, b)], &planned, 2, 3.0);
+        let suite = minimal_suite(
+            &all,
+            &[trial(&all, "a", 1.0, a), trial(&all, "b", 2.0, b)],
+            &planned,
+            2,
+            3.0,
+            &Invocation::default(),
+        );
         assert_eq!(suite.trials, ["a", "b"]);
         assert_eq!((suite.lines, suite.functions, suite.branches), (1, 0, 2));
-        assert_eq!(suite.nextest, "cargo nextest run --test collectives --run-ignored all -E 'test(=a) | test(=b)'");
+        assert_eq!(
+            suite.nextest,
+            "cargo nextest run --manifest-path '' --test collectives --run-ignored all -E 'test(=a) | test(=b)'"
+        );
     }
 
     /// The same coverage gives the same set whatever the durations and the
@@ -382,13 +416,13 @@ mod tests {
             let mut trials: Vec<TrialCoverage> =
                 names.iter().zip(durations).map(|(n, d)| trial(&all, n, d, lcov(n))).collect();
             for _ in 0..2 {
-                let suite = minimal_suite(&all, &trials, &planned, 4, 4.0);
+                let suite = minimal_suite(&all, &trials, &planned, 4, 4.0, &Invocation::default());
                 assert_eq!(suite.trials, ["a", "c"], "durations {durations:?}");
                 trials.reverse();
             }
         }
         let trials: Vec<TrialCoverage> = names.iter().map(|n| trial(&all, n, 0.1 + 0.2, lcov(n))).collect();
-        let suite = minimal_suite(&all, &trials, &planned, 4, 0.7 + 0.1 + 0.3 + 0.1 + 0.1);
+        let suite = minimal_suite(&all, &trials, &planned, 4, 0.7 + 0.1 + 0.3 + 0.1 + 0.1, &Invocation::default());
         let json = serde_json::to_string(&suite).unwrap();
         assert!(json.contains("\"duration_s\":0.6,") && json.contains("\"full_suite_duration_s\":1.3,"), "{json}");
         assert!(!json.contains("999") && !json.contains("0000"), "unrounded values: {json}");
@@ -401,10 +435,56 @@ mod tests {
             PlannedTrial { name: "A::1K::mpi", ignored: false },
             PlannedTrial { name: "A::1K::slow", ignored: true },
         ];
-        assert_eq!(command(&["A::1K::mpi"], &planned).join(" "), "cargo test --test collectives -- --exact A::1K::mpi");
+        let how = Invocation { manifest: "/h/Cargo.toml".into(), env: Vec::new() };
         assert_eq!(
-            command(&["A::1K::ring", "A::1K::slow"], &planned).join(" "),
-            "cargo test --test collectives -- --exact --include-ignored A::1K::ring A::1K::slow"
+            command(&["A::1K::mpi"], &planned, &how).display(),
+            "cargo test --manifest-path /h/Cargo.toml --test collectives -- --exact A::1K::mpi"
+        );
+        assert_eq!(
+            command(&["A::1K::ring", "A::1K::slow"], &planned, &how).display(),
+            "cargo test --manifest-path /h/Cargo.toml --test collectives -- --exact --include-ignored A::1K::ring \
+             A::1K::slow"
+        );
+    }
+
+    /// The config, the workspace and the build's variables come with the
+    /// command, in the file's `env`, `argv` and `command` alike; a secret
+    /// (a password in a URL) is masked in all three, as in every record.
+    #[test]
+    fn the_command_carries_what_selects_the_suite_with_secrets_masked() {
+        let planned = [PlannedTrial { name: "a", ignored: false }];
+        let all = Universe::of(&parse_lcov("SF:/f.cc\nDA:1,1\nend_of_record\n", "all").unwrap()).unwrap();
+        let how = Invocation {
+            manifest: "/h/Cargo.toml".into(),
+            env: vec![
+                ("CCL_COV_CONFIG".into(), "/my lib/ccl.json".into()),
+                ("CCL_COV_WORKSPACE".into(), "/ws".into()),
+                ("CCL_COV_BUILD_DIR".into(), "https://u:hunter2@example.com/b".into()),
+            ],
+        };
+        let suite =
+            minimal_suite(&all, &[trial(&all, "a", 1.0, "SF:/f.cc\nDA:1,1\nend_of_record\n")], &planned, 1, 1.0, &how);
+        let json = serde_json::to_string(&suite).unwrap();
+        assert!(!json.contains("hunter2"), "{json}");
+        assert_eq!(suite.env["CCL_COV_CONFIG"], "/my lib/ccl.json");
+        assert_eq!(suite.env["CCL_COV_WORKSPACE"], "/ws");
+        assert_eq!(
+            suite.argv,
+            ["cargo", "test", "--manifest-path", "/h/Cargo.toml", "--test", "collectives", "--", "--exact", "a"]
+        );
+        assert!(
+            suite.command.starts_with("CCL_COV_CONFIG='/my lib/ccl.json' CCL_COV_WORKSPACE=/ws CCL_COV_BUILD_DIR=")
+                && suite.command.ends_with(" cargo test --manifest-path /h/Cargo.toml --test collectives -- --exact a"),
+            "{}",
+            suite.command
+        );
+        assert!(
+            suite.nextest.starts_with("CCL_COV_CONFIG='/my lib/ccl.json' CCL_COV_WORKSPACE=/ws ")
+                && suite.nextest.ends_with(
+                    "cargo nextest run --manifest-path /h/Cargo.toml --test collectives --run-ignored all -E 'test(=a)'"
+                ),
+            "{}",
+            suite.nextest
         );
     }
 }

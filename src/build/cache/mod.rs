@@ -208,7 +208,11 @@ impl BuildPlan {
             }
         };
         let damage = match self.cached() {
-            Cached::Whole(manifest) => return Ok((*manifest, BuildInUse::note(ctx, &self.cache_dir, lock))),
+            Cached::Whole(manifest) => {
+                let in_use = BuildInUse::note(ctx, &self.cache_dir, lock);
+                remove_failed_builds(&ctx.state_dir.join("builds"), ctx.workspace.root(), &self.key);
+                return Ok((*manifest, in_use));
+            }
             Cached::Damaged(why) => Some(why),
             Cached::Missing => None,
         };
@@ -245,7 +249,9 @@ impl BuildPlan {
                 self.cache_dir.display()
             );
         }
-        Ok((manifest, BuildInUse::note(ctx, &self.cache_dir, lock)))
+        let in_use = BuildInUse::note(ctx, &self.cache_dir, lock);
+        remove_failed_builds(&ctx.state_dir.join("builds"), ctx.workspace.root(), &self.key);
+        Ok((manifest, in_use))
     }
 
     /// The cached build: whole, damaged (why), or not built.
@@ -270,6 +276,11 @@ impl BuildPlan {
         }
         let logs = self.cache_dir.join("logs");
         files::create_dir(&logs)?;
+        let started = StartedBy { key: self.key.clone(), workspace: ctx.workspace.root().to_path_buf() };
+        files::write_atomic(
+            &self.cache_dir.join(STARTED_BY),
+            &serde_json::to_vec(&started).expect("the note serializes"),
+        )?;
         let started = Instant::now();
         let mut records = Vec::new();
         let total = self.steps.len();
@@ -430,6 +441,70 @@ fn still_the_lock(lock: &std::fs::File, path: &Path) -> bool {
     }
 }
 
+/// The note in a build's folder naming the workspace whose run started it:
+/// the harness made that folder, and a build of that workspace that
+/// succeeds later may delete it if it never finished.
+const STARTED_BY: &str = "started-by.json";
+
+#[derive(Debug, Serialize, Deserialize)]
+struct StartedBy {
+    key: String,
+    workspace: PathBuf,
+}
+
+/// Deletes the builds that `workspace`'s runs started and that never
+/// finished (no `build.json`: a step failed, or the run was stopped), now
+/// that its build `done` is ready: each change to a build command is a new
+/// folder, and a failed one would stay until `clean --builds`. Only a real
+/// folder (not a link) whose note names this workspace and its own key is
+/// deleted, and only while its lock can be taken alone: a build another run
+/// is making or using is left. Whatever cannot be deleted is left, and said.
+fn remove_failed_builds(builds: &Path, workspace: &Path, done: &str) {
+    let workspace = crate::workspace::normalize(workspace);
+    for entry in std::fs::read_dir(builds).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let Some(key) = entry.file_name().to_str().map(str::to_string) else { continue };
+        if key == done || !entry.file_type().is_ok_and(|t| t.is_dir()) || !unfinished_of(&path, &key, &workspace) {
+            continue;
+        }
+        let lock_path = path.with_extension("lock");
+        let Ok(lock) = files::open_lock_file(&lock_path) else { continue };
+        if lock.try_lock().is_err() || !still_the_lock(&lock, &lock_path) {
+            continue;
+        }
+        // Checked again under the lock: another run may have finished it meanwhile.
+        if !unfinished_of(&path, &key, &workspace) {
+            continue;
+        }
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {
+                let _ = std::fs::remove_dir_all(users_dir(&path));
+                // Held alone: a process waiting on it finds it gone and opens a new one.
+                let _ = std::fs::remove_file(&lock_path);
+                crate::say!(
+                    "ccl-coverage: deleted the failed build {} of this workspace (build {done} succeeded)",
+                    path.display()
+                );
+            }
+            Err(e) => crate::warning!("cannot delete the failed build {}: {e}", path.display()),
+        }
+    }
+}
+
+/// Whether the folder `path` (not a link) is a build with key `key` that
+/// `workspace`'s run started and that has no `build.json`.
+fn unfinished_of(path: &Path, key: &str, workspace: &Path) -> bool {
+    let is_dir = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
+    let note: Option<StartedBy> = std::fs::symlink_metadata(path.join(STARTED_BY))
+        .ok()
+        .filter(std::fs::Metadata::is_file)
+        .and_then(|_| std::fs::read(path.join(STARTED_BY)).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    is_dir
+        && std::fs::symlink_metadata(path.join("build.json")).is_err()
+        && note.is_some_and(|n| n.key == key && crate::workspace::normalize(&n.workspace) == workspace)
+}
+
 /// What the cache holds for a build key.
 enum Cached {
     Whole(Box<BuildManifest>),
@@ -556,6 +631,59 @@ mod tests {
         assert!(!still_the_lock(&held, &path), "deleted");
         let _new = files::open_lock_file(&path).unwrap();
         assert!(!still_the_lock(&held, &path), "replaced by a new file");
+    }
+
+    /// After a build of workspace W succeeds, W's unfinished builds go;
+    /// finished ones, other workspaces', folders without the harness's note
+    /// (or with one copied from another build), links, and builds whose
+    /// lock another holder has, stay.
+    #[test]
+    fn a_success_removes_only_the_failed_builds_this_workspace_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let builds = dir.path().join("builds");
+        let ws = dir.path().join("ws");
+        let build = |key: &str, noted: Option<(&str, &Path)>, finished: bool| {
+            let path = builds.join(key);
+            files::create_dir(&path.join("logs")).unwrap();
+            std::fs::write(path.join("logs/01-lib.log"), "error: x").unwrap();
+            if let Some((key, workspace)) = noted {
+                let note = StartedBy { key: key.into(), workspace: workspace.to_path_buf() };
+                std::fs::write(path.join(STARTED_BY), serde_json::to_vec(&note).unwrap()).unwrap();
+            }
+            if finished {
+                std::fs::write(path.join("build.json"), "{}").unwrap();
+            }
+            path
+        };
+        let failed = build("f1", Some(("f1", &ws.join("."))), false);
+        files::create_dir(&users_dir(&failed)).unwrap();
+        files::open_lock_file(&failed.with_extension("lock")).unwrap();
+        let kept = [
+            build("ok", Some(("ok", &ws)), true),
+            build("other", Some(("other", &dir.path().join("ws2"))), false),
+            build("unnoted", None, false),
+            build("copied", Some(("f1", &ws)), false),
+            build("done", Some(("done", &ws)), false),
+            build("busy", Some(("busy", &ws)), false),
+        ];
+        let busy = files::open_lock_file(&builds.join("busy.lock")).unwrap();
+        busy.lock_shared().unwrap();
+        let outside = dir.path().join("outside");
+        files::create_dir(&outside).unwrap();
+        let note = StartedBy { key: "link".into(), workspace: ws.clone() };
+        std::fs::write(outside.join(STARTED_BY), serde_json::to_vec(&note).unwrap()).unwrap();
+        std::os::unix::fs::symlink(&outside, builds.join("link")).unwrap();
+
+        remove_failed_builds(&builds, &ws, "done");
+        assert!(!failed.exists(), "the failed build of this workspace stays");
+        assert!(!users_dir(&failed).exists() && !failed.with_extension("lock").exists());
+        for path in &kept {
+            assert!(path.join("logs/01-lib.log").is_file(), "{} was deleted", path.display());
+        }
+        assert!(outside.join(STARTED_BY).is_file() && builds.join("link").exists(), "a link was followed");
+        drop(busy);
+        remove_failed_builds(&builds, &ws, "done");
+        assert!(!builds.join("busy").exists(), "once no run holds it, it goes");
     }
 
     #[test]

@@ -188,7 +188,8 @@ impl Session {
         let planned: Vec<minimal_suite::PlannedTrial> =
             plan.iter().map(|t| minimal_suite::PlannedTrial { name: &t.name, ignored: t.ignored }).collect();
         let full_s: f64 = merged.results.iter().map(|r| r.duration_s.max(0.0)).sum();
-        let suite = minimal_suite::minimal_suite(&a.universe, &a.trials, &planned, merged.results.len(), full_s);
+        let how = suite_invocation(&self.ctx);
+        let suite = minimal_suite::minimal_suite(&a.universe, &a.trials, &planned, merged.results.len(), full_s, &how);
         self.ctx
             .workspace
             .write(
@@ -207,6 +208,32 @@ impl Session {
         );
         Ok(())
     }
+}
+
+/// How `cargo test` selects this suite from any folder: this package's
+/// manifest, the config and the workspace (absolute), and the variables
+/// that were set to choose the build or the target folder (its build
+/// cache), paths made absolute as the harness read them.
+fn suite_invocation(ctx: &crate::context::Context) -> minimal_suite::Invocation {
+    let mut env = vec![
+        ("CCL_COV_CONFIG".to_string(), ctx.loaded.path.display().to_string()),
+        ("CCL_COV_WORKSPACE".to_string(), ctx.workspace.root().display().to_string()),
+    ];
+    let cwd = std::env::current_dir().unwrap_or_else(|_| ctx.root.clone());
+    for (name, is_path) in [
+        ("CARGO_TARGET_DIR", true),
+        ("CCL_COV_OVERLAY", true),
+        ("CCL_COV_BUILD_DIR", true),
+        ("CCL_COV_TESTS_DIR", true),
+        ("CCL_COV_DEVICE_COVERAGE", false),
+        ("CCL_COV_COVERAGE", false),
+    ] {
+        if let Some(value) = crate::config::process_env(name).filter(|v| !v.is_empty()) {
+            let value = if is_path { cwd.join(value).display().to_string() } else { value };
+            env.push((name.to_string(), value));
+        }
+    }
+    minimal_suite::Invocation { manifest: ctx.root.join("Cargo.toml"), env }
 }
 
 /// `html` with a warning at the top of its body.
