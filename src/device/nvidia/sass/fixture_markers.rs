@@ -88,20 +88,33 @@ fn count(coverage: &DeviceCoverage, file: &str, line: u32) -> Option<u64> {
     coverage.files.iter().find(|(f, _)| f.ends_with(&suffix)).and_then(|(_, c)| c.lines.get(&line).copied())
 }
 
-#[test]
-fn every_marked_device_line_is_covered_in_exactly_its_trials() {
+/// The capture (`CCL_COV_CUDA_CAPTURE`, or the committed one) and each of
+/// its 24 trials' slug and records, in slug order.
+fn captured_trials() -> (std::path::PathBuf, Vec<(String, Vec<Record>)>) {
     let capture = std::env::var_os("CCL_COV_CUDA_CAPTURE")
         .map_or_else(|| Path::new(ROOT).join("tests/fixtures/cuda-capture"), std::path::PathBuf::from);
-    let cubins = read_cubin_dir(&capture.join("cubins")).unwrap();
-    let markers = markers();
-    assert!(markers.len() >= 15, "the fixture's markers were not found: {markers:?}");
     let mut trials: Vec<_> = std::fs::read_dir(capture.join("trials")).unwrap().map(|e| e.unwrap().path()).collect();
     trials.sort();
     assert_eq!(trials.len(), 24, "configs/h200_cuda.json has 24 trials");
+    let trials = trials
+        .iter()
+        .map(|dir| {
+            let slug = dir.file_name().unwrap().to_string_lossy().into_owned();
+            let records: Vec<Record> = record_files(dir).unwrap().iter().map(|f| Record::read(f).unwrap()).collect();
+            (slug, records)
+        })
+        .collect();
+    (capture, trials)
+}
+
+#[test]
+fn every_marked_device_line_is_covered_in_exactly_its_trials() {
+    let (capture, trials) = captured_trials();
+    let cubins = read_cubin_dir(&capture.join("cubins")).unwrap();
+    let markers = markers();
+    assert!(markers.len() >= 15, "the fixture's markers were not found: {markers:?}");
     let mut wrong = Vec::new();
-    for dir in &trials {
-        let slug = dir.file_name().unwrap().to_string_lossy().into_owned();
-        let records: Vec<Record> = record_files(dir).unwrap().iter().map(|f| Record::read(f).unwrap()).collect();
+    for (slug, records) in &trials {
         assert_eq!(records.len(), 1, "{slug}: one process, one record");
         assert!(records[0].is_complete() && records[0].dropped == 0, "{slug}: the record is whole");
         let coverage = line_coverage(&cubins, &BTreeMap::new(), &records).unwrap();
@@ -134,19 +147,13 @@ fn branch_marker(marker: &str) -> (&str, &str) {
 
 #[test]
 fn every_marked_branch_takes_each_outcome_in_exactly_its_trials() {
-    let capture = std::env::var_os("CCL_COV_CUDA_CAPTURE")
-        .map_or_else(|| Path::new(ROOT).join("tests/fixtures/cuda-capture"), std::path::PathBuf::from);
+    let (capture, trials) = captured_trials();
     let cubins = read_cubin_dir(&capture.join("cubins")).unwrap();
     let listings = read_branch_listings(&capture.join("cubins"), None).unwrap().unwrap();
     let markers = marked("// cov-branch:");
     assert_eq!(markers.len(), 6, "the fixture's branch markers: {markers:?}");
-    let mut trials: Vec<_> = std::fs::read_dir(capture.join("trials")).unwrap().map(|e| e.unwrap().path()).collect();
-    trials.sort();
-    assert_eq!(trials.len(), 24, "configs/h200_cuda.json has 24 trials");
     let mut wrong = Vec::new();
-    for dir in &trials {
-        let slug = dir.file_name().unwrap().to_string_lossy().into_owned();
-        let records: Vec<Record> = record_files(dir).unwrap().iter().map(|f| Record::read(f).unwrap()).collect();
+    for (slug, records) in &trials {
         let coverage = line_coverage(&cubins, &listings, &records).unwrap();
         let placed = coverage.branch_lines();
         let trial = Trial::from_slug(&slug);
