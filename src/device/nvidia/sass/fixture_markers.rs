@@ -117,8 +117,8 @@ fn every_marked_device_line_is_covered_in_exactly_its_trials() {
     for (slug, records) in &trials {
         assert_eq!(records.len(), 1, "{slug}: one process, one record");
         assert!(records[0].is_complete() && records[0].dropped == 0, "{slug}: the record is whole");
-        let coverage = line_coverage(&cubins, &BTreeMap::new(), &records).unwrap();
-        let trial = Trial::from_slug(&slug);
+        let coverage = line_coverage(&cubins, &BTreeMap::new(), records).unwrap();
+        let trial = Trial::from_slug(slug);
         for (file, line, marker) in &markers {
             let Some(n) = count(&coverage, file, *line) else {
                 wrong.push(format!("{file}:{line} ({marker}) has no instruction in the cubins"));
@@ -154,9 +154,9 @@ fn every_marked_branch_takes_each_outcome_in_exactly_its_trials() {
     assert_eq!(markers.len(), 6, "the fixture's branch markers: {markers:?}");
     let mut wrong = Vec::new();
     for (slug, records) in &trials {
-        let coverage = line_coverage(&cubins, &listings, &records).unwrap();
+        let coverage = line_coverage(&cubins, &listings, records).unwrap();
         let placed = coverage.branch_lines();
-        let trial = Trial::from_slug(&slug);
+        let trial = Trial::from_slug(slug);
         for (file, line, marker) in &markers {
             let suffix = format!("ccl-cuda/src/device/{file}");
             let branches = placed.iter().find(|(f, _)| f.ends_with(&suffix)).and_then(|(_, lines)| lines.get(line));
