@@ -8,6 +8,7 @@ use crate::device;
 use crate::env_names::{self, Lookup, ValueKind};
 use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
+use crate::reporter::Entry;
 use crate::reporter::Screen;
 use crate::workspace::Workspace;
 use std::cell::RefCell;
@@ -69,6 +70,8 @@ pub(crate) struct Context {
     /// still works when cargo rebuilds the binary during a run.
     pub(crate) supervisor: PathBuf,
     pub(crate) report: ReportSettings,
+    /// The command the person ran, which hints name.
+    pub(crate) entry: Entry,
 }
 
 /// What the report's steps are asked to do, read from the environment once,
@@ -134,7 +137,7 @@ impl Context {
     /// Reads `CCL_COV_CONFIG` (and `CCL_COV_OVERLAY` for an upstream config),
     /// `CCL_COV_WORKSPACE`, `CCL_COV_DEVICE_COVERAGE` and `CCL_COV_DRY_RUN`
     /// from the process environment.
-    pub(crate) fn from_env() -> Result<Context> {
+    pub(crate) fn from_env(entry: Entry) -> Result<Context> {
         let env = config::process_env;
         let root = match env("CARGO_MANIFEST_DIR") {
             Some(dir) => PathBuf::from(dir),
@@ -252,6 +255,7 @@ impl Context {
             heartbeat,
             retries,
             supervisor: PathBuf::from("/proc/self/exe"),
+            entry,
             report: ReportSettings::from_env(&env)?,
         })
     }

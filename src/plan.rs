@@ -127,25 +127,44 @@ impl TrialSpec {
     /// upstream test's own timeout, or the overlay's cap where it has none,
     /// times the overlay's device-coverage factor.
     pub fn timeout(&self, config: &Config, device_coverage: bool) -> Duration {
+        self.timeout_set_by(config, device_coverage).0
+    }
+
+    /// The timeout and the config key that sets it, for a timed-out trial's
+    /// message: `timeouts.default`, `timeouts.overrides[1]`, `programs[0].timeout`.
+    pub(crate) fn timeout_set_by(&self, config: &Config, device_coverage: bool) -> (Duration, String) {
         if let (Source::Upstream(u), Some(run)) = (&self.source, &config.upstream) {
             let factor = if device_coverage { run.device_coverage_factor } else { 1 };
             let seconds = u.test.timeout.unwrap_or(run.uncapped_cap).saturating_mul(factor);
-            return Duration::from_secs(seconds.min(limits::TIMEOUT_SECONDS.max));
+            let mut key = match u.test.timeout {
+                Some(_) => format!("the upstream test's own \"timeout\" ({})", u.test.name),
+                None => "the overlay's timeouts.uncapped_cap".to_string(),
+            };
+            if factor > 1 {
+                key.push_str(" times the overlay's timeouts.device_coverage_factor");
+            }
+            return (Duration::from_secs(seconds.min(limits::TIMEOUT_SECONDS.max)), key);
         }
-        if let Some(p) = self.program(config) {
-            return Duration::from_secs(p.timeout.unwrap_or(config.timeouts.default));
+        if let Source::Program(i) = self.source
+            && let Some(p) = config.programs.get(i)
+        {
+            return match p.timeout {
+                Some(seconds) => (Duration::from_secs(seconds), format!("programs[{i}].timeout")),
+                None => (Duration::from_secs(config.timeouts.default), "timeouts.default".into()),
+            };
         }
         let collective = self.collective(config).map_or("", |c| c.name.as_str());
         let variant = self.variant(config).map(|v| v.name.as_str());
+        let overrides =
+            config.timeouts.overrides.iter().enumerate().map(|(i, r)| (format!("timeouts.overrides[{i}]"), r));
         let device_rules = if device_coverage { &config.timeouts.device_coverage[..] } else { &[] };
-        let seconds = config
-            .timeouts
-            .overrides
-            .iter()
+        let device_rules = device_rules.iter().enumerate().map(|(i, r)| (format!("timeouts.device_coverage[{i}]"), r));
+        overrides
             .chain(device_rules)
-            .rfind(|rule| rule.matches(collective, self.size(), variant))
-            .map_or(config.timeouts.default, |rule| rule.seconds);
-        Duration::from_secs(seconds)
+            .rfind(|(_, rule)| rule.matches(collective, self.size(), variant))
+            .map_or((Duration::from_secs(config.timeouts.default), "timeouts.default".into()), |(key, rule)| {
+                (Duration::from_secs(rule.seconds), key)
+            })
     }
 
     /// Whether the timeout is the overlay's cap on a test that upstream
@@ -465,6 +484,8 @@ mod tests {
         assert_eq!((trials[0].launcher.as_str(), trials[0].ranks), ("threads", 4), "launch's defaults");
         assert_eq!(trials[0].timeout(&loaded.config, false).as_secs(), 7);
         assert_eq!(trials[1].timeout(&loaded.config, false).as_secs(), 120, "timeouts.default");
+        assert_eq!(trials[0].timeout_set_by(&loaded.config, false).1, "programs[0].timeout");
+        assert_eq!(trials[1].timeout_set_by(&loaded.config, false).1, "timeouts.default");
         assert_eq!((trials[1].launcher.as_str(), trials[1].ranks, trials[1].ignored), ("mpi", 2, true));
         let why = trials[1].why_ignored(&loaded.config).unwrap();
         assert!(why.contains("program stress"), "{why}");
@@ -536,5 +557,9 @@ mod tests {
         assert_eq!(secs("AllReduce::256K::ring", false), 70);
         assert_eq!(secs("AllReduce::256K::ring", true), 1800);
         assert_eq!(secs("Reduce::256K::ring", true), 70);
+        let key = |name: &str, device| get(name).timeout_set_by(&config, device).1;
+        assert_eq!(key("Reduce::1K::ring", false), "timeouts.default");
+        assert_eq!(key("AllReduce::256K::ring", false), "timeouts.overrides[1]");
+        assert_eq!(key("AllReduce::256K::ring", true), "timeouts.device_coverage[0]");
     }
 }

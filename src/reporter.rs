@@ -86,6 +86,8 @@ pub enum Verdict {
     Timeout,
     Interrupted,
     Fail,
+    /// Not run: the shared build failed.
+    NotRun,
 }
 
 impl Verdict {
@@ -97,6 +99,7 @@ impl Verdict {
             Verdict::Timeout => "TIMEOUT",
             Verdict::Interrupted => "INTERRUPTED",
             Verdict::Fail => "FAIL",
+            Verdict::NotRun => "NOT RUN",
         }
     }
 
@@ -105,7 +108,48 @@ impl Verdict {
         match self {
             Verdict::Pass => 32,
             Verdict::Flaky | Verdict::Ignored => 33,
-            Verdict::Timeout | Verdict::Interrupted | Verdict::Fail => 31,
+            Verdict::Timeout | Verdict::Interrupted | Verdict::Fail | Verdict::NotRun => 31,
+        }
+    }
+}
+
+/// Which command the person ran: a hint names that one (`ccl-coverage run`
+/// to whoever ran `ccl-coverage`), never another entry point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// `cargo test --test collectives` or `--test coverage_report`.
+    CargoTest,
+    /// `cargo coverage`: both test binaries, with `CCL_COV_TRIAL_FILTER=1`.
+    CargoCoverage,
+    /// The `ccl-coverage` executable.
+    Cli,
+}
+
+impl Entry {
+    /// A test binary's: `cargo coverage` sets [`crate::env_names::TRIAL_FILTER`].
+    pub fn of_test_binary() -> Entry {
+        let set = std::env::var(crate::env_names::TRIAL_FILTER).unwrap_or_default();
+        match crate::env_names::switch(crate::env_names::TRIAL_FILTER, &set) {
+            Ok(Some(true)) => Entry::CargoCoverage,
+            _ => Entry::CargoTest,
+        }
+    }
+
+    /// The command that builds and runs the trials.
+    pub(crate) fn trials(self) -> &'static str {
+        match self {
+            Entry::CargoTest => "cargo test --test collectives",
+            Entry::CargoCoverage => "cargo coverage",
+            Entry::Cli => "ccl-coverage run",
+        }
+    }
+
+    /// The command that writes the report.
+    pub(crate) fn report(self) -> &'static str {
+        match self {
+            Entry::CargoTest => "cargo test --test coverage_report",
+            Entry::CargoCoverage => "cargo coverage",
+            Entry::Cli => "ccl-coverage report",
         }
     }
 }

@@ -371,14 +371,14 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
         "host-only fallback leaves device objects out even when present"
     );
 
-    let inputs = ReportInputs {
-        llvm_cov: format!("{LLVM22}/llvm-cov").into(),
-        cxxfilt: None,
+    let inputs = ReportInputs::of(
+        format!("{LLVM22}/llvm-cov").into(),
+        None,
         profdata,
-        objects: vec![host.clone(), elf.clone()],
-        ignore: ccl_coverage::coverage::ignore::IgnoreRule::default(),
-        title: "device".into(),
-    };
+        vec![host.clone(), elf.clone()],
+        ccl_coverage::coverage::ignore::IgnoreRule::default(),
+        "device".into(),
+    );
     let out = Workspace::new(d).unwrap();
     let all = inputs.summary_json(&out, &d.join("summary.json")).unwrap().file_names().join("\n");
     assert!(all.contains("kernel.hip"), "the device source is reported: {all}");
@@ -517,14 +517,14 @@ fn host_and_device_raw_profiles_merge_and_report_apart() {
     assert_eq!(quarantined, [format!("amdgcn-amd-amdhsa.gfx942%3Axnack-.1.{host_raw}")]);
     assert!(profiles::raw_files(&ws, &trial).unwrap().is_empty(), "merged raw profiles are removed");
 
-    let inputs = ReportInputs {
-        llvm_cov: toolchain.llvm_cov.path.clone(),
-        cxxfilt: None,
-        profdata: merge.profdata.unwrap(),
-        objects: vec![collector.clone(), elf.clone()],
-        ignore: ccl_coverage::coverage::ignore::IgnoreRule::default(),
-        title: "host+device".into(),
-    };
+    let inputs = ReportInputs::of(
+        toolchain.llvm_cov.path.clone(),
+        None,
+        merge.profdata.unwrap(),
+        vec![collector.clone(), elf.clone()],
+        ccl_coverage::coverage::ignore::IgnoreRule::default(),
+        "host+device".into(),
+    );
     let out = Workspace::new(d).unwrap();
     let all = inputs.summary_json(&out, &d.join("summary.json")).unwrap();
     let files = all.file_names().join("\n");

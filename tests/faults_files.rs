@@ -488,7 +488,13 @@ fn a_build_that_failed_is_counted_as_this_run_s_failure() {
     let ran = harness(&s, "run", &[], LIMIT);
     let text = ran.text();
     assert!(!ran.success, "{text}");
-    assert!(text.contains("ccl-coverage: 1 of 1 trials ran: 0 passed, 1 failed"), "the tally: {text}");
+    // Not run, and said so: not "1 of 1 trials ran" after "nothing to report" (issue #41, item 5).
+    assert!(
+        text.contains(
+            "ccl-coverage: 0 of 1 trials ran: 0 passed, 0 failed, 0 timed out; 1 not run: the shared build failed"
+        ),
+        "the tally: {text}"
+    );
     let run: Value = serde_json::from_str(&fs::read_to_string(s.ws.join("results/run.json")).unwrap()).unwrap();
     assert_eq!(run["summary"]["failed"], 1, "{run}");
     assert_eq!(run["summary"]["passed"], 0, "{run}");
@@ -497,7 +503,7 @@ fn a_build_that_failed_is_counted_as_this_run_s_failure() {
     assert!(junit.contains("failures=\"1\""), "{junit}");
     let record = result(&s, "AllReduce.1K.t");
     assert_eq!(record["status"], "FAILED", "{record}");
-    assert!(record["reason"].as_str().unwrap().contains("the shared build failed, so this trial did not run"));
+    assert!(record["reason"].as_str().unwrap().contains("the shared build failed, so no trial runs"));
 }
 
 /// Each change to a build command is a new cache folder: one whose build

@@ -14,6 +14,7 @@
 use ccl_coverage::env_names;
 use ccl_coverage::harness::select::{Intent, Selection};
 use ccl_coverage::harness::{collectives, coverage_report, tools};
+use ccl_coverage::reporter::Entry;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
@@ -646,11 +647,11 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Collectives { args } => {
             let argv = std::iter::once("ccl-coverage".to_string()).chain(args);
-            collectives::main_with(Selection::parse(argv), Intent::from_env())
+            collectives::main_with(Selection::parse(argv), Intent::from_env(), Entry::Cli)
         }
         Command::CoverageReport { args } => {
             let argv = std::iter::once("ccl-coverage".to_string()).chain(args);
-            coverage_report::main_with(Selection::parse(argv), Intent::from_env())
+            coverage_report::main_with(Selection::parse(argv), Intent::from_env(), Entry::Cli)
         }
         Command::Run(run) => {
             let targets = match sub.map(|m| run.output.targets(m)).unwrap_or_else(|| Ok(Vec::new())) {
@@ -680,7 +681,7 @@ fn main() -> ExitCode {
             let selection = Selection::parse(argv);
             let to_stdout = Output::to_stdout(&targets) && run.dry_run.is_none() && !run.no_report;
             let (code, report_dir) = stdout_on_stderr(to_stdout, || {
-                let ran = collectives::run(&selection, Intent::Trials);
+                let ran = collectives::run(&selection, Intent::Trials, Entry::Cli);
                 // Refused (the workspace in use, a wrong config, no trial
                 // matched): what the workspace holds is another run's, not
                 // this one's to report.
@@ -721,7 +722,7 @@ fn main() -> ExitCode {
             let reported = stdout_on_stderr(Output::to_stdout(&targets) && !report.list, || {
                 let mut selection = Selection::parse(argv);
                 selection.args.list = report.list;
-                coverage_report::run(&selection, Intent::Steps)
+                coverage_report::run(&selection, Intent::Steps, Entry::Cli)
             });
             if report.list || !reported.installed {
                 return reported.code;
@@ -739,7 +740,7 @@ fn main() -> ExitCode {
                 set("CCL_COV_PARTITION", list.shard.partition.as_ref());
                 let mut selection = list.select.selection(None);
                 selection.args.list = true;
-                return collectives::main_with(selection, Intent::Trials);
+                return collectives::main_with(selection, Intent::Trials, Entry::Cli);
             }
             let format = match list.format {
                 ListFormat::Pretty => tools::ListFormat::Pretty,

@@ -156,6 +156,12 @@ impl Cmd {
         self.capture().map(|(stdout, _)| stdout)
     }
 
+    /// Runs to completion and returns stdout and, apart, stderr (for tools
+    /// that warn there while they succeed, such as llvm-cov).
+    pub(crate) fn read_both(&self) -> Result<(String, String)> {
+        self.capture()
+    }
+
     /// Runs to completion and returns stdout followed by stderr (for tools
     /// that answer on stderr, such as `clang -###`).
     pub fn read_all(&self) -> Result<String> {
@@ -245,6 +251,49 @@ pub(crate) fn indent_tail(text: &str, n: usize) -> String {
     out.join("\n")
 }
 
+/// What a compiler, linker, make or CMake writes on the line that says why
+/// a build failed, lower-cased.
+const ERROR_MARKS: &[&str] = &[
+    "error:",
+    "cmake error",
+    "*** ",
+    "undefined reference",
+    "undefined symbol",
+    "no such file",
+    "fatal",
+    "cannot find",
+    "not found",
+    "ld returned",
+    "permission denied",
+];
+
+/// At most this many of a log's error lines are shown.
+pub(crate) const ERROR_LINES: usize = 20;
+
+/// The lines of `text` that say why a build failed (see [`ERROR_MARKS`]),
+/// numbered and indented, at most `n` (the first ones: the first error is
+/// the cause, the rest often follow from it); `None` if there is none. The
+/// real `ld` error can be hundreds of lines above a log's tail. The command
+/// line a supervised log starts with (`$ …`) is not one of them.
+pub(crate) fn error_lines(text: &str, n: usize) -> Option<String> {
+    let found: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            let lower = l.to_lowercase();
+            !l.starts_with("$ ") && ERROR_MARKS.iter().any(|m| lower.contains(m))
+        })
+        .collect();
+    if found.is_empty() {
+        return None;
+    }
+    let mut out: Vec<String> = found.iter().take(n).map(|(i, l)| format!("    {:>5}: {l}", i + 1)).collect();
+    if found.len() > n {
+        out.push(format!("    ... ({} more)", found.len() - n));
+    }
+    Some(out.join("\n"))
+}
+
 /// Quotes one argument for a POSIX shell, only when it needs it. Written
 /// here rather than with `shlex`, whose `"it's"` form would change every
 /// recorded command line; this is the one POSIX form, `'…'` with `'\''`.
@@ -256,6 +305,23 @@ pub(crate) fn shell_quote(arg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_build_log_s_error_lines_are_found_wherever_they_are() {
+        let mut log: Vec<String> = (0..300).map(|i| format!("[{i}/300] Building CXX object x{i}.o")).collect();
+        log[41] = "/usr/bin/ld: init.cc.o: undefined reference to `ccl::setup()'".into();
+        log[42] = "clang++: error: linker command failed with exit code 1 (use -v to see invocation)".into();
+        log[290] = "make[2]: *** [CMakeFiles/ccl.dir/build.make:97: libccl.so] Error 1".into();
+        let text = log.join("\n");
+        let found = error_lines(&text, 20).unwrap();
+        assert_eq!(
+            found,
+            "       42: /usr/bin/ld: init.cc.o: undefined reference to `ccl::setup()'\n       43: clang++: error: linker command failed with exit code 1 (use -v to see invocation)\n      291: make[2]: *** [CMakeFiles/ccl.dir/build.make:97: libccl.so] Error 1"
+        );
+        assert!(!indent_tail(&text, TAIL_LINES).contains("undefined reference"), "the tail alone misses it");
+        assert_eq!(error_lines(&text, 1).unwrap().lines().last(), Some("    ... (2 more)"));
+        assert_eq!(error_lines("$ sh -c 'echo error: x'\n[1/2] Building\n-Werror -o x.o", 20), None);
+    }
 
     #[test]
     fn display_quotes_only_what_needs_it() {

@@ -5,7 +5,7 @@
 use super::select::{Intent, Selection};
 use crate::exec::interrupt;
 use crate::plan;
-use crate::reporter::{self, Verdict};
+use crate::reporter::{self, Entry, Verdict};
 use crate::suite::{Outcome, Suite};
 use crate::verdict::Status;
 use libtest_mimic::{Completion, Failed, Trial};
@@ -42,12 +42,18 @@ pub struct Tally {
     pub(crate) failed: usize,
     pub(crate) timed_out: usize,
     pub(crate) interrupted: usize,
+    /// Not run because the shared build failed: not counted in `ran`.
+    pub(crate) not_run: usize,
 }
 
 impl Tally {
     fn add(&mut self, outcome: &Outcome) {
         match outcome {
             Outcome::Ignored(_) => return,
+            Outcome::NotRun(_) => {
+                self.not_run += 1;
+                return;
+            }
             Outcome::Passed => self.passed += 1,
             Outcome::Flaky { .. } => {
                 self.passed += 1;
@@ -63,10 +69,21 @@ impl Tally {
 
 impl Progress {
     /// `since`: when the build was ready, so that its time is not taken for
-    /// the trials' (the first trial's estimate would include it).
-    fn finished(&self, name: &str, took: std::time::Duration, since: Option<std::time::Instant>, outcome: &Outcome) {
+    /// the trials' (the first trial's estimate would include it); `waited`:
+    /// its wait for rank slots, shown apart from its own time `took`.
+    fn finished(
+        &self,
+        name: &str,
+        took: std::time::Duration,
+        waited: std::time::Duration,
+        since: Option<std::time::Instant>,
+        outcome: &Outcome,
+    ) {
         self.tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner).add(outcome);
-        let (done, total, verdict, detail) = self.ended(took, since, outcome);
+        let (done, total, verdict, mut detail) = self.ended(took, since, outcome);
+        if waited >= std::time::Duration::from_millis(10) {
+            detail = format!("{detail}; waited {} for rank slots", short(waited));
+        }
         reporter::emit(reporter::Event::TrialEnded { done, total, verdict, name, detail: &detail });
     }
 
@@ -85,6 +102,7 @@ impl Progress {
             Outcome::Failed(Status::Timeout, _) => Verdict::Timeout,
             Outcome::Failed(Status::Interrupted, _) => Verdict::Interrupted,
             Outcome::Failed(_, _) => Verdict::Fail,
+            Outcome::NotRun(_) => Verdict::NotRun,
         };
         let total = self.total.load(std::sync::atomic::Ordering::SeqCst).max(done);
         // Trials run side by side: the wall time so far per trial ended.
@@ -144,11 +162,12 @@ pub fn main() -> ExitCode {
     if let Some(code) = crate::exec::supervisor::run_if_requested() {
         return code;
     }
-    main_with(Selection::from_args(), Intent::from_env())
+    main_with(Selection::from_args(), Intent::from_env(), Entry::of_test_binary())
 }
 
-pub fn main_with(selection: Selection, intent: Intent) -> ExitCode {
-    run(&selection, intent).code
+/// `entry`: the command the person ran, which hints name.
+pub fn main_with(selection: Selection, intent: Intent, entry: Entry) -> ExitCode {
+    run(&selection, intent, entry).code
 }
 
 /// How a run of the trials ended, for `ccl-coverage run`.
@@ -164,9 +183,9 @@ pub struct Ran {
 }
 
 /// The trials as [`main_with`] runs them, saying whether they ran at all.
-pub fn run(selection: &Selection, intent: Intent) -> Ran {
+pub fn run(selection: &Selection, intent: Intent, entry: Entry) -> Ran {
     let refused = |code| Ran { code, ran: false, tally: Tally::default() };
-    let ctx = match super::load_context() {
+    let ctx = match super::load_context(entry) {
         Ok(ctx) => ctx,
         Err(code) => return refused(code),
     };
@@ -203,15 +222,15 @@ pub fn run(selection: &Selection, intent: Intent) -> Ran {
             let ignored = spec.ignored;
             Trial::ignorable_test(spec.name.clone(), move || {
                 let started = std::time::Instant::now();
-                let outcome = shared.suite.run(&spec);
-                // The build, run by the first trial, is not its own time.
+                let (outcome, waited) = shared.suite.run(&spec);
+                // The build, run by the first trial, and the wait for rank slots are not its own time.
                 let ready = shared.suite.ready_at();
                 let began = ready.map_or(started, |r| r.max(started));
-                shared.progress.finished(&spec.name, began.elapsed(), ready, &outcome);
+                shared.progress.finished(&spec.name, began.elapsed().saturating_sub(waited), waited, ready, &outcome);
                 match outcome {
                     Outcome::Passed | Outcome::Flaky { .. } => Ok(Completion::Completed),
                     Outcome::Ignored(reason) => Ok(Completion::ignored_with(reason)),
-                    Outcome::Failed(_, message) => Err(Failed::from(message)),
+                    Outcome::Failed(_, message) | Outcome::NotRun(message) => Err(Failed::from(message)),
                 }
             })
             .with_ignored_flag(ignored)

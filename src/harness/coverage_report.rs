@@ -10,6 +10,7 @@
 use super::select::{Intent, Selection};
 use crate::exec::interrupt;
 use crate::report::session::{Done, Inputs, Session, Step};
+use crate::reporter::Entry;
 use libtest_mimic::{Completion, Failed, Trial};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -18,14 +19,14 @@ pub fn main() -> ExitCode {
     if let Some(code) = crate::exec::supervisor::run_if_requested() {
         return code;
     }
-    main_with(Selection::from_args(), Intent::from_env())
+    main_with(Selection::from_args(), Intent::from_env(), Entry::of_test_binary())
 }
 
 /// `ccl-coverage report --merge-from DIR…`: brings the shards' trials into
 /// this workspace (`report/shards.rs`), under its lock, before the report
 /// runs on it; says what two shards both ran and what was refused.
 pub fn merge_shards(dirs: &[std::path::PathBuf]) -> ExitCode {
-    let ctx = match super::load_context() {
+    let ctx = match super::load_context(Entry::Cli) {
         Ok(ctx) => ctx,
         Err(code) => return code,
     };
@@ -58,8 +59,9 @@ pub fn merge_shards(dirs: &[std::path::PathBuf]) -> ExitCode {
     }
 }
 
-pub fn main_with(selection: Selection, intent: Intent) -> ExitCode {
-    run(&selection, intent).code
+/// `entry`: the command the person ran, which hints name.
+pub fn main_with(selection: Selection, intent: Intent, entry: Entry) -> ExitCode {
+    run(&selection, intent, entry).code
 }
 
 /// How a report ended, for `ccl-coverage run` and `report`.
@@ -72,20 +74,20 @@ pub struct Reported {
 }
 
 /// The report as [`main_with`] writes it, saying whether it was installed.
-pub fn run(selection: &Selection, intent: Intent) -> Reported {
-    report(selection, intent, false)
+pub fn run(selection: &Selection, intent: Intent, entry: Entry) -> Reported {
+    report(selection, intent, false, entry)
 }
 
 /// `ccl-coverage run`'s report, after its trials: every step (`display`:
 /// libtest's `--color` and `--quiet`); the run's last line says which
 /// results it covers, so the report does not.
 pub fn after_run(display: &Selection) -> Reported {
-    report(display, Intent::Trials, true)
+    report(display, Intent::Trials, true, Entry::Cli)
 }
 
-fn report(selection: &Selection, intent: Intent, after_run: bool) -> Reported {
+fn report(selection: &Selection, intent: Intent, after_run: bool, entry: Entry) -> Reported {
     let refused = |code| Reported { code, installed: false };
-    let ctx = match super::load_context() {
+    let ctx = match super::load_context(entry) {
         Ok(ctx) => ctx,
         Err(code) => return refused(code),
     };

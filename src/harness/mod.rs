@@ -20,8 +20,8 @@ use std::process::ExitCode;
 
 /// The context from the environment, or the exit code after saying why not
 /// (a wrong config fails `--list` too: nothing can run from it).
-fn load_context() -> Result<Context, ExitCode> {
-    Context::from_env().map_err(|e| {
+fn load_context(entry: crate::reporter::Entry) -> Result<Context, ExitCode> {
+    Context::from_env(entry).map_err(|e| {
         crate::say!("ccl-coverage: {e}");
         ExitCode::from(2)
     })
@@ -75,7 +75,7 @@ fn prepare_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock> {
     let ws = &ctx.workspace;
     match access {
         Access::Write => ws.claim(&config.name, &ctx.loaded.path, &protected)?,
-        Access::Report => ws.check_claimed(&config.name, &ctx.loaded.path, &protected)?,
+        Access::Report => ws.check_claimed(&config.name, &ctx.loaded.path, &protected, ctx.entry)?,
     }
     WorkspaceLock::acquire(ws)
 }
@@ -89,7 +89,7 @@ fn check_place(ctx: &Context) -> Result<(), ExitCode> {
     let protected = protected_paths(ctx);
     let holds_something = std::fs::read_dir(ws.root()).is_ok_and(|mut entries| entries.next().is_some());
     let checked = match holds_something {
-        true => ws.check_claimed(&ctx.config().name, &ctx.loaded.path, &protected),
+        true => ws.check_claimed(&ctx.config().name, &ctx.loaded.path, &protected, ctx.entry),
         false => ws.check_place(&protected),
     };
     checked.map_err(|e| {

@@ -11,6 +11,7 @@ use crate::context::Context;
 use crate::env_names::KNOWN;
 use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
+use crate::reporter::Entry;
 use crate::workspace::files;
 use std::process::ExitCode;
 
@@ -23,7 +24,7 @@ pub fn show_env() -> ExitCode {
             .map_or_else(|_| "(unset)".to_string(), |v| format!("{:?}", redact::value(known.name, &v)));
         crate::show!("{:<32} {value:<24} {}\n", known.name, known.meaning);
     }
-    match Context::from_env() {
+    match Context::from_env(Entry::Cli) {
         Ok(ctx) => {
             crate::show!("\nconfig:      {} ({})\n", ctx.config().name, ctx.loaded.path.display());
             crate::show!("workspace:   {}\n", ctx.workspace.root().display());
@@ -53,7 +54,7 @@ pub fn clean(builds: bool) -> ExitCode {
 }
 
 fn clean_all(builds: bool) -> Result<()> {
-    let ctx = Context::from_env()?;
+    let ctx = Context::from_env(Entry::Cli)?;
     let ws = &ctx.workspace;
     if ws.root().exists() {
         let lock = super::take_workspace(&ctx, Access::Report)
@@ -145,7 +146,7 @@ fn command_again(args: &str) -> String {
 
 /// The workspace's report folder, for the command line to hand reports over.
 pub fn report_dir() -> Option<std::path::PathBuf> {
-    Context::from_env().ok().map(|ctx| ctx.workspace.report_dir())
+    Context::from_env(Entry::Cli).ok().map(|ctx| ctx.workspace.report_dir())
 }
 
 /// After `ccl-coverage run`: what this run did (the trials it ran, passed,
@@ -154,7 +155,7 @@ pub fn report_dir() -> Option<std::path::PathBuf> {
 /// named, when `run.json` is this run's; `run.json` and `meta.json` name
 /// every one) and the minimal suite, in one line (from `minimal-suite.json`).
 pub fn print_run_line(tally: &super::collectives::Tally) {
-    let Ok(ctx) = Context::from_env() else { return };
+    let Ok(ctx) = Context::from_env(Entry::Cli) else { return };
     let read = |path: std::path::PathBuf| -> Option<Vec<u8>> { ctx.workspace.read_opt(&path).ok()? };
     let run: Option<crate::results::RunRecord> =
         read(ctx.workspace.results_dir().join("run.json")).and_then(|b| serde_json::from_slice(&b).ok());
@@ -169,6 +170,9 @@ pub fn print_run_line(tally: &super::collectives::Tally) {
     );
     if tally.interrupted > 0 {
         line.push_str(&format!(", {} interrupted", tally.interrupted));
+    }
+    if tally.not_run > 0 {
+        line.push_str(&format!("; {} not run: the shared build failed", tally.not_run));
     }
     match run.filter(|run| run.header.run_id == tally.run_id) {
         Some(run) => {
@@ -206,7 +210,7 @@ pub enum ListFormat {
 /// one is listed, marked), on stdout; a filter that matches no trial is
 /// refused, as `run` refuses it. Builds and writes nothing.
 pub fn list(selection: &Selection, format: ListFormat) -> ExitCode {
-    let ctx = match super::load_context() {
+    let ctx = match super::load_context(Entry::Cli) {
         Ok(ctx) => ctx,
         Err(code) => return code,
     };

@@ -37,18 +37,16 @@ fn run(args: &[String]) -> Result<(String, bool)> {
         ));
     };
     let (file, line) = parse_query(query)?;
-    let ctx = crate::context::Context::from_env()?;
+    let ctx = crate::context::Context::from_env(crate::reporter::Entry::Cli)?;
     // A line number is of the sources now; the attribution, of the sources built.
     if let Ok(manifest) = crate::build::cache::BuildManifest::read_in(&ctx.workspace)
-        && let Some(changed) = crate::build::cache::sources_changed(&manifest, ctx.config())
+        && let Some(changed) = crate::build::cache::sources_changed(&manifest, ctx.config(), ctx.entry)
     {
         return Err(Error::new(format!("refused: {changed}")));
     }
     let path = ctx.workspace.report_dir().join("attribution.json");
     let text = ctx.workspace.read_to_string(&path).map_err(|e| {
-        Error::new(format!(
-            "{e}; run `cargo test --test coverage_report` (its report::attribution step) on this workspace first"
-        ))
+        Error::new(format!("{e}; run `{}` (its report::attribution step) on this workspace first", ctx.entry.report()))
     })?;
     let attribution: Attribution = serde_json::from_str(&text)
         .map_err(|e| Error::new(format!("{} is not an attribution file ({e}); rerun the report", path.display())))?;
@@ -109,8 +107,6 @@ mod tests {
             slug: "A.1K.mpi".into(),
             duration_s: 1.0,
             covered: universe.bits(&crate::coverage::lcov::Covered::of(&lcov).unwrap()).unwrap(),
-            lines: (1, 2),
-            functions: (0, 0),
             regions: (0, 0),
         };
         let att = Attribution::new(&universe, &[t]);

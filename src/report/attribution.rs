@@ -30,12 +30,11 @@ pub(crate) struct TrialCoverage {
     pub(crate) slug: String,
     pub(crate) duration_s: f64,
     /// The lines, functions and branches it covered, numbered by the
-    /// report's [`Universe`].
+    /// report's [`Universe`]: its figures are counted over the merged
+    /// report's lines, functions and branches, never its own.
     pub(crate) covered: Bits,
-    /// `(covered, count)` of lines and functions (the model's, as the
-    /// merged report counts them) and regions (llvm-cov's summary's).
-    pub(crate) lines: (u64, u64),
-    pub(crate) functions: (u64, u64),
+    /// `(covered, count)` of regions, llvm-cov's summary's of its profile
+    /// alone: regions are not in the merged report's lcov.
     pub(crate) regions: (u64, u64),
 }
 
@@ -169,9 +168,16 @@ pub(crate) struct TrialSummary {
     pub(crate) trial: String,
     pub(crate) slug: String,
     pub(crate) duration_s: f64,
-    /// `covered/count`, as llvm-cov counts them over this trial's profile alone.
+    /// `covered/count` of the merged report's lines, functions and branches
+    /// (its totals' denominators): what llvm-cov counts over one trial's
+    /// profile alone differs with the trial (a function whose profile data
+    /// does not match is left out, see docs/reports.md).
     pub(crate) lines: String,
     pub(crate) functions: String,
+    #[serde(default)]
+    pub(crate) branches: String,
+    /// `covered/count` of regions, as llvm-cov counts them over this
+    /// trial's profile alone (regions are not in the merged lcov).
     pub(crate) regions: String,
     /// Lines no other trial covers.
     pub(crate) unique_lines: usize,
@@ -189,6 +195,9 @@ pub(crate) fn trial_summaries(universe: &Universe, trials: &[TrialCoverage]) -> 
     let unique_lines = only(universe.line_range());
     let unique_functions = only(universe.function_range());
     let ratio = |(c, n): (u64, u64)| format!("{c}/{n}");
+    let of_merged = |t: &TrialCoverage, range: std::ops::Range<usize>| {
+        format!("{}/{}", t.covered.ones(range.clone()).count(), range.len())
+    };
     trials
         .iter()
         .enumerate()
@@ -197,8 +206,9 @@ pub(crate) fn trial_summaries(universe: &Universe, trials: &[TrialCoverage]) -> 
             trial: t.name.clone(),
             slug: t.slug.clone(),
             duration_s: t.duration_s,
-            lines: ratio(t.lines),
-            functions: ratio(t.functions),
+            lines: of_merged(t, universe.line_range()),
+            functions: of_merged(t, universe.function_range()),
+            branches: of_merged(t, universe.branch_range()),
             regions: ratio(t.regions),
             unique_lines: unique_lines[i],
             unique_functions: unique_functions[i],
@@ -260,8 +270,6 @@ pub(crate) mod tests {
             slug: name.replace("::", "."),
             duration_s: 1.0,
             covered: universe.bits(&covered).unwrap(),
-            lines: (0, 0),
-            functions: (0, 0),
             regions: (0, 0),
         }
     }

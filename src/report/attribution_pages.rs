@@ -25,14 +25,13 @@ pub(crate) struct Sources<'a> {
 }
 
 /// llvm-cov's stylesheet (`../html/style.css`), and what its pages lack: a
-/// highlighted target line and the trial column.
-fn head(title: &str) -> String {
+/// highlighted target line, the trial columns and `style`, the page's own.
+fn head(title: &str, style: &str) -> String {
     format!(
         "<!doctype html><html><head><meta name='viewport' content='width=device-width,initial-scale=1'>\
          <meta charset='UTF-8'><title>{}</title><link rel='stylesheet' type='text/css' href='../html/style.css'>\
          <style>tr:target td{{background-color:#ff06}} td.trials{{text-align:right;padding:0 1em}} \
-         td.trials a{{text-decoration:none}} td.who{{min-width:26em;max-width:32em;font-size:85%;color:#06d}} \
-         td.who a{{text-decoration:none;white-space:nowrap}} .light-row td{{padding:0 .6em}}</style></head><body>",
+         td.trials a{{text-decoration:none}} .light-row td{{padding:0 .6em}}{style}</style></head><body>",
         escape(title)
     )
 }
@@ -178,7 +177,7 @@ pub(crate) fn each_page(attribution: &Attribution, sources: &Sources, out: &mut 
         }
     }
     let only_count = |i: usize| -> u32 { unique[i].iter().map(|&(_, a, b)| b - a + 1).sum() };
-    let mut index = head("Which trial covered which line");
+    let mut index = head("Which trial covered which line", "");
     let _ = write!(
         index,
         "<h1>Which trial covered which line</h1><p>{} trials. A file's page shows, for each line, how many trials \
@@ -227,7 +226,7 @@ pub(crate) fn each_page(attribution: &Attribution, sources: &Sources, out: &mut 
     }
     let shown: Vec<String> = files.iter().map(|(f, _)| escape(&(sources.shown)(f))).collect();
     for (i, trial) in attribution.trials.iter().enumerate() {
-        let mut html = head(trial);
+        let mut html = head(trial, "");
         let lines: u32 = covered[i].iter().map(|&(_, n)| n).sum();
         let only = only_count(i);
         // The third column only when it has something in it.
@@ -286,51 +285,74 @@ fn file_page(lookup: &PageIndex, file: &str, ranges: &[Range], sources: &Sources
     if source.len() < last {
         source.resize(last, "");
     }
+    // The set of each line, from the sorted ranges, and each set's count and
+    // names, made once.
+    let mut set_of: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut who_of_set: BTreeMap<u32, (String, String)> = BTreeMap::new();
+    let mut widest = 0;
+    for &(a, b, set) in ranges {
+        for line in a..=b {
+            set_of.insert(line, set);
+        }
+        if set == 0 || who_of_set.contains_key(&set) {
+            continue;
+        }
+        let size = lookup.set_sizes.get(set as usize).copied().unwrap_or(0) as usize;
+        let named: Vec<u32> = lookup.members(set).take(NAMED).collect();
+        let mut shown: Vec<String> = named.iter().map(|&m| lookup.trial_link(m)).collect();
+        let mut chars: usize = named.iter().map(|&m| lookup.trial_name(m).chars().count() + 2).sum();
+        if size > NAMED {
+            let more = format!("+{} more", size - NAMED);
+            chars += more.len();
+            shown.push(format!("<a href='#S{set}'>{more}</a>"));
+        }
+        widest = widest.max(chars);
+        who_of_set.insert(set, (format!("<a href='#S{set}'>{size}</a>"), shown.join(", ")));
+    }
+    // The names' column is as wide as two lines of the longest names take,
+    // and no wider (it was 26em even where no line named a trial); the
+    // source takes the rest of the width, its long lines wrapped, never cut.
+    let who_width = match widest {
+        0 => String::new(),
+        n => format!(" td.who{{min-width:{}ch}}", (n / 2 + 2).min(36)),
+    };
+    let style = format!(
+        " .centered.lines{{display:block}} table.lines{{width:100%}} table.lines td.code{{width:100%}} \
+         td.code pre{{white-space:pre-wrap;overflow-wrap:anywhere}} td.who{{font-size:85%;color:#06d}} \
+         td.who a{{text-decoration:none;overflow-wrap:anywhere}}{who_width}"
+    );
     let shown = (sources.shown)(file);
-    let mut html = head(&shown);
+    let mut html = head(&shown, &style);
     let _ = write!(
         html,
         "<h1>{0}</h1><p><a href='index.html'>all files and trials</a> · <a href='{1}'>llvm-cov's view of this file</a></p>\
-         <div class='centered'><div class='source-name-title'><pre>{0}</pre></div><table>\
+         <p>As on llvm-cov's pages: a line some trial ran has its count of trials in \
+         <span class='covered-line'>blue</span>; code no trial ran, a <span class='uncovered-line'>0</span> and \
+         <span class='red'>red</span>; a line with no code, no count.</p>\
+         <div class='centered lines'><div class='source-name-title'><pre>{0}</pre></div><table class='lines'>\
          <tr><td class='column-entry-bold'>Line</td><td class='column-entry-bold'>Trials</td>\
          <td class='column-entry-bold'>Which (up to three)</td>\
          <td class='column-entry-bold'>Source</td></tr>",
         escape(&shown),
         escape(&(sources.llvm_cov_page)(file))
     );
-    // The set of each line, from the sorted ranges.
-    let mut set_of: BTreeMap<u32, u32> = BTreeMap::new();
-    for &(a, b, set) in ranges {
-        for line in a..=b {
-            set_of.insert(line, set);
-        }
-    }
     let mut used_sets = std::collections::BTreeSet::new();
-    let mut who_of_set: BTreeMap<u32, (String, String)> = BTreeMap::new();
     for (i, code) in source.iter().enumerate() {
         let n = i as u32 + 1;
-        let (count, who, class) = match set_of.get(&n) {
-            None => ("", "", ""),
-            Some(0) => ("<span class='uncovered-line'>0</span>", "", " class='red'"),
+        let (count, who, count_class, code_class) = match set_of.get(&n) {
+            None => ("", "", "", ""),
+            Some(0) => ("0", "", " uncovered-line", " red"),
             Some(&set) => {
                 used_sets.insert(set);
-                let (count, who) = who_of_set.entry(set).or_insert_with(|| {
-                    let size = lookup.set_sizes.get(set as usize).copied().unwrap_or(0) as usize;
-                    let mut shown: Vec<String> =
-                        lookup.members(set).take(NAMED).map(|m| lookup.trial_link(m)).collect();
-                    if size > NAMED {
-                        shown.push(format!("<a href='#S{set}'>+{} more</a>", size - NAMED));
-                    }
-                    (format!("<a href='#S{set}'>{size}</a>"), shown.join(", "))
-                });
-                (count.as_str(), who.as_str(), "")
+                let (count, who) = &who_of_set[&set];
+                (count.as_str(), who.as_str(), " covered-line", "")
             }
         };
         let _ = write!(
             html,
             "<tr id='L{n}'><td class='line-number'><a href='#L{n}'><pre>{n}</pre></a></td>\
-             <td class='trials covered-line'><pre>{count}</pre></td><td class='who'>{who}</td>\
-             <td class='code'><pre{class}>{}</pre></td></tr>",
+             <td class='trials{count_class}'><pre>{count}</pre></td><td class='who'>{who}</td>\
+             <td class='code{code_class}'><pre>{}</pre></td></tr>",
             escape(code)
         );
     }
@@ -553,7 +575,12 @@ mod tests {
             "{a}"
         );
         assert!(a.contains("<pre>  return &lt;1&gt;;</pre>"), "{a}");
-        assert!(a.contains("<span class='uncovered-line'>0</span>"), "{a}");
+        // Coloured as llvm-cov's pages: a count in blue, code no trial ran red, no code plain.
+        assert!(a.contains("<td class='trials covered-line'><pre><a href='#S1'>2</a></pre></td>"), "{a}");
+        assert!(a.contains("<td class='trials uncovered-line'><pre>0</pre></td><td class='who'></td><td class='code red'><pre>}</pre>"), "{a}");
+        assert!(a.contains("<tr id='L1'><td class='line-number'><a href='#L1'><pre>1</pre></a></td><td class='trials'><pre></pre></td><td class='who'></td><td class='code'><pre>a</pre>"), "{a}");
+        // The names' column is sized to two lines of its longest names.
+        assert!(a.contains("td.who{min-width:11ch}"), "{a}");
         assert!(a.contains("<h3 id='S1'>A::1K and 1 more</h3>"), "{a}");
         assert!(a.contains("<li><a href='trial-A__1K.html'>A::1K</a></li>"), "{a}");
         let mpi = page("trial-A__1K__mpi.html");

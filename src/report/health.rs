@@ -24,6 +24,9 @@ pub(crate) struct Health {
     /// Why the sources are no longer those the build was made from
     /// (`cache::manifest::sources_changed`): every format says so.
     pub(crate) sources_changed: Option<String>,
+    /// What llvm-cov warned about on the merged profile (and so left out of
+    /// every total), explained.
+    pub(crate) llvm_cov_warnings: Vec<crate::report::llvm_cov::LlvmCovWarning>,
 }
 
 impl Health {

@@ -20,6 +20,16 @@ pub(crate) fn markdown(
     if let Some(changed) = &health.sources_changed {
         md.push_str(&format!("**Sources changed after the build:** {changed}.\n\n"));
     }
+    if !health.llvm_cov_warnings.is_empty() {
+        md.push_str(&format!(
+            "**llvm-cov warned {} times** (what it warns about is left out of every total; see `docs/reports.md`, \"llvm-cov warnings\"):\n\n",
+            health.llvm_cov_warnings.len()
+        ));
+        for w in &health.llvm_cov_warnings {
+            md.push_str(&format!("- `{}`: {}\n", w.warning, w.explanation));
+        }
+        md.push('\n');
+    }
     md.push_str("| | covered | total | % |\n|---|---:|---:|---:|\n");
     for (metric, covered, count) in summary.totals().rows() {
         md.push_str(&format!("| {metric} | {covered} | {count} | {:.2} |\n", percent(covered, count)));

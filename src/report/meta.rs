@@ -32,6 +32,10 @@ pub(crate) struct ReportMeta {
     /// of the sources as they were built.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) sources_changed: Option<String>,
+    /// Every warning llvm-cov wrote on the merged profile, explained: it
+    /// leaves what it warns about out of every total.
+    #[serde(default)]
+    pub(crate) llvm_cov_warnings: Vec<crate::report::llvm_cov::LlvmCovWarning>,
     /// The report's own pages and files beside llvm-cov's, by what they hold.
     #[serde(default)]
     pub(crate) pages: BTreeMap<String, String>,
@@ -80,6 +84,7 @@ impl ReportMeta {
             device_counters_lost: health.device_counters_lost.clone(),
             exited_0_without_profile: health.no_profile.clone(),
             sources_changed: health.sources_changed.clone(),
+            llvm_cov_warnings: health.llvm_cov_warnings.clone(),
             pages: PAGES.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect(),
         }
     }

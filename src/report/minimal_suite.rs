@@ -363,8 +363,6 @@ mod tests {
             slug: name.into(),
             duration_s,
             covered: universe.bits(&covered).unwrap(),
-            lines: (0, 0),
-            functions: (0, 0),
             regions: (0, 0),
         }
     }

@@ -54,7 +54,10 @@ pub(super) fn junit(record: &RunRecord) -> Result<String> {
         let mut case = TestCase::new(xml_text(&t.trial).into_owned(), status);
         case.set_classname(classname.clone());
         // A record read back from the workspace may hold anything; this must not panic.
+        // `time` is the trial's own; its wait for rank slots is a property
+        // (as pytest writes them), which consumers that do not know it skip.
         case.set_time(Duration::try_from_secs_f64(t.duration_s).unwrap_or_default());
+        case.add_property(quick_junit::Property::new("slot_wait_s", format!("{:.3}", t.slot_wait_s)));
         suite.add_test_case(case);
         // The trial's own test cases, under it.
         for c in &t.cases {

@@ -39,7 +39,12 @@ pub(crate) struct TrialResult {
     pub(crate) started_at: String,
     /// Start in milliseconds since the Unix epoch, for ordering trials precisely.
     pub(crate) started_unix_ms: u64,
+    /// Its own run, from start to exit: the wait for rank slots is not in it.
     pub(crate) duration_s: f64,
+    /// Seconds it waited for rank slots before it started (every attempt's
+    /// together), recorded apart so that a queue is not taken for a slow trial.
+    #[serde(default)]
+    pub(crate) slot_wait_s: f64,
     pub(crate) timeout_s: u64,
     pub(crate) launcher: String,
     pub(crate) ranks: usize,
@@ -212,6 +217,7 @@ impl TrialResult {
             started_at: crate::exec::host::now(),
             started_unix_ms: crate::exec::host::unix_ms(),
             duration_s: 0.0,
+            slot_wait_s: 0.0,
             timeout_s: 0,
             launcher: spec.launcher.clone(),
             ranks: spec.ranks,
@@ -270,6 +276,7 @@ impl TrialResult {
             started_at: execution.started_at.clone(),
             started_unix_ms: execution.started_unix_ms,
             duration_s: execution.finished.duration.as_secs_f64(),
+            slot_wait_s: 0.0,
             timeout_s: execution.launch.timeout.as_secs(),
             launcher: spec.launcher.clone(),
             ranks: spec.ranks,
@@ -467,6 +474,7 @@ pub(super) mod samples {
             started_at: String::new(),
             started_unix_ms: 0,
             duration_s: 0.1,
+            slot_wait_s: 0.0,
             timeout_s: 10,
             launcher: "l".into(),
             ranks: 1,

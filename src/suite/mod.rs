@@ -40,9 +40,11 @@ pub(crate) enum Outcome {
     },
     /// Not run, and why (it does not fit the nodes).
     Ignored(String),
-    /// Failed, timed out, interrupted or not run (`Status::Failed`): the
-    /// verdict and the whole message.
+    /// Failed, timed out or interrupted: the verdict and the whole message.
     Failed(Status, String),
+    /// Not run because the run's shared build failed (recorded as failed):
+    /// the build's error is said once, when it fails, not once per trial.
+    NotRun(String),
 }
 
 /// The state one run shares between its trials.
@@ -169,9 +171,12 @@ impl Suite {
             .collect()
     }
 
-    /// Runs `spec` from placement to its record.
-    pub(crate) fn run(&self, spec: &TrialSpec) -> Outcome {
-        self.run_trial(spec).unwrap_or_else(|e| Outcome::Failed(Status::Failed, e.to_string()))
+    /// Runs `spec` from placement to its record; also how long it waited
+    /// for rank slots, which is not its own time.
+    pub(crate) fn run(&self, spec: &TrialSpec) -> (Outcome, std::time::Duration) {
+        let waited = Mutex::new(std::time::Duration::ZERO);
+        let outcome = self.run_trial(spec, &waited).unwrap_or_else(|e| Outcome::Failed(Status::Failed, e.to_string()));
+        (outcome, waited.into_inner().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// When the shared build was ready (or failed), once a trial asked for it.
@@ -199,6 +204,10 @@ impl Suite {
             let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare_build()))
                 .unwrap_or_else(|p| Err(Error::new(format!("the build panicked: {}", panic_text(&*p)))));
             let _ = self.ready.set(std::time::Instant::now());
+            // Said here, once: each trial then says only that it did not run.
+            if let Err(e) = &built {
+                crate::say!("ccl-coverage: {e}");
+            }
             built
         });
         built.as_ref().map(|(manifest, _)| manifest).map_err(Clone::clone)
@@ -212,7 +221,7 @@ impl Suite {
             ctx.loaded.path.display(),
             ctx.workspace.root().display()
         );
-        let build_failed = |e: Error| Error::new(format!("the shared build failed, so this trial did not run:\n{e}"));
+        let build_failed = |e: Error| Error::new(format!("the shared build failed, so no trial runs:\n{e}"));
         let plan = BuildPlan::new(ctx).map_err(build_failed)?;
         if let Ok(planned) = plan.planned_manifest(ctx) {
             let _ = self.planned.set(planned);
@@ -222,7 +231,7 @@ impl Suite {
         // The build is fine; what fails here is the workspace (full, read-only).
         cache::adopt(&ctx.workspace, &manifest).map_err(|e| {
             Error::new(format!(
-                "cannot record build {} in the workspace {}, so this trial did not run:\n{e}",
+                "cannot record build {} in the workspace {}, so no trial runs:\n{e}",
                 manifest.build_id,
                 ctx.workspace.root().display()
             ))
@@ -303,7 +312,7 @@ impl Suite {
         verdict.clone().context("not run")
     }
 
-    fn run_trial(&self, spec: &TrialSpec) -> Result<Outcome> {
+    fn run_trial(&self, spec: &TrialSpec, waited: &Mutex<std::time::Duration>) -> Result<Outcome> {
         not_interrupted()?;
         let ctx = &self.ctx;
         let allocation = self.allocation()?;
@@ -311,7 +320,16 @@ impl Suite {
             crate::say!("ccl-coverage: {} ignored: {reason}", spec.name);
             return Ok(Outcome::Ignored(reason));
         }
-        let manifest = self.build().inspect_err(|e| self.record_unbuilt(spec, &e.to_string()))?;
+        let manifest = match self.build() {
+            Ok(manifest) => manifest,
+            Err(e) => {
+                self.record_unbuilt(spec, &e.to_string());
+                return Ok(Outcome::NotRun(
+                    "not run: the shared build failed (its error is shown once, above, and in results/run.json's build_error)"
+                        .into(),
+                ));
+            }
+        };
         self.shared_filesystem(spec, manifest)?;
         let (slots, want) = launch::placement::pool(ctx, allocation, spec);
         // `--retries`: a trial that did not pass runs again, up to N times;
@@ -319,7 +337,7 @@ impl Suite {
         // coverage is the last attempt's. One that passes then is flaky.
         let mut earlier: Vec<Attempt> = Vec::new();
         let (mut result, tail) = loop {
-            let (result, tail) = self.attempt(spec, manifest, &slots, want)?;
+            let (result, tail) = self.attempt(spec, manifest, &slots, want, waited)?;
             let retry = !matches!(result.status, Status::Passed | Status::Interrupted)
                 && earlier.len() < ctx.retries as usize
                 && interrupt::requested().is_none();
@@ -337,6 +355,7 @@ impl Suite {
             earlier.push(Attempt::of(&result, &tail));
         };
         result.flaky = result.status == Status::Passed && !earlier.is_empty();
+        result.slot_wait_s = waited.lock().unwrap_or_else(PoisonError::into_inner).as_secs_f64();
         result.attempts = earlier;
         if result.status == Status::Failed && ctx.rerun_failed {
             result.rerun = self.rerun(spec, manifest, &slots, want).map(Box::new);
@@ -364,6 +383,7 @@ impl Suite {
         manifest: &BuildManifest,
         slots: &Slots,
         want: Want,
+        waited: &Mutex<std::time::Duration>,
     ) -> Result<(TrialResult, String)> {
         let ctx = &self.ctx;
         let ws = &ctx.workspace;
@@ -374,7 +394,10 @@ impl Suite {
             profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, pattern, incremental, ctx.keep_raw)
         };
         let (execution, merged) = {
-            let held = slots.acquire(want)?;
+            let asked = std::time::Instant::now();
+            let held = slots.acquire(want);
+            *waited.lock().unwrap_or_else(PoisonError::into_inner) += asked.elapsed();
+            let held = held?;
             not_interrupted()?;
             let profile_dir = ws.trial_profiles(&spec.slug);
             // Old profiles of this trial would be merged with the new ones.
@@ -406,6 +429,10 @@ impl Suite {
         let output = TrialOutput::read(&log);
         let (verdict, cases, perf) = judge(ws, spec, &execution, &output);
         let mut verdict = verdict::judge_leftovers(verdict, execution.finished.leftovers);
+        if verdict.status == Status::Timeout {
+            let (_, key) = spec.timeout_set_by(ctx.config(), manifest.device.enabled);
+            verdict.reason.push_str(&format!("; the limit is {key} in {}", ctx.loaded.path.display()));
+        }
         if let Some(why) = &execution.finished.no_cgroup
             && crate::exec::cgroup::Mode::from_env() != crate::exec::cgroup::Mode::Off
             && crate::exec::cgroup::available().is_ok()

@@ -391,13 +391,21 @@ impl Workspace {
 
     /// For readers that must not create anything (`coverage_report`): the
     /// workspace must exist, carry the marker, and belong to `config`.
-    pub(crate) fn check_claimed(&self, config: &str, config_path: &Path, protected: &[Protected]) -> Result<()> {
+    /// `entry`: the command the person ran, which the hint names.
+    pub(crate) fn check_claimed(
+        &self,
+        config: &str,
+        config_path: &Path,
+        protected: &[Protected],
+        entry: crate::reporter::Entry,
+    ) -> Result<()> {
         self.check_place(protected)?;
         match self.read_marker()? {
             Some(marker) => self.check_config(&marker, config, config_path),
             None => bail!(
-                "{} is not a ccl-coverage workspace (no {MARKER} marker); run `cargo test --test collectives` first, with the same CCL_COV_CONFIG and CCL_COV_WORKSPACE",
-                self.root.display()
+                "{} is not a ccl-coverage workspace (no {MARKER} marker); run `{}` first, with the same CCL_COV_CONFIG and CCL_COV_WORKSPACE",
+                self.root.display(),
+                entry.trials()
             ),
         }
     }

@@ -245,7 +245,12 @@ pub(super) fn programs(bin_dir: &Path) -> Result<Vec<ProgramRecord>> {
 /// Why the sources a report would show are not those `manifest`'s build was
 /// made from (a line number would point at other code); `None` when they
 /// are, or when the record has no hashes (an older ccl-coverage made it).
-pub(crate) fn sources_changed(manifest: &BuildManifest, config: &crate::config::Config) -> Option<String> {
+/// `entry`: the command the person ran, which the hint names.
+pub(crate) fn sources_changed(
+    manifest: &BuildManifest,
+    config: &crate::config::Config,
+    entry: crate::reporter::Entry,
+) -> Option<String> {
     let recorded = manifest.sources.as_ref()?;
     let parts = [
         ("library", &manifest.library_src, &config.library.hash_exclude, &recorded.library),
@@ -266,8 +271,9 @@ pub(crate) fn sources_changed(manifest: &BuildManifest, config: &crate::config::
         .collect();
     (!changed.is_empty()).then(|| {
         format!(
-            "{}: the report's lines and counts are of the sources as they were built, not as they are now; run `cargo test --test collectives` to build and run them again",
-            changed.join("; ")
+            "{}: the report's lines and counts are of the sources as they were built, not as they are now; run `{}` to build and run them again",
+            changed.join("; "),
+            entry.trials()
         )
     })
 }

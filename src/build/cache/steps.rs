@@ -81,13 +81,17 @@ pub(super) fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
     match report.wait_status.map(<std::process::ExitStatus as std::os::unix::process::ExitStatusExt>::from_raw) {
         Some(status) if status.success() => Ok(()),
         status => {
+            use crate::exec::process::{ERROR_LINES, TAIL_LINES, error_lines, indent_tail};
             let text = files::read_lossy(log);
+            let errors = error_lines(&text, ERROR_LINES)
+                .map(|lines| format!("\nerror lines of {} (line: text):\n{lines}", log.display()))
+                .unwrap_or_default();
             bail!(
-                "command failed ({}): {}\nlast lines of {}:\n{}",
+                "command failed ({}): {}{errors}\nlast lines of {}:\n{}",
                 status.map_or_else(|| "no exit status".into(), crate::exec::process::describe_status),
                 cmd.display(),
                 log.display(),
-                crate::exec::process::indent_tail(&text, crate::exec::process::TAIL_LINES)
+                indent_tail(&text, TAIL_LINES)
             )
         }
     }

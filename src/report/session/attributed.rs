@@ -227,8 +227,6 @@ impl PerTrial {
                 slug: r.slug.clone(),
                 duration_s: r.duration_s,
                 covered,
-                lines: lines.lines,
-                functions: lines.functions,
                 regions: lines.regions,
             })
         };

@@ -39,8 +39,9 @@ impl Session {
         }
         let mut manifest = BuildManifest::read_in(ws).map_err(|e| {
             Error::new(format!(
-                "no build recorded in {} ({e}); run `cargo test --test collectives` first, with the same CCL_COV_CONFIG and CCL_COV_WORKSPACE",
-                ws.root().display()
+                "no build recorded in {} ({e}); run `{}` first, with the same CCL_COV_CONFIG and CCL_COV_WORKSPACE",
+                ws.root().display(),
+                self.ctx.entry.trials()
             ))
         })?;
         if !manifest.coverage {
@@ -59,12 +60,13 @@ impl Session {
         let damaged = manifest.damaged_objects();
         if !damaged.is_empty() {
             return Err(Error::new(format!(
-                "build {}'s objects are damaged, so no report is made from them: {}; run `cargo test --test collectives` again (it rebuilds a damaged cached build), then the report",
+                "build {}'s objects are damaged, so no report is made from them: {}; run `{}` again (it rebuilds a damaged cached build), then the report",
                 manifest.build_id,
-                damaged.join("; ")
+                damaged.join("; "),
+                self.ctx.entry.trials()
             )));
         }
-        let sources_changed = crate::build::cache::sources_changed(&manifest, self.ctx.config());
+        let sources_changed = crate::build::cache::sources_changed(&manifest, self.ctx.config(), self.ctx.entry);
         if let Some(changed) = &sources_changed {
             crate::say!("ccl-coverage: warning: {changed}");
         }
@@ -105,9 +107,10 @@ impl Session {
         }
         if inputs.is_empty() {
             return Err(Error::new(format!(
-                "no profiles for build {} under {}; run `cargo test --test collectives` first",
+                "no profiles for build {} under {}; run `{}` first",
                 manifest.build_id,
-                ws.area(Area::Profiles).display()
+                ws.area(Area::Profiles).display(),
+                self.ctx.entry.trials()
             )));
         }
         // Checked before anything is written: the report is installed there.
@@ -169,14 +172,21 @@ impl Session {
         let mut health = Health::new(&results, quarantined, missing);
         health.damaged_results = damaged_results;
         health.sources_changed = sources_changed;
+        let config = self.ctx.config();
+        let title = format!("ccl-coverage: {} (build {})", config.name, manifest.build_id);
+        let inputs = ReportInputs::new(&manifest, profdata, ignore, title, self.ctx.entry)?;
+        // What llvm-cov warns about on the merged profile it leaves out of
+        // every total: said here, in meta.json and in summary.md.
+        inputs.summary_text()?;
+        health.llvm_cov_warnings = inputs.warnings();
+        for w in &health.llvm_cov_warnings {
+            crate::say!("ccl-coverage: warning: {}", w.text());
+        }
         let meta = ReportMeta::new(&manifest, &results, merged_inputs, &health);
         self.ctx.workspace.write(
             &report_dir.join("meta.json"),
             serde_json::to_string_pretty(&meta).expect("meta serializes").as_bytes(),
         )?;
-        let config = self.ctx.config();
-        let title = format!("ccl-coverage: {} (build {})", config.name, manifest.build_id);
-        let inputs = ReportInputs::new(&manifest, profdata, ignore, title)?;
         Ok(Merge::Done(Box::new(Merged { manifest, results, inputs, health, device_lines })))
     }
 }

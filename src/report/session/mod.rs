@@ -177,8 +177,9 @@ pub(super) fn nothing_to_report(ctx: &Context) -> Option<String> {
     let run = ws.read_opt(&run_json).ok().flatten();
     match run.map(|bytes| serde_json::from_slice::<crate::results::RunRecord>(&bytes)) {
         None if !ws.build_manifest().exists() => Some(format!(
-            "no trial has run in {} yet: run `cargo test --test collectives` (or `ccl-coverage run`) first, with the same config and workspace",
-            ws.root().display()
+            "no trial has run in {} yet: run `{}` first, with the same config and workspace",
+            ws.root().display(),
+            ctx.entry.trials()
         )),
         Some(Ok(run)) if run.build_error.is_some() => Some(format!(
             "the last run's build failed, so none of its trials ran ({} says why, in build_error)",
