@@ -491,7 +491,7 @@ fn a_build_that_failed_is_counted_as_this_run_s_failure() {
     // Not run, and said so: not "1 of 1 trials ran" after "nothing to report" (issue #41, item 5).
     assert!(
         text.contains(
-            "ccl-coverage: 0 of 1 trials ran: 0 passed, 0 failed, 0 timed out; 1 not run: the shared build failed"
+            "ccl-coverage: 0 of 1 trials ran: 0 passed, 0 failed, 0 timed out; 1 not run: the shared build failed or could not be recorded"
         ),
         "the tally: {text}"
     );

@@ -42,7 +42,8 @@ pub struct Tally {
     pub(crate) failed: usize,
     pub(crate) timed_out: usize,
     pub(crate) interrupted: usize,
-    /// Not run because the shared build failed: not counted in `ran`.
+    /// Not run because the shared build failed or could not be recorded:
+    /// not counted in `ran`.
     pub(crate) not_run: usize,
 }
 

@@ -172,7 +172,7 @@ pub fn print_run_line(tally: &super::collectives::Tally) {
         line.push_str(&format!(", {} interrupted", tally.interrupted));
     }
     if tally.not_run > 0 {
-        line.push_str(&format!("; {} not run: the shared build failed", tally.not_run));
+        line.push_str(&format!("; {} not run: the shared build failed or could not be recorded", tally.not_run));
     }
     match run.filter(|run| run.header.run_id == tally.run_id) {
         Some(run) => {

@@ -42,8 +42,9 @@ pub(crate) enum Outcome {
     Ignored(String),
     /// Failed, timed out or interrupted: the verdict and the whole message.
     Failed(Status, String),
-    /// Not run because the run's shared build failed (recorded as failed):
-    /// the build's error is said once, when it fails, not once per trial.
+    /// Not run because the run's shared build failed or could not be
+    /// recorded in the workspace (recorded as failed): the error is said
+    /// once, when the build ends, not once per trial.
     NotRun(String),
 }
 
@@ -323,11 +324,12 @@ impl Suite {
         let manifest = match self.build() {
             Ok(manifest) => manifest,
             Err(e) => {
-                self.record_unbuilt(spec, &e.to_string());
-                return Ok(Outcome::NotRun(
-                    "not run: the shared build failed (its error is shown once, above, and in results/run.json's build_error)"
-                        .into(),
-                ));
+                let message = e.to_string();
+                self.record_unbuilt(spec, &message);
+                let cause = message.lines().next().unwrap_or_default().trim_end_matches(':');
+                return Ok(Outcome::NotRun(format!(
+                    "not run: {cause} (the error is shown once, above, and in results/run.json's build_error)"
+                )));
             }
         };
         self.shared_filesystem(spec, manifest)?;
