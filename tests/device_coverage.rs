@@ -378,6 +378,7 @@ fn reports_include_instrumented_device_objects_only_while_device_coverage_is_on(
         objects: vec![host.clone(), elf.clone()],
         ignore: ccl_coverage::coverage::ignore::IgnoreRule::default(),
         title: "device".into(),
+        names: Default::default(),
     };
     let out = Workspace::new(d).unwrap();
     let all = inputs.summary_json(&out, &d.join("summary.json")).unwrap().file_names().join("\n");
@@ -524,6 +525,7 @@ fn host_and_device_raw_profiles_merge_and_report_apart() {
         objects: vec![collector.clone(), elf.clone()],
         ignore: ccl_coverage::coverage::ignore::IgnoreRule::default(),
         title: "host+device".into(),
+        names: Default::default(),
     };
     let out = Workspace::new(d).unwrap();
     let all = inputs.summary_json(&out, &d.join("summary.json")).unwrap();

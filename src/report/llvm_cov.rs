@@ -7,6 +7,7 @@ use crate::build::cache::BuildManifest;
 use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::SummaryExport;
+use crate::coverage::source_names::SourceNames;
 use crate::error::{Context, Result};
 use crate::exec::process::Cmd;
 use crate::workspace;
@@ -24,10 +25,18 @@ pub struct ReportInputs {
     /// The files every llvm-cov call leaves out.
     pub ignore: IgnoreRule,
     pub title: String,
+    /// The report's name of each file llvm-cov names.
+    pub names: std::sync::Arc<SourceNames>,
 }
 
 impl ReportInputs {
-    pub fn new(manifest: &BuildManifest, profdata: PathBuf, ignore: IgnoreRule, title: String) -> Result<Self> {
+    pub fn new(
+        manifest: &BuildManifest,
+        profdata: PathBuf,
+        ignore: IgnoreRule,
+        title: String,
+        names: std::sync::Arc<SourceNames>,
+    ) -> Result<Self> {
         if manifest.instrumented_objects().is_empty() {
             bail!("the build manifest lists no instrumented object; nothing to report on");
         }
@@ -44,6 +53,7 @@ impl ReportInputs {
             objects,
             ignore,
             title,
+            names,
         })
     }
 
@@ -57,9 +67,12 @@ impl ReportInputs {
         ReportInputs { profdata, ..self.clone() }
     }
 
-    /// `llvm-cov export -format=lcov`, as text.
+    /// `llvm-cov export -format=lcov`, as text, each file named as the report names it
+    /// ([`SourceNames::lcov`]), once it is checked that llvm-cov kept only files the rule keeps.
     pub(crate) fn lcov_text(&self) -> Result<String> {
-        self.cmd("export").arg("-format=lcov").read()
+        let text = self.cmd("export").arg("-format=lcov").read()?;
+        self.ignore.check_kept(text.lines().filter_map(|l| l.strip_prefix("SF:")))?;
+        self.names.lcov(&text, "llvm-cov export -format=lcov")
     }
 
     /// `llvm-cov export -summary-only`, as text.
@@ -78,7 +91,7 @@ impl ReportInputs {
     pub(crate) fn model_summary(&self, model: &Lcov) -> Result<(String, SummaryExport)> {
         let mut export: Value =
             serde_json::from_str(&self.summary_text()?).context("unexpected llvm-cov export -summary-only")?;
-        crate::coverage::exports::apply(&mut export, model, "llvm-cov export -summary-only")?;
+        crate::coverage::exports::apply(&mut export, model, &self.names, "llvm-cov export -summary-only")?;
         let text = serde_json::to_string(&export).expect("a JSON value serializes");
         let summary = SummaryExport::parse(&text)?;
         Ok((text, summary))
@@ -114,7 +127,7 @@ impl ReportInputs {
     pub(crate) fn json(&self, model: &Lcov) -> Result<String> {
         let text = self.cmd("export").arg("-format=text").read()?;
         let mut export: Value = serde_json::from_str(&text).context("unexpected llvm-cov export -format=text")?;
-        crate::coverage::exports::apply(&mut export, model, "llvm-cov export -format=text")?;
+        crate::coverage::exports::apply(&mut export, model, &self.names, "llvm-cov export -format=text")?;
         Ok(serde_json::to_string(&export).expect("a JSON value serializes"))
     }
 
@@ -151,6 +164,7 @@ mod tests {
             objects: vec!["/b/libccl.so".into(), "/b/libccl-tuner.so".into()],
             ignore: IgnoreRule::new(&["^/usr/".into(), "tmpxft_".into()]).unwrap(),
             title: "t".into(),
+            names: Default::default(),
         };
         assert_eq!(
             inputs.cmd("export").argv(),

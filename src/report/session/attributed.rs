@@ -147,7 +147,7 @@ impl PerTrial {
                 CounterReader::checked(ws, &merged.manifest.toolchain.llvm_profdata.path, &merged.inputs.profdata)?;
             let loaded = mapping.load(&counts);
             let keep = |f: &str| merged.inputs.ignore.keeps(f);
-            let mut ours = loaded.lcov(&keep);
+            let mut ours = merged.inputs.names.lcov(&loaded.lcov(&keep), "the in-process lcov")?;
             if let Some(lines) = &merged.device_lines {
                 ours = lcov::fold_in(&ours, &device_lines::to_lcov(&lines.all), lines.origin.short)?;
             }
@@ -169,7 +169,7 @@ impl PerTrial {
                 );
             }
             // What each trial is computed with, without text, must be the text's.
-            if merged.device_lines.is_none() {
+            if merged.device_lines.is_none() && !merged.inputs.names.renamed_any() {
                 let (lcov, totals) = covered_and_totals(lcov::parse_lcov(&ours, "the in-process lcov")?);
                 let regions = loaded.regions(&keep);
                 if TrialLines::of_loaded(&loaded, &keep) != TrialLines::of(&lcov, &totals, regions)? {
@@ -217,6 +217,8 @@ impl PerTrial {
         profdata: &Path,
     ) -> Result<(TrialCoverage, Option<String>)> {
         let device = merged.device_lines.as_ref().and_then(|d| d.trials.get(&r.slug)).map(device_lines::to_lcov);
+        // The lines a trial stored, and those computed without text, have llvm-cov's names.
+        let renamed = merged.inputs.names.renamed_any();
         let origin = || format!("the lcov of {}", profdata.display());
         let of = |lines: TrialLines| -> Result<TrialCoverage> {
             let covered = universe
@@ -236,6 +238,9 @@ impl PerTrial {
         let not_stored = match (self, &device, merge) {
             (PerTrial::Exports, _, _) => None,
             (PerTrial::Mapping(..), Some(_), _) => Some("its kernel lines are folded in here".to_string()),
+            (PerTrial::Mapping(..), None, _) if renamed => {
+                Some("its files under the build are named as the report names them here".to_string())
+            }
             (PerTrial::Mapping(_, counters), None, _) if counters.fallback().is_some() => {
                 Some("the in-process reader of counters, which stored them, failed its check".to_string())
             }
@@ -255,10 +260,11 @@ impl PerTrial {
                 let keep = |f: &str| merged.inputs.ignore.keeps(f);
                 // Device records add to the host's as lcov text does: only then is the text needed.
                 match &device {
-                    None => TrialLines::of_loaded(&loaded, &keep),
-                    Some(device) => {
-                        let (lcov, totals) =
-                            covered_and_totals(lcov::parse_lcov(&(loaded.lcov(&keep) + device), &origin())?);
+                    None if !renamed => TrialLines::of_loaded(&loaded, &keep),
+                    device => {
+                        let host = merged.inputs.names.lcov(&loaded.lcov(&keep), &origin())?;
+                        let text = host + device.as_deref().unwrap_or_default();
+                        let (lcov, totals) = covered_and_totals(lcov::parse_lcov(&text, &origin())?);
                         TrialLines::of(&lcov, &totals, loaded.regions(&keep))?
                     }
                 }
