@@ -125,6 +125,17 @@ fn a_copy_of_a_source_file_under_the_build_is_that_file_and_the_rest_is_named_by
         all_reduce(&theirs_text, &format!("{fixtures}/ccl/src/all_reduce.cc"))
     );
 
+    // who-covers knows a file by its build name, and reads it from the build.
+    let copy = "<build>/ccl-installed/src/ring.cc";
+    let record = lcov_text.split("end_of_record").find(|r| r.contains(&format!("SF:{copy}\n"))).unwrap();
+    let (line, count) = record.lines().find_map(|l| l.strip_prefix("DA:")?.split_once(',')).unwrap();
+    let who = harness(&s, "who-covers", &[&format!("{copy}:{line}")], Duration::from_secs(60));
+    let answer = if count == "0" { "none of the 1 trials" } else { "1 of 1 trials:\nAllReduce::1K::ring" };
+    assert!(who.stdout.contains(&format!("{copy}:{line}: covered by {answer}\n")), "{}", who.text());
+    let lines = read(&Path::new(&build_dir).join("ccl-installed/src/ring.cc")).lines().count();
+    let past = harness(&s, "who-covers", &[&format!("{copy}:{}", lines + 2)], Duration::from_secs(60));
+    assert!(past.text().contains(&format!("past the end of the file ({lines} lines)")), "{}", past.text());
+
     // The HTML index names the files as the report does and links each to llvm-cov's page.
     let index = read(&report.join("html/index.html"));
     assert!(index.contains("&lt;build&gt;/ccl-installed/src/ring.cc"), "the build name shown");

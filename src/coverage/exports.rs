@@ -104,12 +104,11 @@ fn rename_files(files: &mut Vec<Value>, names: &SourceNames, bad: &dyn Fn(&str) 
         let reported = file.get("filename").and_then(Value::as_str).ok_or_else(|| bad("a file without a filename"))?;
         let name = names.name(reported);
         file["filename"] = json!(name);
-        match at.get(&name) {
-            Some(&i) => merge_copy(&mut out[i], &file),
-            None => {
-                at.insert(name, out.len());
-                out.push(file);
-            }
+        if let Some(&i) = at.get(&name) {
+            merge_copy(&mut out[i], &file);
+        } else {
+            at.insert(name, out.len());
+            out.push(file);
         }
     }
     *files = out;

@@ -248,11 +248,10 @@ impl SourceNames {
         let merging = |name: &str| count.get(name).is_some_and(|n| *n > 1);
         for (name, text) in records.iter().filter(|(name, _)| merging(name)) {
             let copy = lcov::parse_lcov(text, origin)?.files.remove(name.as_str()).unwrap_or_default();
-            match merged.get_mut(name.as_str()) {
-                Some(file) => file.merge_copy(&copy),
-                None => {
-                    merged.insert(name, copy);
-                }
+            if let Some(file) = merged.get_mut(name.as_str()) {
+                file.merge_copy(&copy);
+            } else {
+                merged.insert(name, copy);
             }
         }
         let mut out = String::with_capacity(text.len());

@@ -126,11 +126,10 @@ impl DeviceCoverage {
                 *mine = (*mine).max(count);
             }
             for (kernel, function) in coverage.functions {
-                match merged.functions.get_mut(&kernel) {
-                    Some(mine) => mine.hits = mine.hits.saturating_add(function.hits),
-                    None => {
-                        merged.functions.insert(kernel, function);
-                    }
+                if let Some(mine) = merged.functions.get_mut(&kernel) {
+                    mine.hits = mine.hits.saturating_add(function.hits);
+                } else {
+                    merged.functions.insert(kernel, function);
                 }
             }
         }
