@@ -34,6 +34,8 @@ pub struct SourceNames {
     named: Mutex<BTreeMap<String, String>>,
     /// Why a file under the build is not named as a source file it looks like, said once each.
     notes: Mutex<Vec<String>>,
+    /// Whether [`Self::lcov`] made one record of several.
+    merged: std::sync::atomic::AtomicBool,
 }
 
 impl SourceNames {
@@ -78,9 +80,10 @@ impl SourceNames {
         name
     }
 
-    /// Whether any file named so far was under the build (and so may have another name).
-    pub fn renamed_any(&self) -> bool {
-        !self.named.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
+    /// Whether [`Self::lcov`] has made one record of several copies' records: what was
+    /// computed from llvm-cov's records alone (a trial's stored lines) then counts otherwise.
+    pub fn merged_any(&self) -> bool {
+        self.merged.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether `name` (the report's) is a file under the build with no source of its own.
@@ -203,10 +206,10 @@ impl SourceNames {
             return Ok(text.to_string());
         }
         // Each record as text, its name given; the order of first appearance.
-        let mut records: Vec<(String, String)> = Vec::new();
+        // A record without `SF` (none is llvm-cov's) has no name and stays where it was.
+        let mut records: Vec<(Option<String>, String)> = Vec::new();
         let mut renamed_any: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         let mut record = String::new();
-        let mut tail = String::new();
         for line in text.split_inclusive('\n') {
             record.push_str(line);
             if line.trim_end() != "end_of_record" {
@@ -214,7 +217,7 @@ impl SourceNames {
             }
             let file = record.lines().find_map(|l| l.strip_prefix("SF:")).map(str::to_string);
             let Some(file) = file else {
-                tail.push_str(&std::mem::take(&mut record));
+                records.push((None, std::mem::take(&mut record)));
                 continue;
             };
             let name = self.name(&file);
@@ -233,22 +236,26 @@ impl SourceNames {
                     })
                     .collect()
             };
-            records.push((name, renamed));
+            records.push((Some(name), renamed));
         }
-        tail.push_str(&record);
+        let tail = record;
         // Only records a rename brought together are merged: llvm-cov's own are as they were.
         let mut count: BTreeMap<&str, usize> = BTreeMap::new();
-        for (name, _) in records.iter().filter(|(name, _)| renamed_any.contains(name)) {
+        for name in records.iter().filter_map(|(name, _)| name.as_deref()).filter(|n| renamed_any.contains(*n)) {
             *count.entry(name).or_default() += 1;
         }
         if count.values().all(|n| *n == 1) {
             return Ok(records.into_iter().map(|(_, r)| r).collect::<String>() + &tail);
         }
         let mut merged: BTreeMap<&str, FileCoverage> = BTreeMap::new();
+        self.merged.store(true, std::sync::atomic::Ordering::Relaxed);
         let merging = |name: &str| count.get(name).is_some_and(|n| *n > 1);
-        for (name, text) in records.iter().filter(|(name, _)| merging(name)) {
-            let copy = lcov::parse_lcov(text, origin)?.files.remove(name.as_str()).unwrap_or_default();
-            if let Some(file) = merged.get_mut(name.as_str()) {
+        for (name, text) in records.iter().filter_map(|(name, text)| Some((name.as_deref()?, text))) {
+            if !merging(name) {
+                continue;
+            }
+            let copy = lcov::parse_lcov(text, origin)?.files.remove(name).unwrap_or_default();
+            if let Some(file) = merged.get_mut(name) {
                 file.merge_copy(&copy);
             } else {
                 merged.insert(name, copy);
@@ -256,10 +263,13 @@ impl SourceNames {
         }
         let mut out = String::with_capacity(text.len());
         for (name, text) in &records {
-            if !merging(name) {
-                out.push_str(text);
-            } else if let Some(file) = merged.remove(name.as_str()) {
-                out.push_str(&file.record(name));
+            match name.as_deref() {
+                Some(name) if merging(name) => {
+                    if let Some(file) = merged.remove(name) {
+                        out.push_str(&file.record(name));
+                    }
+                }
+                _ => out.push_str(text),
             }
         }
         Ok(out + &tail)
@@ -345,7 +355,11 @@ mod tests {
              BRDA:4,0,0,-\nBRDA:4,0,1,-\nBRF:4\nBRH:1\nDA:1,3\nDA:2,2\nDA:4,0\nLF:3\nLH:2\nend_of_record\n\
              TN:\nSF:{build}/lib/obj/gensrc/k.cu\nDA:1,1\nLF:1\nLH:1\nend_of_record\n"
         );
+        let alone = format!("SF:{build}/lib/obj/gensrc/k.cu\nDA:1,1\nend_of_record\n");
+        assert_eq!(names.lcov(&alone, "t").unwrap(), "SF:<build>/lib/obj/gensrc/k.cu\nDA:1,1\nend_of_record\n");
+        assert!(!names.merged_any(), "a rename alone merges nothing");
         let out = names.lcov(&text, "t").unwrap();
+        assert!(names.merged_any());
         assert_eq!(
             out,
             format!(

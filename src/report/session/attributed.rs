@@ -169,10 +169,12 @@ impl PerTrial {
                 );
             }
             // What each trial is computed with, without text, must be the text's.
-            if merged.device_lines.is_none() && !merged.inputs.names.renamed_any() {
+            let names = &merged.inputs.names;
+            if merged.device_lines.is_none() && !names.merged_any() {
                 let (lcov, totals) = covered_and_totals(lcov::parse_lcov(&ours, "the in-process lcov")?);
                 let regions = loaded.regions(&keep);
-                if TrialLines::of_loaded(&loaded, &keep) != TrialLines::of(&lcov, &totals, regions)? {
+                let without_text = TrialLines::of_loaded(&loaded, &keep).renamed(&|f| names.name(f));
+                if without_text != TrialLines::of(&lcov, &totals, regions)? {
                     bail!("its lines, computed without the text, differ from the text's on the merged profile");
                 }
             }
@@ -217,10 +219,13 @@ impl PerTrial {
         profdata: &Path,
     ) -> Result<(TrialCoverage, Option<String>)> {
         let device = merged.device_lines.as_ref().and_then(|d| d.trials.get(&r.slug)).map(device_lines::to_lcov);
-        // The lines a trial stored, and those computed without text, have llvm-cov's names.
-        let renamed = merged.inputs.names.renamed_any();
+        // The lines a trial stored, and those computed without text, have llvm-cov's names,
+        // and count each copy of a file on its own: renamed, they do only while no copies merged.
+        let names = &merged.inputs.names;
+        let copies_merged = names.merged_any();
         let origin = || format!("the lcov of {}", profdata.display());
         let of = |lines: TrialLines| -> Result<TrialCoverage> {
+            let lines = lines.renamed(&|f| names.name(f));
             let covered = universe
                 .bits(&lines.covered)
                 .map_err(|e| e.context(format_args!("trial {}: was a profile changed during the report?", r.trial)))?;
@@ -238,8 +243,8 @@ impl PerTrial {
         let not_stored = match (self, &device, merge) {
             (PerTrial::Exports, _, _) => None,
             (PerTrial::Mapping(..), Some(_), _) => Some("its kernel lines are folded in here".to_string()),
-            (PerTrial::Mapping(..), None, _) if renamed => {
-                Some("its files under the build are named as the report names them here".to_string())
+            (PerTrial::Mapping(..), None, _) if copies_merged => {
+                Some("copies of its files under the build are merged here".to_string())
             }
             (PerTrial::Mapping(_, counters), None, _) if counters.fallback().is_some() => {
                 Some("the in-process reader of counters, which stored them, failed its check".to_string())
@@ -260,9 +265,9 @@ impl PerTrial {
                 let keep = |f: &str| merged.inputs.ignore.keeps(f);
                 // Device records add to the host's as lcov text does: only then is the text needed.
                 match &device {
-                    None if !renamed => TrialLines::of_loaded(&loaded, &keep),
+                    None if !copies_merged => TrialLines::of_loaded(&loaded, &keep),
                     device => {
-                        let host = merged.inputs.names.lcov(&loaded.lcov(&keep), &origin())?;
+                        let host = names.lcov(&loaded.lcov(&keep), &origin())?;
                         let text = host + device.as_deref().unwrap_or_default();
                         let (lcov, totals) = covered_and_totals(lcov::parse_lcov(&text, &origin())?);
                         TrialLines::of(&lcov, &totals, loaded.regions(&keep))?
