@@ -136,6 +136,14 @@ fn a_copy_of_a_source_file_under_the_build_is_that_file_and_the_rest_is_named_by
     let past = harness(&s, "who-covers", &[&format!("{copy}:{}", lines + 2)], Duration::from_secs(60));
     assert!(past.text().contains(&format!("past the end of the file ({lines} lines)")), "{}", past.text());
 
+    // Cobertura and Codecov's JSON have the same names, once each.
+    let cobertura = read(&report.join("cobertura.xml"));
+    assert_eq!(cobertura.matches("filename=\"&lt;build&gt;/ccl-installed/src/ring.cc\"").count(), 1, "{cobertura}");
+    assert_eq!(cobertura.matches("filename=\"ccl/src/all_reduce.cc\"").count(), 1);
+    assert!(!cobertura.contains(&build_dir));
+    let codecov: Value = serde_json::from_str(&read(&report.join("codecov.json"))).unwrap();
+    assert!(codecov["coverage"]["<build>/ccl-tuner/ballast.cc"].is_object(), "{codecov}");
+
     // The HTML index names the files as the report does and links each to llvm-cov's page.
     let index = read(&report.join("html/index.html"));
     assert!(index.contains("&lt;build&gt;/ccl-installed/src/ring.cc"), "the build name shown");
