@@ -6,6 +6,7 @@
 //! from them give the totals that `coverage.lcov` and Cobertura give.
 
 use crate::coverage::lcov::{FileCoverage, Lcov, Tallies, Tally};
+use crate::coverage::source_names::SourceNames;
 use crate::error::{Error, Result};
 use serde_json::{Map, Value, json};
 
@@ -32,16 +33,19 @@ fn set_tallies(summary: &mut Map<String, Value>, tallies: &Tallies) {
 /// file of the model that llvm-cov's export lacks (NVIDIA kernel lines of a
 /// file without host code) is added, with no regions and, in a full
 /// export, empty segments, branches and expansions; a file of the export
-/// that the model lacks has no lines, functions or branches. `origin`
-/// names the export in errors.
-pub(crate) fn apply(export: &mut Value, model: &Lcov, origin: &str) -> Result<()> {
+/// that the model lacks has no lines, functions or branches. Each file is
+/// named as the model names it ([`SourceNames`]), and files that get one
+/// name become one entry ([`merge_copy`]). `origin` names the export in errors.
+pub(crate) fn apply(export: &mut Value, model: &Lcov, names: &SourceNames, origin: &str) -> Result<()> {
     let bad = |what: &str| Error::new(format!("{origin}: not an llvm-cov JSON export: {what}"));
     let data = export
         .get_mut("data")
         .and_then(Value::as_array_mut)
         .and_then(|d| d.first_mut())
         .ok_or_else(|| bad("no data"))?;
+    rename_functions(data, names);
     let files = data.get_mut("files").and_then(Value::as_array_mut).ok_or_else(|| bad("no files"))?;
+    rename_files(files, names, &bad)?;
     let mut seen = std::collections::BTreeSet::new();
     let empty = FileCoverage::default();
     let mut totals = Tallies::default();
@@ -79,6 +83,75 @@ pub(crate) fn apply(export: &mut Value, model: &Lcov, origin: &str) -> Result<()
     Ok(())
 }
 
+/// The functions of a full export with their files named as the model names them.
+fn rename_functions(data: &mut Value, names: &SourceNames) {
+    let functions = data.get_mut("functions").and_then(Value::as_array_mut).into_iter().flatten();
+    for filenames in functions.filter_map(|f| f.get_mut("filenames").and_then(Value::as_array_mut)) {
+        for name in filenames.iter_mut() {
+            if let Some(reported) = name.as_str() {
+                *name = json!(names.name(reported));
+            }
+        }
+    }
+}
+
+/// `files` (an export's) each named as the model names it; an entry whose name an earlier
+/// one already has is merged into it ([`merge_copy`]).
+fn rename_files(files: &mut Vec<Value>, names: &SourceNames, bad: &dyn Fn(&str) -> Error) -> Result<()> {
+    let mut out: Vec<Value> = Vec::with_capacity(files.len());
+    let mut at: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for mut file in files.drain(..) {
+        let reported = file.get("filename").and_then(Value::as_str).ok_or_else(|| bad("a file without a filename"))?;
+        let name = names.name(reported);
+        file["filename"] = json!(name);
+        if let Some(&i) = at.get(&name) {
+            merge_copy(&mut out[i], &file);
+        } else {
+            at.insert(name, out.len());
+            out.push(file);
+        }
+    }
+    *files = out;
+    Ok(())
+}
+
+/// `copy`, another copy's entry of one source file, merged into `file`: its lists (segments,
+/// branches, expansions, MC/DC records) added, segments kept in source order; its summary's
+/// counts added. Lines, functions and branches are then the model's, set after this; regions
+/// stay llvm-cov's, which counts each copy's regions as regions of the objects, so that the
+/// files' regions add up to llvm-cov's totals.
+fn merge_copy(file: &mut Value, copy: &Value) {
+    let (Some(file), Some(copy)) = (file.as_object_mut(), copy.as_object()) else { return };
+    for (key, theirs) in copy {
+        match (file.get_mut(key), theirs) {
+            (Some(Value::Array(mine)), Value::Array(theirs)) => {
+                mine.extend(theirs.iter().cloned());
+                if key == "segments" {
+                    let at = |s: &Value| (s[0].as_u64().unwrap_or(0), s[1].as_u64().unwrap_or(0));
+                    mine.sort_by_key(at);
+                }
+            }
+            (Some(Value::Object(mine)), Value::Object(theirs)) if key == "summary" => {
+                for (metric, counts) in theirs {
+                    let Some(Value::Object(m)) = mine.get_mut(metric) else { continue };
+                    for field in ["count", "covered"] {
+                        let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+                        let sum = n(m.get(field)).saturating_add(n(counts.get(field)));
+                        m.insert(field.into(), json!(sum));
+                    }
+                    let (count, covered) = (m["count"].as_u64().unwrap_or(0), m["covered"].as_u64().unwrap_or(0));
+                    if m.contains_key("notcovered") {
+                        m.insert("notcovered".into(), json!(count.saturating_sub(covered)));
+                    }
+                    let percent = if count == 0 { 0.0 } else { covered as f64 * 100.0 / count as f64 };
+                    m.insert("percent".into(), json!(percent));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,7 +185,7 @@ mod tests {
             "t",
         )
         .unwrap();
-        apply(&mut export, &model, "t").unwrap();
+        apply(&mut export, &model, &SourceNames::default(), "t").unwrap();
         let summary = SummaryExport::parse(&export.to_string()).unwrap();
         assert_eq!(
             summary.totals().rows(),
@@ -129,7 +202,58 @@ mod tests {
             (Some(0), json!([]))
         );
         assert_eq!(export["data"][0]["totals"]["instantiations"]["count"], 1);
-        let err = apply(&mut json!({"data": []}), &model, "summary.json").unwrap_err().to_string();
+        let err =
+            apply(&mut json!({"data": []}), &model, &SourceNames::default(), "summary.json").unwrap_err().to_string();
         assert!(err.starts_with("summary.json: not an llvm-cov JSON export: no data"), "{err}");
+    }
+
+    #[test]
+    fn copies_of_one_source_are_one_entry_and_generated_files_are_named_by_the_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, build) = (dir.path().join("lib"), dir.path().join("builds/9f"));
+        std::fs::create_dir_all(src.join("include")).unwrap();
+        std::fs::create_dir_all(build.join("include")).unwrap();
+        std::fs::write(src.join("include/h.h"), "int h;\n").unwrap();
+        std::fs::write(build.join("include/h.h"), "int h;\n").unwrap();
+        std::fs::write(build.join("gen.cc"), "int g;\n").unwrap();
+        let names = SourceNames::new(&src, &build);
+        let (header, copy, generated) = (
+            src.join("include/h.h").display().to_string(),
+            build.join("include/h.h").display().to_string(),
+            build.join("gen.cc").display().to_string(),
+        );
+        let regions = |count: u64, covered: u64| {
+            json!({"lines": {"count": 0, "covered": 0, "percent": 0.0},
+                "regions": {"count": count, "covered": covered, "notcovered": count - covered, "percent": 0.0}})
+        };
+        let mut export = json!({"data": [{
+            "files": [
+                {"filename": header, "segments": [[1, 1, 2, true, true, false], [5, 1, 0, false, false, false]], "summary": regions(2, 1)},
+                {"filename": copy, "segments": [[3, 1, 4, true, true, false]], "summary": regions(1, 1)},
+                {"filename": generated, "segments": [], "summary": regions(1, 0)}],
+            "functions": [{"name": "f", "filenames": [copy, generated]}],
+            "totals": {}}]});
+        let model = parse_lcov(
+            &format!("SF:{header}\nDA:1,2\nDA:3,4\nend_of_record\nSF:<build>/gen.cc\nDA:1,0\nend_of_record\n"),
+            "t",
+        )
+        .unwrap();
+        apply(&mut export, &model, &names, "t").unwrap();
+        let data = &export["data"][0];
+        let files: Vec<&str> =
+            data["files"].as_array().unwrap().iter().map(|f| f["filename"].as_str().unwrap()).collect();
+        assert_eq!(files, [header.as_str(), "<build>/gen.cc"]);
+        let merged = &data["files"][0];
+        assert_eq!(
+            merged["segments"],
+            json!([[1, 1, 2, true, true, false], [3, 1, 4, true, true, false], [5, 1, 0, false, false, false]])
+        );
+        assert_eq!(
+            (merged["summary"]["regions"]["count"].as_u64(), merged["summary"]["regions"]["notcovered"].as_u64()),
+            (Some(3), Some(1))
+        );
+        assert_eq!(merged["summary"]["lines"]["count"], 2, "the model's lines, once");
+        assert_eq!(data["functions"][0]["filenames"], json!([header, "<build>/gen.cc"]));
+        assert_eq!(data["totals"]["lines"]["count"], 3);
     }
 }

@@ -82,6 +82,59 @@ impl FileCoverage {
     }
 }
 
+impl FileCoverage {
+    /// Adds `other`, the coverage of another copy of the same source file (the same bytes
+    /// under another path, `coverage/source_names.rs`): the copies' code is the file's code,
+    /// counted once. A line's count is its hottest copy's, as llvm-cov counts a line as its
+    /// hottest region and a device line as its hottest instruction; a function and a branch
+    /// are the most-run copy's. Summing would count twice an inline function that both copies
+    /// compiled and the linker kept once: both copies' records read its one set of counters.
+    pub(crate) fn merge_copy(&mut self, other: &FileCoverage) {
+        for (line, hits) in &other.lines {
+            let mine = self.lines.entry(*line).or_insert(0);
+            *mine = (*mine).max(*hits);
+        }
+        for (name, (start, hits)) in &other.functions {
+            let mine = self.functions.entry(name.clone()).or_insert((*start, 0));
+            mine.1 = mine.1.max(*hits);
+        }
+        for (branch, taken) in &other.branches {
+            let mine = self.branches.entry(branch.clone()).or_insert(0);
+            *mine = (*mine).max(*taken);
+        }
+    }
+
+    /// The file's lcov record, in llvm-cov's order of record lines, its totals its own
+    /// ([`FileCoverage::tallies`]); a branch never reached is 0.
+    pub(crate) fn record(&self, name: &str) -> String {
+        use std::fmt::Write as _;
+        let mut out = format!("TN:\nSF:{name}\n");
+        let mut functions: Vec<(&String, &(u32, u64))> = self.functions.iter().collect();
+        functions.sort_by_key(|(name, (start, _))| (*start, *name));
+        // Writing to a String cannot fail.
+        for (name, (start, _)) in &functions {
+            let _ = writeln!(out, "FN:{start},{name}");
+        }
+        for (name, (_, hits)) in &functions {
+            let _ = writeln!(out, "FNDA:{hits},{name}");
+        }
+        let t = self.tallies();
+        let _ = writeln!(out, "FNF:{}\nFNH:{}", t.functions.count, t.functions.covered);
+        let number = |id: &str| id.parse::<u64>().map_or((1, 0, id.to_string()), |n| (0, n, String::new()));
+        let mut branches: Vec<_> = self.branches.iter().collect();
+        branches.sort_by_key(|((line, block, branch), _)| (*line, number(block), number(branch)));
+        for ((line, block, branch), taken) in branches {
+            let _ = writeln!(out, "BRDA:{line},{block},{branch},{taken}");
+        }
+        let _ = writeln!(out, "BRF:{}\nBRH:{}", t.branches.count, t.branches.covered);
+        for (line, hits) in &self.lines {
+            let _ = writeln!(out, "DA:{line},{hits}");
+        }
+        let _ = writeln!(out, "LF:{}\nLH:{}\nend_of_record", t.lines.count, t.lines.covered);
+        out
+    }
+}
+
 /// Covered and total of one metric.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Tally {

@@ -8,6 +8,7 @@ pub mod lcov;
 pub mod llvm_export;
 pub mod mapping;
 pub mod profiles;
+pub mod source_names;
 pub mod trial_lines;
 
 use crate::build::cache::BuildManifest;
@@ -20,13 +21,16 @@ use std::collections::BTreeMap;
 /// llvm-cov's (NVIDIA's kernel records mapped through the build's code
 /// objects). `None` without device coverage, and where the device objects go
 /// to llvm-cov with the host's (AMDGPU's). `trials` are each trial's name,
-/// slug and recorded checksums; `keep` says which source files count.
+/// slug and recorded checksums; `keep` says which source files count (of
+/// their names as the backend gives them, as llvm-cov's rule reads the host's);
+/// `names` then names them as the report does.
 /// Records that fail their checksum are named in the returned `Verified`.
 pub(crate) fn device_lines(
     ws: &Workspace,
     manifest: &BuildManifest,
     trials: &[(&str, &str, &BTreeMap<String, String>)],
     keep: &dyn Fn(&str) -> bool,
+    names: &source_names::SourceNames,
 ) -> Result<Option<(DeviceLines, profiles::Verified)>> {
     if manifest.device.line_source() != crate::device::LineSource::KernelRecords {
         return Ok(None);
@@ -40,5 +44,6 @@ pub(crate) fn device_lines(
         trial.retain_files(keep);
     }
     lines.uncounted_library = lines.uncounted_library_kernels(keep).into_iter().map(str::to_owned).collect();
+    lines.rename(&|file| names.name(file));
     Ok(Some((lines, checked)))
 }

@@ -59,6 +59,27 @@ impl TrialLines {
         })
     }
 
+    /// The same lines with each file named `name(file)` (the report's name,
+    /// `coverage/source_names.rs`). Where two files get one name their lines
+    /// are the copies' together, but the totals would count each copy's: those
+    /// lines are computed from the renamed text instead (`SourceNames::merged_any`).
+    pub(crate) fn renamed(self, name: &dyn Fn(&str) -> String) -> TrialLines {
+        let mut covered: BTreeMap<String, Covered> = BTreeMap::new();
+        for (file, lines) in self.covered {
+            let mine = covered.entry(name(&file)).or_default();
+            mine.lines.extend(lines.lines);
+            mine.functions.extend(lines.functions);
+            mine.branches.extend(lines.branches);
+            for list in [&mut mine.lines, &mut mine.functions] {
+                list.sort_unstable();
+                list.dedup();
+            }
+            mine.branches.sort_unstable();
+            mine.branches.dedup();
+        }
+        TrialLines { covered, ..self }
+    }
+
     /// The files `loaded` covers that `keep` keeps.
     pub(crate) fn of_loaded(loaded: &CountedMapping<'_>, keep: &dyn Fn(&str) -> bool) -> TrialLines {
         let (covered, lines, functions) = loaded.taken(keep);
@@ -317,6 +338,24 @@ pub(crate) fn load(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn renamed_lines_keep_their_totals_and_join_under_one_name() {
+        let covered = |lines: &[u32]| Covered { lines: lines.to_vec(), functions: vec![lines[0]], branches: vec![] };
+        let lines = TrialLines {
+            covered: BTreeMap::from([("/b/gen.cc".into(), covered(&[1, 2])), ("/s/a.h".into(), covered(&[3]))]),
+            lines: (3, 9),
+            functions: (2, 4),
+            regions: (5, 7),
+        };
+        let renamed = lines.clone().renamed(&|f| f.replace("/b/", "<build>/"));
+        assert_eq!(renamed.covered.keys().collect::<Vec<_>>(), ["/s/a.h", "<build>/gen.cc"]);
+        assert_eq!((renamed.lines, renamed.functions, renamed.regions), (lines.lines, lines.functions, lines.regions));
+        assert_eq!(renamed.covered["<build>/gen.cc"], lines.covered["/b/gen.cc"]);
+        let one = lines.renamed(&|_| "/s/a.h".to_string());
+        assert_eq!(one.covered["/s/a.h"].lines, [1, 2, 3]);
+        assert_eq!(one.covered["/s/a.h"].functions, [1, 3]);
+    }
 
     fn sample() -> TrialLines {
         let mut covered = BTreeMap::new();

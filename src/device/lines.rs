@@ -76,6 +76,19 @@ impl DeviceLines {
     }
 }
 
+impl DeviceLines {
+    /// Every file named `name(file)`: over all trials, each trial's and each kernel's.
+    pub(crate) fn rename(&mut self, name: &dyn Fn(&str) -> String) {
+        self.all.rename(name);
+        for trial in self.trials.values_mut() {
+            trial.rename(name);
+        }
+        for file in self.kernel_files.values_mut() {
+            *file = name(file);
+        }
+    }
+}
+
 impl DeviceCoverage {
     /// Keeps the files `keep` accepts: the report's ignore rules apply to
     /// device lines as to host lines.
@@ -98,6 +111,32 @@ impl DeviceCoverage {
             placed.entry(file.as_str()).or_default().entry(*line).or_default().push(branch.outcomes);
         }
         placed
+    }
+
+    /// The coverage with each file named `name(file)` (the report's one name of a source file):
+    /// files given one name become one. A line counts as its hottest copy, as a line counts its
+    /// hottest instruction; a kernel in both adds up its launches, as one in several cubins
+    /// does; every branch stays, each its own instruction, its frames renamed.
+    pub(crate) fn rename(&mut self, name: &dyn Fn(&str) -> String) {
+        let mut files: BTreeMap<String, DeviceFile> = BTreeMap::new();
+        for (file, coverage) in std::mem::take(&mut self.files) {
+            let merged = files.entry(name(&file)).or_default();
+            for (line, count) in coverage.lines {
+                let mine = merged.lines.entry(line).or_default();
+                *mine = (*mine).max(count);
+            }
+            for (kernel, function) in coverage.functions {
+                if let Some(mine) = merged.functions.get_mut(&kernel) {
+                    mine.hits = mine.hits.saturating_add(function.hits);
+                } else {
+                    merged.functions.insert(kernel, function);
+                }
+            }
+        }
+        self.files = files;
+        for branch in &mut self.branches {
+            branch.frames = branch.frames.iter().map(|(file, line)| (name(file), *line)).collect();
+        }
     }
 
     /// `(covered, count)` of branch outcomes, as lcov's `BRH`/`BRF` count them: two per branch,
@@ -237,6 +276,28 @@ mod tests {
         assert_eq!(kept.branch_lines()["/lib/k.cu"][&29], [some(64, 0), None]);
         kept.retain_files(&|_| false);
         assert!(kept.branches.is_empty());
+    }
+
+    #[test]
+    fn copies_of_one_file_become_one_with_their_hottest_lines_and_every_branch() {
+        let mut copies = coverage();
+        let kernel = |first_line, hits| DeviceFunction { first_line, hits };
+        copies.files.get_mut("/lib/h.cuh").unwrap().functions.insert("k".to_owned(), kernel(30, 2));
+        let copy = DeviceFile {
+            lines: BTreeMap::from([(35, 9), (36, 0)]),
+            functions: BTreeMap::from([("k".to_owned(), kernel(30, 3)), ("j".to_owned(), kernel(40, 0))]),
+        };
+        copies.files.insert("/build/include/h.cuh".to_owned(), copy);
+        copies.branches.push(branch(&[("/build/include/h.cuh", 35), ("/lib/k.cu", 29)], Some((1, 2))));
+        copies.rename(&|file| file.replace("/build/include/", "/lib/"));
+        let header = &copies.files["/lib/h.cuh"];
+        assert_eq!(copies.files.len(), 3);
+        assert_eq!(header.lines, BTreeMap::from([(35, 9), (36, 0)]), "the hottest copy of each line");
+        assert_eq!((header.functions["k"].hits, header.functions["j"].hits), (5, 0));
+        let placed = copies.branch_lines();
+        let some = |taken, not_taken| Some(Outcomes { taken, not_taken });
+        assert_eq!(placed["/lib/h.cuh"][&35], [some(64, 0), some(1, 2)]);
+        assert_eq!(to_lcov(&copies).matches("SF:/lib/h.cuh\n").count(), 1);
     }
 
     #[test]

@@ -39,18 +39,19 @@ fn run(args: &[String]) -> Result<(String, bool)> {
     let (file, line) = parse_query(query)?;
     let ctx = crate::context::Context::from_env(crate::reporter::Entry::Cli)?;
     // A line number is of the sources now; the attribution, of the sources built.
-    if let Ok(manifest) = crate::build::cache::BuildManifest::read_in(&ctx.workspace)
-        && let Some(changed) = crate::build::cache::sources_changed(&manifest, ctx.config(), ctx.entry)
-    {
+    let manifest = crate::build::cache::BuildManifest::read_in(&ctx.workspace).ok();
+    if let Some(changed) = manifest.as_ref().and_then(|m| crate::build::cache::sources_changed(m, ctx.config(), ctx.entry)) {
         return Err(Error::new(format!("refused: {changed}")));
     }
+    // A `<build>/…` file of the report is read from the build.
+    let names = manifest.as_ref().map(crate::coverage::source_names::SourceNames::of).unwrap_or_default();
     let path = ctx.workspace.report_dir().join("attribution.json");
     let text = ctx.workspace.read_to_string(&path).map_err(|e| {
         Error::new(format!("{e}; run `{}` (its report::attribution step) on this workspace first", ctx.entry.report()))
     })?;
     let attribution: Attribution = serde_json::from_str(&text)
         .map_err(|e| Error::new(format!("{} is not an attribution file ({e}); rerun the report", path.display())))?;
-    let lines_in = |path: &str| std::fs::read(path).ok().map(|text| line_count(&text));
+    let lines_in = |path: &str| std::fs::read(names.path_of(path)).ok().map(|text| line_count(&text));
     answer(&attribution, file, line, &lines_in)
 }
 

@@ -31,8 +31,15 @@ fn branch_cell(branches: &[Option<Outcomes>]) -> (Option<&'static str>, String) 
     (partial.then_some("part"), text)
 }
 
-/// Writes the pages into `dir` and returns the index's path.
-pub(crate) fn write(ws: &crate::workspace::Workspace, dir: &Path, title: &str, lines: &DeviceLines) -> Result<PathBuf> {
+/// Writes the pages into `dir` and returns the index's path; `source` reads a file's text by
+/// its name in the report.
+pub(crate) fn write(
+    ws: &crate::workspace::Workspace,
+    dir: &Path,
+    title: &str,
+    lines: &DeviceLines,
+    source: &dyn Fn(&str) -> Option<String>,
+) -> Result<PathBuf> {
     let coverage = &lines.all;
     let ((lh, lf), (fh, ff)) = coverage.totals();
     let (bh, bf) = coverage.branch_totals();
@@ -63,7 +70,7 @@ pub(crate) fn write(ws: &crate::workspace::Workspace, dir: &Path, title: &str, l
             percent(hit, total),
             cov.functions.len()
         );
-        let source = std::fs::read_to_string(file).ok();
+        let source = source(file);
         let mut body = format!(
             "<!doctype html><html><head><meta charset=\"utf-8\"><title>{f}</title><style>{STYLE}</style></head><body>\
 <p><a href=\"index.html\">device coverage</a></p><h2>{f}</h2><table><tr><th>line</th><th>count</th><th>branches</th><th>source</th></tr>",

@@ -7,6 +7,7 @@ use crate::build::cache::BuildManifest;
 use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::SummaryExport;
+use crate::coverage::source_names::SourceNames;
 use crate::error::{Context, Result};
 use crate::exec::process::Cmd;
 use crate::workspace;
@@ -72,6 +73,8 @@ pub struct ReportInputs {
     /// `llvm-cov export -summary-only`'s text, made once: the merge reads
     /// its warnings before the model's summary uses it.
     summary: Arc<OnceLock<String>>,
+    /// The report's name of each file llvm-cov names.
+    pub names: Arc<SourceNames>,
 }
 
 impl ReportInputs {
@@ -82,6 +85,7 @@ impl ReportInputs {
         ignore: IgnoreRule,
         title: String,
         entry: crate::reporter::Entry,
+        names: Arc<SourceNames>,
     ) -> Result<Self> {
         if manifest.instrumented_objects().is_empty() {
             bail!("the build manifest lists no instrumented object; nothing to report on");
@@ -93,7 +97,7 @@ impl ReportInputs {
             }
         }
         let (llvm_cov, cxxfilt) = (manifest.toolchain.llvm_cov.path.clone(), manifest.toolchain.cxxfilt());
-        Ok(ReportInputs::of(llvm_cov, cxxfilt, profdata, objects, ignore, title))
+        Ok(ReportInputs { names, ..ReportInputs::of(llvm_cov, cxxfilt, profdata, objects, ignore, title) })
     }
 
     /// From its parts, without a build manifest (tests of one llvm-cov).
@@ -114,6 +118,7 @@ impl ReportInputs {
             title,
             warnings: Arc::default(),
             summary: Arc::default(),
+            names: Arc::default(),
         }
     }
 
@@ -142,9 +147,12 @@ impl ReportInputs {
         self.warnings.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|w| LlvmCovWarning::of(w)).collect()
     }
 
-    /// `llvm-cov export -format=lcov`, as text.
+    /// `llvm-cov export -format=lcov`, as text, each file named as the report names it
+    /// ([`SourceNames::lcov`]), once it is checked that llvm-cov kept only files the rule keeps.
     pub(crate) fn lcov_text(&self) -> Result<String> {
-        self.run(self.cmd("export").arg("-format=lcov"))
+        let text = self.run(self.cmd("export").arg("-format=lcov"))?;
+        self.ignore.check_kept(text.lines().filter_map(|l| l.strip_prefix("SF:")))?;
+        self.names.lcov(&text, "llvm-cov export -format=lcov")
     }
 
     /// `llvm-cov export -summary-only`, as text, run once.
@@ -167,7 +175,7 @@ impl ReportInputs {
     pub(crate) fn model_summary(&self, model: &Lcov) -> Result<(String, SummaryExport)> {
         let mut export: Value =
             serde_json::from_str(&self.summary_text()?).context("unexpected llvm-cov export -summary-only")?;
-        crate::coverage::exports::apply(&mut export, model, "llvm-cov export -summary-only")?;
+        crate::coverage::exports::apply(&mut export, model, &self.names, "llvm-cov export -summary-only")?;
         let text = serde_json::to_string(&export).expect("a JSON value serializes");
         let summary = SummaryExport::parse(&text)?;
         Ok((text, summary))
@@ -203,7 +211,7 @@ impl ReportInputs {
     pub(crate) fn json(&self, model: &Lcov) -> Result<String> {
         let text = self.run(self.cmd("export").arg("-format=text"))?;
         let mut export: Value = serde_json::from_str(&text).context("unexpected llvm-cov export -format=text")?;
-        crate::coverage::exports::apply(&mut export, model, "llvm-cov export -format=text")?;
+        crate::coverage::exports::apply(&mut export, model, &self.names, "llvm-cov export -format=text")?;
         Ok(serde_json::to_string(&export).expect("a JSON value serializes"))
     }
 
@@ -251,6 +259,7 @@ mod tests {
             title: "t".into(),
             warnings: Arc::default(),
             summary: Arc::default(),
+            names: Arc::default(),
         };
         assert_eq!(
             inputs.cmd("export").argv(),

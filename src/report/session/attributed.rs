@@ -147,7 +147,7 @@ impl PerTrial {
                 CounterReader::checked(ws, &merged.manifest.toolchain.llvm_profdata.path, &merged.inputs.profdata)?;
             let loaded = mapping.load(&counts);
             let keep = |f: &str| merged.inputs.ignore.keeps(f);
-            let mut ours = loaded.lcov(&keep);
+            let mut ours = merged.inputs.names.lcov(&loaded.lcov(&keep), "the in-process lcov")?;
             if let Some(lines) = &merged.device_lines {
                 ours = lcov::fold_in(&ours, &device_lines::to_lcov(&lines.all), lines.origin.short)?;
             }
@@ -169,10 +169,12 @@ impl PerTrial {
                 );
             }
             // What each trial is computed with, without text, must be the text's.
-            if merged.device_lines.is_none() {
+            let names = &merged.inputs.names;
+            if merged.device_lines.is_none() && !names.merged_any() {
                 let (lcov, totals) = covered_and_totals(lcov::parse_lcov(&ours, "the in-process lcov")?);
                 let regions = loaded.regions(&keep);
-                if TrialLines::of_loaded(&loaded, &keep) != TrialLines::of(&lcov, &totals, regions)? {
+                let without_text = TrialLines::of_loaded(&loaded, &keep).renamed(&|f| names.name(f));
+                if without_text != TrialLines::of(&lcov, &totals, regions)? {
                     bail!("its lines, computed without the text, differ from the text's on the merged profile");
                 }
             }
@@ -217,8 +219,13 @@ impl PerTrial {
         profdata: &Path,
     ) -> Result<(TrialCoverage, Option<String>)> {
         let device = merged.device_lines.as_ref().and_then(|d| d.trials.get(&r.slug)).map(device_lines::to_lcov);
+        // The lines a trial stored, and those computed without text, have llvm-cov's names,
+        // and count each copy of a file on its own: renamed, they do only while no copies merged.
+        let names = &merged.inputs.names;
+        let copies_merged = names.merged_any();
         let origin = || format!("the lcov of {}", profdata.display());
         let of = |lines: TrialLines| -> Result<TrialCoverage> {
+            let lines = lines.renamed(&|f| names.name(f));
             let covered = universe
                 .bits(&lines.covered)
                 .map_err(|e| e.context(format_args!("trial {}: was a profile changed during the report?", r.trial)))?;
@@ -234,6 +241,9 @@ impl PerTrial {
         let not_stored = match (self, &device, merge) {
             (PerTrial::Exports, _, _) => None,
             (PerTrial::Mapping(..), Some(_), _) => Some("its kernel lines are folded in here".to_string()),
+            (PerTrial::Mapping(..), None, _) if copies_merged => {
+                Some("copies of its files under the build are merged here".to_string())
+            }
             (PerTrial::Mapping(_, counters), None, _) if counters.fallback().is_some() => {
                 Some("the in-process reader of counters, which stored them, failed its check".to_string())
             }
@@ -253,10 +263,11 @@ impl PerTrial {
                 let keep = |f: &str| merged.inputs.ignore.keeps(f);
                 // Device records add to the host's as lcov text does: only then is the text needed.
                 match &device {
-                    None => TrialLines::of_loaded(&loaded, &keep),
-                    Some(device) => {
-                        let (lcov, totals) =
-                            covered_and_totals(lcov::parse_lcov(&(loaded.lcov(&keep) + device), &origin())?);
+                    None if !copies_merged => TrialLines::of_loaded(&loaded, &keep),
+                    device => {
+                        let host = names.lcov(&loaded.lcov(&keep), &origin())?;
+                        let text = host + device.as_deref().unwrap_or_default();
+                        let (lcov, totals) = covered_and_totals(lcov::parse_lcov(&text, &origin())?);
                         TrialLines::of(&lcov, &totals, loaded.regions(&keep))?
                     }
                 }

@@ -6,6 +6,7 @@ use super::Session;
 use crate::build::cache::BuildManifest;
 use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::profiles;
+use crate::coverage::source_names::SourceNames;
 use crate::device::lines::DeviceLines;
 use crate::error::{Error, Result};
 use crate::plan;
@@ -153,7 +154,8 @@ impl Session {
         let ignore = IgnoreRule::new(&self.ctx.config().report.ignore_filename_regex)?;
         let tests = manifest.tests_src.display().to_string();
         let keep = |file: &str| ignore.keeps(file) && !file.starts_with(&tests);
-        let device_lines = match crate::coverage::device_lines(ws, &manifest, &recorded, &keep)? {
+        let names = std::sync::Arc::new(SourceNames::of(&manifest));
+        let device_lines = match crate::coverage::device_lines(ws, &manifest, &recorded, &keep, &names)? {
             Some((lines, checked)) => {
                 quarantined.extend(checked.quarantined);
                 missing.extend(checked.missing);
@@ -174,7 +176,7 @@ impl Session {
         health.sources_changed = sources_changed;
         let config = self.ctx.config();
         let title = format!("ccl-coverage: {} (build {})", config.name, manifest.build_id);
-        let inputs = ReportInputs::new(&manifest, profdata, ignore, title, self.ctx.entry)?;
+        let inputs = ReportInputs::new(&manifest, profdata, ignore, title, self.ctx.entry, names)?;
         // What llvm-cov warns about on the merged profile it leaves out of
         // every total: said here, in meta.json and in summary.md.
         inputs.summary_text()?;

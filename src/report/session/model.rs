@@ -91,7 +91,6 @@ impl Session {
                     None => (host, None),
                 };
                 let model = lcov::parse_lcov(&text, "the merged lcov")?;
-                merged.inputs.ignore.check_kept(model.files.keys().map(String::as_str))?;
                 let prefix = self.path_prefix(merged);
                 self.ctx.workspace.write(&out, report::relative_lcov(&text, &prefix).as_bytes())?;
                 let codecov = report::codecov_json(&model, &prefix);

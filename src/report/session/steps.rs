@@ -29,7 +29,9 @@ impl Session {
         let device = match (&shown, &merged.device_lines) {
             (Ok(_), Some(lines)) => {
                 let title = format!("ccl-coverage: {} (build {})", self.ctx.config().name, merged.manifest.build_id);
-                Some(report::device_pages::write(&self.ctx.workspace, &dir.join("device"), &title, lines))
+                let names = &merged.inputs.names;
+                let source = |f: &str| std::fs::read_to_string(names.path_of(f)).ok();
+                Some(report::device_pages::write(&self.ctx.workspace, &dir.join("device"), &title, lines, &source))
             }
             _ => None,
         };
@@ -44,9 +46,11 @@ impl Session {
         let roots = [m.library_src.as_path(), m.tests_src.as_path()];
         let title = &merged.inputs.title;
         let created = crate::exec::host::now();
+        // llvm-cov's page of a file is under the name llvm-cov gave it: a copy under the build
+        // has a page of its own, of its own counts.
         let page = |file: &str| {
-            let href = format!("coverage{file}.html");
-            dir.join(&href).is_file().then_some(href)
+            let pages = merged.inputs.names.reported_as(file).into_iter().map(|f| format!("coverage{f}.html"));
+            pages.into_iter().find(|href| dir.join(href).is_file())
         };
         let html = report::html_index::index(
             &summary.all,
@@ -156,8 +160,8 @@ impl Session {
         let m = &merged.manifest;
         let roots = [m.library_src.as_path(), m.tests_src.as_path()];
         let sources = attribution_pages::Sources {
-            text: &|f| std::fs::read_to_string(f).ok(),
-            llvm_cov_page: &|f| format!("../html/coverage{f}.html"),
+            text: &|f| std::fs::read_to_string(merged.inputs.names.path_of(f)).ok(),
+            llvm_cov_page: &|f| format!("../html/coverage{}.html", merged.inputs.names.llvm_cov_name(f)),
             shown: &|f| report::relative(f, &roots),
         };
         let write_page = |name: &str, html: &[u8]| {
