@@ -40,7 +40,9 @@ fn run(args: &[String]) -> Result<(String, bool)> {
     let ctx = crate::context::Context::from_env(crate::reporter::Entry::Cli)?;
     // A line number is of the sources now; the attribution, of the sources built.
     let manifest = crate::build::cache::BuildManifest::read_in(&ctx.workspace).ok();
-    if let Some(changed) = manifest.as_ref().and_then(|m| crate::build::cache::sources_changed(m, ctx.config(), ctx.entry)) {
+    if let Some(changed) =
+        manifest.as_ref().and_then(|m| crate::build::cache::sources_changed(m, ctx.config(), ctx.entry))
+    {
         return Err(Error::new(format!("refused: {changed}")));
     }
     // A `<build>/…` file of the report is read from the build.
