@@ -1,10 +1,13 @@
 //! The plan: one trial per collective × size × variant, named
-//! `Collective::size[::variant]`, then one per plain program, named as the
-//! program; or, for an upstream RCCL `test_runner` config, one trial per
+//! `Collective::size[::variant]`, then one per program (plain, gtest or
+//! ctest), named as the program, or per program × size, named
+//! `program::size`; or, for an upstream RCCL `test_runner` config, one trial per
 //! resolved test, named `<suite>::<test>`. Planning
 //! reads only the config, so listing trials is instant and builds nothing.
 
-use crate::config::{self, Collective, Config, LauncherConfig, LoadedConfig, Program, UpstreamRun, Variant, limits};
+use crate::config::{
+    self, Collective, Config, LauncherConfig, LoadedConfig, Program, ProgramKind, UpstreamRun, Variant, limits,
+};
 use crate::error::Result;
 use crate::upstream::{self, TrialKind};
 use std::collections::{BTreeSet, HashMap};
@@ -30,8 +33,9 @@ pub struct TrialSpec {
 pub(crate) enum Source {
     /// ccl-coverage's own matrix: indices into the config.
     Matrix { collective: usize, size: String, variant: Option<usize> },
-    /// A plain program of the config: an index into `programs`.
-    Program(usize),
+    /// A program of the config: an index into `programs`, and its size
+    /// (as written) when it has `sizes`.
+    Program { index: usize, size: Option<String>, kind: TrialKind },
     /// A resolved upstream test.
     Upstream(Box<UpstreamTrial>),
 }
@@ -48,44 +52,46 @@ impl TrialSpec {
     pub(crate) fn collective<'c>(&self, config: &'c Config) -> Option<&'c Collective> {
         match &self.source {
             Source::Matrix { collective, .. } => config.collectives.get(*collective),
-            Source::Program(_) | Source::Upstream(_) => None,
+            Source::Program { .. } | Source::Upstream(_) => None,
         }
     }
 
     pub(crate) fn variant<'c>(&self, config: &'c Config) -> Option<&'c Variant> {
         match &self.source {
             Source::Matrix { variant, .. } => variant.and_then(|i| config.variants.get(i)),
-            Source::Program(_) | Source::Upstream(_) => None,
+            Source::Program { .. } | Source::Upstream(_) => None,
         }
     }
 
     pub(crate) fn program<'c>(&self, config: &'c Config) -> Option<&'c Program> {
         match &self.source {
-            Source::Program(i) => config.programs.get(*i),
+            Source::Program { index, .. } => config.programs.get(*index),
             Source::Matrix { .. } | Source::Upstream(_) => None,
         }
     }
 
+    /// The size as written (`1K`); empty for a trial without one.
     pub(crate) fn size(&self) -> &str {
         match &self.source {
             Source::Matrix { size, .. } => size,
-            Source::Program(_) | Source::Upstream(_) => "",
+            Source::Program { size, .. } => size.as_deref().unwrap_or_default(),
+            Source::Upstream(_) => "",
         }
     }
 
     pub(crate) fn upstream(&self) -> Option<&UpstreamTrial> {
         match &self.source {
-            Source::Matrix { .. } | Source::Program(_) => None,
+            Source::Matrix { .. } | Source::Program { .. } => None,
             Source::Upstream(u) => Some(u),
         }
     }
 
     /// How the trial is launched and judged: a collective's is a perf
-    /// binary, a program's plain, an upstream test's as upstream decided.
+    /// binary, a program's its `kind`, an upstream test's as upstream decided.
     pub(crate) fn kind(&self) -> TrialKind {
         match &self.source {
             Source::Matrix { .. } => TrialKind::Perf,
-            Source::Program(_) => TrialKind::Plain,
+            Source::Program { kind, .. } => *kind,
             Source::Upstream(u) => u.test.kind,
         }
     }
@@ -95,7 +101,7 @@ impl TrialSpec {
     pub(crate) fn group(&self, config: &Config) -> String {
         match &self.source {
             Source::Matrix { .. } => self.collective(config).map(|c| c.name.to_string()).unwrap_or_default(),
-            Source::Program(_) => self.program(config).map(|p| p.name.to_string()).unwrap_or_default(),
+            Source::Program { .. } => self.program(config).map(|p| p.name.to_string()).unwrap_or_default(),
             Source::Upstream(u) => u.test.suite.clone(),
         }
     }
@@ -235,16 +241,26 @@ pub fn plan(config: &Config) -> Vec<TrialSpec> {
             }
         }
     }
-    for (pi, program) in config.programs.iter().enumerate() {
-        trials.push(TrialSpec {
-            name: program.name.to_string(),
-            slug: program.name.to_string(),
-            source: Source::Program(pi),
-            launcher: program.launcher.clone().unwrap_or_else(|| config.launch.launcher.clone()),
-            ranks: program.ranks.unwrap_or(config.launch.ranks),
-            ignored: program.ignore,
-            ignore_reason: None,
-        });
+    for (index, program) in config.programs.iter().enumerate() {
+        let kind = match program.kind {
+            ProgramKind::Plain => TrialKind::Plain,
+            ProgramKind::Gtest => TrialKind::Gtest,
+            ProgramKind::Ctest => TrialKind::Ctest,
+        };
+        let sizes: Vec<Option<&str>> =
+            if program.sizes.is_empty() { vec![None] } else { program.sizes.iter().map(|s| Some(s.as_str())).collect() };
+        for size in sizes {
+            let parts: Vec<&str> = std::iter::once(program.name.as_str()).chain(size).collect();
+            trials.push(TrialSpec {
+                name: parts.join("::"),
+                slug: parts.join("."),
+                source: Source::Program { index, size: size.map(str::to_string), kind },
+                launcher: program.launcher.clone().unwrap_or_else(|| config.launch.launcher.clone()),
+                ranks: program.ranks.unwrap_or(config.launch.ranks),
+                ignored: program.ignore,
+                ignore_reason: None,
+            });
+        }
     }
     trials
 }
@@ -302,8 +318,15 @@ fn trial_parts(c: &Config, t: &TrialSpec) -> Vec<(String, String)> {
             }
             parts
         }
-        Source::Program(i) => {
-            vec![(format!("programs[{i}].name"), c.programs.get(*i).map_or_else(String::new, |p| p.name.to_string()))]
+        Source::Program { index, size, .. } => {
+            let program = c.programs.get(*index);
+            let mut parts =
+                vec![(format!("programs[{index}].name"), program.map_or_else(String::new, |p| p.name.to_string()))];
+            if let Some(size) = size {
+                let si = program.and_then(|p| p.sizes.iter().position(|s| s.as_str() == size)).unwrap_or_default();
+                parts.push((format!("programs[{index}].sizes[{si}]"), size.clone()));
+            }
+            parts
         }
         Source::Upstream(u) => vec![(format!("{}.name", u.test.json_path), u.test.name.clone())],
     }

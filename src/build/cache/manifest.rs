@@ -247,9 +247,10 @@ pub(super) fn programs(bin_dir: &Path) -> Result<Vec<ProgramRecord>> {
 /// are, or when the record has no hashes (an older ccl-coverage made it).
 pub(crate) fn sources_changed(manifest: &BuildManifest, config: &crate::config::Config) -> Option<String> {
     let recorded = manifest.sources.as_ref()?;
+    let tests_exclude = config.tests_hash_exclude();
     let parts = [
         ("library", &manifest.library_src, &config.library.hash_exclude, &recorded.library),
-        ("test", &manifest.tests_src, &config.tests.hash_exclude, &recorded.tests),
+        ("test", &manifest.tests_src, &tests_exclude, &recorded.tests),
     ];
     let changed: Vec<String> = parts
         .iter()
