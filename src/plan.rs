@@ -509,6 +509,81 @@ mod tests {
         assert!(err.contains(": sizes: missing"), "{err}");
     }
 
+    /// A config with `programs` only.
+    fn with_programs(programs: serde_json::Value) -> serde_json::Value {
+        let mut v: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG_TEXT).unwrap();
+        v.as_object_mut().unwrap().remove("collectives");
+        v.as_object_mut().unwrap().remove("sizes");
+        v["programs"] = programs;
+        v
+    }
+
+    #[test]
+    fn a_program_with_sizes_is_one_trial_per_size_named_as_a_collectives() {
+        let v = with_programs(serde_json::json!([
+            {"name": "bench", "binary": "b", "args": ["{size}", "-n", "{bytes}"], "sizes": ["1K", "2M"]},
+            {"name": "g", "kind": "gtest", "binary": "t", "filter": "*A*", "sizes": ["8"]}
+        ]));
+        let loaded = checked(&v).unwrap();
+        let trials = plan(&loaded.config);
+        let names: Vec<(&str, &str, &str)> =
+            trials.iter().map(|t| (t.name.as_str(), t.slug.as_str(), t.size())).collect();
+        assert_eq!(names, [("bench::1K", "bench.1K", "1K"), ("bench::2M", "bench.2M", "2M"), ("g::8", "g.8", "8")]);
+        assert_eq!(trials[2].kind(), TrialKind::Gtest);
+        // Two sizes of one program that are one size.
+        let v = with_programs(serde_json::json!([{"name": "b", "binary": "b", "sizes": ["1K", "1024"]}]));
+        let err = checked(&v).unwrap_err().to_string();
+        assert!(err.contains(": programs[0].sizes[1]: \"1024\" is the same size as programs[0].sizes[0]"), "{err}");
+        let v = with_programs(serde_json::json!([{"name": "b", "binary": "b", "sizes": []}]));
+        let err = checked(&v).unwrap_err().to_string();
+        assert!(err.contains(": programs[0].sizes: expected at least one size"), "{err}");
+    }
+
+    #[test]
+    fn size_placeholders_without_sizes_are_errors_at_their_path() {
+        let cases = [
+            (serde_json::json!({"args": ["{size}"]}), "programs[0].args[0]: `{size}` has no value: program \"p\" has no sizes"),
+            (serde_json::json!({"env": {"N": "{bytes}"}}), "programs[0].env.N: `{bytes}` has no value"),
+        ];
+        for (extra, needle) in cases {
+            let mut program = serde_json::json!({"name": "p", "binary": "b"});
+            program.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            let err = checked(&with_programs(serde_json::json!([program]))).unwrap_err().to_string();
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+        // The config's env is rendered for every trial: named with the program.
+        let mut v = with_programs(serde_json::json!([{"name": "p", "binary": "b"}]));
+        v["env"]["SIZE"] = "{size}".into();
+        let err = checked(&v).unwrap_err().to_string();
+        assert!(err.contains(": env.SIZE: `{size}` has no value: program \"p\" has no sizes (programs[0]"), "{err}");
+        // A collective always has a size.
+        let mut v: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG_TEXT).unwrap();
+        v["collectives"][0]["args"] = serde_json::json!(["{bytes}"]);
+        checked(&v).unwrap();
+    }
+
+    #[test]
+    fn a_programs_kind_decides_what_it_needs() {
+        let err = |program: serde_json::Value| checked(&with_programs(serde_json::json!([program]))).unwrap_err().to_string();
+        let e = err(serde_json::json!({"name": "p", "kind": "gtest"}));
+        assert!(e.contains(": programs[0]: missing field `binary`: a gtest program needs its binary"), "{e}");
+        let e = err(serde_json::json!({"name": "p", "binary": "b", "filter": "A.*"}));
+        assert!(e.contains(": programs[0].filter: a plain program takes no filter"), "{e}");
+        let e = err(serde_json::json!({"name": "p", "kind": "gtest", "binary": "b", "filter": ""}));
+        assert!(e.contains(": programs[0].filter: expected a filter"), "{e}");
+        let e = err(serde_json::json!({"name": "p", "kind": "gtest", "binary": "b", "args": ["--gtest_filter=A.*"]}));
+        assert!(e.contains(": programs[0].args[0]: the harness gives a gtest trial --gtest_filter itself"), "{e}");
+        let e = err(serde_json::json!({"name": "p", "kind": "ctest", "args": ["-R", "x"]}));
+        assert!(e.contains(": programs[0].args[0]: the harness gives a ctest trial -R itself"), "{e}");
+        let e = err(serde_json::json!({"name": "p", "kind": "ctest", "launcher": "mpi"}));
+        assert!(e.contains(": programs[0].launcher: a ctest program runs ctest"), "{e}");
+        let e = err(serde_json::json!({"name": "p", "kind": "tap", "binary": "b"}));
+        assert!(e.contains(": programs[0].kind: unknown variant `tap`, expected one of `plain`, `gtest`, `ctest`"), "{e}");
+        // ctest needs no binary: `ctest` on PATH.
+        let v = with_programs(serde_json::json!([{"name": "p", "kind": "ctest", "launcher": "threads"}]));
+        assert_eq!(plan(&checked(&v).unwrap().config)[0].kind(), TrialKind::Ctest);
+    }
+
     #[test]
     fn partitions_split_the_trials_into_disjoint_shards_that_cover_them_all() {
         let names: Vec<String> = plan(&local()).into_iter().map(|t| t.name).collect();
