@@ -247,8 +247,11 @@ pub fn plan(config: &Config) -> Vec<TrialSpec> {
             ProgramKind::Gtest => TrialKind::Gtest,
             ProgramKind::Ctest => TrialKind::Ctest,
         };
-        let sizes: Vec<Option<&str>> =
-            if program.sizes.is_empty() { vec![None] } else { program.sizes.iter().map(|s| Some(s.as_str())).collect() };
+        let sizes: Vec<Option<&str>> = if program.sizes.is_empty() {
+            vec![None]
+        } else {
+            program.sizes.iter().map(|s| Some(s.as_str())).collect()
+        };
         for size in sizes {
             let parts: Vec<&str> = std::iter::once(program.name.as_str()).chain(size).collect();
             trials.push(TrialSpec {
@@ -542,7 +545,10 @@ mod tests {
     #[test]
     fn size_placeholders_without_sizes_are_errors_at_their_path() {
         let cases = [
-            (serde_json::json!({"args": ["{size}"]}), "programs[0].args[0]: `{size}` has no value: program \"p\" has no sizes"),
+            (
+                serde_json::json!({"args": ["{size}"]}),
+                "programs[0].args[0]: `{size}` has no value: program \"p\" has no sizes",
+            ),
             (serde_json::json!({"env": {"N": "{bytes}"}}), "programs[0].env.N: `{bytes}` has no value"),
         ];
         for (extra, needle) in cases {
@@ -564,7 +570,8 @@ mod tests {
 
     #[test]
     fn a_programs_kind_decides_what_it_needs() {
-        let err = |program: serde_json::Value| checked(&with_programs(serde_json::json!([program]))).unwrap_err().to_string();
+        let err =
+            |program: serde_json::Value| checked(&with_programs(serde_json::json!([program]))).unwrap_err().to_string();
         let e = err(serde_json::json!({"name": "p", "kind": "gtest"}));
         assert!(e.contains(": programs[0]: missing field `binary`: a gtest program needs its binary"), "{e}");
         let e = err(serde_json::json!({"name": "p", "binary": "b", "filter": "A.*"}));
@@ -578,7 +585,10 @@ mod tests {
         let e = err(serde_json::json!({"name": "p", "kind": "ctest", "launcher": "mpi"}));
         assert!(e.contains(": programs[0].launcher: a ctest program runs ctest"), "{e}");
         let e = err(serde_json::json!({"name": "p", "kind": "tap", "binary": "b"}));
-        assert!(e.contains(": programs[0].kind: unknown variant `tap`, expected one of `plain`, `gtest`, `ctest`"), "{e}");
+        assert!(
+            e.contains(": programs[0].kind: unknown variant `tap`, expected one of `plain`, `gtest`, `ctest`"),
+            "{e}"
+        );
         // ctest needs no binary: `ctest` on PATH.
         let v = with_programs(serde_json::json!([{"name": "p", "kind": "ctest", "launcher": "threads"}]));
         assert_eq!(plan(&checked(&v).unwrap().config)[0].kind(), TrialKind::Ctest);

@@ -1,5 +1,5 @@
 //! A config's gtest and ctest programs and sized programs, end to end with
-//! the real googletest, CTest and CMake on tests/fixtures/cmake-ring: one
+//! the real googletest, `ctest` and `CMake` on tests/fixtures/cmake-ring: one
 //! CMake run builds the library and its tests (no `tests` section). Each
 //! trial is judged by the runner's own report, a filter that runs nothing
 //! fails and says which names exist, and every case the runner reports is
@@ -60,7 +60,10 @@ fn gtest_ctest_and_sized_programs_are_judged_by_their_runners() {
     let push = result(&s, "push");
     assert_eq!(push["status"], "PASSED", "{push}");
     assert_eq!(push["kind"], "gtest");
-    assert_eq!(cases(&push), [("RingTest.PushThenPop".into(), "PASSED".into()), ("RingTest.PopEmpty".into(), "PASSED".into())]);
+    assert_eq!(
+        cases(&push),
+        [("RingTest.PushThenPop".into(), "PASSED".into()), ("RingTest.PopEmpty".into(), "PASSED".into())]
+    );
 
     // The filter a person writes first matches none of the parameterised names.
     let fill = result(&s, "fill");

@@ -675,7 +675,7 @@ pub(crate) struct Collective {
 }
 
 /// A test program of the config: a plain executable judged by its exit
-/// status, a googletest binary or a CTest run, each judged by the runner's
+/// status, a googletest binary or a `ctest` run, each judged by the runner's
 /// own report. Nothing is appended to its arguments but its kind's filter
 /// and report options.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -712,7 +712,7 @@ pub(crate) struct Program {
     #[serde(default)]
     pub(crate) env: Env<TrialTemplate>,
     /// A key of `launchers`; `launch.launcher` when unset. A `ctest` program
-    /// needs a `direct` one: CTest starts its tests itself.
+    /// needs a `direct` one: `ctest` starts its tests itself.
     #[serde(default)]
     pub(crate) launcher: Option<String>,
     /// Ranks its launcher starts; `launch.ranks` when unset.

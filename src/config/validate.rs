@@ -68,7 +68,9 @@ fn check_program_kind(c: &Config, i: usize, p: &Program) -> Result<(), Invalid> 
     if p.binary.is_none() && p.kind != ProgramKind::Ctest {
         return Err(invalid(
             format!("programs[{i}]"),
-            format!("missing field `binary`: a {kind} program needs its binary (relative to tests.bin_dir unless absolute)"),
+            format!(
+                "missing field `binary`: a {kind} program needs its binary (relative to tests.bin_dir unless absolute)"
+            ),
         ));
     }
     if p.filter.is_some() && p.kind == ProgramKind::Plain {
@@ -122,7 +124,11 @@ fn sizes_have_values(c: &Config, i: usize, p: &Program) -> Result<(), Invalid> {
         .flat_map(|l| l.args.iter().enumerate().map(move |(j, a)| (format!("launchers.{launcher}.args[{j}]"), a)));
     for (path, text) in own.chain(own_env).chain(shared_env).chain(launcher_args) {
         if let Some(name) = template::first_use(text, template::SIZE_PLACEHOLDERS) {
-            let whose = if path.starts_with("programs[") { String::new() } else { format!(" (programs[{i}] {:?} renders it)", p.name) };
+            let whose = if path.starts_with("programs[") {
+                String::new()
+            } else {
+                format!(" (programs[{i}] {:?} renders it)", p.name)
+            };
             return Err(invalid(
                 path,
                 format!(

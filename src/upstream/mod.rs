@@ -172,7 +172,7 @@ pub enum TrialKind {
     Pytest,
     /// Any test program: its exit status alone.
     Plain,
-    /// A CTest run (`ctest -R`): exit status and its JUnit XML.
+    /// A `ctest -R` run: exit status and its JUnit XML.
     Ctest,
 }
 

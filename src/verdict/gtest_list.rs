@@ -66,11 +66,8 @@ pub(crate) fn suggest(filter: &str, names: &[String], binary: &str) -> String {
         return format!("; {binary} --gtest_list_tests lists no test");
     }
     let positive = filter.split('-').next().unwrap_or_default();
-    let widened: Vec<String> = positive
-        .split(':')
-        .filter(|p| !p.is_empty())
-        .map(|p| format!("*{}*", p.trim_matches('*')))
-        .collect();
+    let widened: Vec<String> =
+        positive.split(':').filter(|p| !p.is_empty()).map(|p| format!("*{}*", p.trim_matches('*'))).collect();
     let wide = widened.join(":");
     let hits: Vec<&String> = names.iter().filter(|n| matches_filter(&wide, n)).collect();
     if !hits.is_empty() && wide != positive {
@@ -80,14 +77,10 @@ pub(crate) fn suggest(filter: &str, names: &[String], binary: &str) -> String {
             shown(hits.iter().map(|s| s.as_str()))
         );
     }
-    let key = positive.replace('*', "").replace('?', "");
+    let key = positive.replace(['*', '?'], "");
     let mut by_distance: Vec<(usize, &String)> = names.iter().map(|n| (distance(&key, n), n)).collect();
     by_distance.sort();
-    format!(
-        "; the nearest of {binary}'s {} tests: {}",
-        names.len(),
-        shown(by_distance.iter().map(|(_, n)| n.as_str()))
-    )
+    format!("; the nearest of {binary}'s {} tests: {}", names.len(), shown(by_distance.iter().map(|(_, n)| n.as_str())))
 }
 
 fn shown<'a>(names: impl Iterator<Item = &'a str>) -> String {
@@ -103,7 +96,8 @@ fn shown<'a>(names: impl Iterator<Item = &'a str>) -> String {
 /// out; `*` any text, `?` one character.
 pub(crate) fn matches_filter(filter: &str, name: &str) -> bool {
     let (positive, negative) = filter.split_once('-').unwrap_or((filter, ""));
-    let any = |patterns: &str| patterns.split(':').filter(|p| !p.is_empty()).any(|p| glob(p.as_bytes(), name.as_bytes()));
+    let any =
+        |patterns: &str| patterns.split(':').filter(|p| !p.is_empty()).any(|p| glob(p.as_bytes(), name.as_bytes()));
     (positive.is_empty() || any(positive)) && !any(negative)
 }
 
@@ -143,7 +137,10 @@ mod tests {
     #[test]
     fn lists_parameterised_names_whole() {
         let names = parse_list(LISTING.trim_start_matches("Running main() from gmock_main.cc\n"));
-        assert_eq!(names, ["RingTest.Push", "RingTest.PopEmpty", "RingSizes/RingParam.Fill/0", "RingSizes/RingParam.Fill/1"]);
+        assert_eq!(
+            names,
+            ["RingTest.Push", "RingTest.PopEmpty", "RingSizes/RingParam.Fill/0", "RingSizes/RingParam.Fill/1"]
+        );
     }
 
     #[test]

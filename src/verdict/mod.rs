@@ -277,7 +277,7 @@ fn gtest_xml_cases(text: &str) -> Option<Vec<Case>> {
     Some(xml_cases(trimmed, CaseNames::Gtest))
 }
 
-/// A CTest trial: its exit status and its JUnit XML (`--output-junit`). A
+/// A `ctest` trial: its exit status and its JUnit XML (`--output-junit`). A
 /// filter that matches no test fails (`--no-tests=error`, and no case).
 pub(crate) fn judge_ctest(
     finished: &Finished,
@@ -415,7 +415,12 @@ fn xml_cases(xml: &str, names: CaseNames) -> Vec<Case> {
                     CaseNames::Gtest => format!("{classname}.{name}"),
                     CaseNames::Ctest => name,
                 };
-                let case = Case { name, status, time_s: attr(&event, "time").parse().unwrap_or_default(), message: String::new() };
+                let case = Case {
+                    name,
+                    status,
+                    time_s: attr(&event, "time").parse().unwrap_or_default(),
+                    message: String::new(),
+                };
                 if empty { out.push(case) } else { open = Some(case) }
             }
             "failure" | "error" => {

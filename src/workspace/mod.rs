@@ -893,7 +893,11 @@ mod tests {
         fs::create_dir_all(src.join("target")).unwrap();
         let ws = Workspace::new(&src.join("target/ccl-coverage/x")).unwrap();
         let sources = |excluded: &[&str]| {
-            [Protected::holding_or_inside("the library sources", src.clone(), excluded.iter().map(|e| e.to_string()).collect())]
+            [Protected::holding_or_inside(
+                "the library sources",
+                src.clone(),
+                excluded.iter().map(ToString::to_string).collect(),
+            )]
         };
         let err = ws.check_place(&sources(&[])).unwrap_err().to_string();
         assert!(err.contains("it lies inside the library sources"), "{err}");
@@ -902,7 +906,9 @@ mod tests {
         assert!(ws.check_place(&sources(&["targ", "build"])).is_err(), "a prefix of the name is not the entry");
         // Holding the sources is refused whatever is excluded.
         let above = Workspace::new(dir.path()).unwrap();
-        assert!(above.check_place(&sources(&["target"])).unwrap_err().to_string().contains("it holds the library sources"));
+        assert!(
+            above.check_place(&sources(&["target"])).unwrap_err().to_string().contains("it holds the library sources")
+        );
     }
 
     #[test]
