@@ -1,10 +1,13 @@
 //! The plan: one trial per collective × size × variant, named
-//! `Collective::size[::variant]`, then one per plain program, named as the
-//! program; or, for an upstream RCCL `test_runner` config, one trial per
+//! `Collective::size[::variant]`, then one per program (plain, gtest or
+//! ctest), named as the program, or per program × size, named
+//! `program::size`; or, for an upstream RCCL `test_runner` config, one trial per
 //! resolved test, named `<suite>::<test>`. Planning
 //! reads only the config, so listing trials is instant and builds nothing.
 
-use crate::config::{self, Collective, Config, LauncherConfig, LoadedConfig, Program, UpstreamRun, Variant, limits};
+use crate::config::{
+    self, Collective, Config, LauncherConfig, LoadedConfig, Program, ProgramKind, UpstreamRun, Variant, limits,
+};
 use crate::error::Result;
 use crate::upstream::{self, TrialKind};
 use std::collections::{BTreeSet, HashMap};
@@ -30,8 +33,9 @@ pub struct TrialSpec {
 pub(crate) enum Source {
     /// ccl-coverage's own matrix: indices into the config.
     Matrix { collective: usize, size: String, variant: Option<usize> },
-    /// A plain program of the config: an index into `programs`.
-    Program(usize),
+    /// A program of the config: an index into `programs`, and its size
+    /// (as written) when it has `sizes`.
+    Program { index: usize, size: Option<String>, kind: TrialKind },
     /// A resolved upstream test.
     Upstream(Box<UpstreamTrial>),
 }
@@ -48,44 +52,46 @@ impl TrialSpec {
     pub(crate) fn collective<'c>(&self, config: &'c Config) -> Option<&'c Collective> {
         match &self.source {
             Source::Matrix { collective, .. } => config.collectives.get(*collective),
-            Source::Program(_) | Source::Upstream(_) => None,
+            Source::Program { .. } | Source::Upstream(_) => None,
         }
     }
 
     pub(crate) fn variant<'c>(&self, config: &'c Config) -> Option<&'c Variant> {
         match &self.source {
             Source::Matrix { variant, .. } => variant.and_then(|i| config.variants.get(i)),
-            Source::Program(_) | Source::Upstream(_) => None,
+            Source::Program { .. } | Source::Upstream(_) => None,
         }
     }
 
     pub(crate) fn program<'c>(&self, config: &'c Config) -> Option<&'c Program> {
         match &self.source {
-            Source::Program(i) => config.programs.get(*i),
+            Source::Program { index, .. } => config.programs.get(*index),
             Source::Matrix { .. } | Source::Upstream(_) => None,
         }
     }
 
+    /// The size as written (`1K`); empty for a trial without one.
     pub(crate) fn size(&self) -> &str {
         match &self.source {
             Source::Matrix { size, .. } => size,
-            Source::Program(_) | Source::Upstream(_) => "",
+            Source::Program { size, .. } => size.as_deref().unwrap_or_default(),
+            Source::Upstream(_) => "",
         }
     }
 
     pub(crate) fn upstream(&self) -> Option<&UpstreamTrial> {
         match &self.source {
-            Source::Matrix { .. } | Source::Program(_) => None,
+            Source::Matrix { .. } | Source::Program { .. } => None,
             Source::Upstream(u) => Some(u),
         }
     }
 
     /// How the trial is launched and judged: a collective's is a perf
-    /// binary, a program's plain, an upstream test's as upstream decided.
+    /// binary, a program's its `kind`, an upstream test's as upstream decided.
     pub(crate) fn kind(&self) -> TrialKind {
         match &self.source {
             Source::Matrix { .. } => TrialKind::Perf,
-            Source::Program(_) => TrialKind::Plain,
+            Source::Program { kind, .. } => *kind,
             Source::Upstream(u) => u.test.kind,
         }
     }
@@ -95,7 +101,7 @@ impl TrialSpec {
     pub(crate) fn group(&self, config: &Config) -> String {
         match &self.source {
             Source::Matrix { .. } => self.collective(config).map(|c| c.name.to_string()).unwrap_or_default(),
-            Source::Program(_) => self.program(config).map(|p| p.name.to_string()).unwrap_or_default(),
+            Source::Program { .. } => self.program(config).map(|p| p.name.to_string()).unwrap_or_default(),
             Source::Upstream(u) => u.test.suite.clone(),
         }
     }
@@ -145,7 +151,7 @@ impl TrialSpec {
             }
             return (Duration::from_secs(seconds.min(limits::TIMEOUT_SECONDS.max)), key);
         }
-        if let Source::Program(i) = self.source
+        if let Source::Program { index: i, .. } = self.source
             && let Some(p) = config.programs.get(i)
         {
             return match p.timeout {
@@ -254,16 +260,29 @@ pub fn plan(config: &Config) -> Vec<TrialSpec> {
             }
         }
     }
-    for (pi, program) in config.programs.iter().enumerate() {
-        trials.push(TrialSpec {
-            name: program.name.to_string(),
-            slug: program.name.to_string(),
-            source: Source::Program(pi),
-            launcher: program.launcher.clone().unwrap_or_else(|| config.launch.launcher.clone()),
-            ranks: program.ranks.unwrap_or(config.launch.ranks),
-            ignored: program.ignore,
-            ignore_reason: None,
-        });
+    for (index, program) in config.programs.iter().enumerate() {
+        let kind = match program.kind {
+            ProgramKind::Plain => TrialKind::Plain,
+            ProgramKind::Gtest => TrialKind::Gtest,
+            ProgramKind::Ctest => TrialKind::Ctest,
+        };
+        let sizes: Vec<Option<&str>> = if program.sizes.is_empty() {
+            vec![None]
+        } else {
+            program.sizes.iter().map(|s| Some(s.as_str())).collect()
+        };
+        for size in sizes {
+            let parts: Vec<&str> = std::iter::once(program.name.as_str()).chain(size).collect();
+            trials.push(TrialSpec {
+                name: parts.join("::"),
+                slug: parts.join("."),
+                source: Source::Program { index, size: size.map(str::to_string), kind },
+                launcher: program.launcher.clone().unwrap_or_else(|| config.launch.launcher.clone()),
+                ranks: program.ranks.unwrap_or(config.launch.ranks),
+                ignored: program.ignore,
+                ignore_reason: None,
+            });
+        }
     }
     trials
 }
@@ -321,8 +340,15 @@ fn trial_parts(c: &Config, t: &TrialSpec) -> Vec<(String, String)> {
             }
             parts
         }
-        Source::Program(i) => {
-            vec![(format!("programs[{i}].name"), c.programs.get(*i).map_or_else(String::new, |p| p.name.to_string()))]
+        Source::Program { index, size, .. } => {
+            let program = c.programs.get(*index);
+            let mut parts =
+                vec![(format!("programs[{index}].name"), program.map_or_else(String::new, |p| p.name.to_string()))];
+            if let Some(size) = size {
+                let si = program.and_then(|p| p.sizes.iter().position(|s| s.as_str() == size)).unwrap_or_default();
+                parts.push((format!("programs[{index}].sizes[{si}]"), size.clone()));
+            }
+            parts
         }
         Source::Upstream(u) => vec![(format!("{}.name", u.test.json_path), u.test.name.clone())],
     }
@@ -505,6 +531,88 @@ mod tests {
         v.as_object_mut().unwrap().remove("sizes");
         let err = checked(&v).unwrap_err().to_string();
         assert!(err.contains(": sizes: missing"), "{err}");
+    }
+
+    /// A config with `programs` only.
+    fn with_programs(programs: serde_json::Value) -> serde_json::Value {
+        let mut v: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG_TEXT).unwrap();
+        v.as_object_mut().unwrap().remove("collectives");
+        v.as_object_mut().unwrap().remove("sizes");
+        v["programs"] = programs;
+        v
+    }
+
+    #[test]
+    fn a_program_with_sizes_is_one_trial_per_size_named_as_a_collectives() {
+        let v = with_programs(serde_json::json!([
+            {"name": "bench", "binary": "b", "args": ["{size}", "-n", "{bytes}"], "sizes": ["1K", "2M"]},
+            {"name": "g", "kind": "gtest", "binary": "t", "filter": "*A*", "sizes": ["8"]}
+        ]));
+        let loaded = checked(&v).unwrap();
+        let trials = plan(&loaded.config);
+        let names: Vec<(&str, &str, &str)> =
+            trials.iter().map(|t| (t.name.as_str(), t.slug.as_str(), t.size())).collect();
+        assert_eq!(names, [("bench::1K", "bench.1K", "1K"), ("bench::2M", "bench.2M", "2M"), ("g::8", "g.8", "8")]);
+        assert_eq!(trials[2].kind(), TrialKind::Gtest);
+        // Two sizes of one program that are one size.
+        let v = with_programs(serde_json::json!([{"name": "b", "binary": "b", "sizes": ["1K", "1024"]}]));
+        let err = checked(&v).unwrap_err().to_string();
+        assert!(err.contains(": programs[0].sizes[1]: \"1024\" is the same size as programs[0].sizes[0]"), "{err}");
+        let v = with_programs(serde_json::json!([{"name": "b", "binary": "b", "sizes": []}]));
+        let err = checked(&v).unwrap_err().to_string();
+        assert!(err.contains(": programs[0].sizes: expected at least one size"), "{err}");
+    }
+
+    #[test]
+    fn size_placeholders_without_sizes_are_errors_at_their_path() {
+        let cases = [
+            (
+                serde_json::json!({"args": ["{size}"]}),
+                "programs[0].args[0]: `{size}` has no value: program \"p\" has no sizes",
+            ),
+            (serde_json::json!({"env": {"N": "{bytes}"}}), "programs[0].env.N: `{bytes}` has no value"),
+        ];
+        for (extra, needle) in cases {
+            let mut program = serde_json::json!({"name": "p", "binary": "b"});
+            program.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            let err = checked(&with_programs(serde_json::json!([program]))).unwrap_err().to_string();
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+        // The config's env is rendered for every trial: named with the program.
+        let mut v = with_programs(serde_json::json!([{"name": "p", "binary": "b"}]));
+        v["env"]["SIZE"] = "{size}".into();
+        let err = checked(&v).unwrap_err().to_string();
+        assert!(err.contains(": env.SIZE: `{size}` has no value: program \"p\" has no sizes (programs[0]"), "{err}");
+        // A collective always has a size.
+        let mut v: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG_TEXT).unwrap();
+        v["collectives"][0]["args"] = serde_json::json!(["{bytes}"]);
+        checked(&v).unwrap();
+    }
+
+    #[test]
+    fn a_programs_kind_decides_what_it_needs() {
+        let err =
+            |program: serde_json::Value| checked(&with_programs(serde_json::json!([program]))).unwrap_err().to_string();
+        let e = err(serde_json::json!({"name": "p", "kind": "gtest"}));
+        assert!(e.contains(": programs[0]: missing field `binary`: a gtest program needs its binary"), "{e}");
+        let e = err(serde_json::json!({"name": "p", "binary": "b", "filter": "A.*"}));
+        assert!(e.contains(": programs[0].filter: a plain program takes no filter"), "{e}");
+        let e = err(serde_json::json!({"name": "p", "kind": "gtest", "binary": "b", "filter": ""}));
+        assert!(e.contains(": programs[0].filter: expected a filter"), "{e}");
+        let e = err(serde_json::json!({"name": "p", "kind": "gtest", "binary": "b", "args": ["--gtest_filter=A.*"]}));
+        assert!(e.contains(": programs[0].args[0]: the harness gives a gtest trial --gtest_filter itself"), "{e}");
+        let e = err(serde_json::json!({"name": "p", "kind": "ctest", "args": ["-R", "x"]}));
+        assert!(e.contains(": programs[0].args[0]: the harness gives a ctest trial -R itself"), "{e}");
+        let e = err(serde_json::json!({"name": "p", "kind": "ctest", "launcher": "mpi"}));
+        assert!(e.contains(": programs[0].launcher: a ctest program runs ctest"), "{e}");
+        let e = err(serde_json::json!({"name": "p", "kind": "tap", "binary": "b"}));
+        assert!(
+            e.contains(": programs[0].kind: unknown variant `tap`, expected one of `plain`, `gtest`, `ctest`"),
+            "{e}"
+        );
+        // ctest needs no binary: `ctest` on PATH.
+        let v = with_programs(serde_json::json!([{"name": "p", "kind": "ctest", "launcher": "threads"}]));
+        assert_eq!(plan(&checked(&v).unwrap().config)[0].kind(), TrialKind::Ctest);
     }
 
     #[test]

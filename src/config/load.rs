@@ -28,8 +28,10 @@ impl LoadedConfig {
         self.resolve(&self.config.library.source_dir)
     }
 
+    /// The test programs' sources: the library's when `tests.source_dir` is
+    /// unset (one build makes both).
     pub(crate) fn tests_src(&self) -> PathBuf {
-        self.resolve(&self.config.tests.source_dir)
+        self.resolve(self.config.tests.source_dir.as_deref().unwrap_or(&self.config.library.source_dir))
     }
 
     /// The project the config belongs to: the folder that holds it, or that

@@ -291,6 +291,27 @@ mod tests {
     }
 
     #[test]
+    fn without_a_tests_section_the_library_builds_the_tests() {
+        let mut v = default_value();
+        v.as_object_mut().unwrap().remove("tests");
+        v["library"]["hash_exclude"] = serde_json::json!(["target"]);
+        let loaded = load_value(&v).unwrap();
+        assert_eq!(loaded.config.tests.bin_dir.as_str(), "{build_dir}");
+        assert!(loaded.config.tests.steps.is_empty());
+        assert_eq!(loaded.tests_src(), loaded.library_src());
+        // The library's in-tree folders (a workspace beside the project) key nothing twice.
+        assert_eq!(loaded.config.tests_hash_exclude(), ["target"]);
+        // Own sources keep their own exclusions only.
+        v["tests"] = serde_json::json!({"source_dir": "t", "hash_exclude": ["out"]});
+        let loaded = load_value(&v).unwrap();
+        assert_eq!(loaded.config.tests_hash_exclude(), ["out"]);
+        assert_eq!(loaded.tests_src(), Path::new("/cfg/t"));
+        // An empty steps list is no longer an error.
+        v["tests"]["steps"] = serde_json::json!([]);
+        load_value(&v).unwrap();
+    }
+
+    #[test]
     fn timeout_rules_match_by_each_given_field() {
         let rule =
             TimeoutRule { collective: Some("AllReduce".into()), size: None, variant: Some("mpi".into()), seconds: 9 };

@@ -27,16 +27,21 @@ pub(crate) const BUILD_PLACEHOLDERS: &[&str] = &[
 pub(crate) const TRIAL_PLACEHOLDERS: &[&str] = &[
     "bin_dir",
     "build_dir",
+    "bytes",
     "cc",
     "config_dir",
     "cxx",
     "library_src",
     "llvm_bin",
     "ranks",
+    "size",
     "slots",
     "tests_src",
     "workspace",
 ];
+
+/// The placeholders only a trial with a size has a value for.
+pub(crate) const SIZE_PLACEHOLDERS: &[&str] = &["bytes", "size"];
 
 /// Splits `text` into literal text and placeholder names.
 fn parse(text: &str) -> Result<Vec<Piece<'_>>> {
@@ -89,6 +94,19 @@ pub(crate) fn check(text: &str, allowed: &[&str]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The first of `names` that `text` uses, if any.
+pub(crate) fn first_use<'n>(text: &str, names: &[&'n str]) -> Option<&'n str> {
+    let used: Vec<&str> = parse(text)
+        .ok()?
+        .into_iter()
+        .filter_map(|p| match p {
+            Piece::Name(n) => Some(n),
+            Piece::Literal(_) => None,
+        })
+        .collect();
+    names.iter().copied().find(|n| used.contains(n))
 }
 
 fn braced(names: &[&str]) -> String {

@@ -149,7 +149,10 @@ pub struct Config {
     pub(crate) coverage: CoverageConfig,
     /// The library under test: built instrumented.
     pub(crate) library: LibraryBuild,
-    /// The test binaries: built without instrumentation, linked to the library.
+    /// The test binaries: built without instrumentation, linked to the
+    /// library. Leave it out when the library's steps build them too: they
+    /// are then looked for in `{build_dir}`.
+    #[serde(default)]
     pub(crate) tests: TestsBuild,
     /// How trials start, by name: the test binary itself, `mpirun` or `srun`.
     pub(crate) launchers: BTreeMap<Name, LauncherConfig>,
@@ -451,21 +454,56 @@ pub(crate) struct LibraryBuild {
 #[serde(deny_unknown_fields)]
 pub(crate) struct TestsBuild {
     /// Source tree of the test programs, relative to the config file;
-    /// hashed into the build key.
-    pub(crate) source_dir: String,
+    /// hashed into the build key. The library's `source_dir` when unset.
+    #[serde(default)]
+    pub(crate) source_dir: Option<String>,
     /// As `library.hash_exclude`.
     #[serde(default)]
     pub(crate) hash_exclude: Vec<String>,
-    /// The commands that build the test programs, after the library's.
-    #[serde(deserialize_with = "steps")]
-    #[schemars(length(min = 1))]
+    /// The commands that build the test programs, after the library's; none
+    /// when the library's steps build them too.
+    #[serde(default)]
     pub(crate) steps: Vec<BuildStep>,
     /// Where the test binaries land.
+    #[serde(default = "TestsBuild::build_dir")]
     pub(crate) bin_dir: BuildTemplate,
     /// Already-built test binaries to use instead of running `steps`;
     /// `CCL_COV_TESTS_DIR` overrides it.
     #[serde(default)]
     pub(crate) existing_bin_dir: Option<String>,
+}
+
+impl Config {
+    /// What the tests' source hash leaves out: with the library's sources,
+    /// the library's `hash_exclude` too (its in-tree build folders).
+    pub(crate) fn tests_hash_exclude(&self) -> Vec<String> {
+        let tests = &self.tests;
+        let mut exclude = tests.hash_exclude.clone();
+        if tests.source_dir.is_none() {
+            exclude.extend(self.library.hash_exclude.iter().filter(|e| !tests.hash_exclude.contains(e)).cloned());
+        }
+        exclude
+    }
+}
+
+impl TestsBuild {
+    fn build_dir() -> BuildTemplate {
+        BuildTemplate::try_from("{build_dir}".to_string()).expect("{build_dir} is a build placeholder")
+    }
+}
+
+/// Without a `tests` section: the library's steps build the test binaries
+/// into the build folder.
+impl Default for TestsBuild {
+    fn default() -> Self {
+        TestsBuild {
+            source_dir: None,
+            hash_exclude: Vec::new(),
+            steps: Vec::new(),
+            bin_dir: TestsBuild::build_dir(),
+            existing_bin_dir: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
@@ -636,24 +674,45 @@ pub(crate) struct Collective {
     pub(crate) ignore: bool,
 }
 
-/// A plain test program: any executable whose exit status says whether it
-/// passed. Nothing is appended to its arguments, and its output is not read.
+/// A test program of the config: a plain executable judged by its exit
+/// status, a googletest binary or a `ctest` run, each judged by the runner's
+/// own report. Nothing is appended to its arguments but its kind's filter
+/// and report options.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Program {
-    /// The trial's name, as libtest and the reports show it.
+    /// The trial's name, as libtest and the reports show it; with `sizes`,
+    /// the first part of its trials' names (`bench::1K`).
     pub(crate) name: Name,
-    /// The program, relative to `tests.bin_dir` unless absolute.
-    #[serde(deserialize_with = "binary")]
+    /// How it runs and what decides whether it passed (docs/config.md, "How
+    /// each kind of trial passes").
+    #[serde(default)]
+    pub(crate) kind: ProgramKind,
+    /// The program, relative to `tests.bin_dir` unless absolute; needed by
+    /// `plain` and `gtest`. For `ctest`: the ctest program, absolute or
+    /// looked up on `PATH`, `ctest` when unset.
+    #[serde(default, deserialize_with = "optional_binary")]
     #[schemars(length(min = 1))]
-    pub(crate) binary: String,
-    /// Its arguments, exactly; the launcher's `program_args` are not added.
+    pub(crate) binary: Option<String>,
+    /// `gtest`: `--gtest_filter` (`*AllreduceTest*:-*Slow*`); `ctest`: `-R`,
+    /// a regular expression; every test when unset. Not for `plain`.
+    #[serde(default, deserialize_with = "optional_filter")]
+    #[schemars(length(min = 1))]
+    pub(crate) filter: Option<String>,
+    /// One trial per size, named `<name>::<size>`, each with its size in
+    /// `{size}` (as written) and `{bytes}`; one trial, without them, when unset.
+    #[serde(default, deserialize_with = "sizes")]
+    #[schemars(length(min = 1))]
+    pub(crate) sizes: Vec<Size>,
+    /// Its arguments, exactly (after the filter, before the report option);
+    /// the launcher's `program_args` are not added.
     #[serde(default)]
     pub(crate) args: Vec<TrialTemplate>,
     /// Added to the config's `env`.
     #[serde(default)]
     pub(crate) env: Env<TrialTemplate>,
-    /// A key of `launchers`; `launch.launcher` when unset.
+    /// A key of `launchers`; `launch.launcher` when unset. A `ctest` program
+    /// needs a `direct` one: `ctest` starts its tests itself.
     #[serde(default)]
     pub(crate) launcher: Option<String>,
     /// Ranks its launcher starts; `launch.ranks` when unset.
@@ -667,6 +726,43 @@ pub(crate) struct Program {
     /// Marks its trial ignored (run with `--ignored` / `--include-ignored`).
     #[serde(default)]
     pub(crate) ignore: bool,
+}
+
+/// What runs a program's trial and what decides whether it passed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ProgramKind {
+    /// Any executable: its exit status alone.
+    #[default]
+    Plain,
+    /// A googletest binary: `--gtest_filter`, and its XML report.
+    Gtest,
+    /// `ctest -R`, in `tests.bin_dir`, and its JUnit report.
+    Ctest,
+}
+
+impl ProgramKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ProgramKind::Plain => "plain",
+            ProgramKind::Gtest => "gtest",
+            ProgramKind::Ctest => "ctest",
+        }
+    }
+}
+
+pub(super) fn optional_binary<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    binary(d).map(Some)
+}
+
+/// A test filter; an empty one would select every test by accident.
+pub(super) fn optional_filter<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let filter = String::deserialize(d)?;
+    if filter.is_empty() {
+        Err(de::Error::custom("expected a filter (leave `filter` out to run every test)"))
+    } else {
+        Ok(Some(filter))
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]

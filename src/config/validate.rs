@@ -17,7 +17,7 @@ pub(super) fn validate(c: &Config) -> Result<(), Invalid> {
     check_launch(c)?;
     check_hosts(&c.hosts)?;
     let collectives = unique_names("collectives", c.collectives.iter().map(|x| &x.name))?;
-    let sizes = unique_sizes(&c.sizes)?;
+    let sizes = unique_sizes("sizes", &c.sizes)?;
     let variants = check_variants(c)?;
     check_timeouts(&c.timeouts, &collectives, &sizes, &variants)?;
     check_programs(c)?;
@@ -43,6 +43,99 @@ pub(super) fn check_programs(c: &Config) -> Result<(), Invalid> {
         }
         if let Some(r) = p.ranks {
             ranks_fit(c, format!("programs[{i}].ranks"), r)?;
+        }
+        unique_sizes(&format!("programs[{i}].sizes"), &p.sizes)?;
+        check_program_kind(c, i, p)?;
+        if p.sizes.is_empty() {
+            sizes_have_values(c, i, p)?;
+        }
+    }
+    Ok(())
+}
+
+/// Options the harness gives a program of each kind itself: a second
+/// filter or report in `args` would fight the harness's.
+const OWN_OPTIONS: &[(ProgramKind, &[&str])] = &[
+    (ProgramKind::Gtest, &["--gtest_filter", "--gtest_output"]),
+    (ProgramKind::Ctest, &["-R", "--tests-regex", "--output-junit", "--no-tests"]),
+];
+
+/// What a program's kind needs: a binary to run (`plain`, `gtest`), a
+/// filter only where the runner takes one, ctest without a launcher in front
+/// of it, and no option in `args` that the harness sets itself.
+fn check_program_kind(c: &Config, i: usize, p: &Program) -> Result<(), Invalid> {
+    let kind = p.kind.as_str();
+    if p.binary.is_none() && p.kind != ProgramKind::Ctest {
+        return Err(invalid(
+            format!("programs[{i}]"),
+            format!(
+                "missing field `binary`: a {kind} program needs its binary (relative to tests.bin_dir unless absolute)"
+            ),
+        ));
+    }
+    if p.filter.is_some() && p.kind == ProgramKind::Plain {
+        return Err(invalid(
+            format!("programs[{i}].filter"),
+            "a plain program takes no filter: expected \"kind\": \"gtest\" (--gtest_filter) or \"ctest\" (ctest -R), or the filter in its args",
+        ));
+    }
+    if p.kind == ProgramKind::Ctest {
+        let name = p.launcher.as_deref().unwrap_or(&c.launch.launcher);
+        if let Some(l) = c.launchers.get(name).filter(|l| l.kind != LauncherKind::Direct) {
+            let at = if p.launcher.is_some() { format!("programs[{i}].launcher") } else { format!("programs[{i}]") };
+            return Err(invalid(
+                at,
+                format!(
+                    "a ctest program runs ctest, which starts each test itself: expected a launcher of kind direct, \
+                     but {name:?} is {:?}{}",
+                    l.kind,
+                    if p.launcher.is_some() { "" } else { " (launch.launcher; set this program's own \"launcher\")" }
+                ),
+            ));
+        }
+    }
+    let own = OWN_OPTIONS.iter().find(|(k, _)| *k == p.kind).map_or(&[][..], |(_, o)| o);
+    for (j, arg) in p.args.iter().enumerate() {
+        let option = arg.split('=').next().unwrap_or_default();
+        if let Some(o) = own.iter().find(|o| **o == option) {
+            return Err(invalid(
+                format!("programs[{i}].args[{j}]"),
+                format!(
+                    "the harness gives a {kind} trial {o} itself (its filter comes from `filter`, its report goes to its cases folder): remove it from args"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A program without `sizes` has no `{size}` or `{bytes}`: a template its
+/// trial renders may not use them (its own args and env, the config's env,
+/// its launcher's args), else it would fail only when the trial starts.
+fn sizes_have_values(c: &Config, i: usize, p: &Program) -> Result<(), Invalid> {
+    let launcher = p.launcher.as_deref().unwrap_or(&c.launch.launcher);
+    let own = p.args.iter().enumerate().map(|(j, a)| (format!("programs[{i}].args[{j}]"), a));
+    let own_env = p.env.iter().map(|(k, v)| (format!("programs[{i}].env.{k}"), v));
+    let shared_env = c.env.iter().map(|(k, v)| (format!("env.{k}"), v));
+    let launcher_args = c
+        .launchers
+        .get(launcher)
+        .into_iter()
+        .flat_map(|l| l.args.iter().enumerate().map(move |(j, a)| (format!("launchers.{launcher}.args[{j}]"), a)));
+    for (path, text) in own.chain(own_env).chain(shared_env).chain(launcher_args) {
+        if let Some(name) = template::first_use(text, template::SIZE_PLACEHOLDERS) {
+            let whose = if path.starts_with("programs[") {
+                String::new()
+            } else {
+                format!(" (programs[{i}] {:?} renders it)", p.name)
+            };
+            return Err(invalid(
+                path,
+                format!(
+                    "`{{{name}}}` has no value: program {:?} has no sizes{whose}; expected \"sizes\": [\"1K\", …] in programs[{i}]",
+                    p.name
+                ),
+            ));
         }
     }
     Ok(())
@@ -103,8 +196,9 @@ pub(super) fn unique_names<'a>(
     Ok(seen)
 }
 
-/// `sizes`: each once, by bytes too (`1K` and `1024` would be one trial twice).
-pub(super) fn unique_sizes(sizes: &[Size]) -> Result<BTreeSet<&str>, Invalid> {
+/// `sizes` (the config's or a program's, at `path`): each once, by bytes
+/// too (`1K` and `1024` would be one trial twice).
+pub(super) fn unique_sizes<'a>(path: &str, sizes: &'a [Size]) -> Result<BTreeSet<&'a str>, Invalid> {
     let mut by_bytes: HashMap<u64, usize> = HashMap::new();
     for (i, size) in sizes.iter().enumerate() {
         let Some(first) = by_bytes.insert(size.bytes(), i) else { continue };
@@ -112,12 +206,12 @@ pub(super) fn unique_sizes(sizes: &[Size]) -> Result<BTreeSet<&str>, Invalid> {
             format!("duplicate size {size:?}")
         } else {
             format!(
-                "{size:?} is the same size as sizes[{first}] {:?} ({} bytes): a duplicate trial",
+                "{size:?} is the same size as {path}[{first}] {:?} ({} bytes): a duplicate trial",
                 sizes[first],
                 size.bytes()
             )
         };
-        return Err(invalid(format!("sizes[{i}]"), msg));
+        return Err(invalid(format!("{path}[{i}]"), msg));
     }
     Ok(sizes.iter().map(Size::as_str).collect())
 }
@@ -170,12 +264,13 @@ pub(super) fn check_timeouts(
 /// `plan::check`.)
 pub(super) fn check_trial_count(c: &Config) -> Result<(), Invalid> {
     let variants = c.variants.len().max(1);
+    let programs = c.programs.iter().map(|p| p.sizes.len().max(1)).sum::<usize>();
     let count = c
         .collectives
         .len()
         .checked_mul(c.sizes.len())
         .and_then(|n| n.checked_mul(variants))
-        .and_then(|n| n.checked_add(c.programs.len()));
+        .and_then(|n| n.checked_add(programs));
     if count.is_none_or(|n| n > limits::TRIALS) {
         return Err(invalid(
             "collectives",
@@ -184,7 +279,7 @@ pub(super) fn check_trial_count(c: &Config) -> Result<(), Invalid> {
                 c.collectives.len(),
                 c.sizes.len(),
                 variants,
-                if c.programs.is_empty() { String::new() } else { format!(" + {} programs", c.programs.len()) },
+                if c.programs.is_empty() { String::new() } else { format!(" + {programs} program trials") },
                 limits::TRIALS
             ),
         ));

@@ -14,6 +14,7 @@ use crate::exec::redact;
 use crate::launch;
 use crate::launch::allocation::Allocation;
 use crate::plan::TrialSpec;
+use crate::upstream::TrialKind;
 use libtest_mimic::{Arguments, Trial};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
@@ -126,7 +127,8 @@ fn render(ctx: &Context, plan: &BuildPlan, selected: &[&TrialSpec]) -> Result<St
         }
         let profile_dir = ctx.workspace.trial_profiles(&spec.slug);
         let launch = launch::prepare(ctx, &manifest, spec, &profile_dir, None, &hosts)?;
-        let kind = if spec.upstream().is_some() { format!("{}, ", launch.kind.as_str()) } else { String::new() };
+        let shown = spec.upstream().is_some() || matches!(launch.kind, TrialKind::Gtest | TrialKind::Ctest);
+        let kind = if shown { format!("{}, ", launch.kind.as_str()) } else { String::new() };
         let capped = if spec.capped() { " (upstream: no limit; the overlay's cap)" } else { "" };
         let _ = writeln!(
             w,
@@ -173,6 +175,8 @@ fn render_json(ctx: &Context, plan: &BuildPlan, selected: &[&TrialSpec]) -> Resu
         let mut t = json!({
             "name": spec.name,
             "kind": spec.kind().as_str(),
+            "size": Some(spec.size()).filter(|s| !s.is_empty()),
+            "filter": spec.program(ctx.config()).and_then(|p| p.filter.as_deref()),
             "ranks": spec.ranks,
             "nodes": upstream.map_or_else(|| spec.launcher(ctx.config()).map_or(1, |l| l.nodes as u64), |u| u.nodes),
             "gpus": upstream.map(|u| u.gpus),

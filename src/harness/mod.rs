@@ -121,8 +121,12 @@ fn protected_paths(ctx: &Context) -> Vec<workspace::Protected> {
     let mut out = vec![
         Protected::holding("the ccl-coverage project", ctx.root.clone()),
         Protected::holding("the config", ctx.loaded.path.clone()),
-        Protected::holding_or_inside("the library sources", ctx.loaded.library_src()),
-        Protected::holding_or_inside("the test sources", ctx.loaded.tests_src()),
+        Protected::holding_or_inside(
+            "the library sources",
+            ctx.loaded.library_src(),
+            ctx.config().library.hash_exclude.clone(),
+        ),
+        Protected::holding_or_inside("the test sources", ctx.loaded.tests_src(), ctx.config().tests_hash_exclude()),
     ];
     if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         out.push(Protected::holding("your home folder", PathBuf::from(home)));

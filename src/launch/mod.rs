@@ -18,7 +18,7 @@ pub mod slots;
 use crate::bail;
 use crate::build::cache::BuildManifest;
 use crate::config::template::Vars;
-use crate::config::{Config, LauncherConfig, LauncherKind, MpiFlavor};
+use crate::config::{Config, LauncherConfig, LauncherKind, MpiFlavor, ProgramKind, Size};
 use crate::context::Context;
 use crate::env_names::{PROFILE_FILE, PROFILE_INIT_ONCE, TRIAL_TOKEN};
 use crate::error::Result;
@@ -60,7 +60,7 @@ pub(crate) fn prepare(
     hosts: &[(String, usize)],
 ) -> Result<TrialLaunch> {
     match &spec.source {
-        Source::Matrix { .. } | Source::Program(_) => prepare_own(ctx, manifest, spec, profile_dir, slots, hosts),
+        Source::Matrix { .. } | Source::Program { .. } => prepare_own(ctx, manifest, spec, profile_dir, slots, hosts),
         Source::Upstream(u) => prepare_upstream(ctx, manifest, spec, u, profile_dir, &UpstreamEnv::new()),
     }
 }
@@ -74,7 +74,7 @@ pub(crate) fn prepare_rerun(
     profile_dir: &Path,
 ) -> Result<Option<TrialLaunch>> {
     match &spec.source {
-        Source::Matrix { .. } | Source::Program(_) => Ok(None),
+        Source::Matrix { .. } | Source::Program { .. } => Ok(None),
         Source::Upstream(u) => prepare_upstream(ctx, manifest, spec, u, profile_dir, &u.test.rerun_env).map(Some),
     }
 }
@@ -90,6 +90,11 @@ fn prepare_own(
     let config = ctx.config();
     let vars = trial_vars(ctx, manifest, spec, slots);
     let launcher = launcher_of(ctx, spec)?;
+    let in_bin_dir = |binary: &str| {
+        let b = Path::new(binary);
+        if b.is_absolute() { b.to_path_buf() } else { manifest.bin_dir.join(b) }
+    };
+    let cases_dir = ctx.workspace.trial_cases(&spec.slug);
     let (binary, program_args, maps) = match (spec.collective(config), spec.program(config)) {
         (Some(collective), _) => {
             let variant = spec.variant(config);
@@ -102,15 +107,46 @@ fn prepare_own(
             }
             args.extend(vars.render_all(&launcher.program_args)?);
             let maps: Vec<_> = [&config.env, &collective.env].into_iter().chain(variant.map(|v| &v.env)).collect();
-            (&collective.binary, args, maps)
+            (in_bin_dir(&collective.binary), args, maps)
         }
-        // A plain program gets exactly its own arguments.
-        (None, Some(program)) => (&program.binary, vars.render_all(&program.args)?, vec![&config.env, &program.env]),
+        // A program gets exactly its own arguments, with its kind's filter
+        // before them and its report option after.
+        (None, Some(program)) => {
+            let own = vars.render_all(&program.args)?;
+            let maps = vec![&config.env, &program.env];
+            let binary = program.binary.as_deref();
+            match program.kind {
+                ProgramKind::Plain | ProgramKind::Gtest => {
+                    let Some(binary) = binary else { bail!("trial {}: the program has no binary", spec.name) };
+                    if program.kind == ProgramKind::Plain {
+                        (in_bin_dir(binary), own, maps)
+                    } else {
+                        let mut args: Vec<String> =
+                            program.filter.iter().map(|f| format!("--gtest_filter={f}")).collect();
+                        args.extend(own);
+                        // A folder: gtest names the file after the binary, and
+                        // a rank that finds it taken picks another name.
+                        args.push(format!("--gtest_output=xml:{}/", cases_dir.display()));
+                        (in_bin_dir(binary), args, maps)
+                    }
+                }
+                ProgramKind::Ctest => {
+                    let mut args: Vec<String> = Vec::new();
+                    if let Some(f) = &program.filter {
+                        args.extend(["-R".into(), f.clone()]);
+                    }
+                    args.extend(own);
+                    args.extend([
+                        "--output-junit".into(),
+                        cases_dir.join(CTEST_JUNIT).display().to_string(),
+                        // Without it ctest exits 0 when the filter matches nothing.
+                        "--no-tests=error".into(),
+                    ]);
+                    (PathBuf::from(binary.unwrap_or("ctest")), args, maps)
+                }
+            }
+        }
         (None, None) => bail!("trial {} has no collective or program", spec.name),
-    };
-    let binary = {
-        let b = Path::new(binary);
-        if b.is_absolute() { b.to_path_buf() } else { manifest.bin_dir.join(b) }
     };
 
     let mut env = Vec::new();
@@ -145,7 +181,7 @@ fn prepare_own(
         records: Some(ctx.children_dir()),
         token,
         kind: spec.kind(),
-        cases_dir: None,
+        cases_dir: matches!(spec.kind(), TrialKind::Gtest | TrialKind::Ctest).then_some(cases_dir),
     })
 }
 
@@ -186,7 +222,7 @@ fn prepare_upstream(
             args.push(format!("--junitxml={}", cases_dir.join("junit.xml").display()));
             (TrialKind::Pytest, python, args, rebase(dir))
         }
-        TrialKind::Gtest | TrialKind::Perf | TrialKind::Plain => {
+        TrialKind::Gtest | TrialKind::Perf | TrialKind::Plain | TrialKind::Ctest => {
             let Some(binary) = &test.binary else { bail!("trial {}: no binary", spec.name) };
             let binary = rebase(binary);
             let mut args = Vec::new();
@@ -493,8 +529,15 @@ pub(crate) fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSp
         .set("workspace", path(&ctx.workspace.root().to_path_buf()))
         .set("ranks", spec.ranks.to_string())
         .set("slots", slots);
+    // A size of the plan was checked when the config loaded.
+    if let Ok(size) = Size::try_from(spec.size().to_string()) {
+        vars.set("bytes", size.bytes().to_string()).set("size", size.as_str().to_string());
+    }
     vars
 }
+
+/// The file a ctest trial's JUnit report is written to, in its cases folder.
+pub(crate) const CTEST_JUNIT: &str = "ctest-junit.xml";
 
 pub(crate) fn is_root() -> bool {
     rustix::process::geteuid().is_root()

@@ -429,7 +429,7 @@ impl Suite {
         // one's profiles merge.
         let merged = merged.unwrap_or_else(finish);
         let output = TrialOutput::read(&log);
-        let (verdict, cases, perf) = judge(ws, spec, &execution, &output);
+        let (verdict, cases, perf) = judge(ctx, spec, &execution, &output);
         let mut verdict = verdict::judge_leftovers(verdict, execution.finished.leftovers);
         if verdict.status == Status::Timeout {
             let (_, key) = spec.timeout_set_by(ctx.config(), manifest.device.enabled);
@@ -530,7 +530,7 @@ impl Suite {
             let log = ws.trial_rerun_log(&spec.slug);
             let execution = trial::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|_| {})?;
             let output = TrialOutput::read(&log);
-            let (verdict, cases, _) = judge(ws, spec, &execution, &output);
+            let (verdict, cases, _) = judge(ctx, spec, &execution, &output);
             Ok(Some(Rerun::new(&execution, &verdict, cases)))
         };
         run().unwrap_or_else(|e| {
@@ -544,12 +544,17 @@ impl Suite {
 /// perf table (empty unless it is a perf binary). Its own reports are read
 /// from `cases/<trial>/` through the workspace's handle: regular files only.
 fn judge(
-    ws: &Workspace,
+    ctx: &Context,
     spec: &TrialSpec,
     execution: &trial::Execution,
     output: &TrialOutput,
 ) -> (Verdict, Vec<Case>, PerfReport) {
+    let ws = &ctx.workspace;
     let launch = &execution.launch;
+    let filter = spec
+        .upstream()
+        .and_then(|u| u.test.test_filter.as_deref())
+        .or_else(|| spec.program(ctx.config()).and_then(|p| p.filter.as_deref()));
     let reports = |ext: &str| -> Vec<String> {
         let Some(dir) = &launch.cases_dir else { return Vec::new() };
         ws.list(dir)
@@ -568,9 +573,27 @@ fn judge(
             (verdict::judge(&execution.finished, &perf, launch.timeout), Vec::new(), perf)
         }
         TrialKind::Gtest => {
-            let filter = spec.upstream().and_then(|u| u.test.test_filter.as_deref());
+            // Upstream's tests write JSON, a config's gtest programs XML.
+            let (json, xml) = (reports("json"), reports("xml"));
+            let parsed: Vec<verdict::GtestReport<'_>> = json
+                .iter()
+                .map(|t| verdict::GtestReport::Json(t))
+                .chain(xml.iter().map(|t| verdict::GtestReport::Xml(t)))
+                .collect();
+            let (mut v, cases) =
+                verdict::judge_gtest(&execution.finished, &parsed, &output.gtest, filter, launch.timeout);
+            if cases.is_empty()
+                && v.status == Status::Failed
+                && let (Some(f), Some(program)) = (filter, spec.program(ctx.config()))
+            {
+                v.reason.push_str(&verdict::gtest_list::hint(execution, program, f));
+            }
+            (v, cases, PerfReport::default())
+        }
+        TrialKind::Ctest => {
+            let junit = reports("xml");
             let (v, cases) =
-                verdict::judge_gtest(&execution.finished, &reports("json"), &output.gtest, filter, launch.timeout);
+                verdict::judge_ctest(&execution.finished, junit.first().map(String::as_str), filter, launch.timeout);
             (v, cases, PerfReport::default())
         }
         TrialKind::Plain => {

@@ -172,6 +172,8 @@ pub enum TrialKind {
     Pytest,
     /// Any test program: its exit status alone.
     Plain,
+    /// A `ctest -R` run: exit status and its JUnit XML.
+    Ctest,
 }
 
 impl TrialKind {
@@ -181,6 +183,7 @@ impl TrialKind {
             TrialKind::Gtest => "gtest",
             TrialKind::Pytest => "pytest",
             TrialKind::Plain => "plain",
+            TrialKind::Ctest => "ctest",
         }
     }
 }

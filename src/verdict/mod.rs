@@ -3,6 +3,7 @@
 //! (older nccl-tests did) must still fail, and a run that stops before its
 //! summary line did not test what it was asked to.
 
+pub(crate) mod gtest_list;
 pub(crate) mod output;
 pub(crate) mod perf;
 
@@ -136,12 +137,19 @@ pub(crate) enum CaseStatus {
     Skipped,
 }
 
-/// A googletest trial: its exit status and its JSON reports (one per
-/// process: MPI ranks each write one). A filter that matches no test fails;
-/// a crash names the test that was running.
+/// A gtest report as it was written: JSON (`--gtest_output=json`, upstream
+/// RCCL tests) or XML (`--gtest_output=xml`, a config's gtest programs).
+pub(crate) enum GtestReport<'a> {
+    Json(&'a str),
+    Xml(&'a str),
+}
+
+/// A googletest trial: its exit status and its reports (one per process:
+/// MPI ranks each write one). A filter that matches no test fails; a crash
+/// names the test that was running.
 pub(crate) fn judge_gtest(
     finished: &Finished,
-    reports: &[String],
+    reports: &[GtestReport<'_>],
     output: &GtestLines,
     filter: Option<&str>,
     timeout: Duration,
@@ -152,7 +160,13 @@ pub(crate) fn judge_gtest(
     // clobbered, or both torn into one unreadable file. The readable ones
     // decide; with none, gtest's own result lines in the output do.
     let mut readable = 0;
-    let parsed: Vec<Vec<Case>> = reports.iter().filter_map(|text| gtest_cases(text)).collect();
+    let parsed: Vec<Vec<Case>> = reports
+        .iter()
+        .filter_map(|report| match report {
+            GtestReport::Json(text) => gtest_cases(text),
+            GtestReport::Xml(text) => gtest_xml_cases(text),
+        })
+        .collect();
     let from_output = if parsed.is_empty() { output.cases.clone() } else { Vec::new() };
     for found in parsed.into_iter().chain((!from_output.is_empty()).then_some(from_output)) {
         readable += 1;
@@ -195,7 +209,7 @@ pub(crate) fn judge_gtest(
         );
     }
     if readable == 0 {
-        return (fail("exit status 0, but no readable gtest JSON report was written".into()), cases);
+        return (fail("exit status 0, but no readable gtest report was written".into()), cases);
     }
     if cases.is_empty() {
         let reason = match filter {
@@ -251,10 +265,61 @@ fn gtest_cases(text: &str) -> Option<Vec<Case>> {
     Some(out)
 }
 
+/// The cases of a gtest XML report (`--gtest_output=xml`): `Suite.Test` as
+/// gtest names them (`Ring/RingTest.Fill/0`); `None` if it is not one (a
+/// torn or clobbered file). Tests that did not run are left out.
+fn gtest_xml_cases(text: &str) -> Option<Vec<Case>> {
+    let trimmed = text.trim_end();
+    // gtest writes the file whole at its end; one cut short was torn.
+    if !trimmed.ends_with("</testsuites>") {
+        return None;
+    }
+    Some(xml_cases(trimmed, CaseNames::Gtest))
+}
+
+/// A `ctest` trial: its exit status and its JUnit XML (`--output-junit`). A
+/// filter that matches no test fails (`--no-tests=error`, and no case).
+pub(crate) fn judge_ctest(
+    finished: &Finished,
+    junit: Option<&str>,
+    filter: Option<&str>,
+    timeout: Duration,
+) -> (Verdict, Vec<Case>) {
+    let cases = junit.map(|x| xml_cases(x, CaseNames::Ctest)).unwrap_or_default();
+    if let Some(v) = stopped(finished, timeout) {
+        return (v, cases);
+    }
+    let fail = |reason: String| Verdict { status: Status::Failed, reason };
+    let Ending::Exited(status) = &finished.ending else { return (fail("no exit status".into()), cases) };
+    let failed: Vec<&str> = cases.iter().filter(|c| c.status == CaseStatus::Failed).map(|c| c.name.as_str()).collect();
+    if !failed.is_empty() {
+        let what = describe_status(*status);
+        return (fail(format!("{what}: {} failed: {}", plural(failed.len(), "test"), failed.join(", "))), cases);
+    }
+    if cases.is_empty() {
+        let what = match filter {
+            Some(f) => format!("the filter `{f}` (ctest -R) matched no test (ctest ran nothing)"),
+            None => "ctest found no test (is tests.bin_dir the build folder that holds CTestTestfile.cmake?)".into(),
+        };
+        let status = if status.success() { String::new() } else { format!(" ({})", describe_status(*status)) };
+        return (fail(format!("{what}{status}")), cases);
+    }
+    if !status.success() {
+        return (fail(format!("{} (ctest: an error outside the tests)", describe_status(*status))), cases);
+    }
+    if junit.is_none() {
+        return (fail("exit status 0, but ctest wrote no JUnit report".into()), cases);
+    }
+    if finished.survivors > 0 {
+        return (fail(format!("{} processes of the trial could not be killed", finished.survivors)), cases);
+    }
+    (Verdict { status: Status::Passed, reason: String::new() }, cases)
+}
+
 /// A pytest trial: its exit status and its JUnit XML. Exit 5 (nothing
 /// collected) fails.
 pub(crate) fn judge_pytest(finished: &Finished, junit: Option<&str>, timeout: Duration) -> (Verdict, Vec<Case>) {
-    let cases = junit.map(junit_cases).unwrap_or_default();
+    let cases = junit.map(|x| xml_cases(x, CaseNames::Pytest)).unwrap_or_default();
     if let Some(v) = stopped(finished, timeout) {
         return (v, cases);
     }
@@ -287,12 +352,24 @@ pub(crate) fn judge_pytest(finished: &Finished, junit: Option<&str>, timeout: Du
     (Verdict { status: Status::Passed, reason: String::new() }, cases)
 }
 
-/// The `<testcase>` elements of a JUnit XML file: `classname::name`, time,
-/// and whether a `<failure>`, `<error>` or `<skipped>` child is there (with
-/// the failure's message). Read up to the first malformed element: pytest
-/// writes the file at its end, and a torn file still names the cases before
-/// the tear.
-fn junit_cases(xml: &str) -> Vec<Case> {
+/// How a runner's JUnit-style XML names a case.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CaseNames {
+    /// `classname::name` (`t::test_a`).
+    Pytest,
+    /// `classname.name`, as gtest prints it; `status="notrun"` (disabled)
+    /// and `result="skipped"` read.
+    Gtest,
+    /// `name`, as `ctest -R` matches it; `status="notrun"` is skipped.
+    Ctest,
+}
+
+/// The `<testcase>` elements of a JUnit-style XML file: the case's name as
+/// its runner gives it, time, and whether a `<failure>`, `<error>` or
+/// `<skipped>` child is there (with the failure's message). Read up to the
+/// first malformed element: pytest writes the file at its end, and a torn
+/// file still names the cases before the tear.
+fn xml_cases(xml: &str, names: CaseNames) -> Vec<Case> {
     use quick_xml::events::{BytesStart, Event};
     let attr = |e: &BytesStart<'_>, key: &str| -> String {
         e.attributes()
@@ -319,9 +396,28 @@ fn junit_cases(xml: &str) -> Vec<Case> {
             "testcase" => {
                 out.extend(open.take());
                 let (classname, name) = (attr(&event, "classname"), attr(&event, "name"));
+                let notrun = attr(&event, "status") == "notrun";
+                if names == CaseNames::Gtest && notrun {
+                    // Disabled: gtest lists it, it did not run.
+                    if !empty {
+                        reader.read_to_end(event.name()).ok();
+                    }
+                    continue;
+                }
+                let status = match attr(&event, "result").as_str() {
+                    "skipped" => CaseStatus::Skipped,
+                    _ if notrun => CaseStatus::Skipped,
+                    _ => CaseStatus::Passed,
+                };
+                let name = match names {
+                    _ if classname.is_empty() => name,
+                    CaseNames::Pytest => format!("{classname}::{name}"),
+                    CaseNames::Gtest => format!("{classname}.{name}"),
+                    CaseNames::Ctest => name,
+                };
                 let case = Case {
-                    name: if classname.is_empty() { name } else { format!("{classname}::{name}") },
-                    status: CaseStatus::Passed,
+                    name,
+                    status,
                     time_s: attr(&event, "time").parse().unwrap_or_default(),
                     message: String::new(),
                 };
@@ -495,20 +591,20 @@ mod tests {
     #[test]
     fn gtest_cases_failures_and_filters() {
         let t = Duration::from_secs(1);
-        let (v, cases) = judge_gtest(&exited(1), &[GTEST_JSON.into()], &gtest(""), None, t);
+        let (v, cases) = judge_gtest(&exited(1), &[GtestReport::Json(GTEST_JSON)], &gtest(""), None, t);
         assert_eq!(v.reason, "exit status 1: 1 test failed: A.bad");
         assert_eq!(cases.len(), 3, "{cases:?}");
         assert_eq!((cases[1].name.as_str(), cases[1].status), ("A.skip", CaseStatus::Skipped));
         assert_eq!(cases[2].message, "x != y");
-        let empty = r#"{"tests": 0, "testsuites": []}"#.to_string();
-        let (v, _) = judge_gtest(&exited(0), &[empty], &gtest(""), Some("Nothing.*"), t);
+        let empty = r#"{"tests": 0, "testsuites": []}"#;
+        let (v, _) = judge_gtest(&exited(0), &[GtestReport::Json(empty)], &gtest(""), Some("Nothing.*"), t);
         assert_eq!(v.reason, "the filter `Nothing.*` matched no test (gtest ran nothing)");
         let (v, _) = judge_gtest(&exited(0), &[], &gtest(""), None, t);
-        assert_eq!(v.reason, "exit status 0, but no readable gtest JSON report was written");
+        assert_eq!(v.reason, "exit status 0, but no readable gtest report was written");
         // Reports torn by two ranks: gtest's result lines in the output decide.
         let output = "[ RUN      ] A.b\n[       OK ] A.b (0 ms)\n[ RUN      ] A.b\n[       OK ] A.b (1 ms)\n\
                       [ RUN      ] A.c\n[  SKIPPED ] A.c (0 ms)\n";
-        let (v, cases) = judge_gtest(&exited(0), &["{\"tes{\"tests".into()], &gtest(output), None, t);
+        let (v, cases) = judge_gtest(&exited(0), &[GtestReport::Json("{\"tes{\"tests")], &gtest(output), None, t);
         assert_eq!(v.status, Status::Passed, "{}", v.reason);
         assert_eq!(
             cases.iter().map(|c| (c.name.as_str(), c.status)).collect::<Vec<_>>(),
@@ -521,8 +617,89 @@ mod tests {
         assert_eq!(v.reason, "exit status 1: 1 test failed: A.d");
         // One rank's clobbered report does not hide the other's.
         let ok = GTEST_JSON.replace(r#", "failures": [{"failure": "x != y"}]"#, "");
-        let (v, _) = judge_gtest(&exited(0), &["{\"tes".into(), ok], &gtest(""), None, t);
+        let (v, _) =
+            judge_gtest(&exited(0), &[GtestReport::Json("{\"tes"), GtestReport::Json(&ok)], &gtest(""), None, t);
         assert_eq!(v.status, Status::Passed, "{}", v.reason);
+    }
+
+    /// gtest 1.12's XML, as `--gtest_output=xml:` writes it.
+    const GTEST_XML: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="4" failures="1" disabled="1" errors="0" time="0.001" name="AllTests">
+  <testsuite name="Ring/RingTest" tests="3" failures="1" disabled="1" skipped="0" errors="0" time="0.001">
+    <testcase name="Fill/0" value_param="1" file="t.cc" line="9" status="run" result="completed" time="0.25" classname="Ring/RingTest" />
+    <testcase name="Fill/1" value_param="8" file="t.cc" line="9" status="run" result="completed" time="0." classname="Ring/RingTest">
+      <failure message="t.cc:10&#x0A;Expected equality" type=""><![CDATA[t.cc:10
+Expected equality]]></failure>
+    </testcase>
+    <testcase name="DISABLED_Slow" file="t.cc" line="12" status="notrun" result="suppressed" time="0" classname="Ring/RingTest" />
+    <testcase name="Later" file="t.cc" line="14" status="run" result="skipped" time="0" classname="Ring/RingTest">
+      <skipped message="t.cc:15&#x0A;"><![CDATA[t.cc:15]]></skipped>
+    </testcase>
+  </testsuite>
+</testsuites>
+"#;
+
+    #[test]
+    fn gtest_xml_reports_name_cases_as_gtest_does() {
+        let t = Duration::from_secs(1);
+        let (v, cases) = judge_gtest(&exited(1), &[GtestReport::Xml(GTEST_XML)], &gtest(""), None, t);
+        assert_eq!(v.reason, "exit status 1: 1 test failed: Ring/RingTest.Fill/1");
+        let got: Vec<(&str, CaseStatus)> = cases.iter().map(|c| (c.name.as_str(), c.status)).collect();
+        assert_eq!(
+            got,
+            [
+                ("Ring/RingTest.Fill/0", CaseStatus::Passed),
+                ("Ring/RingTest.Fill/1", CaseStatus::Failed),
+                ("Ring/RingTest.Later", CaseStatus::Skipped)
+            ],
+            "the disabled test did not run"
+        );
+        assert_eq!(cases[0].time_s, 0.25);
+        assert_eq!(cases[1].message, "t.cc:10\nExpected equality");
+        // A torn report is no report: the output's result lines decide.
+        let torn = &GTEST_XML[..GTEST_XML.len() / 2];
+        let (v, _) = judge_gtest(&exited(0), &[GtestReport::Xml(torn)], &gtest(""), None, t);
+        assert_eq!(v.reason, "exit status 0, but no readable gtest report was written");
+        let none = r#"<testsuites tests="0" name="AllTests"></testsuites>"#;
+        let (v, _) = judge_gtest(&exited(0), &[GtestReport::Xml(none)], &gtest(""), Some("RingTest*"), t);
+        assert_eq!(v.reason, "the filter `RingTest*` matched no test (gtest ran nothing)");
+    }
+
+    /// CMake 3.25's `ctest --output-junit`.
+    const CTEST_XML: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuite name="Linux-c++" tests="3" failures="1" disabled="1" skipped="0" hostname="" time="0" timestamp="2026-12-04T10:00:00">
+	<testcase name="ring_push" classname="ring_push" time="0.0123" status="run">
+		<system-out>ok</system-out>
+	</testcase>
+	<testcase name="ring_pop" classname="ring_pop" time="0.01" status="fail">
+		<failure message="Failed"/>
+		<system-out>boom</system-out>
+	</testcase>
+	<testcase name="ring_off" classname="ring_off" time="0" status="disabled">
+		<skipped message="Disabled"/>
+	</testcase>
+</testsuite>
+"#;
+
+    #[test]
+    fn ctest_junit_cases_and_a_filter_that_matches_nothing() {
+        let t = Duration::from_secs(1);
+        let (v, cases) = judge_ctest(&exited(8), Some(CTEST_XML), Some("^ring_"), t);
+        assert_eq!(v.reason, "exit status 8: 1 test failed: ring_pop");
+        let got: Vec<(&str, CaseStatus)> = cases.iter().map(|c| (c.name.as_str(), c.status)).collect();
+        assert_eq!(
+            got,
+            [("ring_push", CaseStatus::Passed), ("ring_pop", CaseStatus::Failed), ("ring_off", CaseStatus::Skipped)]
+        );
+        let passing = CTEST_XML.replace("<failure message=\"Failed\"/>", "");
+        assert_eq!(judge_ctest(&exited(0), Some(&passing), None, t).0.status, Status::Passed);
+        let empty = r#"<testsuite name="x" tests="0"></testsuite>"#;
+        let (v, _) = judge_ctest(&exited(8), Some(empty), Some("^nope$"), t);
+        assert_eq!(v.reason, "the filter `^nope$` (ctest -R) matched no test (ctest ran nothing) (exit status 8)");
+        let (v, _) = judge_ctest(&exited(0), Some(empty), Some("^nope$"), t);
+        assert_eq!(v.status, Status::Failed, "nothing run is no pass, whatever the exit status");
+        let (v, _) = judge_ctest(&exited(0), None, None, t);
+        assert_eq!(v.status, Status::Failed);
     }
 
     #[test]

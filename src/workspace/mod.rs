@@ -57,15 +57,20 @@ pub(crate) struct Protected {
     what: &'static str,
     path: PathBuf,
     inside_too: bool,
+    /// Top-level entries of `path` left out of the build key
+    /// (`hash_exclude`): a workspace inside one keys nothing.
+    excluded: Vec<String>,
 }
 
 impl Protected {
     pub(crate) fn holding(what: &'static str, path: PathBuf) -> Protected {
-        Protected { what, path, inside_too: false }
+        Protected { what, path, inside_too: false, excluded: Vec::new() }
     }
 
-    pub(crate) fn holding_or_inside(what: &'static str, path: PathBuf) -> Protected {
-        Protected { what, path, inside_too: true }
+    /// Sources: a workspace may neither hold them nor lie inside them,
+    /// unless inside one of their `excluded` top-level entries.
+    pub(crate) fn holding_or_inside(what: &'static str, path: PathBuf, excluded: Vec<String>) -> Protected {
+        Protected { what, path, inside_too: true, excluded }
     }
 }
 
@@ -450,9 +455,10 @@ impl Workspace {
                     path.display()
                 );
             }
-            if p.inside_too && root.starts_with(&path) {
+            let keys_nothing = p.excluded.iter().any(|e| !e.is_empty() && root.starts_with(path.join(e)));
+            if p.inside_too && root.starts_with(&path) && !keys_nothing {
                 bail!(
-                    "refusing to use {} as the workspace: it lies inside {} ({}), whose contents key the build; point CCL_COV_WORKSPACE elsewhere",
+                    "refusing to use {} as the workspace: it lies inside {} ({}), whose contents key the build; point CCL_COV_WORKSPACE elsewhere, or name the workspace's top-level folder there in hash_exclude",
                     self.root.display(),
                     p.what,
                     path.display()
@@ -886,6 +892,31 @@ mod tests {
         assert!(!files.iter().any(|f| RESERVED_FILES.contains(&f.as_str())));
         // A slug `run` would be the run record's file.
         assert!(trial_files("run").iter().any(|f| RESERVED_FILES.contains(&f.as_str())));
+    }
+
+    #[test]
+    fn a_workspace_inside_the_sources_is_refused_unless_in_an_excluded_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("project");
+        fs::create_dir_all(src.join("target")).unwrap();
+        let ws = Workspace::new(&src.join("target/ccl-coverage/x")).unwrap();
+        let sources = |excluded: &[&str]| {
+            [Protected::holding_or_inside(
+                "the library sources",
+                src.clone(),
+                excluded.iter().map(ToString::to_string).collect(),
+            )]
+        };
+        let err = ws.check_place(&sources(&[])).unwrap_err().to_string();
+        assert!(err.contains("it lies inside the library sources"), "{err}");
+        assert!(err.contains("hash_exclude"), "says how: {err}");
+        ws.check_place(&sources(&["target"])).unwrap();
+        assert!(ws.check_place(&sources(&["targ", "build"])).is_err(), "a prefix of the name is not the entry");
+        // Holding the sources is refused whatever is excluded.
+        let above = Workspace::new(dir.path()).unwrap();
+        assert!(
+            above.check_place(&sources(&["target"])).unwrap_err().to_string().contains("it holds the library sources")
+        );
     }
 
     #[test]

@@ -105,7 +105,13 @@ pub(super) fn build_key(
             key.feed("tests step", &step_cmd(step, vars, setup.rccl)?.display());
         }
         key.feed("bin_dir", &vars.render(&config.tests.bin_dir)?);
-        let sum = hash_tree(&loaded.tests_src(), &config.tests.hash_exclude)?;
+        let exclude = config.tests_hash_exclude();
+        // One tree (one build makes both) is hashed once.
+        let same_tree = loaded.tests_src() == loaded.library_src() && exclude == config.library.hash_exclude;
+        let sum = match sums.0.clone().filter(|_| same_tree) {
+            Some(sum) => sum,
+            None => hash_tree(&loaded.tests_src(), &exclude)?,
+        };
         key.feed("tests_src", &sum);
         sums.1 = Some(sum);
     }

@@ -252,9 +252,10 @@ pub(crate) fn sources_changed(
     entry: crate::reporter::Entry,
 ) -> Option<String> {
     let recorded = manifest.sources.as_ref()?;
+    let tests_exclude = config.tests_hash_exclude();
     let parts = [
         ("library", &manifest.library_src, &config.library.hash_exclude, &recorded.library),
-        ("test", &manifest.tests_src, &config.tests.hash_exclude, &recorded.tests),
+        ("test", &manifest.tests_src, &tests_exclude, &recorded.tests),
     ];
     let changed: Vec<String> = parts
         .iter()

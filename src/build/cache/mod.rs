@@ -170,7 +170,7 @@ impl BuildPlan {
         };
         let tests = match tests {
             Some(sum) => sum.clone(),
-            None => hash_tree(&ctx.loaded.tests_src(), &config.tests.hash_exclude).ok()?,
+            None => hash_tree(&ctx.loaded.tests_src(), &config.tests_hash_exclude()).ok()?,
         };
         Some(SourceSums { library, tests })
     }

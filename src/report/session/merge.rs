@@ -153,7 +153,9 @@ impl Session {
         // The host report's rule, and no test program's own kernels.
         let ignore = IgnoreRule::new(&self.ctx.config().report.ignore_filename_regex)?;
         let tests = manifest.tests_src.display().to_string();
-        let keep = |file: &str| ignore.keeps(file) && !file.starts_with(&tests);
+        // Unless the tests' sources hold the library's (one build makes both).
+        let tests_apart = !manifest.library_src.starts_with(&manifest.tests_src);
+        let keep = |file: &str| ignore.keeps(file) && !(tests_apart && file.starts_with(&tests));
         let names = std::sync::Arc::new(SourceNames::of(&manifest));
         let device_lines = match crate::coverage::device_lines(ws, &manifest, &recorded, &keep, &names)? {
             Some((lines, checked)) => {

@@ -1,0 +1,135 @@
+//! A config's gtest and ctest programs and sized programs, end to end with
+//! the real googletest, `ctest` and `CMake` on tests/fixtures/cmake-ring: one
+//! CMake run builds the library and its tests (no `tests` section). Each
+//! trial is judged by the runner's own report, a filter that runs nothing
+//! fails and says which names exist, and every case the runner reports is
+//! in the trial's record and in `junit.xml`.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::time::Duration;
+use support::{Setup, harness, result, root};
+
+const LIMIT: Duration = Duration::from_secs(480);
+
+fn setup(programs: Value) -> Setup {
+    support::setup(|v| {
+        let fixture = root().join("tests/fixtures/cmake-ring").display().to_string();
+        v["library"] = json!({
+            "source_dir": fixture,
+            "steps": [
+                {"name": "configure", "argv": ["cmake", "-S", "{library_src}", "-B", "{build_dir}",
+                    "-DCMAKE_C_COMPILER={cc}", "-DCMAKE_CXX_COMPILER={cxx}", "-DRING_COVERAGE_FLAGS={coverage_flags}"]},
+                {"name": "build", "argv": ["cmake", "--build", "{build_dir}", "-j", "{jobs}"]}
+            ],
+            "objects": ["{build_dir}/libring.so"]
+        });
+        v.as_object_mut().unwrap().remove("tests");
+        for key in ["collectives", "sizes", "variants", "args"] {
+            v.as_object_mut().unwrap().remove(key);
+        }
+        v["launch"] = json!({"launcher": "threads", "ranks": 1});
+        v["programs"] = programs;
+    })
+}
+
+fn cases(record: &Value) -> Vec<(String, String)> {
+    record["cases"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no cases: {record}"))
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap().to_string(), c["status"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+#[test]
+fn gtest_ctest_and_sized_programs_are_judged_by_their_runners() {
+    let s = setup(json!([
+        {"name": "push", "kind": "gtest", "binary": "ring_test", "filter": "RingTest.*"},
+        {"name": "fill", "kind": "gtest", "binary": "ring_test", "filter": "RingFill*"},
+        {"name": "suite", "kind": "ctest", "filter": "^ring_"},
+        {"name": "none", "kind": "ctest", "filter": "^nope"},
+        {"name": "bench", "binary": "ring_bench", "args": ["{bytes}"], "sizes": ["1K", "64K"]}
+    ]));
+    let ran = harness(&s, "run", &[], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "two trials must fail:\n{text}");
+    assert!(text.contains("6 trials ran: 4 passed, 2 failed"), "{text}");
+
+    let push = result(&s, "push");
+    assert_eq!(push["status"], "PASSED", "{push}");
+    assert_eq!(push["kind"], "gtest");
+    assert_eq!(
+        cases(&push),
+        [("RingTest.PushThenPop".into(), "PASSED".into()), ("RingTest.PopEmpty".into(), "PASSED".into())]
+    );
+
+    // The filter a person writes first matches none of the parameterised names.
+    let fill = result(&s, "fill");
+    assert_eq!(fill["status"], "FAILED", "{fill}");
+    let reason = fill["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("the filter `RingFill*` matched no test (gtest ran nothing); `*RingFill*` matches 2 of ring_test's tests (Capacities/RingFill.Wraps/0, Capacities/RingFill.Wraps/1)"),
+        "{reason}"
+    );
+
+    let suite = result(&s, "suite");
+    assert_eq!(suite["status"], "PASSED", "{suite}");
+    assert_eq!(suite["kind"], "ctest");
+    assert_eq!(cases(&suite), [("ring_push".into(), "PASSED".into()), ("ring_fill".into(), "PASSED".into())]);
+    let none = result(&s, "none");
+    assert_eq!(none["status"], "FAILED");
+    assert!(none["reason"].as_str().unwrap().starts_with("the filter `^nope` (ctest -R) matched no test"), "{none}");
+
+    // One trial per size, named as a collective's, each with its own bytes.
+    for (slug, ints) in [("bench.1K", "256 ints"), ("bench.64K", "16384 ints")] {
+        let r = result(&s, slug);
+        assert_eq!(r["status"], "PASSED", "{r}");
+        assert_eq!(r["trial"], slug.replace('.', "::"));
+        let log = std::fs::read_to_string(s.ws.join("logs").join(format!("{slug}.log"))).unwrap();
+        assert!(log.contains(ints), "{slug}: {log}");
+    }
+
+    // Every case is in junit.xml, under its trial.
+    let junit = std::fs::read_to_string(s.ws.join("results/junit.xml")).unwrap();
+    for case in ["push::RingTest.PushThenPop", "push::RingTest.PopEmpty", "suite::ring_push", "suite::ring_fill"] {
+        assert!(junit.contains(&format!("name=\"{case}\"")), "{case} not in junit.xml:\n{junit}");
+    }
+    // The listing's profile stayed in the trial's own folder.
+    assert!(!root().join("tests/fixtures/cmake-ring/default.profraw").exists());
+}
+
+/// The dry run shows each trial's kind, filter and size, in text and JSON.
+#[test]
+fn the_dry_run_shows_kinds_filters_and_sizes() {
+    let mut s = setup(json!([
+        {"name": "push", "kind": "gtest", "binary": "ring_test", "filter": "RingTest.*"},
+        {"name": "suite", "kind": "ctest", "filter": "^ring_"},
+        {"name": "bench", "binary": "ring_bench", "args": ["{size}", "{bytes}"], "sizes": ["1K"]}
+    ]));
+    s.env.push(("CCL_COV_DRY_RUN".into(), "json".into()));
+    let ran = harness(&s, "run", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    let doc: Value = serde_json::from_str(&ran.stdout).unwrap_or_else(|e| panic!("{e}: {}", ran.stdout));
+    let trials = doc["trials"].as_array().unwrap();
+    let push = &trials[0];
+    assert_eq!((push["kind"].as_str(), push["filter"].as_str()), (Some("gtest"), Some("RingTest.*")));
+    let argv: Vec<&str> = push["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(argv[1], "--gtest_filter=RingTest.*");
+    assert!(argv[2].starts_with("--gtest_output=xml:") && argv[2].ends_with("/cases/push/"), "{argv:?}");
+    let suite: Vec<&str> = trials[1]["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(&suite[..3], ["ctest", "-R", "^ring_"]);
+    assert!(suite.contains(&"--no-tests=error"), "{suite:?}");
+    let bench = &trials[2];
+    assert_eq!((bench["name"].as_str(), bench["size"].as_str()), (Some("bench::1K"), Some("1K")));
+    let argv: Vec<&str> = bench["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(&argv[1..], ["1K", "1024"]);
+
+    s.env.pop();
+    s.env.push(("CCL_COV_DRY_RUN".into(), "1".into()));
+    let text = harness(&s, "run", &[], LIMIT).text();
+    assert!(text.contains("trial push (gtest, 1 ranks"), "{text}");
+    assert!(text.contains("trial suite (ctest, 1 ranks"), "{text}");
+    assert!(text.contains("trial bench::1K (1 ranks"), "{text}");
+}
