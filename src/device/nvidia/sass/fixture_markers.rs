@@ -7,7 +7,12 @@
 //! (`CCL_COV_CUDA_CAPTURE`), so the assertion runs where the kernels ran.
 
 use super::{DeviceCoverage, line_coverage, read_branch_listings, read_cubin_dir};
+use crate::coverage::lcov::{Covered, parse_lcov};
+use crate::device::lines::{DeviceLines, to_lcov};
 use crate::device::nvidia::record::{Record, record_files};
+use crate::report::attribution::{Attribution, TrialCoverage};
+use crate::report::elements::{Bits, Universe, held_once};
+use crate::report::minimal_suite::{Invocation, minimal_suite};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -185,4 +190,102 @@ fn the_markers_read_as_the_readme_says() {
     assert!(t.holds("only AllGather | only AllReduce type float"));
     assert!(!Trial::from_slug("AllReduce.1K.int32").holds("only AllReduce type float"));
     assert!(!t.holds("never") && t.holds("always"));
+}
+
+/// The capture's device coverage as the report takes it (`device_lines`: every trial's from
+/// its own records, and all of them), with CUDA's headers left out as the report's rules
+/// leave them; and each trial as the report's attribution holds it, named by its slug.
+fn attributed_capture() -> (DeviceLines, Universe, Vec<TrialCoverage>) {
+    let (capture, trials) = captured_trials();
+    let records: BTreeMap<String, Vec<std::path::PathBuf>> = trials
+        .iter()
+        .map(|(slug, _)| (slug.clone(), record_files(&capture.join("trials").join(slug)).unwrap()))
+        .collect();
+    let mut lines = super::device_lines(&capture.join("cubins"), &records, None).unwrap();
+    let keep = |file: &str| !file.starts_with("/usr/");
+    lines.all.retain_files(&keep);
+    lines.trials.values_mut().for_each(|c| c.retain_files(&keep));
+    let universe = Universe::of(&parse_lcov(&to_lcov(&lines.all), "all").unwrap()).unwrap();
+    let coverage = trials
+        .iter()
+        .map(|(slug, _)| {
+            let lcov = parse_lcov(&to_lcov(&lines.trials[slug]), slug).unwrap();
+            TrialCoverage {
+                name: slug.clone(),
+                slug: slug.clone(),
+                duration_s: 1.0,
+                covered: universe.bits(&Covered::of(&lcov).unwrap()).unwrap(),
+                lines: (0, 0),
+                functions: (0, 0),
+                regions: (0, 0),
+            }
+        })
+        .collect();
+    (lines, universe, coverage)
+}
+
+#[test]
+fn who_covers_a_marked_branch_line_names_exactly_the_trials_of_each_outcome() {
+    let (lines, universe, trials) = attributed_capture();
+    let slugs: Vec<&str> = trials.iter().map(|t| t.slug.as_str()).collect();
+    let mut attribution = Attribution::new(&universe, &trials);
+    attribution.add_device_branches(&slugs, &lines);
+    // As `who-covers` reads it back.
+    let attribution: Attribution = serde_json::from_str(&serde_json::to_string(&attribution).unwrap()).unwrap();
+    let markers = marked("// cov-branch:");
+    assert_eq!(markers.len(), 6, "the fixture's branch markers: {markers:?}");
+    let mut wrong = Vec::new();
+    for (file, line, marker) in &markers {
+        let (path, _) = attribution.who_covers(&format!("ccl-cuda/src/device/{file}"), *line).unwrap();
+        let branches = attribution.device_branches_at(path, *line).unwrap();
+        if branches.is_empty() {
+            wrong.push(format!("{file}:{line}: who-covers shows no device branch"));
+        }
+        let (taken, not_taken) = branch_marker(marker);
+        for (outcome, expr, of) in [
+            ("taken", taken, branches.iter().flat_map(|b| b.taken.clone()).collect::<BTreeSet<_>>()),
+            ("not taken", not_taken, branches.iter().flat_map(|b| b.not_taken.clone()).collect()),
+        ] {
+            let expected: BTreeSet<&str> =
+                slugs.iter().copied().filter(|slug| Trial::from_slug(slug).holds(expr)).collect();
+            if of != expected {
+                wrong.push(format!("{file}:{line} {outcome}: who-covers {of:?}, the marker ({expr}) {expected:?}"));
+            }
+        }
+        let four = |_: &str| Some(1000);
+        let (text, _) = crate::harness::who_covers::answer(&attribution, path, *line, &four).unwrap();
+        for b in &branches {
+            let said = format!("device branch {} taken in {} of 24 trials", b.branch, b.taken.len());
+            if !text.contains(&said) {
+                wrong.push(format!("{file}:{line}: the answer does not say {said:?}:\n{text}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{} mismatches:\n{}", wrong.len(), wrong.join("\n"));
+}
+
+#[test]
+fn the_minimal_suite_keeps_every_device_branch_outcome_and_each_trial_alone_in_one() {
+    let (_, universe, trials) = attributed_capture();
+    let suite = minimal_suite(&universe, &trials, &[], trials.len(), trials.len() as f64, &Invocation::default());
+    let mut any = Bits::with_len(universe.len());
+    let mut kept = Bits::with_len(universe.len());
+    for t in &trials {
+        any.union_with(&t.covered);
+        if suite.trials.contains(&t.name) {
+            kept.union_with(&t.covered);
+        }
+    }
+    let branches = universe.branch_range();
+    let lost: Vec<usize> = any.ones(branches.clone()).filter(|e| !kept.ones(*e..*e + 1).any(|_| true)).collect();
+    assert!(lost.is_empty(), "device branch outcomes the minimal suite {:?} loses: {lost:?}", suite.trials);
+    assert_eq!(suite.branches, any.ones(branches.clone()).count());
+    // A trial that alone takes some outcome of a device branch stays, whatever its lines.
+    let once = held_once(trials.iter().map(|t| &t.covered), universe.len());
+    let alone: Vec<&str> =
+        trials.iter().filter(|t| t.covered.count_in(&once, branches.clone()) > 0).map(|t| t.name.as_str()).collect();
+    assert!(!alone.is_empty(), "no trial alone takes a device branch outcome: the test could not fail");
+    for name in &alone {
+        assert!(suite.trials.iter().any(|t| t == name), "{name} alone takes a device branch outcome and was dropped");
+    }
 }
