@@ -7,7 +7,7 @@
 //! (`CCL_COV_CUDA_CAPTURE`), so the assertion runs where the kernels ran.
 
 use super::{DeviceCoverage, line_coverage, read_branch_listings, read_cubin_dir};
-use crate::coverage::lcov::{Covered, parse_lcov};
+use crate::coverage::lcov::{self, Covered, parse_lcov};
 use crate::device::lines::{DeviceLines, to_lcov};
 use crate::device::nvidia::record::{Record, record_files};
 use crate::report::attribution::{Attribution, TrialCoverage};
@@ -287,5 +287,94 @@ fn the_minimal_suite_keeps_every_device_branch_outcome_and_each_trial_alone_in_o
     assert!(!alone.is_empty(), "no trial alone takes a device branch outcome: the test could not fail");
     for name in &alone {
         assert!(suite.trials.iter().any(|t| t == name), "{name} alone takes a device branch outcome and was dropped");
+    }
+}
+
+/// The capture's merged model as the report makes it (no host records: the device's folded in
+/// and recounted), and each marked branch line's device outcomes `(covered, count)` over the
+/// suite, by file name and line.
+fn capture_model() -> (String, Vec<(String, String, u32, (u64, u64))>, (u64, u64)) {
+    let (lines, _, _) = attributed_capture();
+    let text = lcov::recount(&lcov::fold_in("", &to_lcov(&lines.all), "k").unwrap(), "model").unwrap();
+    let placed = lines.all.branch_lines();
+    let marked = marked("// cov-branch:")
+        .into_iter()
+        .map(|(file, line, _)| {
+            let (path, lines) =
+                placed.iter().find(|(f, _)| f.ends_with(&format!("ccl-cuda/src/device/{file}"))).unwrap();
+            let outcomes = &lines[&line];
+            let covered = outcomes.iter().flatten().map(|o| u64::from(o.taken > 0) + u64::from(o.not_taken > 0)).sum();
+            (path.to_string(), file, line, (covered, 2 * outcomes.len() as u64))
+        })
+        .collect();
+    (text, marked, lines.all.branch_totals())
+}
+
+#[test]
+fn cobertura_s_branch_rate_and_condition_coverage_count_device_branches() {
+    let (text, marked, (covered, count)) = capture_model();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = crate::workspace::Workspace::new(&dir.path().join("ws")).unwrap();
+    ws.create().unwrap();
+    let out = ws.report_dir().join("cobertura.xml");
+    crate::report::cobertura(&ws, &text, Path::new("/"), &out).unwrap();
+    let xml = std::fs::read_to_string(&out).unwrap();
+    let root = xml.lines().find(|l| l.contains("<coverage ")).unwrap();
+    let rate = format!("branches-covered=\"{covered}\" branches-valid=\"{count}\"");
+    assert!(root.contains(&rate) && !root.contains("branch-rate=\"0\""), "{root} (expected {rate})");
+    for (path, file, line, (hit, all)) in marked {
+        let class = xml.split("<class ").find(|c| c.contains(&format!("filename=\"{}\"", &path[1..]))).unwrap();
+        let row = class.lines().find(|l| l.contains(&format!("number=\"{line}\""))).unwrap();
+        let expected = format!("condition-coverage=\"{}% ({hit}/{all})\"", hit * 100 / all);
+        assert!(
+            row.contains("branch=\"true\"") && row.contains(&expected),
+            "{file}:{line}: {row} (expected {expected})"
+        );
+    }
+}
+
+#[test]
+fn the_json_export_s_summaries_count_device_branches() {
+    let (text, marked, (covered, count)) = capture_model();
+    let model = parse_lcov(&text, "model").unwrap();
+    let mut export = serde_json::json!({"data": [{"files": [], "totals": {}}]});
+    crate::coverage::exports::apply(&mut export, &model, "test").unwrap();
+    let data = &export["data"][0];
+    assert_eq!(
+        (data["totals"]["branches"]["covered"].as_u64(), data["totals"]["branches"]["count"].as_u64()),
+        (Some(covered), Some(count))
+    );
+    for (path, file, _, _) in marked {
+        let entry = data["files"].as_array().unwrap().iter().find(|f| f["filename"] == path.as_str()).unwrap();
+        let branches = &entry["summary"]["branches"];
+        let expected = model.files[&path].tallies().branches;
+        assert!(expected.count > 0, "{file}: device branches in the model");
+        assert_eq!(
+            (branches["covered"].as_u64(), branches["count"].as_u64()),
+            (Some(expected.covered), Some(expected.count)),
+            "{file}"
+        );
+    }
+}
+
+#[test]
+fn the_device_source_pages_mark_a_line_whose_device_branches_did_not_go_both_ways() {
+    let (lines, _, _) = attributed_capture();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = crate::workspace::Workspace::new(&dir.path().join("ws")).unwrap();
+    ws.create().unwrap();
+    let pages = ws.report_dir().join("html/device");
+    ws.create_dir(&pages).unwrap();
+    crate::report::device_pages::write(&ws, &pages, "capture", &lines).unwrap();
+    let placed = lines.all.branch_lines();
+    for (file, line, _) in marked("// cov-branch:") {
+        let i = lines.all.files.keys().position(|f| f.ends_with(&format!("ccl-cuda/src/device/{file}"))).unwrap();
+        let page = std::fs::read_to_string(pages.join(format!("file{i}.html"))).unwrap();
+        let row = page.split("<tr").find(|r| r.contains(&format!("<td class=\"num\">{line}</td>"))).unwrap();
+        let path = lines.all.files.keys().nth(i).unwrap();
+        let both = placed[path.as_str()][&line].iter().all(|o| o.is_some_and(|o| o.taken > 0 && o.not_taken > 0));
+        let class = if both { "class=\"hit\"" } else { "class=\"part\"" };
+        assert!(row.starts_with(&format!(" {class}")), "{file}:{line}: {row}");
+        assert!(row.contains('['), "{file}:{line}: no branch cell: {row}");
     }
 }
