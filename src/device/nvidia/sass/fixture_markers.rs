@@ -290,10 +290,12 @@ fn the_minimal_suite_keeps_every_device_branch_outcome_and_each_trial_alone_in_o
     }
 }
 
+/// Each marked branch line: its path, file name, line and `(covered, count)` outcomes.
+type MarkedOutcomes = Vec<(String, String, u32, (u64, u64))>;
+
 /// The capture's merged model as the report makes it (no host records: the device's folded in
-/// and recounted), and each marked branch line's device outcomes `(covered, count)` over the
-/// suite, by file name and line.
-fn capture_model() -> (String, Vec<(String, String, u32, (u64, u64))>, (u64, u64)) {
+/// and recounted), each marked branch line's device outcomes over the suite, and the totals.
+fn capture_model() -> (String, MarkedOutcomes, (u64, u64)) {
     let (lines, _, _) = attributed_capture();
     let text = lcov::recount(&lcov::fold_in("", &to_lcov(&lines.all), "k").unwrap(), "model").unwrap();
     let placed = lines.all.branch_lines();

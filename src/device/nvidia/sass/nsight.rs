@@ -257,19 +257,20 @@ fn a_library_capture_s_device_branches_are_nsight_compute_s() {
     let ncu = ncu_branches(&capture.join("ncu-branches.tsv"));
     assert!(!ncu.is_empty(), "{}: no trial in ncu-branches.tsv", capture.display());
     let (wrong, files) = compare_branches(&capture, &ncu);
-    println!(
-        "| file | (trial, branch) compared | executed | both ways | outcomes covered: Nsight Compute | ccl-coverage |"
+    let mut table = String::from(
+        "| file | (trial, branch) compared | executed | both ways | outcomes covered: Nsight Compute | ccl-coverage |\n",
     );
     for (file, t) in &files {
-        println!(
-            "| `{file}` | {} | {} | {} | {} | {} |",
+        table.push_str(&format!(
+            "| `{file}` | {} | {} | {} | {} | {} |\n",
             t.compared,
             t.executed,
             t.both_ways,
             t.theirs.len(),
             t.ours.len()
-        );
+        ));
     }
+    crate::show!("{table}");
     assert!(wrong.is_empty(), "{} mismatches:\n{}", wrong.len(), wrong.join("\n"));
     assert!(files.values().all(|t| t.theirs == t.ours));
 }
