@@ -65,7 +65,7 @@ fn line_count(text: &[u8]) -> usize {
 }
 
 /// `lines_in`: how many lines the source file has, when it can be read.
-pub(crate) fn answer(
+fn answer(
     attribution: &Attribution,
     file: &str,
     line: u32,
