@@ -29,6 +29,13 @@
 # nccl: NCCL's one-rank kernel (configs/h200_nccl.json, `one` variant,
 #   1K/64M/1G) counting the library's kernels only, then every kernel, then
 #   host-only; each kernel's first launch only, untrimmed iterations.
+# nccl-branches (issue #42): NCCL's one-rank kernel with three metrics
+#   (library's kernels), its report; each trial replayed from its record,
+#   host-only, one metric and three metrics alternating, 3 rounds
+#   (benches/replay_device_cost.py); then every trial under Nsight Compute,
+#   NCCL's kernels only, for what is left of NCU_BUDGET (default 200) seconds.
+# cost-fixture (issue #42): the CUDA fixture with three metrics, then the same
+#   replayed rounds as nccl-branches.
 # Phases can be joined with commas: cupti,nccl.
 set -uo pipefail
 carry=$1 final=$2 phase=$3
@@ -44,7 +51,7 @@ tar -xJf "$carry/llvm19.tar.xz" -C /tmp
 mkdir -p /tmp/cupti /tmp/bin
 xz -dc "$carry/libcupti.so.13.xz" > /tmp/cupti/libcupti.so.13
 xz -dc "$carry/ccl-coverage.xz" > /tmp/bin/ccl-coverage && chmod +x /tmp/bin/ccl-coverage
-xz -dc "$carry/unit-tests.xz" > /tmp/bin/unit-tests && chmod +x /tmp/bin/unit-tests
+[ -f "$carry/unit-tests.xz" ] && xz -dc "$carry/unit-tests.xz" > /tmp/bin/unit-tests && chmod +x /tmp/bin/unit-tests
 cov=/tmp/bin/ccl-coverage
 # The image sets CC/CXX to its gcc; the configs name clang.
 unset CC CXX
@@ -64,6 +71,17 @@ PY
 }
 
 has() { case ",$phase," in *",$1,"*) return 0;; esac; return 1; }
+
+# The collector of a workspace's first trial, built again configuring the first metric only
+# (its source beside it, the harness's compiler and flags): the cost of one metric.
+one_metric_collector() { # workspace out.so
+  local lib; lib=$(python3 -c 'import json,sys;t=json.load(open(sys.argv[1]+"/results/run.json"))["trials"][0];print(dict(t["env"])["CUDA_INJECTION64_PATH"])' "$1")
+  sed 's/for (size_t slot = 0; slot < kMetricCount; ++slot) {/for (size_t slot = 0; slot < 1; ++slot) {/' \
+    "$(dirname "$lib")/collector.cpp" > /tmp/one-metric.cpp
+  grep -q 'slot < 1; ++slot' /tmp/one-metric.cpp || { echo "one metric: the configuring loop was not found"; return 1; }
+  /tmp/llvm/bin/clang++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden /tmp/one-metric.cpp -I/usr/local/cuda/include \
+    -L/tmp/cupti -l:libcupti.so.13 -Wl,-rpath,/tmp/cupti -ldl -o "$2"
+}
 
 if has fixture; then
   export CCL_COV_CONFIG=configs/h200_cuda.json
@@ -250,5 +268,52 @@ if has nccl; then
     device::nvidia::sass::cubin::tests::every_frame_of_the_captured_cubins_matches_live_nvdisasm_gi > "$out/nccl-nvdisasm.log" 2>&1
   echo "rc=$?" >> "$out/nccl-nvdisasm.log"
   stamp nvdisasm
+fi
+if has nccl-branches; then
+  mkdir -p /tmp/src
+  tar -xJf "$carry/nccl.tar.xz" -C /tmp/src && tar -xJf "$carry/nccl-tests.tar.xz" -C /tmp/src
+  export NCCL_SRC=/tmp/src/nccl NCCL_TESTS_SRC=/tmp/src/nccl-tests
+  export NCCL_TESTS_DTYPE=float NCCL_TESTS_OP=avg NCCL_ONLY_FUNCS="AllReduce Sum f32 RING SIMPLE"
+  ws=/tmp/ws-nccl3
+  CCL_COV_CONFIG=configs/h200_nccl.json CCL_COV_WORKSPACE=$ws $cov collectives --ignored --test-threads 1 AllReduce \
+    > "$out/nccl3-collectives.log" 2>&1
+  echo "rc=$?" >> "$out/nccl3-collectives.log"
+  stamp nccl3-collectives
+  CCL_COV_CONFIG=configs/h200_nccl.json CCL_COV_WORKSPACE=$ws $cov report > "$out/nccl3-report.log" 2>&1
+  echo "rc=$?" >> "$out/nccl3-report.log"
+  stamp nccl3-report
+  mkdir -p /tmp/nccl3/records
+  cp $ws/results/run.json $ws/report/summary-device.json $ws/report/device.lcov $ws/report/summary.md /tmp/nccl3/ 2>/dev/null
+  for d in $ws/profiles/*/; do
+    s=$(basename "$d"); mkdir -p "/tmp/nccl3/records/$s"; cp "$d"sass-*.tsv "/tmp/nccl3/records/$s/" 2>/dev/null
+  done
+  build=$(python3 -c 'import json;print(json.load(open("/tmp/ws-nccl3/build.json"))["cache_dir"])')
+  cp -r "$build/cubins" /tmp/nccl3/
+  one_metric_collector $ws /tmp/libone-nccl.so > "$out/one-metric-nccl.log" 2>&1
+  python3 benches/replay_device_cost.py $ws --rounds 3 --one-metric /tmp/libone-nccl.so > "$final/cost-nccl.json" 2> "$out/cost-nccl.log"
+  echo "rc=$?" >> "$out/cost-nccl.log"
+  stamp cost-nccl
+  left=$(( ${NCU_BUDGET:-200} ))
+  python3 scripts/ncu-source-lines.py run $ws /tmp/nccl3/ncu --budget "$left" --kernels 'oneRankReduce|ncclDev' \
+    > "$out/ncu-nccl.log" 2>&1
+  echo "rc=$?" >> "$out/ncu-nccl.log"
+  python3 scripts/ncu-source-lines.py branches /tmp/nccl3/ncu > /tmp/nccl3/ncu-branches.tsv 2>> "$out/ncu-nccl.log"
+  python3 scripts/ncu-source-lines.py lines /tmp/nccl3/ncu > /tmp/nccl3/ncu-lines.tsv 2>> "$out/ncu-nccl.log"
+  tar -cf - -C /tmp --exclude nccl3/cubins nccl3 | xz -T0 -6 > "$final/nccl3.tar.xz"
+  tar -cf - -C /tmp/nccl3 cubins | xz -T0 -6 > "$final/nccl3-cubins.tar.xz"
+  stamp ncu-nccl
+fi
+
+if has cost-fixture; then
+  ws=/tmp/ws-fix3
+  CCL_COV_CONFIG=configs/h200_cuda.json CCL_COV_WORKSPACE=$ws $cov collectives > "$out/fix3-collectives.log" 2>&1
+  echo "rc=$?" >> "$out/fix3-collectives.log"
+  stamp fix3-collectives
+  one_metric_collector $ws /tmp/libone-fix.so > "$out/one-metric-fix.log" 2>&1
+  python3 benches/replay_device_cost.py $ws --rounds "${FIX_ROUNDS:-3}" --one-metric /tmp/libone-fix.so \
+    > "$final/cost-fixture.json" 2> "$out/cost-fixture.log"
+  echo "rc=$?" >> "$out/cost-fixture.log"
+  cp $ws/results/run.json "$out/fix3-run.json"
+  stamp cost-fixture
 fi
 stamp done

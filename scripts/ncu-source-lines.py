@@ -2,7 +2,7 @@
 """Nsight Compute's view of the device lines a suite executed: the independent
 check of ccl-coverage's NVIDIA kernel lines (issue #30, docs/gpu-validation.md).
 
-    ncu-source-lines.py run <workspace> <out> [--budget SECONDS]
+    ncu-source-lines.py run <workspace> <out> [--budget SECONDS] [--kernels REGEX]
         Runs every trial of <workspace>/results/run.json again, as the harness
         ran it (argv, environment, working directory) but without its CUPTI
         collector, under `ncu --section SourceCounters`, and prints each
@@ -40,7 +40,7 @@ COLLECTOR = ("CUDA_INJECTION64_PATH", "CCL_COV_SASS_DIR", "CCL_COV_SASS_CUBINS",
              "CCL_COV_SASS_MAX_LAUNCHES")
 
 
-def run(workspace, out, budget):
+def run(workspace, out, budget, kernels):
     os.makedirs(out, exist_ok=True)
     trials = json.load(open(os.path.join(workspace, "results", "run.json")))["trials"]
     scratch = tempfile.mkdtemp(prefix="ccl-cov-ncu-")
@@ -59,8 +59,9 @@ def run(workspace, out, budget):
             env["LLVM_PROFILE_FILE"] = os.path.join(scratch, trial["slug"] + "-%p.profraw")
         report = os.path.join(out, trial["slug"])
         t0 = time.monotonic()
-        done = subprocess.run(["ncu", "--section", "SourceCounters", "--target-processes", "all", "-f", "-o", report,
-                               *trial["argv"]], cwd=trial["cwd"], env=env, capture_output=True, text=True)
+        only = ["--kernel-name-base", "mangled", "-k", "regex:" + kernels] if kernels else []
+        done = subprocess.run(["ncu", "--section", "SourceCounters", "--target-processes", "all", *only, "-f", "-o",
+                               report, *trial["argv"]], cwd=trial["cwd"], env=env, capture_output=True, text=True)
         with open(report + ".log", "w") as log:
             log.write(done.stdout + done.stderr)
         page = subprocess.run(["ncu", "--import", report + ".ncu-rep", "--page", "source", "--print-source",
@@ -187,7 +188,8 @@ def main():
     args = sys.argv[1:]
     if len(args) >= 3 and args[0] == "run":
         budget = float(args[args.index("--budget") + 1]) if "--budget" in args else 240.0
-        run(args[1], args[2], budget)
+        kernels = args[args.index("--kernels") + 1] if "--kernels" in args else None
+        run(args[1], args[2], budget, kernels)
     elif len(args) == 2 and args[0] == "lines":
         for (slug, file, line), executed in sorted(lines(args[1]).items()):
             print(f"{slug}\t{file}\t{line}\t{executed}")

@@ -202,6 +202,11 @@ pub(crate) const KNOWN: &[Known] = &[
     ),
     known("CCL_COV_CUDA_CAPTURE", ValueKind::Text, "a fresh H200 capture for the fixture-marker unit test"),
     known(
+        "CCL_COV_NCU_CAPTURE",
+        ValueKind::Text,
+        "a library's capture with Nsight Compute's branches for the comparison unit test (NCCL's)",
+    ),
+    known(
         "CCL_COV_CUDA_CUBINS",
         ValueKind::Text,
         "another folder of code objects for the inline-chain unit test (NCCL's, on a GPU host)",

@@ -1,6 +1,8 @@
 //! `ccl-coverage who-covers FILE:LINE`: the trials that executed a line,
 //! read from the workspace's `report/attribution.json` (no llvm-cov run).
 //! `FILE` is the source path as the report has it, or its end (`src/init.cc`).
+//! On a line with device branches (NVIDIA's), each branch follows: the trials
+//! whose own kernel records took it, and those whose records did not.
 //! Exit status: 0 when some trial covers the line, 1 when none does (or no
 //! code is there), 2 on an error.
 
@@ -71,7 +73,29 @@ fn answer(
     lines_in: &dyn Fn(&str) -> Option<usize>,
 ) -> Result<(String, bool)> {
     let total = attribution.trials.len();
-    Ok(match attribution.who_covers(file, line)? {
+    let (path, covered_by) = attribution.who_covers(file, line)?;
+    let (mut text, covered) = lines_answer(path, line, covered_by, total, lines_in);
+    for b in attribution.device_branches_at(path, line)? {
+        for (outcome, names) in [("taken", &b.taken), ("not taken", &b.not_taken)] {
+            text.push_str(&format!("device branch {} {outcome} in {} of {total} trials", b.branch, names.len()));
+            text.push_str(if names.is_empty() { "\n" } else { ":\n" });
+            for name in names {
+                text.push_str(&format!("{name}\n"));
+            }
+        }
+    }
+    Ok((text, covered))
+}
+
+/// The answer for the line itself.
+fn lines_answer(
+    path: &str,
+    line: u32,
+    covered_by: CoveredBy,
+    total: usize,
+    lines_in: &dyn Fn(&str) -> Option<usize>,
+) -> (String, bool) {
+    match (path, covered_by) {
         (path, CoveredBy::NotInstrumented) => match lines_in(path) {
             Some(n) if line as usize > n => (format!("{path}:{line}: past the end of the file ({n} lines)\n"), false),
             _ => (format!("{path}:{line}: no code here (llvm-cov instruments nothing on this line)\n"), false),
@@ -86,7 +110,7 @@ fn answer(
             }
             (text, true)
         }
-    })
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 #[cfg(test)]
 use crate::coverage::lcov::parse_lcov;
 pub(crate) use crate::coverage::trial_lines::{compact, expand};
+use crate::device::lines::{DeviceLines, Outcomes};
 use crate::error::{Error, Result};
 use crate::report::elements::{Bits, Universe, held_once, holders};
 use serde::{Deserialize, Serialize};
@@ -50,6 +51,19 @@ pub(crate) struct Attribution {
     /// Source file → `[first line, last line, trial set]`, sorted, for every
     /// instrumented line.
     pub(crate) files: BTreeMap<String, Vec<(u32, u32, u32)>>,
+    /// Source file → `[line, branch, trial set that took it, trial set that did not]` for every
+    /// device branch (NVIDIA's, from each trial's own kernel records), `branch` numbering the
+    /// line's device branches as `device.lcov` does. A trial in neither set never executed it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) device_branches: BTreeMap<String, Vec<(u32, u32, u32, u32)>>,
+}
+
+/// Which trials took and which skipped one device branch of a line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeviceBranchTrials<'a> {
+    pub(crate) branch: u32,
+    pub(crate) taken: Vec<&'a str>,
+    pub(crate) not_taken: Vec<&'a str>,
 }
 
 /// The answer to "who covers `file:line`".
@@ -96,7 +110,68 @@ impl Attribution {
             trials: trials.iter().map(|t| t.name.clone()).collect(),
             trial_sets,
             files,
+            device_branches: BTreeMap::new(),
         }
+    }
+
+    /// Adds each device branch of `device` (the merged report's) with the trials whose own
+    /// records took it and those that did not: `trials` are [`Attribution::trials`]' slugs, in
+    /// order, and `device.trials` each one's device coverage. A trial's branches are the
+    /// merged report's, in the same order, since both come from the same cubins and listings.
+    pub(crate) fn add_device_branches(&mut self, slugs: &[&str], device: &DeviceLines) {
+        let mut sets: HashMap<Vec<(u32, u32)>, u32> =
+            self.trial_sets.iter().enumerate().map(|(i, set)| (set.clone(), i as u32)).collect();
+        let per_trial: Vec<_> = slugs.iter().map(|slug| device.trials.get(*slug).map(|c| c.branch_lines())).collect();
+        for (file, lines) in device.all.branch_lines() {
+            let mut rows = Vec::new();
+            for (line, branches) in lines {
+                for branch in 0..branches.len() {
+                    let outcome = |i: usize| {
+                        per_trial[i]
+                            .as_ref()
+                            .and_then(|placed| placed.get(file)?.get(&line)?.get(branch).copied().flatten())
+                    };
+                    let mut set_of = |pick: &dyn Fn(Outcomes) -> u64| {
+                        let members = (0..slugs.len()).filter(|&i| outcome(i).is_some_and(|o| pick(o) > 0));
+                        let set = compact(members.map(|i| i as u32));
+                        let next = self.trial_sets.len() as u32;
+                        *sets.entry(set.clone()).or_insert_with(|| {
+                            self.trial_sets.push(set);
+                            next
+                        })
+                    };
+                    let taken = set_of(&|o| o.taken);
+                    let not_taken = set_of(&|o| o.not_taken);
+                    rows.push((line, branch as u32, taken, not_taken));
+                }
+            }
+            self.device_branches.insert(file.to_string(), rows);
+        }
+    }
+
+    /// The device branches of `line` of `path` (a file as [`Attribution::who_covers`] found it).
+    pub(crate) fn device_branches_at(&self, path: &str, line: u32) -> Result<Vec<DeviceBranchTrials<'_>>> {
+        let rows = self.device_branches.get(path).map(Vec::as_slice).unwrap_or_default();
+        rows.iter()
+            .filter(|row| row.0 == line)
+            .map(|&(_, branch, taken, not_taken)| {
+                Ok(DeviceBranchTrials { branch, taken: self.names(taken)?, not_taken: self.names(not_taken)? })
+            })
+            .collect()
+    }
+
+    /// The trials of trial set `set`.
+    fn names(&self, set: u32) -> Result<Vec<&str>> {
+        let ranges = self.trial_sets.get(set as usize).ok_or_else(|| {
+            Error::new(format!("attribution.json is inconsistent: trial set {set} is not there; rerun the report"))
+        })?;
+        expand(ranges)
+            .map(|i| {
+                self.trials.get(i as usize).map(String::as_str).ok_or_else(|| {
+                    Error::new(format!("attribution.json is inconsistent: trial {i} is not listed; rerun the report"))
+                })
+            })
+            .collect()
     }
 
     /// The files whose path is `query` or ends with it (component by
@@ -133,16 +208,7 @@ impl Attribution {
         let Some(&(_, _, set)) = ranges.get(i).filter(|&&(start, _, _)| start <= line) else {
             return Ok((path, CoveredBy::NotInstrumented));
         };
-        let set = self.trial_sets.get(set as usize).ok_or_else(|| {
-            Error::new(format!("attribution.json is inconsistent: {path}:{line} names trial set {set}, which is not there; rerun the report"))
-        })?;
-        let mut names = Vec::new();
-        for i in expand(set) {
-            let name = self.trials.get(i as usize).ok_or_else(|| {
-                Error::new(format!("attribution.json is inconsistent: trial {i} is not listed; rerun the report"))
-            })?;
-            names.push(name.as_str());
-        }
+        let names = self.names(set).map_err(|e| e.context(format_args!("{path}:{line}")))?;
         Ok((path, CoveredBy::Trials(names)))
     }
 }

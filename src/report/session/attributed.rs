@@ -224,6 +224,7 @@ impl PerTrial {
         let names = &merged.inputs.names;
         let copies_merged = names.merged_any();
         let origin = || format!("the lcov of {}", profdata.display());
+        let short = merged.device_lines.as_ref().map_or("", |d| d.origin.short);
         let of = |lines: TrialLines| -> Result<TrialCoverage> {
             let lines = lines.renamed(&|f| names.name(f));
             let covered = universe
@@ -266,7 +267,7 @@ impl PerTrial {
                     None if !copies_merged => TrialLines::of_loaded(&loaded, &keep),
                     device => {
                         let host = names.lcov(&loaded.lcov(&keep), &origin())?;
-                        let text = host + device.as_deref().unwrap_or_default();
+                        let text = with_device(host, device.as_deref(), short)?;
                         let (lcov, totals) = covered_and_totals(lcov::parse_lcov(&text, &origin())?);
                         TrialLines::of(&lcov, &totals, loaded.regions(&keep))?
                     }
@@ -274,13 +275,24 @@ impl PerTrial {
             }
             PerTrial::Exports => {
                 let inputs = merged.inputs.with_profdata(profdata.to_path_buf());
-                let text = inputs.lcov_text()? + device.as_deref().unwrap_or_default();
+                let text = with_device(inputs.lcov_text()?, device.as_deref(), short)?;
                 let regions = inputs.summary()?.totals().regions;
                 let (lcov, totals) = covered_and_totals(lcov::parse_lcov(&text, &origin())?);
                 TrialLines::of(&lcov, &totals, (regions.covered, regions.count))?
             }
         };
         Ok((of(lines)?, not_stored))
+    }
+}
+
+/// A trial's host lcov with its own device records folded in as the merged report folds them
+/// (`lcov::fold_in`), not appended: a device branch on a line with host branches (a `__host__
+/// __device__` header's, NCCL's `bitops.h`) then has the block the merged report numbers it
+/// with, after the host's, and never adds its threads to a host branch.
+fn with_device(host: String, device: Option<&str>, origin: &str) -> Result<String> {
+    match device {
+        Some(device) => lcov::fold_in(&host, device, origin),
+        None => Ok(host),
     }
 }
 
@@ -360,4 +372,40 @@ fn check_union(all: &Lcov, universe: &Universe, trials: &[TrialCoverage]) -> Res
         only_trials.join(", "),
         only_merged.join(", ")
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coverage::lcov::Covered;
+    use crate::device::nvidia::record::record_files;
+    use std::collections::BTreeMap;
+
+    /// The CUDA capture's `common.cuh:35` (`if (small)`, taken in the large trials) with a host
+    /// branch on the same line, as a `__host__ __device__` header has: the trial's device outcome
+    /// is the merged report's device branch, and the host branch the trial never took stays
+    /// untaken.
+    #[test]
+    fn a_trial_s_device_branch_on_a_line_with_host_branches_is_the_merged_report_s_device_branch() {
+        let capture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cuda-capture");
+        let slug = "AllReduce.1M.direct";
+        let records = BTreeMap::from([(slug.to_string(), record_files(&capture.join("trials").join(slug)).unwrap())]);
+        let lines = crate::device::nvidia::sass::device_lines(&capture.join("cubins"), &records, None).unwrap();
+        let file = lines.all.files.keys().find(|f| f.ends_with("ccl-cuda/src/device/common.cuh")).unwrap().clone();
+        let device_here = lines.all.branch_lines()[file.as_str()][&35].len() as u32;
+        assert!(device_here > 0, "common.cuh:35 has device branches");
+        // The host took only its branch's second outcome.
+        let host = format!("SF:{file}\nDA:35,7\nBRDA:35,0,0,0\nBRDA:35,0,1,7\nend_of_record\n");
+        let all = lcov::fold_in(&host, &device_lines::to_lcov(&lines.all), "k").unwrap();
+        let universe = Universe::of(&lcov::parse_lcov(&all, "all").unwrap()).unwrap();
+        let text = with_device(host, Some(&device_lines::to_lcov(&lines.trials[slug])), "k").unwrap();
+        let covered = Covered::of(&lcov::parse_lcov(&text, "trial").unwrap()).unwrap();
+        universe.bits(&covered).unwrap();
+        let on_35: Vec<(u32, u32)> =
+            covered[&file].branches.iter().filter(|b| b.0 == 35).map(|&(_, block, branch)| (block, branch)).collect();
+        assert!(!on_35.contains(&(0, 0)), "the host branch's untaken outcome counted as taken: {on_35:?}");
+        assert!(on_35.contains(&(0, 1)), "{on_35:?}");
+        // `if (small)` is taken in a large trial: a device block after the host's.
+        assert!(on_35.iter().any(|&(block, branch)| (1..=device_here).contains(&block) && branch == 0), "{on_35:?}");
+    }
 }

@@ -151,7 +151,11 @@ impl Session {
     /// `attribution.json`, `trials.json` and the pages under `attribution/`.
     pub(super) fn attribution_files(&self, merged: &Merged, a: &Attributed) -> Result<()> {
         let dir = self.report_dir();
-        let attribution = Attribution::new(&a.universe, &a.trials);
+        let mut attribution = Attribution::new(&a.universe, &a.trials);
+        if let Some(device) = &merged.device_lines {
+            let slugs: Vec<&str> = a.trials.iter().map(|t| t.slug.as_str()).collect();
+            attribution.add_device_branches(&slugs, device);
+        }
         let write = |name: &str, json: String| {
             self.ctx.workspace.write(&dir.join(name), json.as_bytes()).with_context(|| format!("writing {name} failed"))
         };

@@ -14,7 +14,7 @@ use std::path::Path;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// What a trial of `configs/h200_cuda.json` is, as the markers speak of it.
-struct Trial {
+pub(crate) struct Trial {
     collective: String,
     small: bool,
     variant: String,
@@ -23,7 +23,7 @@ struct Trial {
 
 impl Trial {
     /// From its slug, `AllReduce.1K.ring`.
-    fn from_slug(slug: &str) -> Trial {
+    pub(crate) fn from_slug(slug: &str) -> Trial {
         let mut parts = slug.split('.');
         let collective = parts.next().unwrap_or_default().to_string();
         let size = parts.next().unwrap_or_default();
@@ -37,7 +37,7 @@ impl Trial {
         Trial { collective, small: bytes < 65536, variant, types }
     }
 
-    fn holds(&self, marker: &str) -> bool {
+    pub(crate) fn holds(&self, marker: &str) -> bool {
         match marker.trim() {
             "always" => true,
             "never" => false,
@@ -62,7 +62,7 @@ fn markers() -> Vec<(String, u32, String)> {
 }
 
 /// `(file name, line, marker)` of every line of the fixture's device code marked with `tag`.
-fn marked(tag: &str) -> Vec<(String, u32, String)> {
+pub(crate) fn marked(tag: &str) -> Vec<(String, u32, String)> {
     let dir = Path::new(ROOT).join("tests/fixtures/ccl-cuda/src/device");
     let mut found = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -90,7 +90,7 @@ fn count(coverage: &DeviceCoverage, file: &str, line: u32) -> Option<u64> {
 
 /// The capture (`CCL_COV_CUDA_CAPTURE`, or the committed one) and each of
 /// its 24 trials' slug and records, in slug order.
-fn captured_trials() -> (std::path::PathBuf, Vec<(String, Vec<Record>)>) {
+pub(crate) fn captured_trials() -> (std::path::PathBuf, Vec<(String, Vec<Record>)>) {
     let capture = std::env::var_os("CCL_COV_CUDA_CAPTURE")
         .map_or_else(|| Path::new(ROOT).join("tests/fixtures/cuda-capture"), std::path::PathBuf::from);
     let mut trials: Vec<_> = std::fs::read_dir(capture.join("trials")).unwrap().map(|e| e.unwrap().path()).collect();
@@ -137,7 +137,7 @@ fn every_marked_device_line_is_covered_in_exactly_its_trials() {
 }
 
 /// `taken <expr>; not-taken <expr>`.
-fn branch_marker(marker: &str) -> (&str, &str) {
+pub(crate) fn branch_marker(marker: &str) -> (&str, &str) {
     let (taken, not_taken) = marker.split_once(';').expect("taken ...; not-taken ...");
     (
         taken.trim().strip_prefix("taken ").expect("taken"),

@@ -8,7 +8,7 @@
 
 pub(crate) mod cubin;
 #[cfg(test)]
-mod fixture_markers;
+pub(crate) mod fixture_markers;
 #[cfg(test)]
 mod nsight;
 

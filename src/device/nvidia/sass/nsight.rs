@@ -126,10 +126,10 @@ fn over_the_suite_the_lines_are_nsight_compute_s() {
 /// text, threads that executed it, threads predicated on).
 type Guarded = BTreeMap<(String, u64), (String, u64, u64)>;
 
-/// Nsight Compute's guarded instructions by trial slug.
-fn ncu_branches() -> BTreeMap<String, Guarded> {
+/// Nsight Compute's guarded instructions by trial slug, from a `ncu-branches.tsv`.
+fn ncu_branches(tsv: &Path) -> BTreeMap<String, Guarded> {
     let mut trials: BTreeMap<String, Guarded> = BTreeMap::new();
-    for row in std::fs::read_to_string(format!("{CAPTURE}/ncu-branches.tsv")).unwrap().lines() {
+    for row in std::fs::read_to_string(tsv).unwrap().lines() {
         let [slug, kernel, offset, text, threads, pred_on] = row.split('\t').collect::<Vec<_>>()[..] else {
             panic!("{row:?}")
         };
@@ -140,14 +140,33 @@ fn ncu_branches() -> BTreeMap<String, Guarded> {
     trials
 }
 
-#[test]
-fn every_device_branch_s_outcomes_are_nsight_compute_s() {
-    let listings = read_branch_listings(&Path::new(CAPTURE).join("cubins"), None).unwrap().unwrap();
-    let ncu = ncu_branches();
-    assert_eq!(ncu.len(), TRIALS, "configs/h200_cuda.json has 24 trials");
-    let (mut compared, mut both_ways, mut wrong) = (0, 0, Vec::new());
-    for (slug, theirs) in &ncu {
-        let records = records(slug);
+/// What one file's device branches (placed at their innermost frame outside CUDA's headers)
+/// showed in the comparison, over the trials.
+#[derive(Default, Debug)]
+struct FileTally {
+    /// (trial, branch) pairs of the kernels the trial launched.
+    compared: usize,
+    /// Of those, executed by some thread, by Nsight Compute's count.
+    executed: usize,
+    /// Of those, both ways.
+    both_ways: usize,
+    /// Outcomes with threads over all trials, (kernel, offset, taken?): Nsight Compute's and ours.
+    theirs: BTreeSet<(String, u64, bool)>,
+    ours: BTreeSet<(String, u64, bool)>,
+}
+
+/// Every device branch of a capture's kernels that Nsight Compute's trials launched, against
+/// Nsight Compute's guarded instruction at the same offset: the same guard (negation included)
+/// and opcode, and the same two outcomes, thread for thread. The capture is `cubins/` (with the
+/// branch listings) and `trials/<slug>/` (the records). Returns the mismatches and, per file,
+/// what was compared.
+fn compare_branches(capture: &Path, ncu: &BTreeMap<String, Guarded>) -> (Vec<String>, BTreeMap<String, FileTally>) {
+    let cubins = read_cubin_dir(&capture.join("cubins")).unwrap();
+    let listings = read_branch_listings(&capture.join("cubins"), None).unwrap().unwrap();
+    let (mut wrong, mut files) = (Vec::new(), BTreeMap::<String, FileTally>::new());
+    for (slug, theirs) in ncu {
+        let dir = capture.join("trials").join(slug);
+        let records: Vec<Record> = record_files(&dir).unwrap().iter().map(|f| Record::read(f).unwrap()).collect();
         let launched: BTreeSet<&str> = theirs.keys().map(|(kernel, _)| kernel.as_str()).collect();
         for (crc, listing) in &listings {
             for (kernel, branches) in listing.iter().filter(|(kernel, _)| launched.contains(kernel.as_str())) {
@@ -176,8 +195,26 @@ fn every_device_branch_s_outcomes_are_nsight_compute_s() {
                             branch.offset
                         ));
                     }
-                    compared += 1;
-                    both_ways += usize::from(expected.is_some_and(|o| o.taken > 0 && o.not_taken > 0));
+                    let frames =
+                        cubins.get(crc).and_then(|c| c.functions.get(kernel)).map(|f| f.frames_at(branch.offset));
+                    let file = frames
+                        .into_iter()
+                        .flatten()
+                        .find(|frame| !frame.file.starts_with("/usr/"))
+                        .map_or_else(|| "(no line)".to_owned(), |frame| normalized(&frame.file));
+                    let tally = files.entry(file).or_default();
+                    tally.compared += 1;
+                    tally.executed += usize::from(expected.is_some());
+                    tally.both_ways += usize::from(expected.is_some_and(|o| o.taken > 0 && o.not_taken > 0));
+                    for (set, seen) in [(&mut tally.theirs, expected), (&mut tally.ours, ours)] {
+                        for (taken, threads) in
+                            seen.map(|o| [(true, o.taken), (false, o.not_taken)]).into_iter().flatten()
+                        {
+                            if threads > 0 {
+                                set.insert((kernel.clone(), branch.offset, taken));
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -196,6 +233,44 @@ fn every_device_branch_s_outcomes_are_nsight_compute_s() {
             }
         }
     }
+    (wrong, files)
+}
+
+#[test]
+fn every_device_branch_s_outcomes_are_nsight_compute_s() {
+    let ncu = ncu_branches(&Path::new(CAPTURE).join("ncu-branches.tsv"));
+    assert_eq!(ncu.len(), TRIALS, "configs/h200_cuda.json has 24 trials");
+    let (wrong, files) = compare_branches(Path::new(CAPTURE), &ncu);
     assert!(wrong.is_empty(), "{} mismatches:\n{}", wrong.len(), wrong.join("\n"));
+    let compared: usize = files.values().map(|t| t.compared).sum();
+    let both_ways: usize = files.values().map(|t| t.both_ways).sum();
     assert!(compared > 1000 && both_ways > 200, "{compared} branches compared, {both_ways} both ways");
+}
+
+/// The same comparison on a capture that cannot be committed (NCCL's, `CCL_COV_NCU_CAPTURE`:
+/// `cubins/` with listings, `trials/<slug>/` records and `ncu-branches.tsv` of the same trials),
+/// printing the per-file table docs/gpu-validation.md records.
+#[test]
+#[ignore = "needs CCL_COV_NCU_CAPTURE: a capture of a library's trials with Nsight Compute's branches"]
+fn a_library_capture_s_device_branches_are_nsight_compute_s() {
+    let capture = std::path::PathBuf::from(std::env::var_os("CCL_COV_NCU_CAPTURE").expect("CCL_COV_NCU_CAPTURE"));
+    let ncu = ncu_branches(&capture.join("ncu-branches.tsv"));
+    assert!(!ncu.is_empty(), "{}: no trial in ncu-branches.tsv", capture.display());
+    let (wrong, files) = compare_branches(&capture, &ncu);
+    let mut table = String::from(
+        "| file | (trial, branch) compared | executed | both ways | outcomes covered: Nsight Compute | ccl-coverage |\n",
+    );
+    for (file, t) in &files {
+        table.push_str(&format!(
+            "| `{file}` | {} | {} | {} | {} | {} |\n",
+            t.compared,
+            t.executed,
+            t.both_ways,
+            t.theirs.len(),
+            t.ours.len()
+        ));
+    }
+    crate::show!("{table}");
+    assert!(wrong.is_empty(), "{} mismatches:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(files.values().all(|t| t.theirs == t.ours));
 }
