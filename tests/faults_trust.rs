@@ -404,7 +404,38 @@ fn a_short_lived_child_s_profile_is_the_trial_s_own() {
 }
 
 fn files(dir: &Path) -> usize {
-    fs::read_dir(dir).map_or(0, |d| d.count())
+    fs::read_dir(dir).map_or(0, Iterator::count)
+}
+
+// ---- item 8: a trial's working folder is its own
+
+/// Trials that create files in their current directory (issue #40's made
+/// 200,000 there, in the shared build cache `ccl-tests/`, which every
+/// workspace reuses): the files land in the trial's own `work/<trial>/` of
+/// the workspace, never in the cache; a passed trial's folder is deleted, a
+/// failed one's kept for whoever looks into the failure, and `clean`
+/// removes `work/`.
+#[test]
+fn what_a_trial_writes_in_its_current_directory_stays_out_of_the_build_cache() {
+    let s = wrapped(&[
+        ("litter", "for i in 1 2 3; do echo x > \"left-behind-$i\"; done"),
+        ("fails", "echo x > left-behind-f; exit 3"),
+    ]);
+    let ran = harness(&s, "run", &["--no-report"], LIMIT);
+    let text = ran.text();
+    let r = support::result(&s, "AllReduce.1K.litter");
+    assert_eq!(r["status"], "PASSED", "{text}");
+    assert_eq!(r["cwd"], json!(s.ws.join("work/AllReduce.1K.litter")), "{r}");
+    let real = r["env"].as_array().unwrap().iter().find(|kv| kv[0] == "REAL_BINARY").unwrap()[1].clone();
+    let bin_dir = PathBuf::from(real.as_str().unwrap()).parent().unwrap().to_path_buf();
+    for name in ["left-behind-1", "left-behind-f"] {
+        assert!(!bin_dir.join(name).exists(), "a trial left {name} in the build cache {}", bin_dir.display());
+    }
+    assert!(!s.ws.join("work/AllReduce.1K.litter").exists(), "a passed trial's working folder stayed");
+    assert!(s.ws.join("work/AllReduce.1K.fails/left-behind-f").is_file(), "a failed trial's working folder went");
+    let cleaned = harness(&s, "clean", &[], LIMIT);
+    assert!(cleaned.success, "{}", cleaned.text());
+    assert!(!s.ws.join("work").exists(), "clean left work/");
 }
 
 // ---- item 6: never a write in place into a file the harness did not just make

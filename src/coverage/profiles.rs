@@ -756,6 +756,7 @@ mod tests {
 
     #[test]
     fn a_profile_is_foreign_without_the_mark_or_when_its_pid_is_provably_another_trial_s() {
+        type Another = dyn Fn(libc::pid_t) -> Option<(String, u64, String)>;
         let origin = Origin {
             mark: Some("0a1b2c3d4e5f".into()),
             host: "vm".into(),
@@ -764,7 +765,6 @@ mod tests {
             token: "me-1".into(),
         };
         let tokens = pattern_tokens(&origin.pattern("%h-%p-%m.profraw")).unwrap();
-        type Another = dyn Fn(libc::pid_t) -> Option<(String, u64, String)>;
         let why = |name: &str, another: &Another| origin.foreign(name, Some(&tokens), another);
         let nobody = |_| None;
         let other_trial = |_| Some(("them-2".to_string(), 10, "sh attack".to_string()));

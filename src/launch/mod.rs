@@ -138,7 +138,11 @@ fn prepare_own(
         is_root(),
     );
     let Some(cmd) = Cmd::from_argv(&argv) else { bail!("empty command line") };
-    let cmd = cmd.envs(env.clone()).env_remove(PROFILE_INIT_ONCE).cwd(&manifest.bin_dir);
+    // A folder of the trial's own, never the shared build cache: what a
+    // trial writes in its current directory stays in its workspace. Binaries
+    // are named by absolute paths; `{bin_dir}` names their folder.
+    let cwd = ctx.workspace.trial_work(&spec.slug);
+    let cmd = cmd.envs(env.clone()).env_remove(PROFILE_INIT_ONCE).cwd(cwd);
     Ok(TrialLaunch {
         cmd,
         env,

@@ -385,6 +385,7 @@ impl Suite {
             ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug))?;
             // An old report would be read as this run's.
             ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;
+            ws.clear(Area::Work, &ws.trial_work(&spec.slug))?;
             let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices()), held.hosts())?;
             let timeout = launch.timeout.as_secs();
             let line = crate::exec::redact::shell_line(&launch.cmd.display());
@@ -465,6 +466,15 @@ impl Suite {
             {
                 verdict = Verdict { status: Status::Failed, reason: lost };
             }
+        }
+        // A passed trial's working folder goes; a failed one's stays for
+        // whoever looks into the failure, until the trial runs again.
+        let work = ws.trial_work(&spec.slug);
+        if verdict.status == Status::Passed
+            && execution.launch.cmd.get_cwd() == Some(work.as_path())
+            && let Err(e) = ws.remove(Area::Work, &work)
+        {
+            crate::say!("ccl-coverage: {}: its working folder could not be deleted: {e}", spec.name);
         }
         let id = TrialIdentity { spec, config: ctx.config(), manifest, run_id: &self.run_id };
         let mut result = TrialResult::new(id, &execution, &verdict, merged, perf);
