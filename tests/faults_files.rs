@@ -593,7 +593,8 @@ fn run_records_name_this_run_s_config_not_the_one_that_made_the_cache() {
 }
 
 /// A trial that points `LLVM_PROFILE_FILE` elsewhere in its folder fails,
-/// saying its profile was written under another name (it used to say none
+/// saying its profile was written under another name and set aside as not
+/// provably its own (it used to say none
 /// was written, though one was written and merged).
 #[test]
 fn a_profile_written_under_another_llvm_profile_file_is_named_as_such() {
@@ -617,12 +618,14 @@ fn a_profile_written_under_another_llvm_profile_file_is_named_as_such() {
     let reason = r["reason"].as_str().unwrap_or_default();
     assert!(!ran.success, "{}", ran.text());
     assert!(
-        reason.starts_with("coverage lost: the trial passed and wrote 1 coverage profile(s) in")
-            && reason.contains("(mine.profraw), but not under the name the harness gave them"),
+        reason.starts_with(
+            "coverage lost: the trial passed but wrote no coverage profile under the name the harness gave it"
+        ) && reason.contains("(mine.profraw) do not carry that name, so they were moved to quarantine"),
         "{r}"
     );
-    assert!(!reason.contains("wrote no coverage profile"), "{reason}");
-    assert_eq!(r["merge"]["merged"], 1, "it was merged: {r}");
+    // Who wrote it cannot be told (issue #40): it is set aside, not merged.
+    assert!(s.ws.join("quarantine/AllReduce.1K.t/mine.profraw").is_file(), "{r}");
+    assert!(r["merge"].is_null(), "it was merged: {r}");
 }
 
 /// A library named through links to its versioned file, as NCCL's and RCCL's

@@ -339,6 +339,106 @@ fn a_trial_that_links_its_own_profile_folder_is_told_so_in_its_verdict() {
     assert!(!text.contains("wrote no coverage profile"), "{text}");
 }
 
+// ---- item 5: a profile another process put in a trial's folder is foreign
+
+/// Shell lines that wait, at most 60 s, until the file `$WS/../<flag>` exists.
+fn wait_for(flag: &str) -> String {
+    format!("i=0; while [ ! -e \"$WS/../{flag}\" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done")
+}
+
+/// Issue #40's attack: while `victim` runs, a trial beside it writes real
+/// profiles of `broadcast_perf` (which the victim never runs) into the
+/// victim's profile folder: once under its own trial's `LLVM_PROFILE_FILE`
+/// name, once under a name of its choosing. The victim merges only its own
+/// (it was credited with `broadcast.cc`): the four files (two processes, two
+/// instrumented modules each) move to `quarantine/<victim>/`, are named on
+/// screen, in the victim's record and by the report's health.
+#[test]
+fn profiles_another_trial_writes_into_a_trial_s_folder_are_foreign() {
+    let attack = |name: &str| {
+        format!(
+            "LLVM_PROFILE_FILE=\"$WS/profiles/AllReduce.1K.victim/{name}\" \"$(dirname \"$REAL_BINARY\")/broadcast_perf\" \"$@\" >/dev/null"
+        )
+    };
+    let victim = format!("touch \"$WS/../victim-runs\"; {}", wait_for("attacked"));
+    let attacker = format!(
+        "{}; {}; {}; touch \"$WS/../attacked\"",
+        wait_for("victim-runs"),
+        attack("$(basename \"$LLVM_PROFILE_FILE\")"),
+        attack("%h-%p-%m.profraw")
+    );
+    let s = wrapped(&[("victim", &victim), ("attacker", &attacker)]);
+    let ran = harness(&s, "run", &["--test-threads", "2"], LIMIT);
+    let text = ran.text();
+    assert!(s.dir.path().join("attacked").exists(), "the attack did not run: {text}");
+    let victim = support::result(&s, "AllReduce.1K.victim");
+    assert_eq!(victim["status"], "PASSED", "{text}");
+    let foreign = victim["foreign"].as_array().cloned().unwrap_or_default();
+    assert_eq!(foreign.len(), 4, "{victim}\n{text}");
+    for f in &foreign {
+        let file = PathBuf::from(f["file"].as_str().unwrap());
+        assert!(file.starts_with(s.ws.join("quarantine/AllReduce.1K.victim")) && file.is_file(), "{f}");
+        assert!(f["reason"].as_str().unwrap().contains("does not carry this attempt's mark"), "{f}");
+    }
+    assert_eq!(victim["merge"]["merged"], 2, "only its own process's two profiles: {victim}");
+    assert!(text.contains("AllReduce::1K::victim: 4 profile(s) in its folder are not its own"), "{text}");
+    assert!(text.contains("does not carry this attempt's mark"), "the report's health names them: {text}");
+}
+
+/// A short-lived instrumented child of the trial (it ends within
+/// milliseconds, so the supervisor's sampling misses it): its profile
+/// carries the trial's mark and is merged, never quarantined, though no
+/// record of the trial's processes names its pid.
+#[test]
+fn a_short_lived_child_s_profile_is_the_trial_s_own() {
+    let s = wrapped(&[("child", "\"$REAL_BINARY\" -h >/dev/null")]);
+    let ran = harness(&s, "run", &["--no-report"], LIMIT);
+    let text = ran.text();
+    assert!(ran.success, "{text}");
+    let r = support::result(&s, "AllReduce.1K.child");
+    assert!(r["foreign"].as_array().is_none_or(Vec::is_empty), "{r}");
+    assert!(
+        !s.ws.join("quarantine/AllReduce.1K.child").exists() || files(&s.ws.join("quarantine/AllReduce.1K.child")) == 0
+    );
+    // The main process's two modules, and the child's library (it loads no plugin).
+    assert_eq!(r["merge"]["merged"], 3, "{r}");
+}
+
+fn files(dir: &Path) -> usize {
+    fs::read_dir(dir).map_or(0, Iterator::count)
+}
+
+// ---- item 8: a trial's working folder is its own
+
+/// Trials that create files in their current directory (issue #40's made
+/// 200,000 there, in the shared build cache `ccl-tests/`, which every
+/// workspace reuses): the files land in the trial's own `work/<trial>/` of
+/// the workspace, never in the cache; a passed trial's folder is deleted, a
+/// failed one's kept for whoever looks into the failure, and `clean`
+/// removes `work/`.
+#[test]
+fn what_a_trial_writes_in_its_current_directory_stays_out_of_the_build_cache() {
+    let s = wrapped(&[
+        ("litter", "for i in 1 2 3; do echo x > \"left-behind-$i\"; done"),
+        ("fails", "echo x > left-behind-f; exit 3"),
+    ]);
+    let ran = harness(&s, "run", &["--no-report"], LIMIT);
+    let text = ran.text();
+    let r = support::result(&s, "AllReduce.1K.litter");
+    assert_eq!(r["status"], "PASSED", "{text}");
+    assert_eq!(r["cwd"], json!(s.ws.join("work/AllReduce.1K.litter")), "{r}");
+    let real = r["env"].as_array().unwrap().iter().find(|kv| kv[0] == "REAL_BINARY").unwrap()[1].clone();
+    let bin_dir = PathBuf::from(real.as_str().unwrap()).parent().unwrap().to_path_buf();
+    for name in ["left-behind-1", "left-behind-f"] {
+        assert!(!bin_dir.join(name).exists(), "a trial left {name} in the build cache {}", bin_dir.display());
+    }
+    assert!(!s.ws.join("work/AllReduce.1K.litter").exists(), "a passed trial's working folder stayed");
+    assert!(s.ws.join("work/AllReduce.1K.fails/left-behind-f").is_file(), "a failed trial's working folder went");
+    let cleaned = harness(&s, "clean", &[], LIMIT);
+    assert!(cleaned.success, "{}", cleaned.text());
+    assert!(!s.ws.join("work").exists(), "clean left work/");
+}
+
 // ---- item 6: never a write in place into a file the harness did not just make
 
 /// After a first run, the workspace's `rel` is replaced by a hard link to a

@@ -46,6 +46,7 @@ fn launch(script: &str, timeout_ms: u64, grace_ms: u64) -> TrialLaunch {
         log_cap: 64 << 20,
         records: None,
         token,
+        mark: None,
         kind: TrialKind::Perf,
         cases_dir: None,
     }

@@ -245,7 +245,7 @@ pub(crate) struct ToolchainConfig {
 pub(crate) struct CoverageConfig {
     /// Host instrumentation flags, handed to the build as `{coverage_flags}`.
     pub(crate) host_flags: Vec<String>,
-    /// `LLVM_PROFILE_FILE` name inside each trial's profile directory.
+    /// `LLVM_PROFILE_FILE` name inside each trial's profile directory; the harness puts each attempt's random mark before its extension (`%h-%p-%m.<mark>.profraw`), and a profile in the folder without it is another process's: quarantined, not merged.
     pub(crate) profile_pattern: String,
     pub(crate) device: DeviceConfig,
 }

@@ -10,6 +10,11 @@
 //! A truncated or garbled raw profile (a rank killed while writing) fails a
 //! whole default merge. Instead of losing the trial, the inputs are checked
 //! one by one, the bad ones move to `quarantine/<trial>/`, and the rest merge.
+//!
+//! A profile another process put in the trial's folder (issue #40: a trial
+//! running at the same time credited another with code it never ran) is
+//! foreign: it moves to `quarantine/<trial>/` before anything is merged,
+//! and is named ([`Origin`]).
 
 use crate::bail;
 use crate::device::{collector_records, is_device_profile};
@@ -70,6 +75,117 @@ pub(crate) fn trial_profdata(ws: &Workspace, slug: &str) -> PathBuf {
     ws.area(Area::Profiles).join(format!("{slug}.profdata"))
 }
 
+/// What tells an attempt's own profiles from foreign ones.
+///
+/// Every process of the attempt, on whatever node, inherits its
+/// `LLVM_PROFILE_FILE`, whose names carry the attempt's random mark
+/// (`launch::marked_pattern`); a process of another trial inherits that
+/// trial's. A name without the mark was not written under this attempt's
+/// pattern: foreign, whatever host it names. A marked name of this host
+/// whose `%p` is no process the supervisor saw proves nothing by itself (it
+/// samples, and a short-lived process may be missing), so it is foreign only
+/// when that pid is provably another's: a live process of another trial
+/// (another token) that started before this trial's supervisor, so that it
+/// held the pid for the whole attempt. Other hosts' pids cannot be seen from
+/// here: their names are checked for the mark alone.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    /// The mark of the attempt's names; `None`: names are not checked.
+    pub mark: Option<String>,
+    /// This machine's name as `%h` spells it: up to its first dot.
+    pub(crate) host: String,
+    /// Pids of the trial's processes its supervisor saw, in every PID namespace.
+    pub(crate) seen: std::collections::BTreeSet<libc::pid_t>,
+    /// When its supervisor started, in clock ticks after boot.
+    pub(crate) since: Option<u64>,
+    /// The trial's token (`CCL_COV_TRIAL_TOKEN`).
+    pub(crate) token: String,
+}
+
+impl Origin {
+    /// The origin of an attempt launched as `launch` that ended as `finished`.
+    pub(crate) fn of(launch: &crate::launch::TrialLaunch, finished: &crate::trial::Finished) -> Origin {
+        let host = crate::exec::host::hostname();
+        Origin {
+            mark: launch.mark.clone(),
+            host: host.split('.').next().unwrap_or_default().to_string(),
+            seen: finished.seen.iter().copied().collect(),
+            since: finished.since,
+            token: launch.token.clone(),
+        }
+    }
+
+    /// The names of the attempt's profiles under `pattern`.
+    fn pattern(&self, pattern: &str) -> String {
+        match &self.mark {
+            Some(mark) => crate::launch::marked_pattern(pattern, mark),
+            None => pattern.to_string(),
+        }
+    }
+
+    /// Why the raw profile `name` is not the attempt's own, or `None` when it
+    /// may be. `tokens` are the marked pattern's; `another` says of a pid
+    /// whether a live process of a trial holds it: its token, start and
+    /// command line ([`crate::exec::proctree::trial_process`]).
+    fn foreign(
+        &self,
+        name: &str,
+        tokens: Option<&[Token]>,
+        another: &dyn Fn(libc::pid_t) -> Option<(String, u64, String)>,
+    ) -> Option<String> {
+        let mark = self.mark.as_deref()?;
+        if !name.contains(&format!(".{mark}")) {
+            return Some(format!(
+                "foreign: its name does not carry this attempt's mark .{mark}, which every process of the trial inherits in LLVM_PROFILE_FILE: a process of another trial, or one that set LLVM_PROFILE_FILE itself, wrote it here; not merged"
+            ));
+        }
+        let mut parts = NameParts::default();
+        if is_device_profile(name) || !tokens.is_some_and(|t| match_name(t, name, &mut parts)) {
+            return None;
+        }
+        let (Some(host), Some(pid)) = (parts.host, parts.pid.and_then(|p| p.parse::<libc::pid_t>().ok())) else {
+            return None;
+        };
+        if host != self.host || self.seen.contains(&pid) {
+            return None;
+        }
+        let since = self.since?;
+        let (token, started, command) = another(pid)?;
+        (token != self.token && started < since).then(|| {
+            format!(
+                "foreign: its name says pid {pid} of this host, which no process of this trial had: pid {pid} is `{command}`, a process of another trial (CCL_COV_TRIAL_TOKEN={token}) running since before this trial started; not merged"
+            )
+        })
+    }
+}
+
+/// Moves the raw profiles among `files` that are not `origin`'s own (see
+/// [`Origin`]) to `quarantine/<slug>/`; returns the rest and what moved.
+fn set_foreign_aside(
+    ws: &Workspace,
+    slug: &str,
+    files: Vec<PathBuf>,
+    pattern: &str,
+    origin: &Origin,
+) -> Result<(Vec<PathBuf>, Vec<Quarantined>)> {
+    let marked = origin.pattern(pattern);
+    let tokens = pattern_tokens(marked.rsplit('/').next().unwrap_or(&marked));
+    let mut own = Vec::new();
+    let mut foreign = Vec::new();
+    for file in files {
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        match origin.foreign(&name, tokens.as_deref(), &crate::exec::proctree::trial_process) {
+            Some(reason) => {
+                let to = quarantine_path(&ws.trial_quarantine(slug), &file);
+                ws.rename(&file, &to)?;
+                foreign.push(Quarantined { file: to, reason });
+            }
+            None => own.push(file),
+        }
+    }
+    Ok((own, foreign))
+}
+
 /// What a finished trial's profiles came to.
 #[derive(Debug, Clone, Default)]
 pub struct MergeOutcome {
@@ -77,6 +193,8 @@ pub struct MergeOutcome {
     pub(crate) dir: PathBuf,
     /// Raw profiles the trial left.
     pub raw: usize,
+    /// Profiles in its folder that were not its own, moved to quarantine.
+    pub foreign: Vec<Quarantined>,
     /// The processes that wrote them.
     pub(crate) writers: Writers,
     /// Its incremental merge, when it ran.
@@ -98,14 +216,16 @@ impl MergeOutcome {
     }
 }
 
-/// Counts a finished trial's raw profiles and, under coverage, merges them
-/// (`incremental`) and records checksums of what is left raw, so the report
-/// can tell that nothing was altered.
+/// Sets aside the profiles in a finished trial's folder that are not
+/// `origin`'s ([`Origin`]), counts its raw profiles and, under coverage,
+/// merges them (`incremental`) and records checksums of what is left raw,
+/// so the report can tell that nothing was altered.
 pub fn finish_trial(
     ws: &Workspace,
     toolchain: &Toolchain,
     slug: &str,
     pattern: &str,
+    origin: &Origin,
     incremental: bool,
     keep_raw: bool,
 ) -> MergeOutcome {
@@ -119,8 +239,15 @@ pub fn finish_trial(
             return MergeOutcome { dir, error, ..MergeOutcome::default() };
         }
     };
-    let (raw, writers) = (files.len(), writers(&files, pattern));
-    let mut outcome = MergeOutcome { dir: dir.clone(), raw, writers, ..MergeOutcome::default() };
+    let (files, foreign) = match set_foreign_aside(ws, slug, files, pattern, origin) {
+        Ok(split) => split,
+        Err(e) => {
+            let error = Some(format!("its foreign profiles could not be set aside: {e}"));
+            return MergeOutcome { dir, error, ..MergeOutcome::default() };
+        }
+    };
+    let (raw, writers) = (files.len(), writers(&files, &origin.pattern(pattern)));
+    let mut outcome = MergeOutcome { dir: dir.clone(), raw, writers, foreign, ..MergeOutcome::default() };
     if incremental && raw > 0 {
         match merge_trial(ws, toolchain, slug, keep_raw) {
             Ok(m) => outcome.merge = Some(m),
@@ -199,6 +326,9 @@ pub(crate) fn writers(files: &[PathBuf], pattern: &str) -> Writers {
 struct NameParts {
     /// Host and pid, as the name spells them.
     process: Vec<String>,
+    /// The `%h` part and the `%p` part, when the pattern has them.
+    host: Option<String>,
+    pid: Option<String>,
     /// The `%m` part: the module's signature and merge pool.
     module: String,
 }
@@ -261,6 +391,11 @@ fn match_name(tokens: &[Token], name: &str, parts: &mut NameParts) -> bool {
     };
     for end in ends {
         let piece = name[..end].to_string();
+        match token {
+            Token::Host => parts.host = Some(piece.clone()),
+            Token::Pid => parts.pid = Some(piece.clone()),
+            Token::Module | Token::Literal(_) | Token::Continuous => {}
+        }
         if matches!(token, Token::Module) {
             parts.module = piece;
         } else {
@@ -617,5 +752,52 @@ mod tests {
         assert_eq!(count("%t/%c%p-%4m.profraw", &["5-11_3.profraw", "5-12_3.profraw"]), 1);
         // Names that do not follow the pattern are not counted.
         assert_eq!(count("%h-%p-%m.profraw", &["stray.profraw"]), 0);
+    }
+
+    #[test]
+    fn a_profile_is_foreign_without_the_mark_or_when_its_pid_is_provably_another_trial_s() {
+        type Another = dyn Fn(libc::pid_t) -> Option<(String, u64, String)>;
+        let origin = Origin {
+            mark: Some("0a1b2c3d4e5f".into()),
+            host: "vm".into(),
+            seen: [100, 7].into(),
+            since: Some(5000),
+            token: "me-1".into(),
+        };
+        let tokens = pattern_tokens(&origin.pattern("%h-%p-%m.profraw")).unwrap();
+        let why = |name: &str, another: &Another| origin.foreign(name, Some(&tokens), another);
+        let nobody = |_| None;
+        let other_trial = |_| Some(("them-2".to_string(), 10, "sh attack".to_string()));
+        // Its own: a process the supervisor saw, or one it did not see (a
+        // short-lived one) whose pid no other trial has held all along.
+        assert_eq!(why("vm-100-1_0.0a1b2c3d4e5f.profraw", &other_trial), None);
+        assert_eq!(why("vm-555-1_0.0a1b2c3d4e5f.profraw", &nobody), None);
+        // Another node's pid cannot be checked from here; a device profile's neither.
+        assert_eq!(why("node2-555-1_0.0a1b2c3d4e5f.profraw", &other_trial), None);
+        assert_eq!(why("amdgcn-amd-amdhsa.gfx942:xnack-.0.vm-555-1_0.0a1b2c3d4e5f.profraw", &other_trial), None);
+        // Without this attempt's mark: foreign, whatever host it names.
+        for name in [
+            "vm-100-1_0.profraw",
+            "node2-9-1_0.ffffffffffff.profraw",
+            "mine.profraw",
+            "amdgcn-amd-amdhsa.gfx942:xnack-.0.vm-100-1_0.profraw",
+        ] {
+            let w = why(name, &nobody);
+            assert!(
+                w.as_deref().is_some_and(|w| w.contains("does not carry this attempt's mark .0a1b2c3d4e5f")),
+                "{name}"
+            );
+        }
+        // A pid another trial's process has held since before this trial started.
+        let w = why("vm-555-1_0.0a1b2c3d4e5f.profraw", &other_trial).unwrap();
+        assert!(w.contains("pid 555 is `sh attack`, a process of another trial (CCL_COV_TRIAL_TOKEN=them-2)"), "{w}");
+        // Not if that process started after this trial (the pid may have been
+        // this trial's before), nor if it carries this trial's own token.
+        let later = |_| Some(("them-2".to_string(), 6000, "x".to_string()));
+        assert_eq!(why("vm-555-1_0.0a1b2c3d4e5f.profraw", &later), None);
+        let mine = |_| Some(("me-1".to_string(), 10, "x".to_string()));
+        assert_eq!(why("vm-555-1_0.0a1b2c3d4e5f.profraw", &mine), None);
+        // No mark given (a caller that checks nothing): nothing is foreign.
+        assert_eq!(Origin::default().foreign("vm-1-1_0.profraw", None, &other_trial), None);
     }
 }

@@ -153,6 +153,18 @@ pub(crate) fn stat_of(pid: libc::pid_t) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// The pids of `pid` in each PID namespace from this one down to its own
+/// (`NSpid` of `/proc/<pid>/status`): the last is what `getpid()` returns to
+/// it, and so what its profile's `%p` says.
+pub(crate) fn ns_pids(pid: libc::pid_t) -> Vec<libc::pid_t> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .map(|rest| rest.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
 fn parse_stat(stat: &str) -> Option<Stat> {
     // The command name may contain spaces and parentheses: fields start after the last ')'.
     let rest = stat.get(stat.rfind(')')? + 2..)?;
@@ -335,6 +347,16 @@ fn kill_recorded(record: &ChildrenRecord) -> (Vec<Orphan>, bool) {
 /// A record's file name without `.json`: its trial's token, as a file name.
 fn stem_of(record: &Path) -> String {
     record.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The live process `pid` when it carries a trial token: the token, its
+/// start (clock ticks after boot) and its command line.
+pub(crate) fn trial_process(pid: libc::pid_t) -> Option<(String, u64, String)> {
+    let stat = stat_of(pid).filter(|s| s.state != 'Z')?;
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{TRIAL_TOKEN}=");
+    let token = env.split(|&b| b == 0).find_map(|var| var.strip_prefix(prefix.as_bytes()))?;
+    Some((String::from_utf8_lossy(token).into_owned(), stat.start_time, command_of(pid)))
 }
 
 fn command_of(pid: libc::pid_t) -> String {

@@ -340,6 +340,16 @@ pub struct SupervisorReport {
     /// Why the trial had no cgroup, when it could have had one.
     #[serde(default)]
     pub no_cgroup: Option<String>,
+    /// Each process of the trial the supervisor saw, by its pid in every PID
+    /// namespace from the supervisor's down to its own: the main process, and
+    /// the members found each time the record was written. Sampled, so a
+    /// process that lived less than a sampling period may be missing.
+    #[serde(default)]
+    pub(crate) seen: Vec<libc::pid_t>,
+    /// When the supervisor started, in clock ticks after boot: a process
+    /// that started before it is no process of the trial.
+    #[serde(default)]
+    pub(crate) started: Option<u64>,
     /// Set by the harness (never by the supervisor) when the supervisor died
     /// or was killed without a report: why.
     #[serde(skip)]
@@ -399,7 +409,12 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> SupervisorReport {
             Err(e) => (None, Some(e.to_string())),
         },
     };
-    let mut record = Recorder { path: spec.children.as_deref(), last: None, next: Instant::now() };
+    let mut record = Recorder {
+        path: spec.children.as_deref(),
+        last: None,
+        next: Instant::now(),
+        seen: std::collections::BTreeSet::new(),
+    };
     raise_memlock();
     // Output goes through a pipe to the copier, which caps the log; writing
     // to the log file directly would let a trial fill the disk.
@@ -468,6 +483,7 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> SupervisorReport {
         std::thread::spawn(move || capped_log::copy(pipe, log, &done))
     };
     let main = child.id() as libc::pid_t;
+    record.saw(main);
     // The child is reaped with waitpid below, together with adopted orphans.
     std::mem::forget(child);
     let mut main_status = None;
@@ -523,6 +539,8 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> SupervisorReport {
     }
     report.survivors = tree.wait_gone(REAP_LIMIT, &mut || reap(main, &mut main_status));
     report.wait_status = main_status;
+    report.seen = record.seen.iter().copied().collect();
+    report.started = proctree::stat_of(me).map(|s| s.start_time);
     reap(main, &mut main_status);
     if let Some(made) = &trial_cgroup
         && !made.remove()
@@ -548,11 +566,13 @@ pub(crate) fn file_name(token: &str) -> String {
 const RECORD_EVERY: Duration = Duration::from_millis(250);
 
 /// Keeps the record of the trial's processes current: rewritten (atomically)
-/// when the set changes.
+/// when the set changes. Remembers every process it saw, for the profiles'
+/// names (`coverage::profiles`).
 struct Recorder<'a> {
     path: Option<&'a Path>,
     last: Option<ChildrenRecord>,
     next: Instant,
+    seen: std::collections::BTreeSet<libc::pid_t>,
 }
 
 impl Recorder<'_> {
@@ -565,6 +585,9 @@ impl Recorder<'_> {
         self.next = Instant::now() + RECORD_EVERY;
         let mut members = tree.members();
         members.sort_unstable();
+        for &pid in &members {
+            self.saw(pid);
+        }
         let record = ChildrenRecord::of(&members, tree.cgroup());
         if self.last.as_ref() != Some(&record) {
             let text = serde_json::to_string(&record).expect("record serializes");
@@ -574,6 +597,12 @@ impl Recorder<'_> {
             let _ = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
             self.last = Some(record);
         }
+    }
+
+    /// Notes `pid`, a process of the trial, by its pid in each namespace.
+    fn saw(&mut self, pid: libc::pid_t) {
+        self.seen.insert(pid);
+        self.seen.extend(proctree::ns_pids(pid));
     }
 
     /// Removes the record and then its lock: the trial's processes are gone.

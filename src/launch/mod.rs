@@ -41,6 +41,9 @@ pub struct TrialLaunch {
     /// run to find them should the supervisor die.
     pub records: Option<PathBuf>,
     pub token: String,
+    /// The mark every profile name of this attempt carries
+    /// ([`marked_pattern`]); `None` without coverage.
+    pub mark: Option<String>,
     pub kind: TrialKind,
     /// Where the test writes its own report (gtest's JSON files, pytest's
     /// JUnit XML): a folder of the trial's, emptied before it runs.
@@ -131,7 +134,8 @@ fn prepare_own(
                     }
                 }
                 ProgramKind::Ctest => {
-                    let mut args: Vec<String> = Vec::new();
+                    // The trial runs in its own folder: ctest is told where the tests are.
+                    let mut args: Vec<String> = vec!["--test-dir".into(), manifest.bin_dir.display().to_string()];
                     if let Some(f) = &program.filter {
                         args.extend(["-R".into(), f.clone()]);
                     }
@@ -156,7 +160,7 @@ fn prepare_own(
             env.push((k.to_string(), vars.render(v)?));
         }
     }
-    let (env, token) = harness_env(env, config, manifest, profile_dir);
+    let (env, token, mark) = harness_env(env, config, manifest, profile_dir);
 
     let rendered = vars.render_all(&launcher.args)?;
     let mut launcher_args = host_args(&launcher, &rendered, hosts);
@@ -171,7 +175,11 @@ fn prepare_own(
         is_root(),
     );
     let Some(cmd) = Cmd::from_argv(&argv) else { bail!("empty command line") };
-    let cmd = cmd.envs(env.clone()).env_remove(PROFILE_INIT_ONCE).cwd(&manifest.bin_dir);
+    // A folder of the trial's own, never the shared build cache: what a
+    // trial writes in its current directory stays in its workspace. Binaries
+    // are named by absolute paths; `{bin_dir}` names their folder.
+    let cwd = ctx.workspace.trial_work(&spec.slug);
+    let cmd = cmd.envs(env.clone()).env_remove(PROFILE_INIT_ONCE).cwd(cwd);
     Ok(TrialLaunch {
         cmd,
         env,
@@ -180,6 +188,7 @@ fn prepare_own(
         log_cap: config.logs.max_bytes(),
         records: Some(ctx.children_dir()),
         token,
+        mark,
         kind: spec.kind(),
         cases_dir: matches!(spec.kind(), TrialKind::Gtest | TrialKind::Ctest).then_some(cases_dir),
     })
@@ -253,7 +262,7 @@ fn prepare_upstream(
     let mut env: Vec<(String, String)> = Vec::new();
     env.push(("LD_LIBRARY_PATH".into(), ld_library_path(run, manifest, merged.get("LD_LIBRARY_PATH"))));
     env.extend(merged.into_iter().filter(|(k, _)| k != "LD_LIBRARY_PATH"));
-    let (env, token) = harness_env(env, config, manifest, profile_dir);
+    let (env, token, mark) = harness_env(env, config, manifest, profile_dir);
 
     let mut argv = Vec::new();
     if spec.ranks > 1 {
@@ -281,6 +290,7 @@ fn prepare_upstream(
         log_cap: config.logs.max_bytes(),
         records: Some(ctx.children_dir()),
         token,
+        mark,
         kind,
         cases_dir: (kind != TrialKind::Perf).then_some(cases_dir),
     })
@@ -288,19 +298,21 @@ fn prepare_upstream(
 
 /// A trial's environment, `env`, with what the harness itself sets in place
 /// of any value of the same name: `LLVM_PROFILE_FILE` (into the trial's
-/// profile folder) and the trial's token; returns the token too.
+/// profile folder, its names marked) and the trial's token; returns the
+/// token and the mark too.
 fn harness_env(
     mut env: Vec<(String, String)>,
     config: &Config,
     manifest: &BuildManifest,
     profile_dir: &Path,
-) -> (Vec<(String, String)>, String) {
+) -> (Vec<(String, String)>, String, Option<String>) {
     let token = crate::exec::owner::new_token();
     env.retain(|(key, _)| key != PROFILE_FILE && key != TRIAL_TOKEN);
     // Without coverage nothing is instrumented, and upstream does not set it
     // either: an instrumented process would pay for writing a profile.
-    if manifest.coverage {
-        let profile_file = profile_dir.join(&config.coverage.profile_pattern);
+    let mark = manifest.coverage.then(|| profile_mark(&token));
+    if let Some(mark) = &mark {
+        let profile_file = profile_dir.join(marked_pattern(&config.coverage.profile_pattern, mark));
         env.push((PROFILE_FILE.into(), profile_file.display().to_string()));
     }
     // The device collector's variables are the harness's too.
@@ -308,7 +320,36 @@ fn harness_env(
     env.retain(|(key, _)| !device.iter().any(|(k, _)| k == key));
     env.extend(device);
     env.push((TRIAL_TOKEN.into(), token.clone()));
-    (env, token)
+    (env, token, mark)
+}
+
+/// A new random mark for one attempt's profile names: every process of the
+/// attempt inherits it in `LLVM_PROFILE_FILE`, wherever it runs, while a
+/// process of another trial inherits that trial's, so a profile put in this
+/// trial's folder by another trial's process does not carry it
+/// (`coverage::profiles`). 12 hex digits; from the token and the clock if
+/// the system has no randomness to give.
+fn profile_mark(token: &str) -> String {
+    let mut bytes = [0u8; 6];
+    if rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()).is_err() {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(format!("{token} {:?}", std::time::SystemTime::now()));
+        bytes.copy_from_slice(&digest[..6]);
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `pattern` (`coverage.profile_pattern`) with `.<mark>` before its last
+/// extension (`%h-%p-%m.profraw` becomes `%h-%p-%m.<mark>.profraw`), or at
+/// its end when it has none: the names keep their extension and begin with
+/// what they began with (the device collector's `<target>.` prefix, `%h`).
+pub(crate) fn marked_pattern(pattern: &str, mark: &str) -> String {
+    let (folders, name) = pattern.rsplit_once('/').map_or(("", pattern), |(f, n)| (f, n));
+    let marked = match name.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => format!("{stem}.{mark}.{ext}"),
+        _ => format!("{name}.{mark}"),
+    };
+    if folders.is_empty() { marked } else { format!("{folders}/{marked}") }
 }
 
 /// Upstream's order: the RCCL build, the test's own `LD_LIBRARY_PATH`, the
@@ -706,7 +747,7 @@ mod tests {
             found: Some(crate::device::nvidia::tests::found(true)),
         };
         let user = vec![("CUDA_MODULE_LOADING".to_string(), "LAZY".to_string())];
-        let (env, _) = harness_env(user, &config, &manifest, Path::new("/ws/profiles/A.1K"));
+        let (env, _, _) = harness_env(user, &config, &manifest, Path::new("/ws/profiles/A.1K"));
         let get = |k: &str| env.iter().filter(|(n, _)| n == k).map(|(_, v)| v.as_str()).collect::<Vec<_>>();
         assert_eq!(get("CUDA_INJECTION64_PATH"), ["/t/libccl_cov_cupti.so"]);
         assert_eq!(get("CUDA_MODULE_LOADING"), ["EAGER"], "the harness's value replaces the user's");
@@ -720,7 +761,18 @@ mod tests {
         assert!(srun.contains(&"--export=ALL".to_string()), "{srun:?}");
         // Host-only: none of them.
         manifest.device.enabled = false;
-        let (env, _) = harness_env(Vec::new(), &config, &manifest, Path::new("/ws/profiles/A.1K"));
+        let (env, _, _) = harness_env(Vec::new(), &config, &manifest, Path::new("/ws/profiles/A.1K"));
         assert!(!env.iter().any(|(k, _)| k.starts_with("CUDA_") || k.starts_with("CCL_COV_SASS")), "{env:?}");
+    }
+
+    #[test]
+    fn profile_names_carry_the_attempt_s_mark_before_their_extension() {
+        assert_eq!(marked_pattern("%h-%p-%m.profraw", "0a1b2c"), "%h-%p-%m.0a1b2c.profraw");
+        assert_eq!(marked_pattern("sub/%p.x.profraw", "m"), "sub/%p.x.m.profraw");
+        assert_eq!(marked_pattern("%p", "m"), "%p.m");
+        assert_eq!(marked_pattern(".profraw", "m"), ".profraw.m");
+        let (a, b) = (profile_mark("t-1"), profile_mark("t-1"));
+        assert!(a.len() == 12 && a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, b, "each attempt draws its own");
     }
 }

@@ -35,8 +35,6 @@ fn attributed_capture() -> (DeviceLines, Universe, Vec<TrialCoverage>) {
                 slug: slug.clone(),
                 duration_s: 1.0,
                 covered: universe.bits(&Covered::of(&lcov).unwrap()).unwrap(),
-                lines: (0, 0),
-                functions: (0, 0),
                 regions: (0, 0),
             }
         })
@@ -152,7 +150,7 @@ fn the_json_export_s_summaries_count_device_branches() {
     let (text, marked, (covered, count)) = capture_model();
     let model = parse_lcov(&text, "model").unwrap();
     let mut export = serde_json::json!({"data": [{"files": [], "totals": {}}]});
-    crate::coverage::exports::apply(&mut export, &model, "test").unwrap();
+    crate::coverage::exports::apply(&mut export, &model, &Default::default(), "test").unwrap();
     let data = &export["data"][0];
     assert_eq!(
         (data["totals"]["branches"]["covered"].as_u64(), data["totals"]["branches"]["count"].as_u64()),
@@ -179,7 +177,8 @@ fn the_device_source_pages_mark_a_line_whose_device_branches_did_not_go_both_way
     ws.create().unwrap();
     let pages = ws.report_dir().join("html/device");
     ws.create_dir(&pages).unwrap();
-    crate::report::device_pages::write(&ws, &pages, "capture", &lines).unwrap();
+    crate::report::device_pages::write(&ws, &pages, "capture", &lines, &|f: &str| std::fs::read_to_string(f).ok())
+        .unwrap();
     let placed = lines.all.branch_lines();
     for (file, line, _) in marked("// cov-branch:") {
         let i = lines.all.files.keys().position(|f| f.ends_with(&format!("ccl-cuda/src/device/{file}"))).unwrap();

@@ -64,6 +64,10 @@ pub(crate) struct TrialResult {
     /// The trial's incremental merge, when it ran.
     pub(crate) merge: Option<crate::coverage::profiles::TrialMerge>,
     pub(crate) merge_error: Option<String>,
+    /// Profiles found in its folder that were not its own (another
+    /// process's), moved to quarantine and never merged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) foreign: Vec<crate::coverage::profiles::Quarantined>,
     /// Why the trial's device counters are lost, when it ran under device
     /// coverage and was killed: the host collector drains them only at exit
     /// and at module unload, never on a signal.
@@ -231,6 +235,7 @@ impl TrialResult {
             no_profile: false,
             merge: None,
             merge_error: None,
+            foreign: Vec::new(),
             device_counters_lost: None,
             raw_sha256: std::collections::BTreeMap::new(),
             device_sha256: std::collections::BTreeMap::new(),
@@ -290,6 +295,7 @@ impl TrialResult {
             no_profile: manifest.coverage && exit_code == Some(0) && profiles.raw == 0,
             merge: profiles.merge,
             merge_error: profiles.error,
+            foreign: profiles.foreign,
             device_counters_lost: device_counters_lost(manifest, execution, verdict),
             raw_sha256: profiles.raw_sha256,
             device_sha256: profiles.device_sha256,
@@ -488,6 +494,7 @@ pub(super) mod samples {
             no_profile: false,
             merge: None,
             merge_error: None,
+            foreign: Vec::new(),
             raw_sha256: Default::default(),
             device_sha256: Default::default(),
             device_counters_lost: None,

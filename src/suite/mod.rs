@@ -390,10 +390,11 @@ impl Suite {
         let ctx = &self.ctx;
         let ws = &ctx.workspace;
         let log = ws.trial_log(&spec.slug);
-        let finish = || {
+        let finish = |execution: &trial::Execution| {
             let incremental = manifest.coverage && ctx.incremental_merge;
             let pattern = &ctx.config().coverage.profile_pattern;
-            profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, pattern, incremental, ctx.keep_raw)
+            let origin = profiles::Origin::of(&execution.launch, &execution.finished);
+            profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, pattern, &origin, incremental, ctx.keep_raw)
         };
         let (execution, merged) = {
             let asked = std::time::Instant::now();
@@ -409,6 +410,7 @@ impl Suite {
             ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug))?;
             // An old report would be read as this run's.
             ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;
+            ws.clear(Area::Work, &ws.trial_work(&spec.slug))?;
             let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices()), held.hosts())?;
             let timeout = launch.timeout.as_secs();
             let line = crate::exec::redact::shell_line(&launch.cmd.display());
@@ -423,11 +425,22 @@ impl Suite {
                     elapsed.as_secs()
                 );
             })?;
-            (execution, (!ctx.merge_overlap).then(finish))
+            let merged = (!ctx.merge_overlap).then(|| finish(&execution));
+            (execution, merged)
         };
         // With overlap the slots are free now: the next trial runs while this
         // one's profiles merge.
-        let merged = merged.unwrap_or_else(finish);
+        let merged = merged.unwrap_or_else(|| finish(&execution));
+        if !merged.foreign.is_empty() {
+            let named: Vec<String> =
+                merged.foreign.iter().map(|q| format!("{} ({})", q.file.display(), q.reason)).collect();
+            crate::say!(
+                "ccl-coverage: {}: {} profile(s) in its folder are not its own and were moved to quarantine: {}",
+                spec.name,
+                named.len(),
+                named.join("; ")
+            );
+        }
         let output = TrialOutput::read(&log);
         let (verdict, cases, perf) = judge(ctx, spec, &execution, &output);
         let mut verdict = verdict::judge_leftovers(verdict, execution.finished.leftovers);
@@ -453,11 +466,20 @@ impl Suite {
                 Some(LauncherKind::Direct) | None => 1,
             };
             let quarantined = merged.quarantined();
+            let pattern = &ctx.config().coverage.profile_pattern;
+            let named_as =
+                execution.launch.mark.as_ref().map_or_else(|| pattern.clone(), |m| launch::marked_pattern(pattern, m));
+            let foreign: Vec<String> = merged
+                .foreign
+                .iter()
+                .map(|q| q.file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+                .collect();
             let evidence = verdict::ProfileEvidence {
                 writers: merged.writers.complete,
                 partial: &merged.writers.partial,
                 unmatched: &merged.writers.unmatched,
-                pattern: &ctx.config().coverage.profile_pattern,
+                foreign: &foreign,
+                pattern: &named_as,
                 expected,
                 dir: &merged.dir,
                 merge_error: merged.error.as_deref(),
@@ -473,6 +495,15 @@ impl Suite {
             {
                 verdict = Verdict { status: Status::Failed, reason: lost };
             }
+        }
+        // A passed trial's working folder goes; a failed one's stays for
+        // whoever looks into the failure, until the trial runs again.
+        let work = ws.trial_work(&spec.slug);
+        if verdict.status == Status::Passed
+            && execution.launch.cmd.get_cwd() == Some(work.as_path())
+            && let Err(e) = ws.remove(Area::Work, &work)
+        {
+            crate::say!("ccl-coverage: {}: its working folder could not be deleted: {e}", spec.name);
         }
         let id = TrialIdentity { spec, config: ctx.config(), manifest, run_id: &self.run_id };
         let mut result = TrialResult::new(id, &execution, &verdict, merged, perf);

@@ -50,6 +50,11 @@ pub struct Finished {
     /// What held the trial's processes, and why not a cgroup when not.
     pub containment: Containment,
     pub no_cgroup: Option<String>,
+    /// Pids of the trial's processes its supervisor saw
+    /// ([`crate::exec::supervisor::SupervisorReport::seen`]), and when the
+    /// supervisor started (clock ticks after boot).
+    pub(crate) seen: Vec<libc::pid_t>,
+    pub(crate) since: Option<u64>,
 }
 
 /// What happened while a trial held its rank slots: the command that ran,
@@ -132,5 +137,7 @@ pub fn run(
         output_cut: report.output_cut,
         containment: report.containment,
         no_cgroup: report.no_cgroup.clone(),
+        seen: report.seen.clone(),
+        since: report.started,
     })
 }

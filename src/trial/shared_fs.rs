@@ -82,6 +82,7 @@ impl Probe<'_> {
             log_cap: 1 << 20,
             records: None,
             token,
+            mark: None,
             kind: TrialKind::Perf,
             cases_dir: None,
         };

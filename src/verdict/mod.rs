@@ -478,7 +478,11 @@ pub(crate) struct ProfileEvidence<'a> {
     /// Profiles in the folder not named as the harness's `LLVM_PROFILE_FILE`
     /// says (`profiles::Writers::unmatched`).
     pub(crate) unmatched: &'a [String],
-    /// The name the harness gave the profiles (`coverage.profile_pattern`).
+    /// Profiles in the folder that were not the trial's own, moved to
+    /// quarantine (`profiles::Origin`).
+    pub(crate) foreign: &'a [String],
+    /// The name the harness gave the profiles (`coverage.profile_pattern`,
+    /// with the attempt's mark).
     pub(crate) pattern: &'a str,
     /// Processes of the instrumented program that should each have written one.
     pub(crate) expected: usize,
@@ -518,6 +522,13 @@ pub(crate) fn judge_coverage(verdict: Verdict, evidence: &ProfileEvidence) -> Ve
             evidence.unmatched.len(),
             preview(evidence.unmatched),
             evidence.pattern
+        )
+    } else if evidence.writers == 0 && !evidence.foreign.is_empty() {
+        format!(
+            "coverage lost: the trial passed but wrote no coverage profile under the name the harness gave it (LLVM_PROFILE_FILE={dir}/{}); the {} profile(s) in {dir} ({}) do not carry that name, so they were moved to quarantine as not its own, not merged: something in the trial set LLVM_PROFILE_FILE itself, or another process put them there",
+            evidence.pattern,
+            evidence.foreign.len(),
+            preview(evidence.foreign)
         )
     } else if evidence.writers == 0 {
         format!(
@@ -575,6 +586,8 @@ mod tests {
             output_cut: 0,
             containment: crate::exec::supervisor::Containment::ProcessTree,
             no_cgroup: None,
+            seen: Vec::new(),
+            since: None,
         }
     }
 
@@ -811,6 +824,7 @@ Expected equality]]></failure>
             writers,
             partial: &[],
             unmatched: &[],
+            foreign: &[],
             pattern: "%h-%p-%m.profraw",
             expected,
             dir: std::path::Path::new("/ws/profiles/T"),
@@ -837,6 +851,15 @@ Expected equality]]></failure>
             "{}",
             renamed.reason
         );
+        let set_aside = judge_coverage(passed(), &ProfileEvidence { foreign: &other, ..evidence(0, 1) });
+        assert!(
+            set_aside.reason.starts_with("coverage lost: the trial passed but wrote no coverage profile under the name the harness gave it (LLVM_PROFILE_FILE=/ws/profiles/T/%h-%p-%m.profraw); the 1 profile(s) in /ws/profiles/T (mine.profraw) do not carry that name, so they were moved to quarantine"),
+            "{}",
+            set_aside.reason
+        );
+        // Foreign profiles beside the trial's own: it keeps its verdict.
+        let beside = ProfileEvidence { foreign: &other, ..evidence(1, 1) };
+        assert_eq!(judge_coverage(passed(), &beside).status, Status::Passed);
         let some = judge_coverage(passed(), &evidence(2, 3));
         assert!(some.reason.contains("only 2 of 3 ranks"), "{}", some.reason);
         let merge = ProfileEvidence { merge_error: Some("llvm-profdata: boom"), ..evidence(3, 3) };

@@ -139,6 +139,8 @@ pub(crate) enum Area {
     Cases,
     /// `results/`: the trials' records, `run.json` and `junit.xml`.
     Results,
+    /// `work/<slug>/`: a trial's working folder.
+    Work,
     /// `report.new/<pid>/`: the report one process is writing, swapped in
     /// for `report/` once it is whole ([`Workspace::install_report`]).
     ReportStaging,
@@ -152,6 +154,7 @@ impl Area {
             Area::Report => "report",
             Area::Cases => "cases",
             Area::Results => "results",
+            Area::Work => "work",
             Area::ReportStaging => "report.new",
         }
     }
@@ -197,6 +200,13 @@ impl Workspace {
     /// JUnit XML), emptied before it runs.
     pub(crate) fn trial_cases(&self, slug: &str) -> PathBuf {
         self.area(Area::Cases).join(slug)
+    }
+
+    /// A trial's working folder (its processes' current directory): made
+    /// empty before it runs, so that nothing a trial writes there lands in
+    /// the shared build cache, and deleted when it passes.
+    pub(crate) fn trial_work(&self, slug: &str) -> PathBuf {
+        self.area(Area::Work).join(slug)
     }
 
     /// The log of a failed trial's diagnostic rerun.
@@ -717,7 +727,7 @@ pub(crate) struct Cleaned {
 
 /// What the harness makes at the top of a workspace (besides its marker and
 /// lock files): what `clean` deletes.
-const OWN_ENTRIES: [&str; 14] = [
+const OWN_ENTRIES: [&str; 15] = [
     "build.json",
     "shards.json",
     "profiles",
@@ -728,6 +738,7 @@ const OWN_ENTRIES: [&str; 14] = [
     "report.new",
     "report.old",
     "cases",
+    "work",
     ".lock",
     ".writers.lock",
     ".owner.json",

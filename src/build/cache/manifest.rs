@@ -84,6 +84,10 @@ pub struct BuildManifest {
     /// What the sources were; `None` in records of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) sources: Option<SourceSums>,
+    /// SHA-256 of the listing of what the build left in its cache folder
+    /// (`contents.txt`, `identity::contents`); `None` in records of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) contents_sha256: Option<String>,
 }
 
 impl BuildManifest {
@@ -321,5 +325,6 @@ pub(crate) fn test_manifest(build_id: &str) -> BuildManifest {
         built_at: String::new(),
         programs: Vec::new(),
         sources: None,
+        contents_sha256: None,
     }
 }

@@ -156,6 +156,7 @@ impl BuildPlan {
             built_at: crate::exec::host::now(),
             programs: Vec::new(),
             sources: None,
+            contents_sha256: None,
         }
     }
 
@@ -257,9 +258,25 @@ impl BuildPlan {
     /// The cached build: whole, damaged (why), or not built.
     fn cached(&self) -> Cached {
         let Ok(manifest) = BuildManifest::read(&self.manifest_path()) else { return Cached::Missing };
+        let Some(contents) = manifest.contents_sha256.clone() else {
+            return Cached::Damaged(
+                "it records no listing of what its build made (an older ccl-coverage made it)".into(),
+            );
+        };
         match manifest.damage() {
             None => {
                 crate::say!("ccl-coverage: reusing build {} ({})", self.key, self.build_dir.display());
+                match identity::left_in_cache(&self.cache_dir, &contents) {
+                    Ok(None) => {}
+                    Ok(Some(said)) => crate::say!(
+                        "ccl-coverage: warning: the cached build {} {said}; it is reused (its objects and test binaries are checked apart): delete them, or run `ccl-coverage clean --builds` to build it anew",
+                        self.cache_dir.display()
+                    ),
+                    Err(e) => crate::say!(
+                        "ccl-coverage: warning: what the cached build {} holds cannot be checked: {e}",
+                        self.cache_dir.display()
+                    ),
+                }
                 Cached::Whole(Box::new(manifest))
             }
             Some(why) => Cached::Damaged(why),
@@ -319,6 +336,9 @@ impl BuildPlan {
         }
         manifest.programs = programs(&self.bin_dir)?;
         manifest.sources = self.source_sums(ctx);
+        let contents = identity::contents(&self.cache_dir)?.join("\n");
+        files::write_atomic(&self.cache_dir.join(identity::CONTENTS), contents.as_bytes())?;
+        manifest.contents_sha256 = Some(files::hex(&<sha2::Sha256 as sha2::Digest>::digest(contents.as_bytes())));
         manifest.write(&self.manifest_path())?;
         crate::say!("ccl-coverage: build {} ready in {:.1}s", self.key, started.elapsed().as_secs_f64());
         Ok(manifest)
@@ -603,9 +623,15 @@ pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
                 p.build_id,
                 manifest.build_id
             );
-            for area in
-                [Area::Results, Area::Profiles, Area::Quarantine, Area::Report, Area::ReportStaging, Area::Cases]
-            {
+            for area in [
+                Area::Results,
+                Area::Profiles,
+                Area::Quarantine,
+                Area::Report,
+                Area::ReportStaging,
+                Area::Cases,
+                Area::Work,
+            ] {
                 ws.clear(area, &ws.area(area))?;
             }
         }
@@ -684,6 +710,36 @@ mod tests {
         drop(busy);
         remove_failed_builds(&builds, &ws, "done");
         assert!(!builds.join("busy").exists(), "once no run holds it, it goes");
+    }
+
+    #[test]
+    fn what_is_left_in_a_cache_folder_or_gone_from_it_is_named() {
+        use sha2::Digest;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("ccl-tests")).unwrap();
+        std::fs::create_dir_all(root.join("logs")).unwrap();
+        std::fs::write(root.join("ccl-tests/all_reduce_perf"), "elf").unwrap();
+        std::fs::write(root.join("logs/01-build.log"), "log").unwrap();
+        std::os::unix::fs::symlink("all_reduce_perf", root.join("ccl-tests/link")).unwrap();
+        let listing = identity::contents(root).unwrap().join("\n");
+        assert_eq!(listing, "ccl-tests/\nccl-tests/all_reduce_perf\nccl-tests/link@\nlogs/\nlogs/01-build.log");
+        std::fs::write(root.join(identity::CONTENTS), &listing).unwrap();
+        let sum = files::hex(&sha2::Sha256::digest(listing.as_bytes()));
+        // The manifest, written after the listing, is not in it.
+        std::fs::write(root.join("build.json"), "{}").unwrap();
+        assert_eq!(identity::left_in_cache(root, &sum).unwrap(), None);
+        std::fs::write(root.join("ccl-tests/left-behind"), "x").unwrap();
+        std::fs::remove_file(root.join("logs/01-build.log")).unwrap();
+        let said = identity::left_in_cache(root, &sum).unwrap().unwrap();
+        assert!(
+            said.contains("holds 1 entries its build did not make") && said.contains(": ccl-tests/left-behind"),
+            "{said}"
+        );
+        assert!(said.ends_with("lacks 1 entries its build made: logs/01-build.log"), "{said}");
+        std::fs::write(root.join(identity::CONTENTS), "ccl-tests/\n").unwrap();
+        let said = identity::left_in_cache(root, &sum).unwrap().unwrap();
+        assert!(said.contains("is not the one build.json records, so they cannot be named"), "{said}");
     }
 
     #[test]
