@@ -119,7 +119,9 @@ fn the_dry_run_shows_kinds_filters_and_sizes() {
     assert_eq!(argv[1], "--gtest_filter=RingTest.*");
     assert!(argv[2].starts_with("--gtest_output=xml:") && argv[2].ends_with("/cases/push/"), "{argv:?}");
     let suite: Vec<&str> = trials[1]["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-    assert_eq!(&suite[..3], ["ctest", "-R", "^ring_"]);
+    assert_eq!((suite[0], suite[1]), ("ctest", "--test-dir"), "{suite:?}");
+    assert!(suite[2].starts_with('/'), "the tests' folder, absolute: {suite:?}");
+    assert_eq!(&suite[3..5], ["-R", "^ring_"]);
     assert!(suite.contains(&"--no-tests=error"), "{suite:?}");
     let bench = &trials[2];
     assert_eq!((bench["name"].as_str(), bench["size"].as_str()), (Some("bench::1K"), Some("1K")));

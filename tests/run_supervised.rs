@@ -49,6 +49,7 @@ fn launch(script: &str, timeout_ms: u64, grace_ms: u64) -> TrialLaunch {
         mark: None,
         kind: TrialKind::Perf,
         cases_dir: None,
+        binary: "sh".into(),
     }
 }
 

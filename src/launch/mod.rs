@@ -48,6 +48,8 @@ pub struct TrialLaunch {
     /// Where the test writes its own report (gtest's JSON files, pytest's
     /// JUnit XML): a folder of the trial's, emptied before it runs.
     pub cases_dir: Option<PathBuf>,
+    /// The test program it starts, absolute (what a gtest listing runs).
+    pub binary: PathBuf,
 }
 
 /// The command of `spec`. `slots` are the rank slots the trial holds (for
@@ -191,6 +193,7 @@ fn prepare_own(
         mark,
         kind: spec.kind(),
         cases_dir: matches!(spec.kind(), TrialKind::Gtest | TrialKind::Ctest).then_some(cases_dir),
+        binary,
     })
 }
 
@@ -278,7 +281,7 @@ fn prepare_upstream(
         let shape = Shape { ranks: spec.ranks, nodes: launcher.nodes, per_rank: true };
         argv = launcher_prefix(&launcher, shape, &test.mpi_args, &forwarded, is_root());
     }
-    argv.push(program);
+    argv.push(program.clone());
     argv.append(&mut program_args);
     let Some(cmd) = Cmd::from_argv(&argv) else { bail!("empty command line") };
     let cmd = cmd.envs(env.clone()).env_remove(PROFILE_INIT_ONCE).cwd(cwd);
@@ -293,6 +296,7 @@ fn prepare_upstream(
         mark,
         kind,
         cases_dir: (kind != TrialKind::Perf).then_some(cases_dir),
+        binary: PathBuf::from(&program),
     })
 }
 

@@ -85,6 +85,7 @@ impl Probe<'_> {
             mark: None,
             kind: TrialKind::Perf,
             cases_dir: None,
+            binary: "cat".into(),
         };
         let finished = run::run(&probe, &log, supervisor, LIMIT, &|_| {})?;
         let text = ws.read_lossy(&log);

@@ -22,8 +22,7 @@ pub(crate) fn hint(execution: &Execution, program: &Program, filter: &str) -> St
     let launch = &execution.launch;
     let Some(binary) = program.binary.as_deref() else { return String::new() };
     let cwd = launch.cmd.get_cwd().map(Path::to_path_buf).unwrap_or_default();
-    let path = cwd.join(binary);
-    let mut cmd = Cmd::new(&path).arg("--gtest_list_tests").cwd(&cwd).time_limit(LIST_LIMIT);
+    let mut cmd = Cmd::new(&launch.binary).arg("--gtest_list_tests").cwd(&cwd).time_limit(LIST_LIMIT);
     for (k, v) in &launch.env {
         // Its profile goes beside the trial's report, never into the trial's
         // merged profiles, and never the working directory.
