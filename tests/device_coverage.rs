@@ -477,12 +477,27 @@ fn host_and_device_raw_profiles_merge_and_report_apart() {
     let slug = "AllReduce.1G";
     let trial = ws.trial_profiles(slug);
     fs::create_dir_all(&trial).unwrap();
-    Cmd::new(collector.display().to_string())
-        .args(["amdgcn-amd-amdhsa.gfx942:xnack-", &image.display().to_string()])
-        .env("LLVM_PROFILE_FILE", trial.join("%h-%p-%m.profraw").display().to_string())
-        .read()
-        .unwrap();
-    let raw = profiles::raw_files(&ws, &trial).unwrap();
+    // compiler-rt's `__llvm_write_custom_profile` takes the length of the
+    // expanded name from an estimate that counts 24 characters for `%m`
+    // (the name has at most 22) and searches the bytes past the name's end
+    // for its last `/`: when the stack left a `/` there (about one run in a
+    // hundred here), the device profile is written under the host's name and
+    // the host's own write then fails ("LLVM Profile Error: Failed to write
+    // file"), which a trial's verdict reports. That is the runtime's fault,
+    // not what this test checks, so such a run is repeated.
+    let mut raw = Vec::new();
+    for _ in 0..5 {
+        let said = Cmd::new(collector.display().to_string())
+            .args(["amdgcn-amd-amdhsa.gfx942:xnack-", &image.display().to_string()])
+            .env("LLVM_PROFILE_FILE", trial.join("%h-%p-%m.profraw").display().to_string())
+            .read_all()
+            .unwrap();
+        raw = profiles::raw_files(&ws, &trial).unwrap();
+        if !(raw.len() == 1 && said.contains("LLVM Profile Error: Failed to write file")) {
+            break;
+        }
+        fs::remove_file(&raw[0]).unwrap();
+    }
     let names: Vec<String> = raw.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
     assert_eq!(names.len(), 2, "{names:?}");
     let (device_raw, host_raw) = (&names[0], &names[1]);

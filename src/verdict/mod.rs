@@ -506,7 +506,8 @@ fn preview(names: &[String]) -> String {
 }
 
 /// Under coverage, a trial that lost coverage does not pass: its profiles
-/// were not written, some rank's is missing, or they could not be merged.
+/// were not written, some rank's is missing, they could not be merged, or
+/// the profile runtime said a write failed.
 /// A failed verdict keeps its own reason.
 pub(crate) fn judge_coverage(verdict: Verdict, evidence: &ProfileEvidence) -> Verdict {
     if verdict.status != Status::Passed {
@@ -553,6 +554,14 @@ pub(crate) fn judge_coverage(verdict: Verdict, evidence: &ProfileEvidence) -> Ve
             "coverage lost: {} of its raw profiles were unreadable and moved to quarantine: {}",
             evidence.quarantined.len(),
             evidence.quarantined.join(", ")
+        )
+    } else if !evidence.runtime_errors.is_empty() {
+        // Every process left a file, but one of them is not what it claims:
+        // with `%m` in the pattern, compiler-rt's device write
+        // (`__llvm_write_custom_profile`) can take the host's name, and the
+        // host's own write then fails (docs/device-coverage.md).
+        format!(
+            "coverage lost: a profile write failed although every rank left a profile in {dir}, so some of them may hold other data than their names say"
         )
     } else {
         return verdict;
@@ -877,6 +886,12 @@ Expected equality]]></failure>
             ),
             "{reason}"
         );
+        let host_write =
+            ["LLVM Profile Error: Failed to write file \"/ws/p/T/h-1-2_0.profraw\": File exists".to_string()];
+        let written = ProfileEvidence { runtime_errors: &host_write, ..evidence(3, 3) };
+        let lost = judge_coverage(passed(), &written);
+        assert_eq!(lost.status, Status::Failed, "a write the runtime says failed is coverage lost, files or not");
+        assert!(lost.reason.ends_with(&format!("the profile runtime said: {}", host_write[0])), "{}", lost.reason);
         let failed = Verdict { status: Status::Failed, reason: "exit status 1".into() };
         assert_eq!(judge_coverage(failed.clone(), &evidence(0, 3)), failed, "a failure keeps its own reason");
     }
