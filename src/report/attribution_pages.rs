@@ -8,6 +8,7 @@
 use crate::coverage::llvm_export::Metric;
 use crate::error::{Error, Result};
 use crate::report::attribution::{Attribution, expand, ranges_text};
+use crate::report::device_pages::{BranchMarks, mark_host_page};
 use crate::report::escape_html as escape;
 use crate::report::html_index;
 use std::collections::BTreeMap;
@@ -403,7 +404,11 @@ pub(crate) fn link_from_llvm_cov_index(ws: &crate::workspace::Workspace, index: 
 /// llvm-cov's page of each source file (`html/coverage/<path>.html`), made
 /// to link back to the index and to the attribution page of its file
 /// ([`source_page`]); how many pages it changed.
-pub(crate) fn link_source_pages(ws: &crate::workspace::Workspace, html_dir: &Path) -> Result<usize> {
+pub(crate) fn link_source_pages(
+    ws: &crate::workspace::Workspace,
+    html_dir: &Path,
+    device_branches: &BTreeMap<String, BranchMarks>,
+) -> Result<usize> {
     use crate::workspace::confined::EntryKind;
     let root = html_dir.join("coverage");
     if ws.kind(&root)?.is_none() {
@@ -423,7 +428,8 @@ pub(crate) fn link_source_pages(ws: &crate::workspace::Workspace, html_dir: &Pat
                     let source = format!("/{}", rel.display());
                     let source = source.strip_suffix(".html").unwrap_or(&source);
                     let text = ws.read_to_string(&path)?;
-                    ws.write(&path, source_page(&text, &file_page_name(source)).as_bytes())?;
+                    let page = source_page(&text, &file_page_name(source), device_branches.get(source));
+                    ws.write(&path, page.as_bytes())?;
                     changed += 1;
                 }
                 _ => {}
@@ -437,9 +443,9 @@ pub(crate) fn link_source_pages(ws: &crate::workspace::Workspace, html_dir: &Pat
 /// uncovered" links kept in the page's flow (fixed at the top right, they
 /// covered the title on a narrow window), a link back to the index and to
 /// the file's attribution page, and each covered line's count linking to
-/// that line's covering trials. `attribution_page`: the file's page under
-/// `attribution/`.
-pub(crate) fn source_page(page: &str, attribution_page: &str) -> String {
+/// that line's covering trials, and the file's device branches under their
+/// lines. `attribution_page`: the file's page under `attribution/`.
+pub(crate) fn source_page(page: &str, attribution_page: &str, device_branches: Option<&BranchMarks>) -> String {
     static STYLE_HREF: std::sync::LazyLock<regex::Regex> =
         std::sync::LazyLock::new(|| regex::Regex::new(r"href='((?:\.\./)*)style\.css'").expect("a valid regex"));
     static COUNT: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
@@ -456,6 +462,8 @@ pub(crate) fn source_page(page: &str, attribution_page: &str) -> String {
         "<p class='ccl-nav'><a href='{to_html}index.html'>&larr; index</a> \u{b7} \
          <a href='{attribution}'>which trials ran each line of this file</a></p>"
     );
+    let marked = device_branches.map(|marks| mark_host_page(page, marks, to_html));
+    let page = marked.as_deref().unwrap_or(page);
     let linked = COUNT.replace_all(page, |c: &regex::Captures| {
         format!(
             "{}<a href='{attribution}#L{line}' title='the trials that ran line {line}'><pre>{}</pre></a>",
@@ -605,7 +613,7 @@ mod tests {
                     <tr><td class='line-number'><a name='L7' href='#L7'><pre>7</pre></a></td><td class='covered-line'><pre>1.2k</pre></td></tr>\
                     <tr><td class='line-number'><a name='L8' href='#L8'><pre>8</pre></a></td><td class='uncovered-line'><pre>0</pre></td></tr>\
                     </table></body></html>";
-        let out = source_page(page, "x.cc-0011.html");
+        let out = source_page(page, "x.cc-0011.html", None);
         assert!(out.contains(".control{position:sticky;"), "{out}");
         assert!(out.contains("<body><p class='ccl-nav'><a href='../../../index.html'>&larr; index</a>"), "{out}");
         assert!(out.contains("<a href='../../../../attribution/x.cc-0011.html'>which trials ran"), "{out}");

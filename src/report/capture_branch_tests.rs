@@ -191,3 +191,69 @@ fn the_device_source_pages_mark_a_line_whose_device_branches_did_not_go_both_way
         assert!(row.contains('['), "{file}:{line}: no branch cell: {row}");
     }
 }
+
+/// llvm-cov's page of each marked file (its rows as llvm-cov 22 writes them, with the fixture's
+/// text; `device_pages`' own test checks them against llvm-cov's) shows the capture's device
+/// branches under the marked line, found by its page's path as the report finds it, each
+/// outcome red exactly when no trial of the capture had it.
+#[test]
+fn llvm_cov_s_source_pages_show_the_device_branches_of_a_marked_line() {
+    let (lines, _, _) = attributed_capture();
+    let names = crate::coverage::source_names::SourceNames::new(Path::new("/nowhere/src"), Path::new("/nowhere/b"));
+    let marks = crate::report::device_pages::host_page_marks(&lines.all, &names);
+    let placed = lines.all.branch_lines();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = crate::workspace::Workspace::new(&dir.path().join("ws")).unwrap();
+    ws.create().unwrap();
+    let html = ws.report_dir().join("html");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ccl-cuda/src/device");
+    let markers = marked("// cov-branch:");
+    let mut pages = BTreeMap::new();
+    for (file, _, _) in &markers {
+        let path = *placed.keys().find(|f| f.ends_with(&format!("ccl-cuda/src/device/{file}"))).unwrap();
+        assert!(path.starts_with('/'), "llvm-cov names files by their absolute paths: {path}");
+        let text = std::fs::read_to_string(fixture.join(file)).unwrap();
+        let mut page = String::from("<html><head></head><body><table>");
+        for (n, line) in text.lines().enumerate() {
+            let n = n + 1;
+            page.push_str(&format!(
+                "<tr><td class='line-number'><a name='L{n}' href='#L{n}'><pre>{n}</pre></a></td><td class='covered-line'><pre>1</pre></td><td class='code'><pre>{}</pre></td></tr>",
+                crate::report::escape_html(line)
+            ));
+        }
+        page.push_str("</table></body></html>");
+        let at = html.join(format!("coverage{path}.html"));
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(&at, page).unwrap();
+        pages.insert(file.clone(), (path, at));
+    }
+    crate::report::attribution_pages::link_source_pages(&ws, &html, &marks).unwrap();
+    let mut wrong = Vec::new();
+    for (file, line, _) in &markers {
+        let (path, at) = &pages[file];
+        let page = std::fs::read_to_string(at).unwrap();
+        let start = page.find(&format!("<a name='L{line}' href='#L{line}'>")).unwrap();
+        let row = &page[start..page[start..].find("</td></tr>").map_or(page.len(), |e| start + e)];
+        let outcomes = &placed[path][line];
+        for (k, o) in outcomes.iter().enumerate() {
+            let class = |count: Option<u64>| if count.is_some_and(|c| c > 0) { "None" } else { "red branch" };
+            let expected = format!(
+                "Device branch {k}</a>: [<span class='{}'>Taken</span>: <span class='{}'>",
+                class(o.map(|o| o.taken)),
+                if o.is_some_and(|o| o.taken > 0) { "covered-line" } else { "uncovered-line" }
+            );
+            let not_taken = format!("<span class='{}'>Not taken</span>", class(o.map(|o| o.not_taken)));
+            let Some(view) = row.find(&expected).map(|i| &row[i..]) else {
+                wrong.push(format!("{file}:{line}: no {expected:?} in {row}"));
+                continue;
+            };
+            if !view.lines().next().is_some_and(|l| l.contains(&not_taken)) {
+                wrong.push(format!("{file}:{line}: branch {k} without {not_taken:?}: {view}"));
+            }
+        }
+        if row.matches("Device branch ").count() != outcomes.len() {
+            wrong.push(format!("{file}:{line}: {} branches, the row shows otherwise: {row}", outcomes.len()));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -68,7 +68,11 @@ impl Session {
         self.ctx.workspace.write(&index, html.as_bytes()).context("writing the index failed")?;
         attribution_pages::link_from_llvm_cov_index(&self.ctx.workspace, &index)
             .context("linking the attribution pages failed")?;
-        attribution_pages::link_source_pages(&self.ctx.workspace, &dir)
+        let device_branches = match (&device, &merged.device_lines) {
+            (Some(Ok(_)), Some(lines)) => report::device_pages::host_page_marks(&lines.all, &merged.inputs.names),
+            _ => Default::default(),
+        };
+        attribution_pages::link_source_pages(&self.ctx.workspace, &dir, &device_branches)
             .context("linking llvm-cov's source pages to the index and the attribution pages failed")?;
         if let Some(device) = device {
             let device = device.context("writing the device pages failed")?;
