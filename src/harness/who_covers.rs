@@ -152,4 +152,67 @@ mod tests {
         assert!(answer(&att, "b.cc", 1, &four).is_err());
         assert_eq!((line_count(b"a\nb\n"), line_count(b"a\nb"), line_count(b"")), (2, 2, 0));
     }
+
+    /// The printed answer on each marked branch line of the H200 capture (the attribution read
+    /// back from its JSON, as `run` reads it): the line's own answer, then for each device
+    /// branch `device branch <k> taken|not taken in <n> of <total> trials`, followed by exactly
+    /// those n trials; over the line's branches, each outcome's trials are the marker's.
+    #[test]
+    fn the_printed_answer_names_the_trials_of_each_device_branch_outcome() {
+        use crate::device::nvidia::sass::fixture_markers::{Trial, branch_marker, marked};
+        use std::collections::BTreeSet;
+        let (lines, universe, trials) = crate::report::capture_branch_tests::attributed_capture();
+        let slugs: Vec<&str> = trials.iter().map(|t| t.slug.as_str()).collect();
+        let mut attribution = Attribution::new(&universe, &trials);
+        attribution.add_device_branches(&slugs, &lines);
+        let attribution: Attribution = serde_json::from_str(&serde_json::to_string(&attribution).unwrap()).unwrap();
+        let total = trials.len();
+        let heading = regex::Regex::new(r"^device branch (\d+) (taken|not taken) in (\d+) of (\d+) trials:?$").unwrap();
+        let mut wrong = Vec::new();
+        for (file, line, marker) in marked("// cov-branch:") {
+            let (text, _) = answer(&attribution, &format!("ccl-cuda/src/device/{file}"), line, &|_| None).unwrap();
+            let mut printed = text.lines().peekable();
+            let head = printed.next().unwrap_or_default();
+            if !head.contains(&format!("ccl-cuda/src/device/{file}:{line}: covered by ")) {
+                wrong.push(format!("{file}:{line}: the line's own answer comes first: {text}"));
+            }
+            // The trials that ran the line.
+            while printed.next_if(|l| !heading.is_match(l)).is_some() {}
+            let mut seen: [BTreeSet<String>; 2] = Default::default();
+            let mut branches = Vec::new();
+            while let Some(block) = printed.next() {
+                let Some(c) = heading.captures(block) else {
+                    wrong.push(format!("{file}:{line}: {block:?} is no branch heading: {text}"));
+                    break;
+                };
+                let names: Vec<&str> = std::iter::from_fn(|| printed.next_if(|l| !heading.is_match(l))).collect();
+                let outcome = usize::from(&c[2] == "not taken");
+                if c[3].parse::<usize>() != Ok(names.len()) || c[4].parse::<usize>() != Ok(total) {
+                    wrong.push(format!("{file}:{line}: {block:?} heads {names:?}"));
+                }
+                if block.ends_with(':') == names.is_empty() {
+                    wrong.push(format!("{file}:{line}: {block:?}: a colon only before names"));
+                }
+                seen[outcome].extend(names.iter().map(ToString::to_string));
+                branches.push((c[1].to_string(), outcome));
+            }
+            let expected_order: Vec<(String, usize)> =
+                (0..branches.len() / 2).flat_map(|k| [(k.to_string(), 0), (k.to_string(), 1)]).collect();
+            if branches.is_empty() || branches != expected_order {
+                wrong.push(format!("{file}:{line}: branches printed as {branches:?}"));
+            }
+            let (taken, not_taken) = branch_marker(&marker);
+            for (outcome, expr) in [(0, taken), (1, not_taken)] {
+                let expected: BTreeSet<String> =
+                    slugs.iter().filter(|slug| Trial::from_slug(slug).holds(expr)).map(ToString::to_string).collect();
+                if seen[outcome] != expected {
+                    wrong.push(format!(
+                        "{file}:{line} outcome {outcome}: printed {:?}, the marker ({expr}) {expected:?}",
+                        seen[outcome]
+                    ));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
 }

@@ -15,7 +15,7 @@ use std::path::Path;
 /// The capture's device coverage as the report takes it (`device_lines`: every trial's from
 /// its own records, and all of them), with CUDA's headers left out as the report's rules
 /// leave them; and each trial as the report's attribution holds it, named by its slug.
-fn attributed_capture() -> (DeviceLines, Universe, Vec<TrialCoverage>) {
+pub(crate) fn attributed_capture() -> (DeviceLines, Universe, Vec<TrialCoverage>) {
     let (capture, trials) = captured_trials();
     let records: BTreeMap<String, Vec<std::path::PathBuf>> = trials
         .iter()

@@ -8,7 +8,7 @@
 pub mod attribution;
 pub(crate) mod attribution_pages;
 #[cfg(test)]
-mod capture_branch_tests;
+pub(crate) mod capture_branch_tests;
 pub(crate) mod device_pages;
 pub(crate) mod diff_coverage;
 pub(crate) mod elements;
