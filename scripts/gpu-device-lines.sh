@@ -36,6 +36,11 @@
 #   NCCL's kernels only, for what is left of NCU_BUDGET (default 200) seconds.
 # cost-fixture (issue #42): the CUDA fixture with three metrics, then the same
 #   replayed rounds as nccl-branches.
+# pages (issue #42): the CUDA fixture, then NCCL's one-rank kernel (library's
+#   kernels, 1K/64M/1G), each with three metrics and its report; which of
+#   llvm-cov's host pages show device branches and how many, who-covers on the
+#   fixture's marked branch lines, and the pages of tally.cu and of NCCL's
+#   files with device branches on a host page.
 # Phases can be joined with commas: cupti,nccl.
 set -uo pipefail
 carry=$1 final=$2 phase=$3
@@ -302,6 +307,45 @@ if has nccl-branches; then
   tar -cf - -C /tmp --exclude nccl3/cubins nccl3 | xz -T0 -6 > "$final/nccl3.tar.xz"
   tar -cf - -C /tmp/nccl3 cubins | xz -T0 -6 > "$final/nccl3-cubins.tar.xz"
   stamp ncu-nccl
+fi
+
+# The host pages (llvm-cov's) of a workspace's report that show device branches, with how many.
+pages_with_device_branches() { # workspace name
+  ( cd "$1/report/html" && grep -rc "Device branch " coverage | grep -v ':0$' | sort ) > "$out/$2-host-pages.txt"
+  mkdir -p "$final/pages-$2"
+  while IFS=: read -r page _; do cp "$1/report/html/$page" "$final/pages-$2/" 2>/dev/null; done < "$out/$2-host-pages.txt"
+  [ "$2" = fixture ] && cp -r "$1/report/html/device" "$final/pages-$2/device" 2>/dev/null
+  return 0
+}
+
+if has pages; then
+  export CCL_COV_CONFIG=configs/h200_cuda.json
+  CCL_COV_WORKSPACE=/tmp/ws-pages $cov collectives > "$out/pages-collectives.log" 2>&1
+  echo "rc=$?" >> "$out/pages-collectives.log"
+  stamp pages-collectives
+  CCL_COV_WORKSPACE=/tmp/ws-pages $cov report > "$out/pages-report.log" 2>&1
+  echo "rc=$?" >> "$out/pages-report.log"
+  stamp pages-report
+  for line in common.cuh:35 tally.cu:17 tally.cu:19 tally.cu:23 tally.cu:31 tally.cu:33; do
+    CCL_COV_WORKSPACE=/tmp/ws-pages $cov who-covers "$line" >> "$final/who-covers-fixture.txt" 2>&1
+  done
+  pages_with_device_branches /tmp/ws-pages fixture
+  cp /tmp/ws-pages/report/summary.md "$final/summary-fixture.md"
+  mkdir -p /tmp/src
+  tar -xJf "$carry/nccl.tar.xz" -C /tmp/src && tar -xJf "$carry/nccl-tests.tar.xz" -C /tmp/src
+  export NCCL_SRC=/tmp/src/nccl NCCL_TESTS_SRC=/tmp/src/nccl-tests
+  export NCCL_TESTS_DTYPE=float NCCL_TESTS_OP=avg NCCL_ONLY_FUNCS="AllReduce Sum f32 RING SIMPLE"
+  ws=/tmp/ws-nccl-pages
+  CCL_COV_CONFIG=configs/h200_nccl.json CCL_COV_WORKSPACE=$ws $cov collectives --ignored --test-threads 1 AllReduce \
+    > "$out/nccl-pages-collectives.log" 2>&1
+  echo "rc=$?" >> "$out/nccl-pages-collectives.log"
+  stamp nccl-pages-collectives
+  CCL_COV_CONFIG=configs/h200_nccl.json CCL_COV_WORKSPACE=$ws $cov report > "$out/nccl-pages-report.log" 2>&1
+  echo "rc=$?" >> "$out/nccl-pages-report.log"
+  stamp nccl-pages-report
+  pages_with_device_branches $ws nccl
+  cp $ws/report/summary.md "$final/summary-nccl.md"
+  cp "$out"/*-host-pages.txt "$out"/*report.log "$final/" 2>/dev/null
 fi
 
 if has cost-fixture; then
