@@ -346,6 +346,7 @@ if has pages; then
   pages_with_device_branches $ws nccl
   cp $ws/report/summary.md "$final/summary-nccl.md"
   cp "$out"/*-host-pages.txt "$out"/*report.log "$final/" 2>/dev/null
+  tar -czf "$final/pages.tar.gz" -C "$final" pages-fixture pages-nccl who-covers-fixture.txt && rm -rf "$final"/pages-* "$final/who-covers-fixture.txt"
 fi
 
 if has cost-fixture; then
