@@ -318,33 +318,32 @@ pages_with_device_branches() { # workspace name
   return 0
 }
 
+# Runs a command into $out/<log>.log, its exit status last, and stamps the time.
+logged() { # log command...
+  local log=$1; shift
+  "$@" > "$out/$log.log" 2>&1
+  echo "rc=$?" >> "$out/$log.log"
+  stamp "$log"
+}
+
 if has pages; then
-  export CCL_COV_CONFIG=configs/h200_cuda.json
-  CCL_COV_WORKSPACE=/tmp/ws-pages $cov collectives > "$out/pages-collectives.log" 2>&1
-  echo "rc=$?" >> "$out/pages-collectives.log"
-  stamp pages-collectives
-  CCL_COV_WORKSPACE=/tmp/ws-pages $cov report > "$out/pages-report.log" 2>&1
-  echo "rc=$?" >> "$out/pages-report.log"
-  stamp pages-report
+  export CCL_COV_CONFIG=configs/h200_cuda.json CCL_COV_WORKSPACE=/tmp/ws-pages
+  logged pages-collectives $cov collectives
+  logged pages-report $cov report
   for line in common.cuh:35 tally.cu:17 tally.cu:19 tally.cu:23 tally.cu:31 tally.cu:33; do
-    CCL_COV_WORKSPACE=/tmp/ws-pages $cov who-covers "$line" >> "$final/who-covers-fixture.txt" 2>&1
+    $cov who-covers "$line" >> "$final/who-covers-fixture.txt" 2>&1
   done
-  pages_with_device_branches /tmp/ws-pages fixture
-  cp /tmp/ws-pages/report/summary.md "$final/summary-fixture.md"
+  pages_with_device_branches $CCL_COV_WORKSPACE fixture
+  cp $CCL_COV_WORKSPACE/report/summary.md "$final/summary-fixture.md"
   mkdir -p /tmp/src
   tar -xJf "$carry/nccl.tar.xz" -C /tmp/src && tar -xJf "$carry/nccl-tests.tar.xz" -C /tmp/src
   export NCCL_SRC=/tmp/src/nccl NCCL_TESTS_SRC=/tmp/src/nccl-tests
   export NCCL_TESTS_DTYPE=float NCCL_TESTS_OP=avg NCCL_ONLY_FUNCS="AllReduce Sum f32 RING SIMPLE"
-  ws=/tmp/ws-nccl-pages
-  CCL_COV_CONFIG=configs/h200_nccl.json CCL_COV_WORKSPACE=$ws $cov collectives --ignored --test-threads 1 AllReduce \
-    > "$out/nccl-pages-collectives.log" 2>&1
-  echo "rc=$?" >> "$out/nccl-pages-collectives.log"
-  stamp nccl-pages-collectives
-  CCL_COV_CONFIG=configs/h200_nccl.json CCL_COV_WORKSPACE=$ws $cov report > "$out/nccl-pages-report.log" 2>&1
-  echo "rc=$?" >> "$out/nccl-pages-report.log"
-  stamp nccl-pages-report
-  pages_with_device_branches $ws nccl
-  cp $ws/report/summary.md "$final/summary-nccl.md"
+  export CCL_COV_CONFIG=configs/h200_nccl.json CCL_COV_WORKSPACE=/tmp/ws-nccl-pages
+  logged nccl-pages-collectives $cov collectives --ignored --test-threads 1 AllReduce
+  logged nccl-pages-report $cov report
+  pages_with_device_branches $CCL_COV_WORKSPACE nccl
+  cp $CCL_COV_WORKSPACE/report/summary.md "$final/summary-nccl.md"
   cp "$out"/*-host-pages.txt "$out"/*report.log "$final/" 2>/dev/null
   tar -czf "$final/pages.tar.gz" -C "$final" pages-fixture pages-nccl who-covers-fixture.txt && rm -rf "$final"/pages-* "$final/who-covers-fixture.txt"
 fi
