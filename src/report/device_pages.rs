@@ -145,7 +145,7 @@ pub(crate) fn mark_host_page(page: &str, marks: &BranchMarks, to_html: &str) -> 
     for (line, branches) in &marks.lines {
         let Some(row) = page[from..].find(&row_start(*line)).map(|at| from + at) else { continue };
         let end = page[row + 1..]
-            .find(&row_start(line + 1))
+            .find(&row_start(line.saturating_add(1)))
             .or_else(|| page[row + 1..].find("</table>"))
             .map_or(page.len(), |at| row + 1 + at);
         let Some(at) = page[row..end].rfind("</td></tr>").map(|at| row + at) else { continue };
