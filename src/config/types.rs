@@ -870,6 +870,16 @@ pub(crate) struct ReportConfig {
     /// Files left out of every report (llvm-cov `-ignore-filename-regex`,
     /// joined with `|`). Anchor them: upstream's `ext.*` also dropped `context.cc`.
     pub(crate) ignore_filename_regex: Vec<String>,
+    /// The library's test code, left out of every object the report
+    /// measures: paths relative to `library.source_dir`, a folder ending in
+    /// `/`, `*` any part of a name, `**/` any folders. Files under
+    /// `tests.source_dir` are test code too, unless that folder holds the library's.
+    pub(crate) test_code: Vec<String>,
+    /// Whether the report measures, beside `library.objects`, every other
+    /// instrumented program or library of the build that wrote profiles (a
+    /// test program with the library's header code or `.c` file compiled
+    /// in); `false` measures `library.objects` alone.
+    pub(crate) measure_programs: bool,
     /// Whether `coverage_report` snapshot-checks the summary.
     pub(crate) snapshot: bool,
     /// The prefix taken off the file names of `coverage.lcov` and
@@ -884,6 +894,8 @@ impl Default for ReportConfig {
         ReportConfig {
             // System, CUDA and ROCm headers, and nvcc's temporary host files.
             ignore_filename_regex: ["^/usr/", "^/opt/rocm", "(^|/)tmpxft_[^/]*$", "cudafe1"].map(String::from).to_vec(),
+            test_code: ["**/test/", "**/tests/"].map(String::from).to_vec(),
+            measure_programs: true,
             snapshot: true,
             path_prefix: None,
         }

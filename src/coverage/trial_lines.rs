@@ -221,9 +221,10 @@ pub(crate) struct LineStore {
 }
 
 impl LineStore {
-    /// The mapping of the build's instrumented objects, as the report reads them.
-    pub(crate) fn new(manifest: &BuildManifest, ignore: IgnoreRule) -> Result<LineStore> {
-        let mapping = Mapping::read(&manifest.coverage_objects(), manifest.toolchain.llvm_cov.major)?;
+    /// The mapping of every object the build's trials may run
+    /// ([`BuildManifest::every_object`]), as the report reads them.
+    pub(crate) fn new(manifest: &BuildManifest, programs: bool, ignore: IgnoreRule) -> Result<LineStore> {
+        let mapping = Mapping::read(&manifest.every_object(programs), manifest.toolchain.llvm_cov.major)?;
         let basis = Basis::new(manifest, &ignore);
         Ok(LineStore { mapping, ignore, basis })
     }

@@ -27,6 +27,8 @@ pub(crate) struct Health {
     /// What llvm-cov warned about on the merged profile (and so left out of
     /// every total), explained.
     pub(crate) llvm_cov_warnings: Vec<crate::report::llvm_cov::LlvmCovWarning>,
+    /// What the report measured and left out (`meta.json`'s `measured`).
+    pub(crate) measurement: Option<crate::report::measured::Measurement>,
 }
 
 impl Health {

@@ -79,8 +79,10 @@ pub struct ReportInputs {
 
 impl ReportInputs {
     /// `entry`: the command the person ran, which a hint names.
+    /// `objects`: what the report measures ([`BuildManifest::measured`]).
     pub fn new(
         manifest: &BuildManifest,
+        objects: Vec<PathBuf>,
         profdata: PathBuf,
         ignore: IgnoreRule,
         title: String,
@@ -90,7 +92,6 @@ impl ReportInputs {
         if manifest.instrumented_objects().is_empty() {
             bail!("the build manifest lists no instrumented object; nothing to report on");
         }
-        let objects = manifest.coverage_objects();
         for object in &objects {
             if !object.is_file() {
                 bail!("instrumented object {} is gone; rebuild with `{}`", object.display(), entry.trials());

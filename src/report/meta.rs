@@ -36,6 +36,11 @@ pub(crate) struct ReportMeta {
     /// leaves what it warns about out of every total.
     #[serde(default)]
     pub(crate) llvm_cov_warnings: Vec<crate::report::llvm_cov::LlvmCovWarning>,
+    /// The objects the report measured, the files of theirs it left out, the
+    /// binaries that wrote profiles but are no file of the build, and the
+    /// functions that ran but that no measured object maps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) measured: Option<crate::report::measured::Measurement>,
     /// The report's own pages and files beside llvm-cov's, by what they hold.
     #[serde(default)]
     pub(crate) pages: BTreeMap<String, String>,
@@ -85,6 +90,7 @@ impl ReportMeta {
             exited_0_without_profile: health.no_profile.clone(),
             sources_changed: health.sources_changed.clone(),
             llvm_cov_warnings: health.llvm_cov_warnings.clone(),
+            measured: health.measurement.clone(),
             pages: PAGES.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect(),
         }
     }

@@ -18,6 +18,7 @@ mod health;
 pub(crate) mod html_index;
 mod llvm_cov;
 mod markdown;
+pub(crate) mod measured;
 mod meta;
 pub(crate) mod minimal_suite;
 pub(crate) mod screen;

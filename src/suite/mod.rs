@@ -9,7 +9,7 @@ use crate::bail;
 use crate::build::cache::{self, BuildManifest, BuildPlan};
 use crate::config::LauncherKind;
 use crate::context::Context;
-use crate::coverage::ignore::IgnoreRule;
+use crate::coverage::ignore::Scope;
 use crate::coverage::profiles;
 use crate::coverage::trial_lines::{self, LineStore};
 use crate::error::{Context as _, Error, Result};
@@ -518,8 +518,9 @@ impl Suite {
     fn line_store(&self, manifest: &BuildManifest) -> std::result::Result<Arc<LineStore>, String> {
         self.line_store
             .get_or_init(|| {
-                let store = IgnoreRule::new(&self.ctx.config().report.ignore_filename_regex)
-                    .and_then(|ignore| LineStore::new(manifest, ignore))
+                let config = self.ctx.config();
+                let store = Scope::of_build(config, manifest)
+                    .and_then(|scope| LineStore::new(manifest, config.report.measure_programs, scope.rule))
                     .map(Arc::new)
                     .map_err(|e| format!("the build's coverage mapping cannot be read in process: {e}"));
                 if let Err(why) = &store {

@@ -141,6 +141,40 @@ pub(super) fn inspect_existing(ctx: &Context, vars: &Vars, dir: &Path) -> Result
     )
 }
 
+/// Whether an object's path is a pattern (`*`, `?` or `[` in its file name).
+fn is_pattern(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| n.to_string_lossy().contains(['*', '?', '[']))
+}
+
+/// The instrumented ELF programs and libraries that `library.objects[i]`,
+/// a pattern, matches (a folder's test programs: `{build_dir}/tests/*`);
+/// what else it matches (CMake's files, scripts) is not an object and is
+/// passed over. A pattern that matches no instrumented binary is an error
+/// that names it, as a missing object is.
+fn object_pattern(ctx: &Context, i: usize, pattern: &Path) -> Result<Vec<ObjectRecord>> {
+    let mut records = Vec::new();
+    let mut passed_over = 0;
+    for path in super::manifest::glob_files(pattern)
+        .with_context(|| format!("{}: library.objects[{i}]", ctx.loaded.path.display()))?
+    {
+        let path = std::fs::canonicalize(&path).unwrap_or(path);
+        match objects::inspect_with_id(&path) {
+            Ok((instrumentation, build_id)) if instrumentation.is_instrumented() => {
+                records.push(ObjectRecord { path, instrumentation, sum: None, backend: None, build_id });
+            }
+            _ => passed_over += 1,
+        }
+    }
+    if records.is_empty() {
+        bail!(
+            "{}: library.objects[{i}]: the pattern {} matches no instrumented program or library ({passed_over} other files match it); fix the pattern or build those targets with {{coverage_flags}}",
+            ctx.loaded.path.display(),
+            pattern.display()
+        );
+    }
+    Ok(records)
+}
+
 /// The config's `library.objects`, each of which must exist and, when
 /// `coverage` is on, carry coverage mapping; `missing` and `uninstrumented`
 /// say why not (with the object's index).
@@ -154,6 +188,10 @@ pub(super) fn library_objects(
     let mut records = Vec::new();
     for (i, template) in ctx.loaded.config.library.objects.iter().enumerate() {
         let path = PathBuf::from(vars.render(template)?);
+        if is_pattern(&path) {
+            records.extend(object_pattern(ctx, i, &path)?);
+            continue;
+        }
         if !path.is_file() {
             return Err(missing(i, &path));
         }
@@ -163,11 +201,13 @@ pub(super) fn library_objects(
         // they read without following a link.
         let path = std::fs::canonicalize(&path)
             .with_context(|| format!("library.objects[{i}]: cannot resolve {} to the file it names", path.display()))?;
-        let instrumentation = objects::inspect(&path)?;
+        let (instrumentation, build_id) = objects::inspect_with_id(&path)?;
         if coverage && !instrumentation.is_instrumented() {
             return Err(uninstrumented(i, &path));
         }
-        records.push(ObjectRecord { path, instrumentation, sum: None, backend: None });
+        if !records.iter().any(|r: &ObjectRecord| r.path == path) {
+            records.push(ObjectRecord { path, instrumentation, sum: None, backend: None, build_id });
+        }
     }
     Ok(records)
 }

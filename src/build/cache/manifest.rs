@@ -11,6 +11,7 @@ use crate::toolchain::objects::{self, Instrumentation};
 use crate::workspace::files::FileSum;
 use crate::workspace::{Workspace, files};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -24,6 +25,9 @@ pub struct ObjectRecord {
     /// The device-coverage backend of a device object; `None` for host objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) backend: Option<Backend>,
+    /// Its `NT_GNU_BUILD_ID`, which every raw profile it writes carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) build_id: Option<String>,
 }
 
 /// A program a build made that trials run (a test binary of `tests.bin_dir`),
@@ -84,6 +88,12 @@ pub struct BuildManifest {
     /// What the sources were; `None` in records of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) sources: Option<SourceSums>,
+    /// Every other instrumented program or shared library the build made
+    /// (under `{build_dir}` and `bin_dir`): a test program with the library's
+    /// header code or `.c` file compiled in. The report measures those that
+    /// wrote profiles. `None` in records of older versions, which are built again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) discovered: Option<Vec<ObjectRecord>>,
     /// SHA-256 of the listing of what the build left in its cache folder
     /// (`contents.txt`, `identity::contents`); `None` in records of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,12 +106,12 @@ impl BuildManifest {
         self.objects.iter().filter(|o| o.instrumentation.is_instrumented()).map(|o| o.path.clone()).collect()
     }
 
-    /// What llvm-cov reads the coverage mapping of: the instrumented host
-    /// objects, then the device objects whose backend it reads.
-    pub(crate) fn coverage_objects(&self) -> Vec<PathBuf> {
-        let mut objects = self.instrumented_objects();
-        objects.extend(self.llvm_device_objects());
-        objects
+    /// Every object the build's trials may have run, as llvm-cov reads them:
+    /// the library's, then (`programs`) the build's other instrumented
+    /// binaries, then the device objects llvm-cov reads. A trial's stored
+    /// lines are computed over these.
+    pub(crate) fn every_object(&self, programs: bool) -> Vec<PathBuf> {
+        self.measured(&self.known_ids(), programs).objects
     }
 
     /// Device objects whose backend's coverage llvm-cov reads (AMDGPU's).
@@ -113,11 +123,49 @@ impl BuildManifest {
             .collect()
     }
 
+    /// The objects a report over profiles written by the binaries `ids`
+    /// (build IDs) measures: the library's instrumented objects always, then
+    /// each discovered binary whose ID is among them, then the device objects
+    /// llvm-cov reads; and the IDs that no object of the build has.
+    pub(crate) fn measured(&self, ids: &BTreeSet<String>, programs: bool) -> Measured {
+        let library = self.instrumented_objects();
+        let known: BTreeSet<&str> = self.objects.iter().chain(&self.device_objects).filter_map(|o| o.build_id.as_deref()).collect();
+        let programs: Vec<ObjectRecord> = self
+            .discovered
+            .iter()
+            .flatten()
+            .filter(|_| programs)
+            .filter(|o| o.build_id.as_ref().is_some_and(|id| ids.contains(id) && !known.contains(id.as_str())))
+            .filter(|o| !library.contains(&o.path))
+            .cloned()
+            .collect();
+        // Two files of one build ID (a copy in bin_dir) are one binary.
+        let mut seen = BTreeSet::new();
+        let programs: Vec<ObjectRecord> =
+            programs.into_iter().filter(|o| seen.insert(o.build_id.clone().unwrap_or_default())).collect();
+        let mut objects = library.clone();
+        objects.extend(programs.iter().map(|o| o.path.clone()));
+        objects.extend(self.llvm_device_objects());
+        let all_known: BTreeSet<&str> = known.iter().copied().chain(self.discovered.iter().flatten().filter_map(|o| o.build_id.as_deref())).collect();
+        let unknown = ids.iter().filter(|id| !all_known.contains(id.as_str())).cloned().collect();
+        Measured { objects, programs, unknown }
+    }
+
+    /// Every build ID of the build's instrumented objects, programs and device objects.
+    pub(crate) fn known_ids(&self) -> BTreeSet<String> {
+        self.objects
+            .iter()
+            .chain(&self.device_objects)
+            .chain(self.discovered.iter().flatten())
+            .filter_map(|o| o.build_id.clone())
+            .collect()
+    }
+
     /// Why this cached build's objects or test binaries are not what it
     /// built; `None` when every one still is. A record without checksums (an
     /// older harness) cannot be checked, so it is not trusted either.
     pub(super) fn damage(&self) -> Option<String> {
-        let objects = self.objects.iter().chain(&self.device_objects).find_map(|o| match &o.sum {
+        let objects = self.objects.iter().chain(&self.device_objects).chain(self.discovered.iter().flatten()).find_map(|o| match &o.sum {
             Some(sum) => sum.differs(&o.path),
             None => Some(format!("it records no checksum of {} (an older ccl-coverage made it)", o.path.display())),
         });
@@ -140,6 +188,7 @@ impl BuildManifest {
         self.objects
             .iter()
             .chain(&self.device_objects)
+            .chain(self.discovered.iter().flatten())
             .filter_map(|o| o.sum.as_ref().and_then(|sum| sum.differs(&o.path)))
             .collect()
     }
@@ -168,6 +217,17 @@ impl BuildManifest {
     }
 }
 
+/// What one report measures ([`BuildManifest::measured`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Measured {
+    /// What llvm-cov reads, in its order: the library's, the programs', the device's.
+    pub(crate) objects: Vec<PathBuf>,
+    /// The build's other instrumented binaries that wrote profiles.
+    pub(crate) programs: Vec<ObjectRecord>,
+    /// Build IDs that wrote profiles but that no binary of the build has.
+    pub(crate) unknown: Vec<String>,
+}
+
 /// With device coverage on: the device code objects matching `patterns` that
 /// carry coverage mapping. Chosen by their sections, never because a file
 /// exists: upstream's host-only fallback still writes `device-*.elf`. With
@@ -183,7 +243,8 @@ pub fn select_device_objects(patterns: &[PathBuf], device: &DeviceDecision) -> R
         for path in glob_files(pattern)? {
             let instrumentation = objects::inspect(&path)?;
             if instrumentation.is_instrumented() {
-                found.push(ObjectRecord { path, instrumentation, sum: None, backend: device.backend });
+                let build_id = objects::inspect_with_id(&path)?.1;
+                found.push(ObjectRecord { path, instrumentation, sum: None, backend: device.backend, build_id });
             } else {
                 skipped.push(path.display().to_string());
             }
@@ -216,7 +277,7 @@ pub(super) fn glob_files(pattern: &Path) -> Result<Vec<PathBuf>> {
     let matcher = globset::GlobBuilder::new(name)
         .literal_separator(true)
         .build()
-        .with_context(|| format!("coverage.device.objects: {} is not a file pattern", pattern.display()))?
+        .with_context(|| format!("{} is not a file pattern", pattern.display()))?
         .compile_matcher();
     let Ok(entries) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };
     let mut found: Vec<PathBuf> = entries

@@ -20,6 +20,7 @@ pub(crate) use manifest::sources_changed;
 #[cfg(test)]
 pub(crate) use manifest::test_manifest;
 pub use manifest::{BuildManifest, ObjectRecord, select_device_objects};
+pub(crate) use manifest::Measured;
 use manifest::{SourceSums, StepRecord};
 use steps::{build_vars, render_steps, run_step, slug, with_device_env};
 
@@ -30,7 +31,7 @@ use crate::context::Context;
 use crate::device::{self, DeviceDecision};
 use crate::error::{Context as _, Error, Result};
 use crate::exec::process::Cmd;
-use crate::toolchain::objects::Instrumentation;
+use crate::toolchain::objects::{self, Instrumentation};
 use crate::toolchain::{self, Toolchain};
 use crate::workspace::files::FileSum;
 use crate::workspace::{Area, Workspace, files};
@@ -117,6 +118,7 @@ impl BuildPlan {
                         instrumentation: Instrumentation::default(),
                         sum: None,
                         backend: None,
+                        build_id: None,
                     })
                 })
                 .collect::<Result<_>>()?,
@@ -156,6 +158,7 @@ impl BuildPlan {
             built_at: crate::exec::host::now(),
             programs: Vec::new(),
             sources: None,
+            discovered: None,
             contents_sha256: None,
         }
     }
@@ -258,6 +261,11 @@ impl BuildPlan {
     /// The cached build: whole, damaged (why), or not built.
     fn cached(&self) -> Cached {
         let Ok(manifest) = BuildManifest::read(&self.manifest_path()) else { return Cached::Missing };
+        if manifest.discovered.is_none() {
+            return Cached::Damaged(
+                "it records no list of the instrumented programs its build made (an older ccl-coverage made it)".into(),
+            );
+        }
         let Some(contents) = manifest.contents_sha256.clone() else {
             return Cached::Damaged(
                 "it records no listing of what its build made (an older ccl-coverage made it)".into(),
@@ -335,6 +343,7 @@ impl BuildPlan {
             object.sum = Some(FileSum::of(&object.path)?);
         }
         manifest.programs = programs(&self.bin_dir)?;
+        manifest.discovered = Some(self.discover(&manifest)?);
         manifest.sources = self.source_sums(ctx);
         let contents = identity::contents(&self.cache_dir)?.join("\n");
         files::write_atomic(&self.cache_dir.join(identity::CONTENTS), contents.as_bytes())?;
@@ -387,6 +396,32 @@ impl BuildPlan {
                 ))
             },
         )
+    }
+
+    /// Every instrumented program or shared library under `{build_dir}` and
+    /// `bin_dir` that is not one of `library.objects`, with its build ID and
+    /// checksum: the report measures those that wrote profiles.
+    fn discover(&self, manifest: &BuildManifest) -> Result<Vec<ObjectRecord>> {
+        let roots: Vec<&Path> = if self.bin_dir.starts_with(&self.build_dir) {
+            vec![&self.build_dir]
+        } else {
+            vec![&self.build_dir, &self.bin_dir]
+        };
+        let library: Vec<&Path> = manifest.objects.iter().map(|o| o.path.as_path()).collect();
+        let mut records = Vec::new();
+        for found in objects::discover(&roots) {
+            if library.contains(&found.path.as_path()) {
+                continue;
+            }
+            records.push(ObjectRecord {
+                sum: Some(FileSum::of(&found.path)?),
+                path: found.path,
+                instrumentation: found.instrumentation,
+                backend: None,
+                build_id: found.build_id,
+            });
+        }
+        Ok(records)
     }
 
     fn device_objects(&self, ctx: &Context) -> Result<Vec<ObjectRecord>> {

@@ -74,6 +74,13 @@ pub(crate) fn md5_low(bytes: &[u8]) -> u64 {
 /// reader does: per function name the first mapping that is not a dummy
 /// (a zero region clang writes for an inline function unused in a TU).
 pub(crate) fn read_object(path: &Path) -> Result<Vec<FunctionMapping>> {
+    read_object_and_names(path).map(|(functions, _)| functions)
+}
+
+/// [`read_object`]'s mappings, and the name of every function the object
+/// instrumented (`__llvm_prf_names`): those with counters but no mapping too
+/// (a constructor the compiler made has no source to map).
+pub(crate) fn read_object_and_names(path: &Path) -> Result<(Vec<FunctionMapping>, Vec<String>)> {
     let data = std::fs::read(path).with_context(|| format!("cannot read the object {}", path.display()))?;
     let where_ = |what: &str| format!("{} ({what})", path.display());
     let file = object::File::parse(&*data)
@@ -96,14 +103,15 @@ pub(crate) fn read_object(path: &Path) -> Result<Vec<FunctionMapping>> {
     };
     // llvm-cov passes over an object without a mapping.
     let (Some(covmap), Some(covfun)) = (section("__llvm_covmap")?, section("__llvm_covfun")?) else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     };
     let names = match section("__llvm_prf_names")? {
         Some(bytes) => read_names(&bytes).with_context(|| where_("__llvm_prf_names"))?,
         None => HashMap::new(),
     };
     let tables = read_covmap(&covmap).with_context(|| where_("__llvm_covmap"))?;
-    read_covfun(&covfun, &tables, &names).with_context(|| where_("__llvm_covfun"))
+    let functions = read_covfun(&covfun, &tables, &names).with_context(|| where_("__llvm_covfun"))?;
+    Ok((functions, names.into_values().collect()))
 }
 
 /// A little-endian cursor over a byte slice, erring instead of panicking.

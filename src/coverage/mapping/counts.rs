@@ -45,6 +45,13 @@ impl ProfileCounts {
         true
     }
 
+    /// Each (name, hash) whose counters are not all zero: a function that ran.
+    pub(crate) fn ran(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.functions.iter().flat_map(|(name, records)| {
+            records.iter().filter(|(_, c)| c.iter().any(|n| *n > 0)).map(move |(hash, _)| (name.as_str(), *hash))
+        })
+    }
+
     /// Puts each name's records in the order of their hashes.
     pub(super) fn sort(&mut self) {
         for records in self.functions.values_mut() {

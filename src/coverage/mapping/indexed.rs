@@ -64,6 +64,42 @@ impl ProfileCounts {
     }
 }
 
+/// The build IDs (lower-case hex) of the binaries whose profiles an indexed
+/// profile holds: llvm-profdata keeps every raw profile's binary IDs through
+/// each merge (`--binary-ids` prints them). Read after the header check of
+/// [`ProfileCounts::from_indexed`].
+pub fn binary_ids(bytes: &[u8]) -> Result<std::collections::BTreeSet<String>> {
+    let file = Bytes(bytes);
+    if bytes.len() < HEADER_SIZE || file.u64(0, "the magic")? != MAGIC {
+        return Err(Error::new("it is not an indexed profile (no \\xfflprofi\\x81 magic)"));
+    }
+    let version = file.u64(8, "the version")? & !VARIANT_MASKS_ALL;
+    if !VERSIONS.contains(&version) {
+        return Err(Error::new(format!("its format version is {version}; binary IDs are read from versions 12 and 13")));
+    }
+    let at = file.offset(48, "the binary IDs' offset")?;
+    let len = usize::try_from(file.u64(at, "the length of the binary IDs")?).unwrap_or(usize::MAX);
+    read_binary_ids(file.slice(at + 8, len, "the binary IDs")?)
+}
+
+/// The indexed profile's list of binary IDs (the raw profile's layout):
+/// each a u64 length and that many bytes, padded to 8.
+fn read_binary_ids(mut list: &[u8]) -> Result<std::collections::BTreeSet<String>> {
+    let mut ids = std::collections::BTreeSet::new();
+    while !list.is_empty() {
+        let (len, rest) = list.split_at_checked(8).ok_or_else(|| Error::new("a binary ID's length is cut short"))?;
+        let len = usize::try_from(u64::from_le_bytes(len.try_into().expect("8 bytes"))).unwrap_or(usize::MAX);
+        let padded = len.checked_next_multiple_of(8).filter(|p| *p <= rest.len()).ok_or_else(|| {
+            Error::new(format!("a binary ID of {len} bytes runs past its list ({} bytes left)", rest.len()))
+        })?;
+        if len > 0 {
+            ids.insert(crate::workspace::files::hex(&rest[..len]));
+        }
+        list = &rest[padded..];
+    }
+    Ok(ids)
+}
+
 fn parse(bytes: &[u8]) -> Result<ProfileCounts> {
     let file = Bytes(bytes);
     if bytes.len() < 8 || file.u64(0, "the magic")? != MAGIC {
@@ -515,6 +551,59 @@ mod tests {
         let cs = ProfileCounts::from_indexed(&fixture("cs22.profdata")).unwrap();
         assert!(matches!(cs.lookup("foo", 29), InProfile::Found([6])));
         assert!(matches!(cs.lookup("foo", 1 << 60 | 1), InProfile::Found([5, 1])));
+    }
+
+    /// The oracle is `llvm-profdata show --binary-ids` on the same files:
+    /// raw profiles of a program and its library, and their merge.
+    #[test]
+    fn binary_ids_are_those_llvm_profdata_prints() {
+        let bin = Path::new("/usr/lib/llvm-22/bin");
+        if !bin.join("clang").is_file() {
+            assert!(std::env::var_os("CI").is_none(), "clang 22 is missing under CI");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("lib.c"), "int lib_f(int x) { return x > 1 ? 2 * x : x; }\n").unwrap();
+        std::fs::write(d.join("main.c"), "int lib_f(int);\nint main(int c, char **v) { (void)v; return lib_f(c) - 1; }\n")
+            .unwrap();
+        let run = |program: &Path, args: &[&str], env: Option<&str>| {
+            let mut cmd = std::process::Command::new(program);
+            cmd.current_dir(d).args(args);
+            if let Some(pattern) = env {
+                cmd.env("LLVM_PROFILE_FILE", pattern);
+            }
+            let out = cmd.output().unwrap();
+            assert!(out.status.success(), "{program:?} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let cc = bin.join("clang");
+        let cov = ["-fprofile-instr-generate", "-fcoverage-mapping"];
+        run(&cc, &[&cov[..], &["-shared", "-fPIC", "lib.c", "-o", "libl.so"]].concat(), None);
+        run(&cc, &[&cov[..], &["main.c", "./libl.so", "-Wl,-rpath,.", "-o", "prog"]].concat(), None);
+        run(&d.join("prog"), &[], Some("%p-%m.profraw"));
+        let profdata = bin.join("llvm-profdata");
+        let printed = |file: &Path| -> std::collections::BTreeSet<String> {
+            let text = run(&profdata, &["show", "--binary-ids", file.to_str().unwrap()], None);
+            let at = text.find("Binary IDs:").expect("llvm-profdata prints binary IDs");
+            text[at..].lines().skip(1).map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect()
+        };
+        let mut raws: Vec<_> = std::fs::read_dir(d).unwrap().flatten().map(|e| e.path()).collect();
+        raws.retain(|p| p.extension().is_some_and(|e| e == "profraw"));
+        assert_eq!(raws.len(), 2);
+        // One raw profile per module: the program's and the library's.
+        let all: std::collections::BTreeSet<String> = raws.iter().flat_map(|r| printed(r)).collect();
+        assert_eq!(all.len(), 2);
+        let merged = d.join("all.profdata");
+        let mut args = vec!["merge".to_string(), "-o".into(), merged.display().to_string()];
+        args.extend(raws.iter().map(|r| r.display().to_string()));
+        run(&profdata, &args.iter().map(String::as_str).collect::<Vec<_>>(), None);
+        let ids = binary_ids(&std::fs::read(&merged).unwrap()).unwrap();
+        assert_eq!(ids, all);
+        assert_eq!(ids, printed(&merged));
+        // A list cut short is an error, never a panic.
+        assert!(read_binary_ids(&[20, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3]).is_err());
+        assert!(binary_ids(b"not a profile at all").is_err());
     }
 
     #[test]

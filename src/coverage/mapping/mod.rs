@@ -18,7 +18,7 @@ mod cxx_sort;
 mod indexed;
 
 pub use counts::ProfileCounts;
-pub(crate) use indexed::{CounterReader, read_in_process};
+pub(crate) use indexed::{CounterReader, binary_ids, read_in_process};
 
 use super::lcov::Covered;
 use crate::coverage::lcov::{FileCoverage, Lcov, Tally};
@@ -102,6 +102,28 @@ pub struct CountedMapping<'m> {
     by_file: Vec<Vec<usize>>,
     names: &'m [String],
     dialect: Dialect,
+}
+
+/// What one object maps: its source files, and each function's (PGO name,
+/// structural hash), the key a profile record must match to be counted.
+#[derive(Debug, Default)]
+pub(crate) struct ObjectMap {
+    pub(crate) files: BTreeSet<String>,
+    pub(crate) keys: HashSet<(String, u64)>,
+    /// Every function it instrumented, mapped or not (no source to map).
+    pub(crate) instrumented: HashSet<String>,
+}
+
+impl ObjectMap {
+    pub(crate) fn read(object: &std::path::Path) -> crate::error::Result<ObjectMap> {
+        let (functions, names) = binary::read_object_and_names(object)?;
+        let mut map = ObjectMap { instrumented: names.into_iter().collect(), ..ObjectMap::default() };
+        for f in functions {
+            map.files.extend(f.filenames.iter().cloned());
+            map.keys.insert((f.name, f.hash));
+        }
+        Ok(map)
+    }
 }
 
 impl Mapping {

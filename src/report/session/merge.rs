@@ -4,13 +4,12 @@
 
 use super::Session;
 use crate::build::cache::BuildManifest;
-use crate::coverage::ignore::IgnoreRule;
 use crate::coverage::profiles;
 use crate::coverage::source_names::SourceNames;
 use crate::device::lines::DeviceLines;
 use crate::error::{Error, Result};
 use crate::plan;
-use crate::report::{Health, ReportInputs, ReportMeta};
+use crate::report::{Health, ReportInputs, ReportMeta, measured};
 use crate::results::{self, TrialResult};
 use crate::workspace::Area;
 use std::path::Path;
@@ -150,12 +149,14 @@ impl Session {
         quarantined.extend(verified.quarantined);
         let mut missing = verified.missing;
         let recorded: Vec<_> = results.iter().map(|r| (r.trial.as_str(), r.slug.as_str(), &r.device_sha256)).collect();
-        // The host report's rule, and no test program's own kernels.
-        let ignore = IgnoreRule::new(&self.ctx.config().report.ignore_filename_regex)?;
-        let tests = manifest.tests_src.display().to_string();
-        // Unless the tests' sources hold the library's (one build makes both).
-        let tests_apart = !manifest.library_src.starts_with(&manifest.tests_src);
-        let keep = |file: &str| ignore.keeps(file) && !(tests_apart && file.starts_with(&tests));
+        // What the report measures and leaves out: the host report's rule,
+        // with the library's test code, for the device lines too.
+        let measure = measured::measure(ws, self.ctx.config(), &manifest, &profdata)?;
+        for line in measure.measurement.lines() {
+            crate::say!("ccl-coverage: {line}");
+        }
+        let ignore = measure.scope.rule.clone();
+        let keep = |file: &str| ignore.keeps(file);
         let names = std::sync::Arc::new(SourceNames::of(&manifest));
         let device_lines = match crate::coverage::device_lines(ws, &manifest, &recorded, &keep, &names)? {
             Some((lines, checked)) => {
@@ -178,7 +179,9 @@ impl Session {
         health.sources_changed = sources_changed;
         let config = self.ctx.config();
         let title = format!("ccl-coverage: {} (build {})", config.name, manifest.build_id);
-        let inputs = ReportInputs::new(&manifest, profdata, ignore, title, self.ctx.entry, names)?;
+        health.measurement = Some(measure.measurement);
+        let inputs =
+            ReportInputs::new(&manifest, measure.measured.objects, profdata, ignore, title, self.ctx.entry, names)?;
         // What llvm-cov warns about on the merged profile it leaves out of
         // every total: said here, in meta.json and in summary.md.
         inputs.summary_text()?;
