@@ -62,7 +62,11 @@ fn gtest_ctest_and_sized_programs_are_judged_by_their_runners() {
     assert_eq!(push["kind"], "gtest");
     assert_eq!(
         cases(&push),
-        [("RingTest.PushThenPop".into(), "PASSED".into()), ("RingTest.PopEmpty".into(), "PASSED".into())]
+        [
+            ("RingTest.PushThenPop".into(), "PASSED".into()),
+            ("RingTest.PopEmpty".into(), "PASSED".into()),
+            ("RingTest.Sum".into(), "PASSED".into())
+        ]
     );
 
     // The filter a person writes first matches none of the parameterised names.

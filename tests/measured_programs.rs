@@ -1,0 +1,145 @@
+//! Issue #47 end to end, on tests/fixtures/cmake-ring built with every
+//! target instrumented: the report measures each program of the build that
+//! wrote profiles beside `library.objects`, so the library's code counts
+//! wherever it was compiled (`src/ring_sum.h`, a header only `ring_test`
+//! compiles; `ring_ok`, a static function of `src/ring.c` that only
+//! `ring_inside`, which compiles `ring.c` in, runs), and the tests' own files
+//! are left out. The oracle is the fixture itself: what its programs call.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use support::{Setup, harness, root};
+
+const LIMIT: Duration = Duration::from_secs(480);
+
+fn setup(objects: Value, report: Value) -> Setup {
+    support::setup(|v| {
+        let fixture = root().join("tests/fixtures/cmake-ring").display().to_string();
+        v["library"] = json!({
+            "source_dir": fixture,
+            "steps": [
+                {"name": "configure", "argv": ["cmake", "-S", "{library_src}", "-B", "{build_dir}",
+                    "-DCMAKE_C_COMPILER={cc}", "-DCMAKE_CXX_COMPILER={cxx}", "-DRING_COVERAGE_FLAGS={coverage_flags}"]},
+                {"name": "build", "argv": ["cmake", "--build", "{build_dir}", "-j", "{jobs}"]}
+            ],
+            "objects": objects
+        });
+        v.as_object_mut().unwrap().remove("tests");
+        for key in ["collectives", "sizes", "variants", "args"] {
+            v.as_object_mut().unwrap().remove(key);
+        }
+        v["launch"] = json!({"launcher": "threads", "ranks": 1});
+        v["programs"] = json!([
+            {"name": "push", "kind": "gtest", "binary": "ring_test", "filter": "RingTest.*"},
+            {"name": "inside", "binary": "ring_inside"}
+        ]);
+        for (key, value) in report.as_object().unwrap() {
+            v["report"][key] = value.clone();
+        }
+    })
+}
+
+/// Per file of `coverage.lcov`, each line's count.
+fn lcov(s: &Setup) -> BTreeMap<String, BTreeMap<u32, u64>> {
+    let text = std::fs::read_to_string(s.ws.join("report/coverage.lcov")).unwrap();
+    let mut files: BTreeMap<String, BTreeMap<u32, u64>> = BTreeMap::new();
+    let mut file = String::new();
+    for line in text.lines() {
+        if let Some(f) = line.strip_prefix("SF:") {
+            file = f.to_string();
+            files.entry(file.clone()).or_default();
+        } else if let Some(da) = line.strip_prefix("DA:") {
+            let mut parts = da.split(',');
+            let n: u32 = parts.next().unwrap().parse().unwrap();
+            let count: u64 = parts.next().unwrap().parse().unwrap();
+            files.get_mut(&file).unwrap().insert(n, count);
+        }
+    }
+    files
+}
+
+/// The number of the line of fixture file `file` that contains `text`.
+fn line_of(file: &str, text: &str) -> u32 {
+    let source = std::fs::read_to_string(root().join("tests/fixtures/cmake-ring").join(file)).unwrap();
+    source.lines().position(|l| l.contains(text)).unwrap_or_else(|| panic!("{file} has no {text:?}")) as u32 + 1
+}
+
+fn meta(s: &Setup) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(s.ws.join("report/meta.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn the_library_s_code_counts_in_whichever_program_it_was_compiled_and_the_tests_own_files_do_not() {
+    let s = setup(json!(["{build_dir}/libring.so"]), json!({}));
+    let ran = harness(&s, "run", &[], LIMIT);
+    let text = ran.text();
+    assert!(ran.success, "{text}");
+    assert!(
+        text.contains("measured 3 objects: libring.so (library.objects), ring_inside, ring_test (programs that wrote profiles)"),
+        "{text}"
+    );
+    let files = lcov(&s);
+    // ring_sum({1, 2, 3}) in RingTest.Sum: its loop body ran three times.
+    let sum = line_of("src/ring_sum.h", "sum += values[i];");
+    assert_eq!(files.get("src/ring_sum.h").and_then(|f| f.get(&sum)), Some(&3), "{files:?}");
+    // ring_inside calls ring_ok once, on a consistent ring.
+    let ok = line_of("src/ring.c", "if (r->len > r->capacity)");
+    assert_eq!(files["src/ring.c"].get(&ok), Some(&1), "{files:?}");
+    // The tests' own files and googletest's count nowhere.
+    assert!(files.keys().all(|f| !f.starts_with("tests/") && !f.contains("gtest")), "{:?}", files.keys());
+    let measured = &meta(&s)["measured"];
+    let test_code: Vec<&str> = measured["test_code"]["names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(test_code.iter().any(|n| n.ends_with("/tests/ring_test.cc")), "{measured}");
+    assert!(test_code.iter().any(|n| n.ends_with("/tests/ring_inside.c")), "{measured}");
+    assert_eq!(measured["dropped_functions"]["count"], 0, "{measured}");
+    // Attribution and the minimal suite read the same objects: each trial
+    // alone covers lines of the library that the other does not.
+    let who = harness(&s, "who-covers", &[&format!("src/ring_sum.h:{sum}")], Duration::from_secs(120));
+    assert!(who.success && who.stdout.contains("push") && !who.stdout.contains("inside"), "{}", who.text());
+    let who = harness(&s, "who-covers", &[&format!("src/ring.c:{ok}")], Duration::from_secs(120));
+    assert!(who.success && who.stdout.contains("inside") && !who.stdout.contains("push"), "{}", who.text());
+    let minimal = std::fs::read_to_string(s.ws.join("report/minimal-suite.json")).unwrap();
+    assert!(minimal.contains("\"push\"") && minimal.contains("\"inside\""), "{minimal}");
+}
+
+#[test]
+fn measuring_library_objects_alone_names_what_ran_unmeasured() {
+    let s = setup(json!(["{build_dir}/libring.so"]), json!({"measure_programs": false}));
+    let ran = harness(&s, "run", &[], LIMIT);
+    let text = ran.text();
+    assert!(ran.success, "{text}");
+    let files = lcov(&s);
+    assert!(!files.contains_key("src/ring_sum.h"), "{:?}", files.keys());
+    let ok = line_of("src/ring.c", "if (r->len > r->capacity)");
+    assert_eq!(files["src/ring.c"].get(&ok), Some(&0), "{files:?}");
+    assert!(text.contains("functions ran but no measured object maps them, so every total leaves them out"), "{text}");
+    assert!(text.contains("/ring_test (not measured: report.measure_programs is false)"), "{text}");
+    assert!(text.contains("/ring_inside (not measured: report.measure_programs is false)"), "{text}");
+    let dropped = &meta(&s)["measured"]["dropped_functions"];
+    let names: Vec<&str> = dropped["names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(names.iter().any(|n| n.contains("ring_sum")), "{dropped}");
+    assert!(names.iter().any(|n| n.contains("ring_ok")), "{dropped}");
+}
+
+#[test]
+fn library_objects_take_patterns_and_one_that_matches_nothing_is_named() {
+    let s = setup(json!(["{build_dir}/libring.so", "{build_dir}/ring_*"]), json!({"measure_programs": false}));
+    let ran = harness(&s, "run", &[], LIMIT);
+    let text = ran.text();
+    assert!(ran.success, "{text}");
+    let objects = &meta(&s)["measured"]["objects"];
+    let named: Vec<&str> = objects.as_array().unwrap().iter().map(|o| o["path"].as_str().unwrap()).collect();
+    for program in ["/libring.so", "/ring_test", "/ring_inside", "/ring_bench"] {
+        assert!(named.iter().any(|n| n.ends_with(program)), "{program}: {objects}");
+    }
+    assert!(lcov(&s).contains_key("src/ring_sum.h"));
+
+    let s = setup(json!(["{build_dir}/libring.so", "{build_dir}/nothing_*"]), json!({}));
+    let ran = harness(&s, "run", &[], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    assert!(text.contains("library.objects[1]: the pattern ") && text.contains("/nothing_* matches no instrumented program or library"), "{text}");
+}
