@@ -78,7 +78,9 @@ fn the_library_s_code_counts_in_whichever_program_it_was_compiled_and_the_tests_
     let text = ran.text();
     assert!(ran.success, "{text}");
     assert!(
-        text.contains("measured 3 objects: libring.so (library.objects), ring_inside, ring_test (programs that wrote profiles)"),
+        text.contains(
+            "measured 3 objects: libring.so (library.objects), ring_inside, ring_test (programs that wrote profiles)"
+        ),
         "{text}"
     );
     let files = lcov(&s);
@@ -91,7 +93,8 @@ fn the_library_s_code_counts_in_whichever_program_it_was_compiled_and_the_tests_
     // The tests' own files and googletest's count nowhere.
     assert!(files.keys().all(|f| !f.starts_with("tests/") && !f.contains("gtest")), "{:?}", files.keys());
     let measured = &meta(&s)["measured"];
-    let test_code: Vec<&str> = measured["test_code"]["names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let test_code: Vec<&str> =
+        measured["test_code"]["names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
     assert!(test_code.iter().any(|n| n.ends_with("/tests/ring_test.cc")), "{measured}");
     assert!(test_code.iter().any(|n| n.ends_with("/tests/ring_inside.c")), "{measured}");
     assert_eq!(measured["dropped_functions"]["count"], 0, "{measured}");
@@ -141,5 +144,9 @@ fn library_objects_take_patterns_and_one_that_matches_nothing_is_named() {
     let ran = harness(&s, "run", &[], LIMIT);
     let text = ran.text();
     assert!(!ran.success, "{text}");
-    assert!(text.contains("library.objects[1]: the pattern ") && text.contains("/nothing_* matches no instrumented program or library"), "{text}");
+    assert!(
+        text.contains("library.objects[1]: the pattern ")
+            && text.contains("/nothing_* matches no instrumented program or library"),
+        "{text}"
+    );
 }

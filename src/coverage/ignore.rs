@@ -4,11 +4,11 @@
 //! holds one rule) and decides which files of NVIDIA's kernel lines count.
 //! The formats then read one model, so none can apply another rule.
 
+use super::mapping::ObjectMap;
 use crate::build::cache::BuildManifest;
 use crate::config::Config;
 use crate::error::{Context, Error, Result};
 use std::collections::BTreeSet;
-use super::mapping::ObjectMap;
 use std::path::{Path, PathBuf};
 
 /// The source files a report leaves out.

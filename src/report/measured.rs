@@ -72,8 +72,9 @@ pub(crate) fn measure(ws: &Workspace, config: &Config, manifest: &BuildManifest,
     let bytes = ws
         .read_opt(profdata)?
         .ok_or_else(|| Error::new(format!("cannot read {}: it does not exist", profdata.display())))?;
-    let ids = mapping::binary_ids(&bytes)
-        .map_err(|e| Error::new(format!("cannot read the binary IDs of the merged profile {}: {e}", profdata.display())))?;
+    let ids = mapping::binary_ids(&bytes).map_err(|e| {
+        Error::new(format!("cannot read the binary IDs of the merged profile {}: {e}", profdata.display()))
+    })?;
     let measured = manifest.measured(&ids, config.report.measure_programs);
     let (library, programs) = build_maps(manifest)?;
     let scope = Scope::new(config, manifest, &files(&library), &program_files(config, &programs))?;
@@ -92,7 +93,9 @@ pub(crate) fn measure(ws: &Workspace, config: &Config, manifest: &BuildManifest,
         why: "a program of the build that wrote profiles".into(),
     }));
     let measured_files: BTreeSet<&String> = read.iter().flat_map(|(_, m)| &m.files).collect();
-    let left = |why: LeftOut| Named::of(measured_files.iter().filter(|f| scope.left_out(f) == Some(why)).map(|f| (*f).clone()));
+    let left = |why: LeftOut| {
+        Named::of(measured_files.iter().filter(|f| scope.left_out(f) == Some(why)).map(|f| (*f).clone()))
+    };
     // The functions that ran, less what the measured objects (device ones
     // too) map, and less those a measured object instrumented without a
     // mapping (a constructor the compiler made has no source line).
@@ -104,7 +107,8 @@ pub(crate) fn measure(ws: &Workspace, config: &Config, manifest: &BuildManifest,
     let measured_maps: Vec<&ObjectMap> = read.iter().copied().chain(&device).map(|(_, m)| m).collect();
     let mapped: HashSet<(&str, u64)> =
         measured_maps.iter().flat_map(|m| m.keys.iter().map(|(n, h)| (n.as_str(), *h))).collect();
-    let unmapped: HashSet<&str> = measured_maps.iter().flat_map(|m| m.instrumented.iter().map(String::as_str)).collect();
+    let unmapped: HashSet<&str> =
+        measured_maps.iter().flat_map(|m| m.instrumented.iter().map(String::as_str)).collect();
     let counts = mapping::read_in_process(ws, profdata)?;
     let dropped: BTreeSet<(&str, u64)> = counts
         .ran()
@@ -147,15 +151,22 @@ impl Measurement {
     /// The report's opening lines: what it measured and left out, for a person.
     pub(crate) fn lines(&self) -> Vec<String> {
         let mut lines = Vec::new();
-        let name = |p: &Path| p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned());
-        let library: Vec<String> = self.objects.iter().filter(|o| o.why == "library.objects").map(|o| name(&o.path)).collect();
-        let programs: Vec<String> = self.objects.iter().filter(|o| o.why != "library.objects").map(|o| name(&o.path)).collect();
+        let name =
+            |p: &Path| p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let library: Vec<String> =
+            self.objects.iter().filter(|o| o.why == "library.objects").map(|o| name(&o.path)).collect();
+        let programs: Vec<String> =
+            self.objects.iter().filter(|o| o.why != "library.objects").map(|o| name(&o.path)).collect();
         if !programs.is_empty() || self.test_code.count > 0 || self.not_the_librarys.count > 0 {
             lines.push(format!(
                 "measured {} objects: {} (library.objects){}",
                 self.objects.len(),
                 library.join(", "),
-                if programs.is_empty() { String::new() } else { format!(", {} (programs that wrote profiles)", programs.join(", ")) }
+                if programs.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} (programs that wrote profiles)", programs.join(", "))
+                }
             ));
         }
         let shown = |n: &Named| {

@@ -76,12 +76,13 @@ pub(crate) fn discover(roots: &[&Path]) -> Vec<Found> {
             let path = entry.path();
             if kind.is_dir() {
                 pending.push(path);
-            } else if kind.is_file() && !found.contains_key(&path) && is_linked_elf(&path) {
-                if let Ok((instrumentation, build_id)) = inspect_with_id(&path) {
-                    if instrumentation.is_instrumented() {
-                        found.insert(path.clone(), Found { path, instrumentation, build_id });
-                    }
-                }
+            } else if kind.is_file()
+                && !found.contains_key(&path)
+                && is_linked_elf(&path)
+                && let Ok((instrumentation, build_id)) = inspect_with_id(&path)
+                && instrumentation.is_instrumented()
+            {
+                found.insert(path.clone(), Found { path, instrumentation, build_id });
             }
         }
     }
@@ -142,8 +143,11 @@ mod tests {
         let d = dir.path();
         std::fs::create_dir_all(d.join("sub/deeper")).unwrap();
         std::fs::write(d.join("lib.c"), "int lib_f(int x) { return x > 1 ? 2 * x : x; }\n").unwrap();
-        std::fs::write(d.join("main.c"), "int lib_f(int);\nint main(int c, char **v) { (void)v; return lib_f(c) - 2; }\n")
-            .unwrap();
+        std::fs::write(
+            d.join("main.c"),
+            "int lib_f(int);\nint main(int c, char **v) { (void)v; return lib_f(c) - 2; }\n",
+        )
+        .unwrap();
         let cc = |args: &[&str]| {
             let status = std::process::Command::new(bin.join("clang")).current_dir(d).args(args).status().unwrap();
             assert!(status.success(), "{args:?}");

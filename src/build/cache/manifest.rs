@@ -129,7 +129,8 @@ impl BuildManifest {
     /// llvm-cov reads; and the IDs that no object of the build has.
     pub(crate) fn measured(&self, ids: &BTreeSet<String>, programs: bool) -> Measured {
         let library = self.instrumented_objects();
-        let known: BTreeSet<&str> = self.objects.iter().chain(&self.device_objects).filter_map(|o| o.build_id.as_deref()).collect();
+        let known: BTreeSet<&str> =
+            self.objects.iter().chain(&self.device_objects).filter_map(|o| o.build_id.as_deref()).collect();
         let programs: Vec<ObjectRecord> = self
             .discovered
             .iter()
@@ -146,7 +147,11 @@ impl BuildManifest {
         let mut objects = library.clone();
         objects.extend(programs.iter().map(|o| o.path.clone()));
         objects.extend(self.llvm_device_objects());
-        let all_known: BTreeSet<&str> = known.iter().copied().chain(self.discovered.iter().flatten().filter_map(|o| o.build_id.as_deref())).collect();
+        let all_known: BTreeSet<&str> = known
+            .iter()
+            .copied()
+            .chain(self.discovered.iter().flatten().filter_map(|o| o.build_id.as_deref()))
+            .collect();
         let unknown = ids.iter().filter(|id| !all_known.contains(id.as_str())).cloned().collect();
         Measured { objects, programs, unknown }
     }
@@ -165,10 +170,15 @@ impl BuildManifest {
     /// built; `None` when every one still is. A record without checksums (an
     /// older harness) cannot be checked, so it is not trusted either.
     pub(super) fn damage(&self) -> Option<String> {
-        let objects = self.objects.iter().chain(&self.device_objects).chain(self.discovered.iter().flatten()).find_map(|o| match &o.sum {
-            Some(sum) => sum.differs(&o.path),
-            None => Some(format!("it records no checksum of {} (an older ccl-coverage made it)", o.path.display())),
-        });
+        let objects =
+            self.objects.iter().chain(&self.device_objects).chain(self.discovered.iter().flatten()).find_map(|o| {
+                match &o.sum {
+                    Some(sum) => sum.differs(&o.path),
+                    None => {
+                        Some(format!("it records no checksum of {} (an older ccl-coverage made it)", o.path.display()))
+                    }
+                }
+            });
         let programs = || {
             if self.programs.is_empty() {
                 return Some(format!(
@@ -386,6 +396,39 @@ pub(crate) fn test_manifest(build_id: &str) -> BuildManifest {
         built_at: String::new(),
         programs: Vec::new(),
         sources: None,
+        discovered: Some(Vec::new()),
         contents_sha256: None,
+    }
+}
+
+#[cfg(test)]
+mod measured_tests {
+    use super::*;
+
+    fn object(path: &str, id: &str) -> ObjectRecord {
+        let instrumentation = Instrumentation { coverage_mapping: true, counters: true };
+        ObjectRecord { path: path.into(), instrumentation, sum: None, backend: None, build_id: Some(id.into()) }
+    }
+
+    /// A program counts only once it wrote profiles, once per build ID,
+    /// never twice as the library; an ID of no file of the build is named.
+    #[test]
+    fn programs_that_wrote_profiles_are_measured_after_the_library_and_unknown_ids_named() {
+        let mut m = test_manifest("b");
+        m.objects = vec![object("/b/libring.so", "aa")];
+        m.discovered = Some(vec![
+            object("/b/ring_test", "bb"),
+            object("/b/bin/ring_test", "bb"),
+            object("/b/ring_bench", "cc"),
+            object("/b/lib_copy.so", "aa"),
+        ]);
+        let ids: BTreeSet<String> = ["aa", "bb", "ff"].map(String::from).into();
+        let measured = m.measured(&ids, true);
+        assert_eq!(measured.objects, [PathBuf::from("/b/libring.so"), PathBuf::from("/b/ring_test")]);
+        assert_eq!(measured.unknown, ["ff"]);
+        let library_alone = m.measured(&ids, false);
+        assert_eq!(library_alone.objects, [PathBuf::from("/b/libring.so")]);
+        assert_eq!(library_alone.unknown, ["ff"], "a program not measured is still a file of the build");
+        assert_eq!(m.every_object(true).len(), 3, "the library, ring_test once, ring_bench");
     }
 }

@@ -15,12 +15,12 @@ mod steps;
 
 use identity::hash_tree;
 use key::{build_key, library_objects};
+pub(crate) use manifest::Measured;
 use manifest::programs;
 pub(crate) use manifest::sources_changed;
 #[cfg(test)]
 pub(crate) use manifest::test_manifest;
 pub use manifest::{BuildManifest, ObjectRecord, select_device_objects};
-pub(crate) use manifest::Measured;
 use manifest::{SourceSums, StepRecord};
 use steps::{build_vars, render_steps, run_step, slug, with_device_env};
 

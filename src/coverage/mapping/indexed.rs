@@ -75,7 +75,9 @@ pub fn binary_ids(bytes: &[u8]) -> Result<std::collections::BTreeSet<String>> {
     }
     let version = file.u64(8, "the version")? & !VARIANT_MASKS_ALL;
     if !VERSIONS.contains(&version) {
-        return Err(Error::new(format!("its format version is {version}; binary IDs are read from versions 12 and 13")));
+        return Err(Error::new(format!(
+            "its format version is {version}; binary IDs are read from versions 12 and 13"
+        )));
     }
     let at = file.offset(48, "the binary IDs' offset")?;
     let len = usize::try_from(file.u64(at, "the length of the binary IDs")?).unwrap_or(usize::MAX);
@@ -565,8 +567,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         std::fs::write(d.join("lib.c"), "int lib_f(int x) { return x > 1 ? 2 * x : x; }\n").unwrap();
-        std::fs::write(d.join("main.c"), "int lib_f(int);\nint main(int c, char **v) { (void)v; return lib_f(c) - 1; }\n")
-            .unwrap();
+        std::fs::write(
+            d.join("main.c"),
+            "int lib_f(int);\nint main(int c, char **v) { (void)v; return lib_f(c) - 1; }\n",
+        )
+        .unwrap();
         let run = |program: &Path, args: &[&str], env: Option<&str>| {
             let mut cmd = std::process::Command::new(program);
             cmd.current_dir(d).args(args);
