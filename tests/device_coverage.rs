@@ -522,8 +522,14 @@ fn host_and_device_raw_profiles_merge_and_report_apart() {
         llvm_profdata: tool("llvm-profdata"),
         llvm_cov: tool("llvm-cov"),
     };
-    let outcome =
-        profiles::finish_trial(&ws, &toolchain, slug, "%h-%p-%m.profraw", &profiles::Origin::default(), true, false);
+    let outcome = profiles::finish_trial(
+        &ws,
+        &toolchain,
+        slug,
+        "%h-%p-%m.profraw",
+        &profiles::Origin::default(),
+        profiles::Merging { incremental: true, ..profiles::Merging::default() },
+    );
     assert_eq!(outcome.error, None);
     assert_eq!(outcome.raw, 3);
     let merge = outcome.merge.unwrap();

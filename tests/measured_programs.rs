@@ -16,6 +16,10 @@ use support::{Setup, harness, root};
 const LIMIT: Duration = Duration::from_secs(480);
 
 fn setup(objects: Value, report: Value) -> Setup {
+    setup_with(objects, report, json!({}))
+}
+
+fn setup_with(objects: Value, report: Value, inside_env: Value) -> Setup {
     support::setup(|v| {
         let fixture = root().join("tests/fixtures/cmake-ring").display().to_string();
         v["library"] = json!({
@@ -34,7 +38,8 @@ fn setup(objects: Value, report: Value) -> Setup {
         v["launch"] = json!({"launcher": "threads", "ranks": 1});
         v["programs"] = json!([
             {"name": "push", "kind": "gtest", "binary": "ring_test", "filter": "RingTest.*"},
-            {"name": "inside", "binary": "ring_inside"}
+            {"name": "inside", "binary": "ring_inside"},
+            {"name": "bench", "binary": "ring_bench", "args": ["1024"], "env": inside_env}
         ]);
         for (key, value) in report.as_object().unwrap() {
             v["report"][key] = value.clone();
@@ -149,4 +154,55 @@ fn library_objects_take_patterns_and_one_that_matches_nothing_is_named() {
             && text.contains("/nothing_* matches no instrumented program or library"),
         "{text}"
     );
+}
+
+/// A trial that loads an instrumented `libring.so` built elsewhere (another
+/// build ID): the report cannot measure it, and says so with the build ID
+/// `llvm-readelf` prints, what it ran, and the function only it has.
+#[test]
+fn a_binary_that_is_no_file_of_the_build_is_named_with_what_it_ran() {
+    let other = tempfile::tempdir().unwrap();
+    let source = std::fs::read_to_string(root().join("tests/fixtures/cmake-ring/src/ring.c")).unwrap();
+    let source = format!("{source}\n__attribute__((constructor)) static void ring_elsewhere(void) {{}}\n");
+    std::fs::write(other.path().join("ring.c"), source).unwrap();
+    let include = root().join("tests/fixtures/cmake-ring/src");
+    let built = std::process::Command::new("/usr/lib/llvm-22/bin/clang")
+        .args(["-fprofile-instr-generate", "-fcoverage-mapping", "-shared", "-fPIC", "-I"])
+        .arg(&include)
+        .arg(other.path().join("ring.c"))
+        .arg("-o")
+        .arg(other.path().join("libring.so"))
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let readelf = std::process::Command::new("/usr/lib/llvm-22/bin/llvm-readelf")
+        .arg("-n")
+        .arg(other.path().join("libring.so"))
+        .output()
+        .unwrap();
+    let notes = String::from_utf8_lossy(&readelf.stdout);
+    let id = notes.lines().find_map(|l| l.trim().strip_prefix("Build ID: ")).unwrap().trim().to_string();
+
+    let env = json!({"LD_LIBRARY_PATH": other.path().display().to_string()});
+    let s = setup_with(json!(["{build_dir}/libring.so"]), json!({}), env);
+    let ran = harness(&s, "run", &[], LIMIT);
+    let text = ran.text();
+    assert!(ran.success, "{text}");
+    assert!(
+        text.contains(&format!("warning: a binary with build ID {id} wrote profiles in bench, but no file of the build has that ID, so none of its code is measured (")),
+        "{text}"
+    );
+    let measured = &meta(&s)["measured"];
+    let unknown = &measured["unknown_binaries"];
+    assert_eq!(unknown.as_array().map(Vec::len), Some(1), "{measured}");
+    assert_eq!(unknown[0]["build_id"], json!(id));
+    assert_eq!(unknown[0]["trials"], json!(["bench"]));
+    assert!(
+        unknown[0]["functions_with_counts"].as_u64().unwrap() >= 5,
+        "ring_new, push, pop, free and the constructor: {unknown}"
+    );
+    let dropped: Vec<&str> =
+        measured["dropped_functions"]["names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(dropped.iter().any(|n| n.ends_with("ring_elsewhere")), "{measured}");
+    assert!(text.contains(&format!("the binary {id}, no file of the build")), "{text}");
 }

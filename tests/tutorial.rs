@@ -86,12 +86,12 @@ fn the_tutorial_runs_as_written_and_its_totals_hold() {
         assert!(printed.contains(totals), "the tutorial states {totals:?}; the run printed {printed:?}:\n{text}");
     }
     assert!(text.contains("3 of 3 trials ran: 3 passed, 0 failed"), "{text}");
-    // The CMake project: no `tests` section, gtest, ctest and a sized program.
-    assert!(text.contains("5 of 5 trials ran: 5 passed, 0 failed"), "{text}");
+    // The CMake project: no `tests` section, gtest, ctest, a plain and a sized program.
+    assert!(text.contains("6 of 6 trials ran: 6 passed, 0 failed"), "{text}");
     let ring = dir.path().join("ring/target/ccl-coverage/ring");
     let push: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(ring.join("results/push.json")).unwrap()).unwrap();
-    assert_eq!(push["cases"].as_array().map(Vec::len), Some(2), "{push}");
+    assert_eq!(push["cases"].as_array().map(Vec::len), Some(3), "{push}");
     let undocumented = undocumented_workspace_entries(&ring);
     assert!(undocumented.is_empty(), "docs/layout.md names none of {undocumented:?}");
 

@@ -24,7 +24,7 @@ use crate::toolchain::Toolchain;
 use crate::workspace::confined::EntryKind;
 use crate::workspace::{self, Area, Workspace};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -53,6 +53,82 @@ pub struct TrialMerge {
     /// Why no lines were stored: the report computes them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) lines_error: Option<String>,
+    /// The binaries that wrote raw profiles in the trial but are no file of
+    /// its build, or whose profiles carry no build ID: the report can measure
+    /// none of their code, and says so with what they ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) unknown_binaries: Vec<UnknownBinary>,
+}
+
+/// A binary that wrote raw profiles in a trial but that the build has no
+/// file of (`build_id`), or whose profiles carry no build ID (`None`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnknownBinary {
+    pub(crate) build_id: Option<String>,
+    /// Its raw profiles in the trial.
+    pub(crate) files: usize,
+    /// Its functions with non-zero counters.
+    pub(crate) functions_with_counts: usize,
+    /// Their names, sorted, the first [`UNKNOWN_NAMES`].
+    pub(crate) functions: Vec<String>,
+}
+
+/// How many function names a trial records of each unknown binary.
+const UNKNOWN_NAMES: usize = 2000;
+
+/// The build IDs a raw profile of the workspace names, read from its header.
+fn raw_ids(ws: &Workspace, file: &Path) -> Result<BTreeSet<String>> {
+    use std::io::Read;
+    let mut prefix = Vec::new();
+    let mut reader = ws.open_read(file)?;
+    (&mut reader).take(128).read_to_end(&mut prefix).with_context(|| format!("cannot read {}", file.display()))?;
+    let (at, len) = crate::coverage::mapping::raw_ids_at(&prefix)?;
+    let want = (at + len).saturating_sub(prefix.len()) as u64;
+    reader.take(want).read_to_end(&mut prefix).with_context(|| format!("cannot read {}", file.display()))?;
+    crate::coverage::mapping::raw_binary_ids(&prefix)
+}
+
+/// The binaries among `raw` (a trial's own raw profiles, in `dir`) whose
+/// build ID is not in `known`, or that carry none, each with the functions
+/// its profiles counted: their profiles merged apart into a scratch file of
+/// `dir`, read in process, and removed. A profile whose header cannot be
+/// read is left to the merge, which quarantines it.
+fn unknown_binaries(
+    ws: &Workspace,
+    toolchain: &Toolchain,
+    dir: &Path,
+    raw: &[PathBuf],
+    known: &BTreeSet<String>,
+) -> Result<Vec<UnknownBinary>> {
+    let mut groups: BTreeMap<Option<String>, Vec<PathBuf>> = BTreeMap::new();
+    for file in raw {
+        let Ok(ids) = raw_ids(ws, file) else { continue };
+        if ids.is_empty() {
+            groups.entry(None).or_default().push(file.clone());
+        }
+        for id in ids.into_iter().filter(|id| !known.contains(id)) {
+            groups.entry(Some(id)).or_default().push(file.clone());
+        }
+    }
+    let mut unknown = Vec::new();
+    for (build_id, files) in groups {
+        let scratch = dir.join("unknown-binary.profdata");
+        let list = dir.join("unknown-binary.list");
+        let counted = merge(ws, toolchain, &files, &list, &scratch)
+            .and_then(|()| crate::coverage::mapping::read_in_process(ws, &scratch));
+        ws.remove(Area::Profiles, &list)?;
+        ws.remove(Area::Profiles, &scratch)?;
+        // An unreadable group is the merge's to quarantine and name.
+        let Ok(counts) = counted else { continue };
+        let names: BTreeSet<&str> = counts.ran().map(|(name, _)| name).collect();
+        unknown.push(UnknownBinary {
+            build_id,
+            files: files.len(),
+            functions_with_counts: names.len(),
+            functions: names.into_iter().take(UNKNOWN_NAMES).map(String::from).collect(),
+        });
+    }
+    Ok(unknown)
 }
 
 /// The raw `.profraw` files directly in `dir` (a folder of the workspace,
@@ -95,7 +171,7 @@ pub struct Origin {
     /// This machine's name as `%h` spells it: up to its first dot.
     pub(crate) host: String,
     /// Pids of the trial's processes its supervisor saw, in every PID namespace.
-    pub(crate) seen: std::collections::BTreeSet<libc::pid_t>,
+    pub(crate) seen: BTreeSet<libc::pid_t>,
     /// When its supervisor started, in clock ticks after boot.
     pub(crate) since: Option<u64>,
     /// The trial's token (`CCL_COV_TRIAL_TOKEN`).
@@ -216,6 +292,18 @@ impl MergeOutcome {
     }
 }
 
+/// How a finished trial's profiles are merged.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Merging<'a> {
+    /// Merged as the trial ends (`incremental_merge`), not by the report.
+    pub incremental: bool,
+    /// The raw profiles are kept after the merge.
+    pub keep_raw: bool,
+    /// The build IDs of the build's binaries: the others are named
+    /// ([`UnknownBinary`]); `None` looks for none.
+    pub known: Option<&'a BTreeSet<String>>,
+}
+
 /// Sets aside the profiles in a finished trial's folder that are not
 /// `origin`'s ([`Origin`]), counts its raw profiles and, under coverage,
 /// merges them (`incremental`) and records checksums of what is left raw,
@@ -226,9 +314,9 @@ pub fn finish_trial(
     slug: &str,
     pattern: &str,
     origin: &Origin,
-    incremental: bool,
-    keep_raw: bool,
+    merging: Merging<'_>,
 ) -> MergeOutcome {
+    let Merging { incremental, keep_raw, known } = merging;
     let dir = ws.trial_profiles(slug);
     // A folder the trial replaced (by a link, say) is named as such, not
     // taken for one where nothing was written.
@@ -249,7 +337,7 @@ pub fn finish_trial(
     let (raw, writers) = (files.len(), writers(&files, &origin.pattern(pattern)));
     let mut outcome = MergeOutcome { dir: dir.clone(), raw, writers, foreign, ..MergeOutcome::default() };
     if incremental && raw > 0 {
-        match merge_trial(ws, toolchain, slug, keep_raw) {
+        match merge_trial(ws, toolchain, slug, keep_raw, known) {
             Ok(m) => outcome.merge = Some(m),
             Err(e) => outcome.error = Some(e.to_string()),
         }
@@ -295,7 +383,7 @@ pub(crate) fn writers(files: &[PathBuf], pattern: &str) -> Writers {
     let Some(tokens) = pattern_tokens(pattern).filter(|t| t.contains(&Token::Pid)) else {
         return Writers { complete: files.len(), ..Writers::default() };
     };
-    let mut modules_of: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    let mut modules_of: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut unmatched = Vec::new();
     for file in files {
         let Some(name) = file.file_name().and_then(|n| n.to_str()) else { continue };
@@ -309,7 +397,7 @@ pub(crate) fn writers(files: &[PathBuf], pattern: &str) -> Writers {
             unmatched.push(name.to_string());
         }
     }
-    let all: std::collections::BTreeSet<&String> = modules_of.values().flatten().collect();
+    let all: BTreeSet<&String> = modules_of.values().flatten().collect();
     let mut writers = Writers { unmatched, ..Writers::default() };
     for (process, modules) in &modules_of {
         if modules.len() == all.len() {
@@ -593,9 +681,21 @@ pub(super) fn quarantine_path(dir: &Path, file: &Path) -> PathBuf {
 
 /// Merges a finished trial's raw profiles into `profiles/<trial>.profdata`,
 /// quarantining unreadable ones; removes the raw files unless `keep_raw`.
-pub(crate) fn merge_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, keep_raw: bool) -> Result<TrialMerge> {
+/// `known`: the build IDs of the build's binaries; the others are named
+/// ([`UnknownBinary`]).
+pub(crate) fn merge_trial(
+    ws: &Workspace,
+    toolchain: &Toolchain,
+    slug: &str,
+    keep_raw: bool,
+    known: Option<&BTreeSet<String>>,
+) -> Result<TrialMerge> {
     let started = Instant::now();
     let raw = raw_files(ws, &ws.trial_profiles(slug))?;
+    let unknown = match known {
+        Some(known) => unknown_binaries(ws, toolchain, &ws.trial_profiles(slug), &raw, known)?,
+        None => Vec::new(),
+    };
     let output = trial_profdata(ws, slug);
     let list = ws.trial_profiles(slug).join("inputs.list");
     let quarantine_dir = ws.trial_quarantine(slug);
@@ -615,6 +715,7 @@ pub(crate) fn merge_trial(ws: &Workspace, toolchain: &Toolchain, slug: &str, kee
         sha256,
         lines: None,
         lines_error: None,
+        unknown_binaries: unknown,
     })
 }
 

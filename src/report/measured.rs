@@ -10,9 +10,10 @@ use crate::config::Config;
 use crate::coverage::ignore::{LeftOut, Maps, Scope, build_maps, files, program_files};
 use crate::coverage::mapping::{self, ObjectMap};
 use crate::error::{Error, Result};
+use crate::results::TrialResult;
 use crate::workspace::Workspace;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 /// How many names each list of `meta.json` keeps at most.
@@ -42,6 +43,21 @@ impl Named {
     }
 }
 
+/// A binary that wrote profiles but that no file of the build has (or that
+/// carries no build ID), with what its trials recorded of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Unknown {
+    /// `None`: its profiles carry no build ID.
+    pub(crate) build_id: Option<String>,
+    /// Its functions with counts, over every trial that recorded it
+    /// (`None` where no trial's record names it: a profile the report merged).
+    pub(crate) functions_with_counts: Option<usize>,
+    /// The trials it wrote profiles in.
+    pub(crate) trials: Vec<String>,
+    #[serde(skip)]
+    functions: BTreeSet<String>,
+}
+
 /// `meta.json`'s `measured`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Measurement {
@@ -51,8 +67,8 @@ pub(crate) struct Measurement {
     /// Source files only the build's other programs compile that are not the
     /// library's sources (a test framework's headers), left out.
     pub(crate) not_the_librarys: Named,
-    /// Build IDs that wrote profiles but that no file of the build has.
-    pub(crate) unknown_binaries: Vec<String>,
+    /// Binaries that wrote profiles but that no file of the build has.
+    pub(crate) unknown_binaries: Vec<Unknown>,
     /// Functions with counts in the merged profile that no measured object
     /// maps: every total leaves them out.
     pub(crate) dropped_functions: Named,
@@ -68,7 +84,13 @@ pub(crate) struct Measure {
 }
 
 /// What the report over the merged profile `profdata` measures.
-pub(crate) fn measure(ws: &Workspace, config: &Config, manifest: &BuildManifest, profdata: &Path) -> Result<Measure> {
+pub(crate) fn measure(
+    ws: &Workspace,
+    config: &Config,
+    manifest: &BuildManifest,
+    results: &[TrialResult],
+    profdata: &Path,
+) -> Result<Measure> {
     let bytes = ws
         .read_opt(profdata)?
         .ok_or_else(|| Error::new(format!("cannot read {}: it does not exist", profdata.display())))?;
@@ -76,6 +98,15 @@ pub(crate) fn measure(ws: &Workspace, config: &Config, manifest: &BuildManifest,
         Error::new(format!("cannot read the binary IDs of the merged profile {}: {e}", profdata.display()))
     })?;
     let measured = manifest.measured(&ids, config.report.measure_programs);
+    let damaged: Vec<String> =
+        measured.programs.iter().filter_map(|o| o.sum.as_ref().and_then(|sum| sum.differs(&o.path))).collect();
+    if !damaged.is_empty() {
+        return Err(Error::new(format!(
+            "build {}'s programs that wrote profiles are not what it built, so no report is made from them: {}; build them again (`ccl-coverage clean --builds`, then the run)",
+            manifest.build_id,
+            damaged.join("; ")
+        )));
+    }
     let (library, programs) = build_maps(manifest)?;
     let scope = Scope::new(config, manifest, &files(&library), &program_files(config, &programs))?;
     let measured_programs: HashSet<&Path> = measured.programs.iter().map(|o| o.path.as_path()).collect();
@@ -115,30 +146,59 @@ pub(crate) fn measure(ws: &Workspace, config: &Config, manifest: &BuildManifest,
         .filter(|k| !mapped.contains(k))
         .filter(|(name, hash)| mapped_elsewhere(&measured_maps, name, *hash) || !unmapped.contains(name))
         .collect();
+    let unknown = unknown_binaries(results, &measured.unknown);
     let mut from: BTreeSet<String> = BTreeSet::new();
     for (name, _) in &dropped {
-        let owner = programs
+        let program = programs
             .iter()
             .filter(|(p, _)| !measured_programs.contains(p.as_path()))
             .find(|(_, m)| m.instrumented.contains(*name))
             .map(|(p, _)| format!("{} (not measured: report.measure_programs is false)", p.display()));
-        from.insert(owner.unwrap_or_else(|| {
-            if measured.unknown.is_empty() {
-                "a binary without a build ID, or a profile of another build".to_string()
-            } else {
-                format!("binaries that are no file of the build: {}", measured.unknown.join(", "))
-            }
+        let binary = || {
+            unknown.iter().find(|u| u.functions.contains(*name)).map(|u| match &u.build_id {
+                Some(id) => format!("the binary {id}, no file of the build"),
+                None => format!("a binary without a build ID (in {})", u.trials.join(", ")),
+            })
+        };
+        from.insert(program.or_else(binary).unwrap_or_else(|| {
+            "a binary no trial's record names (a profile the report merged, or one of another build)".to_string()
         }));
     }
+    // A binary without a build ID is named only for what it ran unmapped:
+    // a device's profiles carry none, and their kernels are mapped.
+    let unknown: Vec<Unknown> = unknown
+        .into_iter()
+        .filter(|u| u.build_id.is_some() || u.functions.iter().any(|f| dropped.iter().any(|(n, _)| n == f)))
+        .collect();
     let measurement = Measurement {
         objects,
         test_code: left(LeftOut::TestCode),
         not_the_librarys: left(LeftOut::NotTheLibrarys),
-        unknown_binaries: measured.unknown.clone(),
+        unknown_binaries: unknown,
         dropped_functions: Named::of(dropped.iter().map(|(n, _)| (*n).to_string())),
         dropped_from: from.into_iter().collect(),
     };
     Ok(Measure { scope, measured, measurement })
+}
+
+/// The binaries the trials recorded as unknown to the build, and the build
+/// IDs of the merged profile that no file of the build has (`ids`), each once.
+fn unknown_binaries(results: &[TrialResult], ids: &[String]) -> Vec<Unknown> {
+    let mut by_id: BTreeMap<Option<String>, Unknown> = BTreeMap::new();
+    for r in results {
+        for b in r.merge.iter().flat_map(|m| &m.unknown_binaries) {
+            let u = by_id.entry(b.build_id.clone()).or_default();
+            u.build_id.clone_from(&b.build_id);
+            u.trials.push(r.trial.clone());
+            u.functions.extend(b.functions.iter().cloned());
+            let counted = u.functions_with_counts.unwrap_or(0).max(b.functions_with_counts);
+            u.functions_with_counts = Some(counted.max(u.functions.len()));
+        }
+    }
+    for id in ids {
+        by_id.entry(Some(id.clone())).or_insert_with(|| Unknown { build_id: Some(id.clone()), ..Unknown::default() });
+    }
+    by_id.into_values().collect()
 }
 
 /// Whether a measured object maps `name` under another hash: the profile's
@@ -187,8 +247,20 @@ impl Measurement {
                 shown(&self.not_the_librarys)
             ));
         }
-        for id in &self.unknown_binaries {
-            lines.push(format!("warning: a binary with build ID {id} wrote profiles, but no file of the build has that ID: its code is not measured"));
+        for u in &self.unknown_binaries {
+            let ran = match u.functions_with_counts {
+                Some(n) => format!("{n} of its functions ran"),
+                None => "no trial's record says what it ran".to_string(),
+            };
+            let trials = if u.trials.is_empty() { String::new() } else { format!(" in {}", u.trials.join(", ")) };
+            lines.push(match &u.build_id {
+                Some(id) => format!(
+                    "warning: a binary with build ID {id} wrote profiles{trials}, but no file of the build has that ID, so none of its code is measured ({ran})"
+                ),
+                None => format!(
+                    "warning: a binary without a build ID wrote profiles{trials}, so what it ran cannot be matched to a file of the build ({ran}); link it with --build-id"
+                ),
+            });
         }
         if self.dropped_functions.count > 0 {
             lines.push(format!(

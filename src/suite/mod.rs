@@ -390,11 +390,19 @@ impl Suite {
         let ctx = &self.ctx;
         let ws = &ctx.workspace;
         let log = ws.trial_log(&spec.slug);
+        let known = manifest.known_ids();
         let finish = |execution: &trial::Execution| {
             let incremental = manifest.coverage && ctx.incremental_merge;
             let pattern = &ctx.config().coverage.profile_pattern;
             let origin = profiles::Origin::of(&execution.launch, &execution.finished);
-            profiles::finish_trial(ws, &manifest.toolchain, &spec.slug, pattern, &origin, incremental, ctx.keep_raw)
+            profiles::finish_trial(
+                ws,
+                &manifest.toolchain,
+                &spec.slug,
+                pattern,
+                &origin,
+                profiles::Merging { incremental, keep_raw: ctx.keep_raw, known: Some(&known) },
+            )
         };
         let (execution, merged) = {
             let asked = std::time::Instant::now();

@@ -65,7 +65,8 @@ const DISCOVERY_MAX_BYTES: u64 = 4 << 30;
 /// by its sections, with its build ID; sorted by path, each once. Links are
 /// never followed (a library's `libx.so -> libx.so.1` chain is found once,
 /// as its file), and the walk keeps its own stack, so a deep tree cannot
-/// overflow the harness's. A folder that cannot be read is skipped.
+/// overflow the harness's. A folder that cannot be read is skipped, and so
+/// is CMake's `CMakeFiles/` (compiler checks, not the project's programs).
 pub(crate) fn discover(roots: &[&Path]) -> Vec<Found> {
     let mut found: BTreeMap<PathBuf, Found> = BTreeMap::new();
     let mut pending: Vec<PathBuf> = roots.iter().map(|r| r.to_path_buf()).collect();
@@ -75,7 +76,11 @@ pub(crate) fn discover(roots: &[&Path]) -> Vec<Found> {
             let Ok(kind) = entry.file_type() else { continue };
             let path = entry.path();
             if kind.is_dir() {
-                pending.push(path);
+                // CMake's own scratch: its compiler checks are linked with the
+                // project's flags, and are rewritten at every configure.
+                if entry.file_name() != "CMakeFiles" {
+                    pending.push(path);
+                }
             } else if kind.is_file()
                 && !found.contains_key(&path)
                 && is_linked_elf(&path)
@@ -142,6 +147,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         std::fs::create_dir_all(d.join("sub/deeper")).unwrap();
+        std::fs::create_dir_all(d.join("CMakeFiles/3.25.1")).unwrap();
         std::fs::write(d.join("lib.c"), "int lib_f(int x) { return x > 1 ? 2 * x : x; }\n").unwrap();
         std::fs::write(
             d.join("main.c"),
@@ -157,6 +163,8 @@ mod tests {
         cc(&[&cov[..], &["-c", "main.c", "-o", "sub/main.o"]].concat());
         cc(&[&cov[..], &["main.c", "sub/libl.so.1", "-o", "sub/deeper/prog"]].concat());
         cc(&["main.c", "sub/libl.so.1", "-o", "plain"]);
+        cc(&[&cov[..], &["main.c", "sub/libl.so.1", "-o", "CMakeFiles/3.25.1/CMakeDetermineCompilerABI_C.bin"]]
+            .concat());
         std::os::unix::fs::symlink("libl.so.1", d.join("sub/libl.so")).unwrap();
         let found = discover(&[d]);
         let paths: Vec<&Path> = found.iter().map(|f| f.path.as_path()).collect();

@@ -191,14 +191,14 @@ impl BuildManifest {
         objects.or_else(programs)
     }
 
-    /// Why an object the report reads is not what the build made (its
+    /// Why an object the report always reads is not what the build made (its
     /// coverage mapping would be read as `malformed coverage data` by every
-    /// step): each object with a recorded checksum, damaged or not.
+    /// step): each object with a recorded checksum, damaged or not. The
+    /// programs it measures are checked once it knows which (`Measured`).
     pub(crate) fn damaged_objects(&self) -> Vec<String> {
         self.objects
             .iter()
             .chain(&self.device_objects)
-            .chain(self.discovered.iter().flatten())
             .filter_map(|o| o.sum.as_ref().and_then(|sum| sum.differs(&o.path)))
             .collect()
     }

@@ -102,6 +102,47 @@ fn read_binary_ids(mut list: &[u8]) -> Result<std::collections::BTreeSet<String>
     Ok(ids)
 }
 
+/// `INSTR_PROF_RAW_MAGIC_64`: `\xfflprofr\x81`, little-endian.
+const RAW_MAGIC: u64 = u64::from_le_bytes(*b"\x81rforpl\xff");
+
+/// The largest list of binary IDs read from a raw profile: one ID per
+/// module is a few dozen bytes.
+pub(crate) const RAW_IDS_MAX: usize = 1 << 20;
+
+/// Where a raw profile's binary IDs lie: their offset and length, from the
+/// start of its header (`prefix`, at least 24 bytes). Raw format versions 8
+/// to 10 (LLVM 15 to 22), whose headers are 11, 14 and 16 words long.
+pub(crate) fn raw_ids_at(prefix: &[u8]) -> Result<(usize, usize)> {
+    let file = Bytes(prefix);
+    if file.u64(0, "the magic")? != RAW_MAGIC {
+        return Err(Error::new("it is not a 64-bit little-endian raw profile"));
+    }
+    let words = match file.u64(8, "the version")? & !VARIANT_MASKS_ALL {
+        8 => 11,
+        9 => 14,
+        10 => 16,
+        v => {
+            return Err(Error::new(format!(
+                "its raw format version is {v}; binary IDs are read from versions 8 to 10"
+            )));
+        }
+    };
+    let len = usize::try_from(file.u64(16, "the length of the binary IDs")?).unwrap_or(usize::MAX);
+    if len > RAW_IDS_MAX {
+        return Err(Error::new(format!("it claims {len} bytes of binary IDs, more than {RAW_IDS_MAX}")));
+    }
+    Ok((words * 8, len))
+}
+
+/// The build IDs a raw profile's header names (`raw_ids_at` tells how many
+/// of its first bytes `prefix` must hold): with `%m`, a process writes one
+/// raw profile per instrumented module, so one ID, or none where the binary
+/// was linked without one.
+pub(crate) fn raw_binary_ids(prefix: &[u8]) -> Result<std::collections::BTreeSet<String>> {
+    let (at, len) = raw_ids_at(prefix)?;
+    read_binary_ids(Bytes(prefix).slice(at, len, "the binary IDs")?)
+}
+
 fn parse(bytes: &[u8]) -> Result<ProfileCounts> {
     let file = Bytes(bytes);
     if bytes.len() < 8 || file.u64(0, "the magic")? != MAGIC {
@@ -597,8 +638,13 @@ mod tests {
         raws.retain(|p| p.extension().is_some_and(|e| e == "profraw"));
         assert_eq!(raws.len(), 2);
         // One raw profile per module: the program's and the library's.
-        let all: std::collections::BTreeSet<String> = raws.iter().flat_map(|r| printed(r)).collect();
-        assert_eq!(all.len(), 2);
+        let mut all = std::collections::BTreeSet::new();
+        for raw in &raws {
+            let ids = raw_binary_ids(&std::fs::read(raw).unwrap()).unwrap();
+            assert_eq!(ids.len(), 1);
+            assert_eq!(ids, printed(raw), "{}", raw.display());
+            all.extend(ids);
+        }
         let merged = d.join("all.profdata");
         let mut args = vec!["merge".to_string(), "-o".into(), merged.display().to_string()];
         args.extend(raws.iter().map(|r| r.display().to_string()));
@@ -609,6 +655,9 @@ mod tests {
         // A list cut short is an error, never a panic.
         assert!(read_binary_ids(&[20, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3]).is_err());
         assert!(binary_ids(b"not a profile at all").is_err());
+        let bytes = std::fs::read(&raws[0]).unwrap();
+        assert!(raw_binary_ids(&bytes[..140]).is_err());
+        assert!(raw_binary_ids(b"not a profile at all, not at all").is_err());
     }
 
     #[test]

@@ -18,7 +18,7 @@ mod cxx_sort;
 mod indexed;
 
 pub use counts::ProfileCounts;
-pub(crate) use indexed::{CounterReader, binary_ids, read_in_process};
+pub(crate) use indexed::{CounterReader, binary_ids, raw_binary_ids, raw_ids_at, read_in_process};
 
 use super::lcov::Covered;
 use crate::coverage::lcov::{FileCoverage, Lcov, Tally};

@@ -151,7 +151,7 @@ impl Session {
         let recorded: Vec<_> = results.iter().map(|r| (r.trial.as_str(), r.slug.as_str(), &r.device_sha256)).collect();
         // What the report measures and leaves out: the host report's rule,
         // with the library's test code, for the device lines too.
-        let measure = measured::measure(ws, self.ctx.config(), &manifest, &profdata)?;
+        let measure = measured::measure(ws, self.ctx.config(), &manifest, &results, &profdata)?;
         for line in measure.measurement.lines() {
             crate::say!("ccl-coverage: {line}");
         }
