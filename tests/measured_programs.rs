@@ -84,7 +84,7 @@ fn the_library_s_code_counts_in_whichever_program_it_was_compiled_and_the_tests_
     assert!(ran.success, "{text}");
     assert!(
         text.contains(
-            "measured 3 objects: libring.so (library.objects), ring_inside, ring_test (programs that wrote profiles)"
+            "measured 4 objects: libring.so (library.objects), ring_bench, ring_inside, ring_test (programs that wrote profiles); meta.json names them"
         ),
         "{text}"
     );
@@ -111,6 +111,16 @@ fn the_library_s_code_counts_in_whichever_program_it_was_compiled_and_the_tests_
     assert!(who.success && who.stdout.contains("inside") && !who.stdout.contains("push"), "{}", who.text());
     let minimal = std::fs::read_to_string(s.ws.join("report/minimal-suite.json")).unwrap();
     assert!(minimal.contains("\"push\"") && minimal.contains("\"inside\""), "{minimal}");
+
+    // Narrowed after the run, the report reads the library alone: what the
+    // trials stored over every program is computed again, not reused.
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&s.config).unwrap()).unwrap();
+    config["report"]["measure_programs"] = json!(false);
+    std::fs::write(&s.config, config.to_string()).unwrap();
+    let narrowed = harness(&s, "report", &[], LIMIT);
+    assert!(narrowed.success, "{}", narrowed.text());
+    assert!(!lcov(&s).contains_key("src/ring_sum.h"));
+    assert!(narrowed.text().contains("programs measured true; the report is of build"), "{}", narrowed.text());
 }
 
 #[test]

@@ -98,16 +98,21 @@ impl TrialLines {
 pub(crate) struct Basis {
     pub(crate) build_id: String,
     pub(crate) llvm_cov_major: u32,
-    /// `report.ignore_filename_regex`, as llvm-cov takes it.
+    /// The report's rule (`coverage::ignore::Scope`), as llvm-cov takes it.
     pub(crate) ignore: Option<String>,
+    /// Whether the build's other programs were measured beside
+    /// `library.objects` (`report.measure_programs`): lines of their files
+    /// are no lines of a report that reads the library's objects alone.
+    pub(crate) programs: bool,
 }
 
 impl Basis {
-    pub(crate) fn new(manifest: &BuildManifest, ignore: &IgnoreRule) -> Basis {
+    pub(crate) fn new(manifest: &BuildManifest, ignore: &IgnoreRule, programs: bool) -> Basis {
         Basis {
             build_id: manifest.build_id.clone(),
             llvm_cov_major: manifest.toolchain.llvm_cov.major,
             ignore: ignore.llvm_cov_arg(),
+            programs,
         }
     }
 }
@@ -117,7 +122,7 @@ impl Basis {
 const MAX_LINES: usize = 1 << 24;
 
 /// Bumped when the stored form changes: an older file is recomputed.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 /// `profiles/<trial>.lines`, as written: postcard, numbers as deltas.
 #[derive(Serialize, Deserialize)]
@@ -225,7 +230,7 @@ impl LineStore {
     /// ([`BuildManifest::every_object`]), as the report reads them.
     pub(crate) fn new(manifest: &BuildManifest, programs: bool, ignore: IgnoreRule) -> Result<LineStore> {
         let mapping = Mapping::read(&manifest.every_object(programs), manifest.toolchain.llvm_cov.major)?;
-        let basis = Basis::new(manifest, &ignore);
+        let basis = Basis::new(manifest, &ignore, programs);
         Ok(LineStore { mapping, ignore, basis })
     }
 
@@ -313,14 +318,16 @@ pub(crate) fn load(
     }
     if stored.basis != *basis {
         return Err(format!(
-            "{} was computed for build {}, llvm-cov {}, ignore rule {:?}; the report is of build {}, llvm-cov {}, ignore rule {:?}",
+            "{} was computed for build {}, llvm-cov {}, ignore rule {:?}, programs measured {}; the report is of build {}, llvm-cov {}, ignore rule {:?}, programs measured {}",
             path.display(),
             stored.basis.build_id,
             stored.basis.llvm_cov_major,
             stored.basis.ignore,
+            stored.basis.programs,
             basis.build_id,
             basis.llvm_cov_major,
-            basis.ignore
+            basis.ignore,
+            basis.programs
         ));
     }
     if Some(stored.profdata_sha256.as_str()) != profdata_sha256 {
@@ -373,7 +380,7 @@ mod tests {
     }
 
     fn basis() -> Basis {
-        Basis { build_id: "b1".into(), llvm_cov_major: 22, ignore: None }
+        Basis { build_id: "b1".into(), llvm_cov_major: 22, ignore: None, programs: true }
     }
 
     fn decode(bytes: &[u8]) -> TrialLines {
@@ -426,6 +433,12 @@ mod tests {
         assert_eq!(load(&ws, "t", Some(&recorded), &basis(), Some("sha")).unwrap(), sample());
         let other = Basis { build_id: "b2".into(), ..basis() };
         assert!(load(&ws, "t", Some(&recorded), &other, Some("sha")).unwrap_err().contains("build b1"));
+        let library_alone = Basis { programs: false, ..basis() };
+        assert!(
+            load(&ws, "t", Some(&recorded), &library_alone, Some("sha"))
+                .unwrap_err()
+                .contains("programs measured true")
+        );
         assert!(load(&ws, "t", Some(&recorded), &basis(), Some("x")).unwrap_err().contains("another profile"));
         assert!(load(&ws, "t", None, &basis(), Some("sha")).unwrap_err().contains("names no stored lines"));
         // One byte changed: altered, moved to quarantine, named.

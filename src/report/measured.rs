@@ -201,6 +201,16 @@ fn unknown_binaries(results: &[TrialResult], ids: &[String]) -> Vec<Unknown> {
     by_id.into_values().collect()
 }
 
+/// The first few of `names`, and how many more there are: a line of the screen.
+fn first(names: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let shown = names[..names.len().min(SHOWN)].join(", ");
+    match names.len().saturating_sub(SHOWN) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
+}
+
 /// Whether a measured object maps `name` under another hash: the profile's
 /// record of this hash came from a binary compiled otherwise.
 fn mapped_elsewhere(maps: &[&ObjectMap], name: &str, hash: u64) -> bool {
@@ -219,13 +229,13 @@ impl Measurement {
             self.objects.iter().filter(|o| o.why != "library.objects").map(|o| name(&o.path)).collect();
         if !programs.is_empty() || self.test_code.count > 0 || self.not_the_librarys.count > 0 {
             lines.push(format!(
-                "measured {} objects: {} (library.objects){}",
+                "measured {} objects: {} (library.objects){}; meta.json names them (measured.objects)",
                 self.objects.len(),
-                library.join(", "),
+                first(&library),
                 if programs.is_empty() {
                     String::new()
                 } else {
-                    format!(", {} (programs that wrote profiles)", programs.join(", "))
+                    format!(", {} (programs that wrote profiles)", first(&programs))
                 }
             ));
         }
@@ -266,7 +276,7 @@ impl Measurement {
             lines.push(format!(
                 "warning: {} functions ran but no measured object maps them, so every total leaves them out ({}); meta.json names them (measured.dropped_functions)",
                 self.dropped_functions.count,
-                self.dropped_from.join("; ")
+                first(&self.dropped_from)
             ));
         }
         lines

@@ -75,7 +75,8 @@ impl Session {
                     text,
                     (regions.covered, regions.count),
                 )?;
-                let basis = Basis::new(&merged.manifest, &merged.inputs.ignore);
+                let basis =
+                    Basis::new(&merged.manifest, &merged.inputs.ignore, self.ctx.config().report.measure_programs);
                 let next = std::sync::atomic::AtomicUsize::new(0);
                 let outputs: Vec<Result<OneTrial, Error>> = std::thread::scope(|scope| {
                     let workers: Vec<_> = (0..parallelism().min(jobs.len()).max(1))
