@@ -88,6 +88,8 @@ fn the_library_s_code_counts_in_whichever_program_it_was_compiled_and_the_tests_
         ),
         "{text}"
     );
+    let summary = std::fs::read_to_string(s.ws.join("report/summary.md")).unwrap();
+    assert!(summary.contains("- measured 4 objects: libring.so (library.objects)"), "{summary}");
     let files = lcov(&s);
     // ring_sum({1, 2, 3}) in RingTest.Sum: its loop body ran three times.
     let sum = line_of("src/ring_sum.h", "sum += values[i];");

@@ -30,6 +30,13 @@ pub(crate) fn markdown(
         }
         md.push('\n');
     }
+    // What the totals are of, and what ran that they leave out.
+    for line in health.measurement.iter().flat_map(|m| m.lines()) {
+        md.push_str(&format!("- {}\n", crate::report::escape_html(&line)));
+    }
+    if health.measurement.as_ref().is_some_and(|m| !m.lines().is_empty()) {
+        md.push('\n');
+    }
     md.push_str("| | covered | total | % |\n|---|---:|---:|---:|\n");
     for (metric, covered, count) in summary.totals().rows() {
         md.push_str(&format!("| {metric} | {covered} | {count} | {:.2} |\n", percent(covered, count)));
