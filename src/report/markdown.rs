@@ -31,7 +31,7 @@ pub(crate) fn markdown(
         md.push('\n');
     }
     // What the totals are of, and what ran that they leave out.
-    for line in health.measurement.iter().flat_map(|m| m.lines()) {
+    for line in health.measurement.iter().flat_map(crate::report::measured::Measurement::lines) {
         md.push_str(&format!("- {}\n", crate::report::escape_html(&line)));
     }
     if health.measurement.as_ref().is_some_and(|m| !m.lines().is_empty()) {
