@@ -5,13 +5,13 @@
 //! by `-DCCL_TUNER_SCALE_FUNCTIONS`), through the real harness binary, the
 //! real instrumented build and real processes. On the CPU; no GPU.
 //!
-//!   cargo bench --bench scale                    # everything: prepare, then trials and report at 100, 800, 4000, then the plot
-//!   cargo bench --profile dev --bench scale -- --dir target/tmp/scale-dev …   # the same with the harness `cargo test` builds
-//!   cargo bench --bench scale -- prepare         # generate the configs, build the library (cached), record the mapping's size
-//!   cargo bench --bench scale -- trials 100      # run the 100-trial suite: --list, dry run, collectives (time, RSS, disk)
-//!   cargo bench --bench scale -- report 100      # the report on that workspace, with and without attribution and the minimal suite
-//!   cargo bench --bench scale -- plot            # the PNG of report time against trials, from every results-*.json
-//!   cargo bench --bench scale -- equal 800       # attribution from the mapping read once against llvm-cov per trial
+//!   cargo bench --features plot --bench scale                    # everything: prepare, then trials and report at 100, 800, 4000, then the plot
+//!   cargo bench --profile dev --features plot --bench scale -- --dir target/tmp/scale-dev …   # the same with the harness `cargo test` builds
+//!   cargo bench --features plot --bench scale -- prepare         # generate the configs, build the library (cached), record the mapping's size
+//!   cargo bench --features plot --bench scale -- trials 100      # run the 100-trial suite: --list, dry run, collectives (time, RSS, disk)
+//!   cargo bench --features plot --bench scale -- report 100      # the report on that workspace, with and without attribution and the minimal suite
+//!   cargo bench --features plot --bench scale -- plot            # the PNG of report time against trials, from every results-*.json
+//!   cargo bench --features plot --bench scale -- equal 800       # attribution from the mapping read once against llvm-cov per trial
 //!
 //! Options: `--dir DIR` (default `target/tmp/scale`), `--label NAME` (the
 //! results file `results-NAME.json`, default `latest`), `--max-report-s S`
