@@ -94,9 +94,7 @@ pub(crate) fn measure(
     let bytes = ws
         .read_opt(profdata)?
         .ok_or_else(|| Error::new(format!("cannot read {}: it does not exist", profdata.display())))?;
-    let ids = mapping::binary_ids(&bytes).map_err(|e| {
-        Error::new(format!("cannot read the binary IDs of the merged profile {}: {e}", profdata.display()))
-    })?;
+    let ids = profile_ids(manifest, &bytes, profdata)?;
     let measured = manifest.measured(&ids, config.report.measure_programs);
     let damaged: Vec<String> =
         measured.programs.iter().filter_map(|o| o.sum.as_ref().and_then(|sum| sum.differs(&o.path))).collect();
@@ -179,6 +177,33 @@ pub(crate) fn measure(
         dropped_from: from.into_iter().collect(),
     };
     Ok(Measure { scope, measured, measurement })
+}
+
+/// The build IDs of the binaries whose profiles the merged profile holds:
+/// read in process, or, where that reader does not know the profile's
+/// format (a newer LLVM), printed by `llvm-profdata show --binary-ids`.
+fn profile_ids(manifest: &BuildManifest, bytes: &[u8], profdata: &Path) -> Result<BTreeSet<String>> {
+    let in_process = match mapping::binary_ids(bytes) {
+        Ok(ids) => return Ok(ids),
+        Err(e) => e,
+    };
+    let text = crate::exec::process::Cmd::new(&manifest.toolchain.llvm_profdata.path)
+        .args(["show", "--binary-ids"])
+        .arg(profdata)
+        .read()
+        .map_err(|e| {
+            Error::new(format!(
+                "cannot read the binary IDs of the merged profile {} ({in_process}), nor can llvm-profdata: {e}",
+                profdata.display()
+            ))
+        })?;
+    let listed = text.split_once("Binary IDs:").map_or("", |(_, ids)| ids);
+    Ok(listed
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_hexdigit()))
+        .map(String::from)
+        .collect())
 }
 
 /// The binaries the trials recorded as unknown to the build, and the build
@@ -280,5 +305,53 @@ impl Measurement {
             ));
         }
         lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A profile whose format the in-process reader does not know (its
+    /// version changed in the bytes read) has its IDs read by
+    /// llvm-profdata from the file, which still has its own: the same IDs.
+    #[test]
+    fn binary_ids_of_an_unknown_format_come_from_llvm_profdata() {
+        let bin = Path::new("/usr/lib/llvm-22/bin");
+        if !bin.join("clang").is_file() {
+            assert!(std::env::var_os("CI").is_none(), "clang 22 is missing under CI");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("main.c"), "int main(void) { return 0; }\n").unwrap();
+        let run = |program: PathBuf, args: &[&str]| {
+            let out = std::process::Command::new(program)
+                .current_dir(d)
+                .args(args)
+                .env("LLVM_PROFILE_FILE", "p.profraw")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        };
+        run(bin.join("clang"), &["-fprofile-instr-generate", "-fcoverage-mapping", "main.c", "-o", "prog"]);
+        run(d.join("prog"), &[]);
+        run(bin.join("llvm-profdata"), &["merge", "-o", "m.profdata", "p.profraw"]);
+        let profdata = d.join("m.profdata");
+        let bytes = std::fs::read(&profdata).unwrap();
+        let mut manifest = crate::build::cache::test_manifest("b");
+        manifest.toolchain.llvm_profdata.path = bin.join("llvm-profdata");
+        let ids = profile_ids(&manifest, &bytes, &profdata).unwrap();
+        assert_eq!(ids.len(), 1);
+        let mut newer = bytes.clone();
+        newer[8] = 99;
+        assert!(mapping::binary_ids(&newer).is_err());
+        assert_eq!(profile_ids(&manifest, &newer, &profdata).unwrap(), ids);
+        manifest.toolchain.llvm_profdata.path = d.join("no-such-llvm-profdata");
+        let err = profile_ids(&manifest, &newer, &profdata).unwrap_err().to_string();
+        assert!(
+            err.contains("cannot read the binary IDs of the merged profile") && err.contains("nor can llvm-profdata"),
+            "{err}"
+        );
     }
 }
