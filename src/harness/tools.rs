@@ -172,7 +172,7 @@ pub fn print_run_line(tally: &super::collectives::Tally) {
         line.push_str(&format!(", {} interrupted", tally.interrupted));
     }
     if tally.not_run > 0 {
-        line.push_str(&format!("; {} not run: the shared build failed or could not be recorded", tally.not_run));
+        line.push_str(&format!("; {} not run: {}", tally.not_run, not_run_causes(&tally.not_run_causes)));
     }
     match run.filter(|run| run.header.run_id == tally.run_id) {
         Some(run) => {
@@ -180,7 +180,12 @@ pub fn print_run_line(tally: &super::collectives::Tally) {
                 line.push_str(&format!("; {also}"));
             }
         }
-        None => line.push_str("; results/run.json is not this run's: it could not be written"),
+        None => {
+            line.push_str("; results/run.json is not this run's: it could not be written");
+            if let Some(why) = &tally.records_error {
+                line.push_str(&format!(" ({})", one_line(why, 400)));
+            }
+        }
     }
     let minimal = ctx.workspace.report_dir().join("minimal-suite.json");
     let suite: Option<serde_json::Value> = read(minimal.clone()).and_then(|b| serde_json::from_slice(&b).ok());
@@ -193,6 +198,33 @@ pub fn print_run_line(tally: &super::collectives::Tally) {
         ));
     }
     crate::say!("{line}");
+}
+
+/// The causes of the trials not run, the first three (with how many trials
+/// each, when more than one).
+fn not_run_causes(causes: &[(String, usize)]) -> String {
+    let mut said: Vec<String> = causes
+        .iter()
+        .take(3)
+        .map(|(cause, n)| match n {
+            1 => one_line(cause, 300),
+            n => format!("{} ({n} trials)", one_line(cause, 300)),
+        })
+        .collect();
+    if causes.len() > 3 {
+        said.push(format!("and {} other causes (each trial's is above)", causes.len() - 3));
+    }
+    said.join("; ")
+}
+
+/// `text` on one line (its lines joined by ` / `), cut to `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let joined: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let joined = joined.join(" / ");
+    match joined.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &joined[..at]),
+        None => joined,
+    }
 }
 
 /// How `ccl-coverage list` prints the trials.
