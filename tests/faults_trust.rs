@@ -707,3 +707,29 @@ fn a_100_000_deep_tree_is_emptied_by_run_and_deleted_by_clean_under_a_cap() {
     assert!(!s.ws.exists(), "{}", cleaned.text());
     assert!(cleaned.took < Duration::from_secs(30), "{:?}", cleaned.took);
 }
+
+/// SIGINT while the first of two trials runs (`--test-threads 1`): the
+/// second never starts and is `NOT RUN`, counted as not run, never as a
+/// failed trial that ran (it was `FAIL` and counted among those that ran).
+#[test]
+fn trials_an_interruption_kept_from_starting_are_not_run_not_failed() {
+    let s = wrapped(&[("a_sleeps", "sleep 60"), ("b_later", "")]);
+    let running = support::spawn(&s, support::command(&s, "run", &["--no-report", "--test-threads", "1"]));
+    let log = s.ws.join("logs/AllReduce.1K.a_sleeps.log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !fs::read_to_string(&log).is_ok_and(|l| l.contains("sleep")) {
+        assert!(std::time::Instant::now() < deadline, "the first trial never started: {}", running.text_so_far());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(running.pid(), libc::SIGINT) }, 0);
+    let ran = running.wait(Duration::from_secs(60));
+    let text = ran.text();
+    assert_eq!(ran.code, Some(130), "{text}");
+    assert!(text.contains("NOT RUN AllReduce::1K::b_later"), "{text}");
+    assert!(
+        text.contains("1 of 2 trials ran: 0 passed, 0 failed, 0 timed out, 1 interrupted; 1 not run: the run was interrupted by SIGINT"),
+        "{text}"
+    );
+}

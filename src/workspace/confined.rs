@@ -772,6 +772,30 @@ fn set_modes_under(fd: &OwnedFd) -> std::result::Result<(), Stuck> {
     )
 }
 
+/// Deletes the file, link (not its target) or folder tree at `path`, which
+/// lies outside any workspace (a cached build): walked in a loop as
+/// [`Beneath::remove`] does, so no depth overflows the stack; a missing one
+/// is fine. What cannot be deleted is named, with where the walk stopped.
+pub(crate) fn remove_tree(path: &Path) -> Result<()> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(Error::new(format!("refusing to delete {}: it names no entry of a folder", path.display())));
+    };
+    let parent = match rfs::open(parent, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(Error::new(format!("cannot delete {}: {}", path.display(), std::io::Error::from(e)))),
+    };
+    match remove_at(&parent, name) {
+        Ok(()) | Err(Stuck { errno: Errno::NOENT, depth: 0, .. }) => Ok(()),
+        Err(stuck) if stuck.depth == 0 && !stuck.moved => {
+            Err(Error::new(format!("cannot delete {}: {}", path.display(), std::io::Error::from(stuck.errno))))
+        }
+        Err(stuck) => {
+            Err(Error::new(format!("cannot delete the folder tree {}: {}", path.display(), stuck.describe())))
+        }
+    }
+}
+
 /// Opens `path` for reading only if it is a regular file, without following
 /// a link at its end and without blocking on a FIFO: for files outside the
 /// workspace (the build cache, a config).
