@@ -190,17 +190,14 @@ pub fn print_run_line(tally: &super::collectives::Tally) {
     if tally.not_run > 0 {
         line.push_str(&format!("; {} not run: {}", tally.not_run, not_run_causes(&tally.not_run_causes)));
     }
-    match run.filter(|run| run.header.run_id == tally.run_id) {
-        Some(run) => {
-            if let Some(also) = crate::results::also_uses(&run.earlier_runs) {
-                line.push_str(&format!("; {also}"));
-            }
+    if let Some(run) = run.filter(|run| run.header.run_id == tally.run_id) {
+        if let Some(also) = crate::results::also_uses(&run.earlier_runs) {
+            line.push_str(&format!("; {also}"));
         }
-        None => {
-            line.push_str("; results/run.json is not this run's: it could not be written");
-            if let Some(why) = &tally.records_error {
-                line.push_str(&format!(" ({})", one_line(why, 400)));
-            }
+    } else {
+        line.push_str("; results/run.json is not this run's: it could not be written");
+        if let Some(why) = &tally.records_error {
+            line.push_str(&format!(" ({})", one_line(why, 400)));
         }
     }
     let minimal = ctx.workspace.report_dir().join("minimal-suite.json");
