@@ -534,3 +534,202 @@ fn a_fifo_given_as_the_config_is_refused_without_hanging() {
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("it is a FIFO, not a regular file"), "{text}");
 }
+
+// ---- issue #48, item 1: every trial this run selected has a verdict, whatever fails
+
+/// What a trial (or anyone) can leave where the harness makes a trial's folders.
+#[derive(Clone, Copy, Debug)]
+enum Planted {
+    Fifo,
+    Link,
+    File,
+}
+
+fn plant(at: &Path, what: Planted, dir: &Path) {
+    let _ = fs::remove_dir_all(at);
+    let _ = fs::remove_file(at);
+    match what {
+        Planted::Fifo => {
+            let made = std::process::Command::new("mkfifo").arg(at).status().unwrap();
+            assert!(made.success());
+        }
+        Planted::Link => {
+            let target = dir.join("link-target");
+            fs::create_dir_all(&target).unwrap();
+            fs::write(target.join("keep"), "not the harness's").unwrap();
+            std::os::unix::fs::symlink(&target, at).unwrap();
+        }
+        Planted::File => fs::write(at, "not a folder").unwrap(),
+    }
+}
+
+/// A link, FIFO or plain file where a trial's folders go, after a run in
+/// which the trial passed: the trial is recorded as not run with the cause
+/// (the earlier `PASSED` record stayed, and `run.json`, `junit.xml` and
+/// `summary.md` said 0 failed), and the last line names the cause (it
+/// blamed `run.json`). Whatever the link points to is untouched.
+#[test]
+fn a_trial_whose_folders_cannot_be_prepared_is_recorded_with_the_cause() {
+    let cases = [
+        ("work/AllReduce.1K.b", Planted::Fifo),
+        ("work", Planted::File),
+        ("profiles/AllReduce.1K.b", Planted::Link),
+        ("quarantine/AllReduce.1K.b", Planted::File),
+        ("cases/AllReduce.1K.b", Planted::Link),
+    ];
+    for (i, (place, what)) in cases.into_iter().enumerate() {
+        let s = wrapped(&[("a", ""), ("b", "")]);
+        let first = harness(&s, "collectives", &[], LIMIT);
+        assert!(first.success, "{}", first.text());
+        let at = s.ws.join(place);
+        fs::create_dir_all(at.parent().unwrap()).unwrap();
+        plant(&at, what, s.dir.path());
+        // The report once (it is the slow part): summary.md must say it too.
+        let args: &[&str] = if i == 0 { &["--test-threads", "1"] } else { &["--no-report", "--test-threads", "1"] };
+        let ran = harness(&s, "run", args, LIMIT);
+        let text = ran.text();
+        let case = format!("{place} as {what:?}: {text}");
+        assert!(!ran.success, "{case}");
+        // `work` itself stops both trials.
+        let both = place == "work";
+        let run = read_json(&s.ws.join("results/run.json"));
+        let (failed, passed) = if both { (2, 0) } else { (1, 1) };
+        assert_eq!((&run["summary"]["failed"], &run["summary"]["passed"]), (&json!(failed), &json!(passed)), "{case}");
+        assert_eq!(run["ran"], json!(["AllReduce::1K::a", "AllReduce::1K::b"]), "{case}\n{run}");
+        let record = read_json(&s.ws.join("results/AllReduce.1K.b.json"));
+        assert_eq!(record["status"], "FAILED", "{case}");
+        assert_eq!(record["run_id"], run["run_id"], "the earlier run's record: {case}");
+        let reason = record["reason"].as_str().unwrap();
+        assert!(reason.starts_with("not run: ") && reason.contains(place), "{reason}: {case}");
+        let junit = fs::read_to_string(s.ws.join("results/junit.xml")).unwrap();
+        assert!(junit.contains(&format!("failures=\"{failed}\"")), "{case}\n{junit}");
+        if i == 0 {
+            let md = fs::read_to_string(s.ws.join("report/summary.md")).unwrap_or_else(|e| panic!("{e}: {case}"));
+            assert!(md.contains("Trials: 1 passed, 1 failed"), "{case}\n{md}");
+        }
+        let last = text.lines().rfind(|l| l.contains("trials ran")).unwrap_or_default();
+        let tally = if both {
+            "0 of 2 trials ran: 0 passed, 0 failed, 0 timed out; 2 not run: AllReduce::1K::a: "
+        } else {
+            "1 of 2 trials ran: 1 passed, 0 failed, 0 timed out; 1 not run: AllReduce::1K::b: "
+        };
+        assert!(last.contains(tally), "{case}");
+        assert!(last.contains(place), "the last line does not name the cause: {case}");
+        assert!(!text.contains("run.json is not this run's"), "{case}");
+        if let Planted::Link = what {
+            let kept = s.dir.path().join("link-target/keep");
+            assert_eq!(fs::read_to_string(kept).unwrap(), "not the harness's", "{case}");
+        }
+    }
+}
+
+/// A trial whose record cannot be written (`results/<trial>.json` is a
+/// folder) on a workspace with no earlier record: `run.json` and
+/// `junit.xml` still list it as the run saw it (it was missing from both),
+/// and the run fails naming the record.
+#[test]
+fn a_trial_whose_record_cannot_be_written_is_still_in_run_json_and_junit() {
+    let s = wrapped(&[("fails", "exit 3")]);
+    let ran = harness(&s, "run", &["--no-report"], LIMIT);
+    assert!(!ran.success, "{}", ran.text());
+    fs::remove_file(s.ws.join("results/AllReduce.1K.fails.json")).unwrap();
+    fs::remove_file(s.ws.join("results/run.json")).unwrap();
+    fs::remove_file(s.ws.join("results/junit.xml")).unwrap();
+    fs::create_dir(s.ws.join("results/AllReduce.1K.fails.json")).unwrap();
+    let ran = harness(&s, "run", &["--no-report"], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    let run = read_json(&s.ws.join("results/run.json"));
+    assert_eq!(run["summary"]["failed"], 1, "{text}\n{run}");
+    assert_eq!(run["trials"][0]["trial"], "AllReduce::1K::fails", "{run}");
+    let junit = fs::read_to_string(s.ws.join("results/junit.xml")).unwrap();
+    assert!(junit.contains("tests=\"1\"") && junit.contains("failures=\"1\""), "{junit}");
+    assert!(text.contains("results/AllReduce.1K.fails.json could not be written"), "{text}");
+    assert!(text.contains("1 of 1 trials ran: 0 passed, 1 failed"), "{text}");
+}
+
+// ---- issue #48, item 2: deleting never recurses on the call stack
+
+/// `depth` folders one inside the other under `top`, made level by level.
+fn deep_tree(top: &Path, depth: usize) {
+    use rustix::fs::{Mode, OFlags, mkdirat, open, openat};
+    fs::create_dir_all(top).unwrap();
+    let mut fd = open(top, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+    for _ in 0..depth {
+        mkdirat(&fd, "d", Mode::from_raw_mode(0o755)).unwrap();
+        fd = openat(&fd, "d", OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+    }
+}
+
+/// A passed trial that leaves a folder 5,000 levels deep in its working
+/// folder: the folder is deleted as any other, and the trial recorded and
+/// tallied (the recursive delete overflowed the stack: SIGABRT, exit 134,
+/// no record, no tally).
+#[test]
+fn a_passed_trial_s_5000_deep_folder_is_deleted_and_the_run_recorded() {
+    let s = wrapped(&[(
+        "deep",
+        "( for n in 2000 2000 1000; do p=$(printf 'd/%.0s' $(seq $n)); mkdir -p \"$p\" && cd \"$p\" || exit 9; done )",
+    )]);
+    let ran = harness(&s, "run", &["--no-report"], LIMIT);
+    let text = ran.text();
+    assert!(ran.success, "{text}");
+    assert_eq!(read_json(&s.ws.join("results/AllReduce.1K.deep.json"))["status"], "PASSED", "{text}");
+    assert!(!s.ws.join("work/AllReduce.1K.deep").exists(), "{text}");
+    assert!(text.contains("1 of 1 trials ran: 1 passed, 0 failed"), "{text}");
+    assert!(ran.took < Duration::from_secs(120), "{:?}", ran.took);
+}
+
+/// A tree 100,000 levels deep in a trial's working folder (which made every
+/// later `run`, and `clean`, abort): the next run empties it before the
+/// trial, and `clean`, under a 1 GiB address-space limit, deletes it, each
+/// in seconds.
+#[test]
+fn a_100_000_deep_tree_is_emptied_by_run_and_deleted_by_clean_under_a_cap() {
+    let s = ran_once();
+    let work = s.ws.join("work/AllReduce.1K.t");
+    deep_tree(&work, 100_000);
+    let ran = harness(&s, "run", &["--no-report"], Duration::from_secs(120));
+    assert!(ran.success, "{}", ran.text());
+    assert!(!work.join("d").exists(), "{}", ran.text());
+    deep_tree(&work, 100_000);
+    let mut cmd = support::command(&s, "clean", &[]);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            let cap = rustix::process::Rlimit { current: Some(1 << 30), maximum: Some(1 << 30) };
+            rustix::process::setrlimit(rustix::process::Resource::As, cap)?;
+            Ok(())
+        });
+    }
+    let cleaned = support::spawn(&s, cmd).wait(Duration::from_secs(60));
+    assert!(cleaned.success, "{}", cleaned.text());
+    assert!(!s.ws.exists(), "{}", cleaned.text());
+    assert!(cleaned.took < Duration::from_secs(30), "{:?}", cleaned.took);
+}
+
+/// SIGINT while the first of two trials runs (`--test-threads 1`): the
+/// second never starts and is `NOT RUN`, counted as not run, never as a
+/// failed trial that ran (it was `FAIL` and counted among those that ran).
+#[test]
+fn trials_an_interruption_kept_from_starting_are_not_run_not_failed() {
+    let s = wrapped(&[("a_sleeps", "sleep 60"), ("b_later", "")]);
+    let running = support::spawn(&s, support::command(&s, "run", &["--no-report", "--test-threads", "1"]));
+    let log = s.ws.join("logs/AllReduce.1K.a_sleeps.log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !fs::read_to_string(&log).is_ok_and(|l| l.contains("sleep")) {
+        assert!(std::time::Instant::now() < deadline, "the first trial never started: {}", running.text_so_far());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(running.pid(), libc::SIGINT) }, 0);
+    let ran = running.wait(Duration::from_secs(60));
+    let text = ran.text();
+    assert_eq!(ran.code, Some(130), "{text}");
+    assert!(text.contains("NOT RUN AllReduce::1K::b_later"), "{text}");
+    assert!(
+        text.contains("1 of 2 trials ran: 0 passed, 0 failed, 0 timed out, 1 interrupted; 1 not run: the run was interrupted by SIGINT"),
+        "{text}"
+    );
+}

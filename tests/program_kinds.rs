@@ -139,3 +139,35 @@ fn the_dry_run_shows_kinds_filters_and_sizes() {
     assert!(text.contains("trial suite (ctest, 1 ranks"), "{text}");
     assert!(text.contains("trial bench::1K (1 ranks"), "{text}");
 }
+
+/// A gtest binary whose `--gtest_list_tests` prints its names and leaves a
+/// grandchild holding its output open (issue #48, item 3): the listing runs
+/// under a supervisor, which kills what its main process left, so the hint
+/// comes in seconds (the listing waited for end of file, 6½ min) and the
+/// grandchild is gone.
+#[test]
+fn a_gtest_listing_held_open_by_a_grandchild_ends_in_seconds() {
+    let s = setup(json!([{"name": "fill", "kind": "gtest", "binary": "ring_test", "filter": "RingFil",
+                          "env": {"REAL_RING_TEST": "{bin_dir}/ring_test"}}]));
+    let wrapper = s.dir.path().join("ring_wrapped");
+    std::fs::write(
+        &wrapper,
+        "#!/bin/sh\nif [ \"$1\" = --gtest_list_tests ]; then\n  printf 'Capacities/RingFill.\\n  Wraps/0\\n'\n  sleep 613 &\n  exit 0\nfi\nexec \"$REAL_RING_TEST\" \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&s.config).unwrap()).unwrap();
+    config["programs"][0]["binary"] = json!(wrapper.display().to_string());
+    std::fs::write(&s.config, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    let ran = harness(&s, "run", &["--no-report"], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    let fill = result(&s, "fill");
+    let reason = fill["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("`*RingFil*` matches 1 of ") && reason.contains("(Capacities/RingFill.Wraps/0)"),
+        "{reason}"
+    );
+    assert!(ran.took < Duration::from_secs(45), "{:?}: {text}", ran.took);
+    assert!(support::processes_mentioning("sleep 613").is_empty(), "the grandchild is left");
+}

@@ -42,17 +42,26 @@ pub struct Tally {
     pub(crate) failed: usize,
     pub(crate) timed_out: usize,
     pub(crate) interrupted: usize,
-    /// Not run because the shared build failed or could not be recorded:
-    /// not counted in `ran`.
+    /// Not run (the shared build failed, a trial's folders could not be
+    /// prepared, the run was interrupted first): not counted in `ran`.
     pub(crate) not_run: usize,
+    /// Why, each cause once, in the order first seen, with how many trials.
+    pub(crate) not_run_causes: Vec<(String, usize)>,
+    /// Why `run.json` and `junit.xml` may not be this run's: the error that
+    /// ended the writing of the run's records.
+    pub(crate) records_error: Option<String>,
 }
 
 impl Tally {
     fn add(&mut self, outcome: &Outcome) {
         match outcome {
             Outcome::Ignored(_) => return,
-            Outcome::NotRun(_) => {
+            Outcome::NotRun { cause, .. } => {
                 self.not_run += 1;
+                match self.not_run_causes.iter_mut().find(|(c, _)| c == cause) {
+                    Some((_, n)) => *n += 1,
+                    None => self.not_run_causes.push((cause.clone(), 1)),
+                }
                 return;
             }
             Outcome::Passed => self.passed += 1,
@@ -103,7 +112,7 @@ impl Progress {
             Outcome::Failed(Status::Timeout, _) => Verdict::Timeout,
             Outcome::Failed(Status::Interrupted, _) => Verdict::Interrupted,
             Outcome::Failed(_, _) => Verdict::Fail,
-            Outcome::NotRun(_) => Verdict::NotRun,
+            Outcome::NotRun { .. } => Verdict::NotRun,
         };
         let total = self.total.load(std::sync::atomic::Ordering::SeqCst).max(done);
         // Trials run side by side: the wall time so far per trial ended.
@@ -231,7 +240,7 @@ pub fn run(selection: &Selection, intent: Intent, entry: Entry) -> Ran {
                 match outcome {
                     Outcome::Passed | Outcome::Flaky { .. } => Ok(Completion::Completed),
                     Outcome::Ignored(reason) => Ok(Completion::ignored_with(reason)),
-                    Outcome::Failed(_, message) | Outcome::NotRun(message) => Err(Failed::from(message)),
+                    Outcome::Failed(_, message) | Outcome::NotRun { message, .. } => Err(Failed::from(message)),
                 }
             })
             .with_ignored_flag(ignored)
@@ -297,6 +306,7 @@ pub fn run(selection: &Selection, intent: Intent, entry: Entry) -> Ran {
     };
     let mut tally = shared.progress.tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
     tally.run_id = shared.suite.run_id().to_string();
+    tally.records_error = written.err().map(|e| e.to_string());
     Ran { code, ran: !args.list && running > 0, tally }
 }
 

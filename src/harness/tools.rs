@@ -56,18 +56,23 @@ pub fn clean(builds: bool) -> ExitCode {
 fn clean_all(builds: bool) -> Result<()> {
     let ctx = Context::from_env(Entry::Cli)?;
     let ws = &ctx.workspace;
+    let mut left = false;
     if ws.root().exists() {
         let lock = super::take_workspace(&ctx, Access::Report)
             .map_err(|_| Error::new(format!("{} was not deleted", ws.root().display())))?;
         let cleaned = ws.clean()?;
         drop(lock);
-        ws.finish_clean(&cleaned)?;
+        // What could not be deleted is named; the builds are still cleaned.
+        if let Err(e) = ws.finish_clean(&cleaned) {
+            crate::say!("ccl-coverage: {e}");
+            left = true;
+        }
     } else {
         crate::say!("ccl-coverage: no workspace at {}", ws.root().display());
     }
     if builds {
         let dir = ctx.state_dir.join("builds");
-        let mut kept = 0;
+        let (mut kept, mut undeletable) = (0, 0);
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let path = entry.path();
             if !entry.file_type().is_ok_and(|t| t.is_dir()) || !path.join("build.json").is_file() {
@@ -96,8 +101,13 @@ fn clean_all(builds: bool) -> Result<()> {
                 kept += 1;
                 continue;
             }
-            std::fs::remove_dir_all(&path).with_context(|| format!("cannot delete {}", path.display()))?;
-            let _ = std::fs::remove_dir_all(path.with_extension("users"));
+            // One build that cannot be deleted does not stop the others.
+            if let Err(e) = crate::workspace::confined::remove_tree(&path) {
+                crate::warning!("kept the cached build {}: {e}", path.display());
+                undeletable += 1;
+                continue;
+            }
+            let _ = crate::workspace::confined::remove_tree(&path.with_extension("users"));
             // Held alone: a process waiting on it finds it gone and opens a new one.
             let _ = std::fs::remove_file(&lock_path);
             drop(lock);
@@ -109,6 +119,12 @@ fn clean_all(builds: bool) -> Result<()> {
                 command_again("clean --builds")
             )));
         }
+        if undeletable > 0 {
+            return Err(Error::new(format!("{undeletable} cached builds could not be deleted (each is named above)")));
+        }
+    }
+    if left {
+        crate::bail!("the workspace {} could not be wholly deleted: what is left is named above", ws.root().display());
     }
     Ok(())
 }
@@ -172,15 +188,17 @@ pub fn print_run_line(tally: &super::collectives::Tally) {
         line.push_str(&format!(", {} interrupted", tally.interrupted));
     }
     if tally.not_run > 0 {
-        line.push_str(&format!("; {} not run: the shared build failed or could not be recorded", tally.not_run));
+        line.push_str(&format!("; {} not run: {}", tally.not_run, not_run_causes(&tally.not_run_causes)));
     }
-    match run.filter(|run| run.header.run_id == tally.run_id) {
-        Some(run) => {
-            if let Some(also) = crate::results::also_uses(&run.earlier_runs) {
-                line.push_str(&format!("; {also}"));
-            }
+    if let Some(run) = run.filter(|run| run.header.run_id == tally.run_id) {
+        if let Some(also) = crate::results::also_uses(&run.earlier_runs) {
+            line.push_str(&format!("; {also}"));
         }
-        None => line.push_str("; results/run.json is not this run's: it could not be written"),
+    } else {
+        line.push_str("; results/run.json is not this run's: it could not be written");
+        if let Some(why) = &tally.records_error {
+            line.push_str(&format!(" ({})", one_line(why, 400)));
+        }
     }
     let minimal = ctx.workspace.report_dir().join("minimal-suite.json");
     let suite: Option<serde_json::Value> = read(minimal.clone()).and_then(|b| serde_json::from_slice(&b).ok());
@@ -193,6 +211,36 @@ pub fn print_run_line(tally: &super::collectives::Tally) {
         ));
     }
     crate::say!("{line}");
+}
+
+/// The causes of the trials not run, the first three (with how many trials
+/// each, when more than one).
+fn not_run_causes(causes: &[(String, usize)]) -> String {
+    if let [(cause, _)] = causes {
+        return one_line(cause, 400);
+    }
+    let mut said: Vec<String> = causes
+        .iter()
+        .take(3)
+        .map(|(cause, n)| match n {
+            1 => one_line(cause, 300),
+            n => format!("{} ({n} trials)", one_line(cause, 300)),
+        })
+        .collect();
+    if causes.len() > 3 {
+        said.push(format!("and {} other causes (each trial's is above)", causes.len() - 3));
+    }
+    said.join("; ")
+}
+
+/// `text` on one line (its lines joined by ` / `), cut to `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let joined: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let joined = joined.join(" / ");
+    match joined.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &joined[..at]),
+        None => joined,
+    }
 }
 
 /// How `ccl-coverage list` prints the trials.

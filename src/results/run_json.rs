@@ -165,17 +165,25 @@ impl RunWriter {
     }
 
     /// Writes `results/<slug>.json` and schedules `run.json` and `junit.xml`.
+    /// The verdict is kept in memory first, and the run's facts before the
+    /// record is written: `run.json` and `junit.xml` say what the run saw
+    /// even when the record cannot be written.
     pub(crate) fn record(&self, result: &TrialResult, build: RunBuild, info: &RunInfo) -> Result<()> {
         let shared = &self.shared;
+        shared.own().verdicts.insert(result.slug.clone(), result.redacted());
         {
-            let mut own = shared.own();
-            own.verdicts.insert(result.slug.clone(), result.redacted());
-            if let Err(e) = result.write(&shared.ws) {
-                own.unwritten.insert(result.slug.clone(), e.to_string());
-                return Err(e);
+            let mut state = shared.lock();
+            if state.run.is_none() {
+                state.run = Some(Arc::new((build, info.clone())));
             }
-            own.unwritten.remove(&result.slug);
+            state.dirty = true;
         }
+        if let Err(e) = result.write(&shared.ws) {
+            let why = set_aside_earlier_record(&shared.ws, &result.slug, e.to_string());
+            shared.own().unwritten.insert(result.slug.clone(), why);
+            return Err(e);
+        }
+        shared.own().unwritten.remove(&result.slug);
         let interval = {
             let mut state = shared.lock();
             if state.writers.is_none() {
@@ -183,10 +191,6 @@ impl RunWriter {
                 file.lock_shared().map_err(|e| lock_error(&shared.ws.writers_lock_file(), e))?;
                 state.writers = Some(file);
             }
-            if state.run.is_none() {
-                state.run = Some(Arc::new((build, info.clone())));
-            }
-            state.dirty = true;
             state.interval
         };
         if shared.until_due(interval).is_zero() {
@@ -238,16 +242,25 @@ impl RunWriter {
         Err(Error::new(said))
     }
 
+    /// With no record written (none could be), this process still writes
+    /// the views of what it saw, unless another process of the run is
+    /// still recording.
     fn finish_views(&self) -> Result<()> {
         let shared = &self.shared;
-        let (Some(writers), Some(run)) = ({
+        let (writers, Some(run)) = ({
             let mut state = shared.lock();
             (state.writers.take(), state.run.clone())
         }) else {
             return Ok(());
         };
         let _lock = lock_workspace(&shared.ws)?;
-        writers.unlock().map_err(|e| lock_error(&shared.ws.writers_lock_file(), e))?;
+        let writers = match writers {
+            Some(writers) => {
+                writers.unlock().map_err(|e| lock_error(&shared.ws.writers_lock_file(), e))?;
+                writers
+            }
+            None => shared.ws.open_lock(&shared.ws.writers_lock_file())?,
+        };
         if writers.try_lock().is_err() {
             return Ok(());
         }
@@ -310,6 +323,21 @@ impl WriterShared {
             }
             state = self.lock();
         }
+    }
+}
+
+/// After the record of `slug` could not be written (`why`): what lies at
+/// its path (an earlier run's record) is moved to quarantine, so that no
+/// reader takes it for this run's; `why`, with what became of it.
+fn set_aside_earlier_record(ws: &Workspace, slug: &str, why: String) -> String {
+    let path = ws.trial_result(slug);
+    match ws.kind(&path) {
+        Ok(None) => why,
+        Ok(Some(_)) => match ws.quarantine_result(slug, &path) {
+            Ok(to) => format!("{why}; what lay there (an earlier record) was moved to {}", to.display()),
+            Err(e) => format!("{why}; what lies there is not this run's record and could not be moved aside: {e}"),
+        },
+        Err(e) => format!("{why}; and {} cannot be looked at: {e}", path.display()),
     }
 }
 

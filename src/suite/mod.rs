@@ -42,10 +42,14 @@ pub(crate) enum Outcome {
     Ignored(String),
     /// Failed, timed out or interrupted: the verdict and the whole message.
     Failed(Status, String),
-    /// Not run because the run's shared build failed or could not be
-    /// recorded in the workspace (recorded as failed): the error is said
-    /// once, when the build ends, not once per trial.
-    NotRun(String),
+    /// Not run: the run's shared build failed or could not be recorded in
+    /// the workspace (the error is said once, when the build ends), the
+    /// trial's own folders could not be prepared, or the run was interrupted
+    /// before it started. `cause` is what the run's last line says of it.
+    NotRun {
+        cause: String,
+        message: String,
+    },
 }
 
 /// The state one run shares between its trials.
@@ -176,7 +180,7 @@ impl Suite {
     /// for rank slots, which is not its own time.
     pub(crate) fn run(&self, spec: &TrialSpec) -> (Outcome, std::time::Duration) {
         let waited = Mutex::new(std::time::Duration::ZERO);
-        let outcome = self.run_trial(spec, &waited).unwrap_or_else(|e| Outcome::Failed(Status::Failed, e.to_string()));
+        let outcome = self.run_trial(spec, &waited);
         (outcome, waited.into_inner().unwrap_or_else(PoisonError::into_inner))
     }
 
@@ -313,13 +317,22 @@ impl Suite {
         verdict.clone().context("not run")
     }
 
-    fn run_trial(&self, spec: &TrialSpec, waited: &Mutex<std::time::Duration>) -> Result<Outcome> {
-        not_interrupted()?;
-        let ctx = &self.ctx;
-        let allocation = self.allocation()?;
-        if let Some(reason) = launch::placement::misfit(ctx, allocation, spec) {
+    /// Every trial that gets this far has a verdict in memory, whatever
+    /// fails: one that could not be placed, prepared or started is recorded
+    /// as failed with the cause (an earlier run's record of it would
+    /// otherwise be shown as this run's), unless the run was interrupted
+    /// before it started.
+    fn run_trial(&self, spec: &TrialSpec, waited: &Mutex<std::time::Duration>) -> Outcome {
+        if let Some(outcome) = interrupted_before_start() {
+            return outcome;
+        }
+        let allocation = match self.allocation() {
+            Ok(allocation) => allocation,
+            Err(e) => return self.not_started(spec, None, &e),
+        };
+        if let Some(reason) = launch::placement::misfit(&self.ctx, allocation, spec) {
             crate::say!("ccl-coverage: {} ignored: {reason}", spec.name);
-            return Ok(Outcome::Ignored(reason));
+            return Outcome::Ignored(reason);
         }
         let manifest = match self.build() {
             Ok(manifest) => manifest,
@@ -327,11 +340,47 @@ impl Suite {
                 let message = e.to_string();
                 self.record_unbuilt(spec, &message);
                 let cause = message.lines().next().unwrap_or_default().trim_end_matches(':');
-                return Ok(Outcome::NotRun(format!(
-                    "not run: {cause} (the error is shown once, above, and in results/run.json's build_error)"
-                )));
+                return Outcome::NotRun {
+                    cause: "the shared build failed or could not be recorded".into(),
+                    message: format!(
+                        "not run: {cause} (the error is shown once, above, and in results/run.json's build_error)"
+                    ),
+                };
             }
         };
+        self.run_built(spec, manifest, waited).unwrap_or_else(|e| self.not_started(spec, Some(manifest), &e))
+    }
+
+    /// The outcome of a trial that did not start because of `error`: not
+    /// run when the run was interrupted meanwhile, else recorded as failed,
+    /// the cause in its record, on screen and in the run's last line.
+    fn not_started(&self, spec: &TrialSpec, manifest: Option<&BuildManifest>, error: &Error) -> Outcome {
+        if let Some(outcome) = interrupted_before_start() {
+            return outcome;
+        }
+        let cause = error.to_string();
+        let message = format!("not run: {cause}");
+        let build_id = manifest.map_or("", |m| m.build_id.as_str());
+        let result = TrialResult::unrun(spec, self.ctx.config(), build_id, &self.run_id, &message);
+        let build = match manifest {
+            Some(manifest) => RunBuild::Built(manifest.clone()),
+            None => RunBuild::Failed { planned: self.planned.get().cloned(), error: cause.clone() },
+        };
+        if let Err(e) = self.results.record(&result, build, self.run_info()) {
+            crate::say!("ccl-coverage: {}: cannot record that it did not run: {e}", spec.name);
+        }
+        let first = cause.lines().next().unwrap_or_default().trim_end_matches(':');
+        Outcome::NotRun { cause: format!("{}: {first}", spec.name), message }
+    }
+
+    fn run_built(
+        &self,
+        spec: &TrialSpec,
+        manifest: &BuildManifest,
+        waited: &Mutex<std::time::Duration>,
+    ) -> Result<Outcome> {
+        let ctx = &self.ctx;
+        let allocation = self.allocation()?;
         self.shared_filesystem(spec, manifest)?;
         let (slots, want) = launch::placement::pool(ctx, allocation, spec);
         // `--retries`: a trial that did not pass runs again, up to N times;
@@ -366,9 +415,15 @@ impl Suite {
         if let (Some(Err(why)), Some(merge)) = (&store, result.merge.as_mut()) {
             merge.lines_error = Some(why.clone());
         }
-        self.results.record(&result, RunBuild::Built(manifest.clone()), self.run_info())?;
-        if let Some(Ok(store)) = store {
-            self.lines.submit(&store, &self.ctx.workspace, &self.results, result.clone());
+        // A record that cannot be written fails the run at its end, naming
+        // it; the trial's verdict stays what the run saw.
+        match self.results.record(&result, RunBuild::Built(manifest.clone()), self.run_info()) {
+            Ok(()) => {
+                if let Some(Ok(store)) = store {
+                    self.lines.submit(&store, &self.ctx.workspace, &self.results, result.clone());
+                }
+            }
+            Err(e) => crate::say!("ccl-coverage: {}: its record could not be written: {e}", spec.name),
         }
         match result.failure_message(&tail) {
             None if result.flaky => Ok(Outcome::Flaky { attempts: result.attempts.len() }),
@@ -626,7 +681,7 @@ fn judge(
                 && v.status == Status::Failed
                 && let (Some(f), Some(program)) = (filter, spec.program(ctx.config()))
             {
-                v.reason.push_str(&verdict::gtest_list::hint(execution, program, f));
+                v.reason.push_str(&verdict::gtest_list::hint(ws, &ctx.supervisor, execution, program, f));
             }
             (v, cases, PerfReport::default())
         }
@@ -654,6 +709,15 @@ fn not_interrupted() -> Result<()> {
         Some(_) => bail!("not run: the run was interrupted by {}", interrupt::describe()),
         None => Ok(()),
     }
+}
+
+/// A trial that the run's interruption kept from starting: not run, not a
+/// failure, not counted among the trials that ran.
+fn interrupted_before_start() -> Option<Outcome> {
+    interrupt::requested().map(|_| {
+        let cause = format!("the run was interrupted by {}", interrupt::describe());
+        Outcome::NotRun { message: format!("not run: {cause}"), cause }
+    })
 }
 
 fn git_sha(dir: &Path) -> Option<String> {

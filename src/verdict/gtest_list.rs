@@ -4,39 +4,90 @@
 //! person writes first (`Suite*`) matches none of them.
 
 use crate::config::Program;
-use crate::env_names::{PROFILE_FILE, PROFILE_INIT_ONCE};
-use crate::exec::process::Cmd;
-use crate::trial::Execution;
+use crate::env_names::{PROFILE_FILE, PROFILE_INIT_ONCE, TRIAL_TOKEN};
+use crate::error::{Error, Result};
+use crate::exec::process::{Cmd, describe_status};
+use crate::launch::TrialLaunch;
+use crate::trial::{Ending, Execution};
+use crate::workspace::Workspace;
 use std::path::Path;
 use std::time::Duration;
 
-/// How long listing a binary's tests may take.
+/// How long listing a binary's tests may take, whatever its processes do
+/// with their output (a grandchild that keeps it open held a listing 6½ min).
 const LIST_LIMIT: Duration = Duration::from_secs(60);
+/// Most bytes of a listing kept (head and tail, as a trial's log): a
+/// binary's names fit many times over; a 3 GB listing was read into memory whole.
+const LIST_CAP: u64 = 4 << 20;
 /// Most names a hint shows.
 const SHOWN: usize = 5;
 
 /// The hint appended to "the filter matched no test": the names that
 /// `*<pattern>*` would match, else the nearest by edit distance; a note
 /// when the binary could not list its tests.
-pub(crate) fn hint(execution: &Execution, program: &Program, filter: &str) -> String {
+pub(crate) fn hint(
+    ws: &Workspace,
+    supervisor: &Path,
+    execution: &Execution,
+    program: &Program,
+    filter: &str,
+) -> String {
     let launch = &execution.launch;
     let Some(binary) = program.binary.as_deref() else { return String::new() };
-    let cwd = launch.cmd.get_cwd().map(Path::to_path_buf).unwrap_or_default();
-    let mut cmd = Cmd::new(&launch.binary).arg("--gtest_list_tests").cwd(&cwd).time_limit(LIST_LIMIT);
-    for (k, v) in &launch.env {
-        // Its profile goes beside the trial's report, never into the trial's
-        // merged profiles, and never the working directory.
-        let v = match (k.as_str(), &launch.cases_dir) {
-            (PROFILE_FILE, Some(dir)) => dir.join("gtest-list-%p.profraw").display().to_string(),
-            _ => v.clone(),
-        };
-        cmd = cmd.env(k, v);
-    }
-    let cmd = cmd.env_remove(PROFILE_INIT_ONCE);
-    match cmd.read() {
-        Ok(listing) => suggest(filter, &parse_list(&listing), binary),
+    let Some(cases) = launch.cases_dir.as_deref() else { return String::new() };
+    match list(ws, supervisor, launch, cases) {
+        Ok((names, cut)) => suggest(filter, &names, binary) + cut,
         Err(e) => format!("; its tests could not be listed: {e}"),
     }
+}
+
+/// The test names of the trial's binary, from its `--gtest_list_tests` run
+/// as a trial is: under a supervisor (its cgroup, its stop of every process),
+/// within [`LIST_LIMIT`], its output in a log capped at [`LIST_CAP`]
+/// (`cases/<trial>/gtest-list.log`), its profile beside it, never among the
+/// trial's. Also a note when the cap cut the listing.
+fn list(ws: &Workspace, supervisor: &Path, launch: &TrialLaunch, cases: &Path) -> Result<(Vec<String>, &'static str)> {
+    let cwd = launch.cmd.get_cwd().map(Path::to_path_buf).unwrap_or_default();
+    let token = crate::exec::owner::new_token();
+    let mut cmd = Cmd::new(&launch.binary).arg("--gtest_list_tests").cwd(&cwd);
+    let mut env = Vec::with_capacity(launch.env.len());
+    for (k, v) in &launch.env {
+        let v = match k.as_str() {
+            PROFILE_FILE => cases.join("gtest-list-%p.profraw").display().to_string(),
+            TRIAL_TOKEN => token.clone(),
+            _ => v.clone(),
+        };
+        cmd = cmd.env(k, &v);
+        env.push((k.clone(), v));
+    }
+    let cmd = cmd.env_remove(PROFILE_INIT_ONCE);
+    let log = cases.join("gtest-list.log");
+    ws.write_new(&log, format!("$ {}\n", cmd.display()).as_bytes())?;
+    let listing = TrialLaunch {
+        cmd,
+        env,
+        timeout: LIST_LIMIT,
+        log_cap: LIST_CAP,
+        token,
+        mark: None,
+        cases_dir: None,
+        ..launch.clone()
+    };
+    let finished = crate::trial::run(&listing, &log, supervisor, LIST_LIMIT, &|_| {})?;
+    let failed = |why: String| Err(Error::new(format!("{why} (log: {})", log.display())));
+    match &finished.ending {
+        Ending::Exited(status) if status.success() => {}
+        Ending::Exited(status) => return failed(describe_status(*status)),
+        Ending::TimedOut { killed } => {
+            return failed(format!("it ran past its {}s and was stopped ({killed})", LIST_LIMIT.as_secs()));
+        }
+        Ending::Interrupted { .. } => return failed("the run was interrupted".into()),
+        Ending::SupervisorLost { why } => return failed(why.clone()),
+    }
+    let text = ws.read_lossy(&log);
+    let listed = text.split_once('\n').map_or("", |(_, rest)| rest);
+    let cut = if finished.output_cut > 0 { " (its listing was cut to its first and last 2 MiB)" } else { "" };
+    Ok((parse_list(listed), cut))
 }
 
 /// Full test names from `--gtest_list_tests`: a suite line (`Ring/RingTest.`)

@@ -212,6 +212,15 @@ impl Beneath {
 
     /// The error for `op` on `rel` that failed with `e`: a link on the way is
     /// named (and its target), as is a component that is not a folder.
+    /// A walk of the tree at `rel` that stopped: at its top, as any other
+    /// error; below, naming the tree and where the walk stopped.
+    fn stuck(&self, op: Op, rel: &Path, stuck: &Stuck) -> Error {
+        if stuck.depth == 0 && !stuck.moved {
+            return self.error(op, rel, stuck.errno);
+        }
+        Error::new(format!("cannot {} the folder tree {}: {}", op.verb(), self.shown(rel).display(), stuck.describe()))
+    }
+
     fn error(&self, op: Op, rel: &Path, e: Errno) -> Error {
         let path = self.shown(rel);
         if matches!(e, Errno::LOOP | Errno::XDEV | Errno::NOTDIR)
@@ -436,7 +445,7 @@ impl Beneath {
         let fd = self
             .resolve(&rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
             .map_err(|e| self.error(Op::Delete, &rel, e))?;
-        empty_dir(&fd).map_err(|e| self.error(Op::Delete, &rel, e))
+        empty_dir(&fd).map_err(|stuck| self.stuck(Op::Delete, &rel, &stuck))
     }
 
     /// Removes the entry `path`: a file, a link (not its target) or a folder
@@ -450,8 +459,9 @@ impl Beneath {
             Err(e) => return Err(self.error(Op::Delete, &rel, e)),
         };
         match remove_at(&dir, name) {
-            Ok(()) | Err(Errno::NOENT) => Ok(()),
-            Err(e) => Err(self.error(Op::Delete, &rel, e)),
+            Ok(()) => Ok(()),
+            Err(Stuck { errno: Errno::NOENT, depth: 0, .. }) => Ok(()),
+            Err(stuck) => Err(self.stuck(Op::Delete, &rel, &stuck)),
         }
     }
 
@@ -525,7 +535,7 @@ impl Beneath {
         let fd = self
             .resolve(&rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
             .map_err(|e| self.error(Op::Write, &rel, e))?;
-        set_modes_under(&fd).map_err(|e| self.error(Op::Write, &rel, e))
+        set_modes_under(&fd).map_err(|stuck| self.stuck(Op::Write, &rel, &stuck))
     }
 }
 
@@ -585,19 +595,29 @@ fn entries(fd: &OwnedFd) -> rustix::io::Result<Vec<OsString>> {
 
 /// Unlinks everything in the folder `fd`, folders emptied first; a folder
 /// is opened `O_NOFOLLOW`, so one swapped for a link is refused, not followed.
-fn empty_dir(fd: &OwnedFd) -> rustix::io::Result<()> {
-    for name in entries(fd)? {
-        match remove_at(fd, &name) {
-            Ok(()) | Err(Errno::NOENT) => {}
-            Err(e) => return Err(e),
-        }
+fn empty_dir(fd: &OwnedFd) -> std::result::Result<(), Stuck> {
+    walk_tree(
+        fd,
+        |dir, name, kind| match kind {
+            EntryKind::Dir => Ok(true),
+            _ => unlink_missing_ok(dir, name, AtFlags::empty()).map(|()| false),
+        },
+        |_| Ok(()),
+        |dir, name| unlink_missing_ok(dir, name, AtFlags::REMOVEDIR),
+    )
+}
+
+fn unlink_missing_ok(dir: &OwnedFd, name: &std::ffi::OsStr, flags: AtFlags) -> rustix::io::Result<()> {
+    match rfs::unlinkat(dir, name, flags) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(e) => Err(e),
     }
-    Ok(())
 }
 
 /// Removes `name` in `dir`: a folder with everything in it, anything else unlinked.
-fn remove_at(dir: &impl AsFd, name: &std::ffi::OsStr) -> rustix::io::Result<()> {
-    match kind_at(dir, name)? {
+fn remove_at(dir: &impl AsFd, name: &std::ffi::OsStr) -> std::result::Result<(), Stuck> {
+    let at_top = |errno| Stuck { errno, depth: 0, name: name.to_os_string(), moved: false };
+    match kind_at(dir, name).map_err(at_top)? {
         None => Ok(()),
         Some(EntryKind::Dir) => {
             let sub = rfs::openat(
@@ -605,42 +625,175 @@ fn remove_at(dir: &impl AsFd, name: &std::ffi::OsStr) -> rustix::io::Result<()> 
                 name,
                 OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::empty(),
-            )?;
+            )
+            .map_err(at_top)?;
             empty_dir(&sub)?;
-            rfs::unlinkat(dir, name, AtFlags::REMOVEDIR)
+            rfs::unlinkat(dir, name, AtFlags::REMOVEDIR).map_err(at_top)
         }
-        Some(_) => rfs::unlinkat(dir, name, AtFlags::empty()),
+        Some(_) => rfs::unlinkat(dir, name, AtFlags::empty()).map_err(at_top),
     }
 }
 
-fn set_modes_under(fd: &OwnedFd) -> rustix::io::Result<()> {
-    rfs::fchmod(fd, dir_mode())?;
-    for name in entries(fd)? {
-        match kind_at(fd, &name)? {
-            Some(EntryKind::Dir) => {
-                let sub = rfs::openat(
-                    fd,
-                    &name,
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?;
-                set_modes_under(&sub)?;
+/// Why a walk of a folder tree stopped, and where: how deep below the folder
+/// it started from, and the entry's name there. What is not yet done stays.
+#[derive(Debug)]
+struct Stuck {
+    errno: Errno,
+    depth: usize,
+    name: OsString,
+    /// A folder on the way back up is no longer the one the walk went down
+    /// through: the tree was moved while it was walked.
+    moved: bool,
+}
+
+impl Stuck {
+    /// The sentence a message ends with: what went wrong, and where.
+    fn describe(&self) -> String {
+        let at = format!("{} at depth {}", self.name.to_string_lossy(), self.depth);
+        if self.moved {
+            format!("the folder tree was moved while it was walked (at {at}), so the rest is left where it is")
+        } else {
+            format!("{} (at {at}); the rest is left where it is", std::io::Error::from(self.errno))
+        }
+    }
+}
+
+/// Folders of a walk kept open at once, the deepest ones: any deeper tree is
+/// walked back up through `..`, each step checked against the folder the walk
+/// went down through, so no limit on open files is reached however deep.
+const OPEN_LEVELS: usize = 64;
+
+/// One folder of a walk: its handle (closed when it is far from the
+/// deepest), its identity (device, inode), its name in its parent, and the
+/// names in it still to visit.
+struct Level {
+    fd: Option<OwnedFd>,
+    id: (u64, u64),
+    name: OsString,
+    pending: Vec<OsString>,
+}
+
+impl Level {
+    fn of(fd: OwnedFd, name: OsString) -> rustix::io::Result<Level> {
+        let stat = rfs::fstat(&fd)?;
+        let pending = entries(&fd)?;
+        Ok(Level { id: (stat.st_dev, stat.st_ino), fd: Some(fd), name, pending })
+    }
+}
+
+/// Walks the tree under the folder `top` depth first, in a loop with its own
+/// stack, never recursing on the call stack: a tree 100,000 folders deep,
+/// which a trial can leave, is walked in bounded stack and open files.
+/// `entry(dir, name, kind)` is called for each entry, and says whether to go
+/// into it (a folder, opened `O_NOFOLLOW`: one swapped for a link is refused);
+/// `enter(folder)` once a folder is opened; `leave(dir, name)` once
+/// everything under the folder `name` of `dir` was visited.
+fn walk_tree(
+    top: &OwnedFd,
+    mut entry: impl FnMut(&OwnedFd, &std::ffi::OsStr, EntryKind) -> rustix::io::Result<bool>,
+    mut enter: impl FnMut(&OwnedFd) -> rustix::io::Result<()>,
+    mut leave: impl FnMut(&OwnedFd, &std::ffi::OsStr) -> rustix::io::Result<()>,
+) -> std::result::Result<(), Stuck> {
+    let stuck = |errno, depth, name: &std::ffi::OsStr| Stuck { errno, depth, name: name.to_os_string(), moved: false };
+    let own = rfs::openat(top, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .and_then(|fd| Level::of(fd, OsString::from(".")))
+        .map_err(|e| stuck(e, 0, std::ffi::OsStr::new(".")))?;
+    let mut levels = vec![own];
+    loop {
+        let depth = levels.len();
+        let Some(level) = levels.last_mut() else { break };
+        if let Some(name) = level.pending.pop() {
+            // The deepest level is always open: pushed open, or reopened below.
+            let Some(fd) = level.fd.as_ref() else { return Err(stuck(Errno::BADF, depth, &level.name)) };
+            let into = (|| {
+                let Some(kind) = kind_at(fd, &name)? else { return Ok(None) };
+                if !entry(fd, &name, kind)? {
+                    return Ok(None);
+                }
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                let sub = rfs::openat(fd, &name, flags, Mode::empty())?;
+                enter(&sub)?;
+                Level::of(sub, name.clone()).map(Some)
+            })()
+            .map_err(|e| stuck(e, depth, &name))?;
+            if let Some(sub) = into {
+                levels.push(sub);
+                let far = levels.len().saturating_sub(OPEN_LEVELS + 1);
+                if far > 0 {
+                    levels[far].fd = None;
+                }
             }
-            Some(EntryKind::File) => {
+            continue;
+        }
+        let Some(done) = levels.pop() else { break };
+        let Some(parent) = levels.last_mut() else { break };
+        let fail = |e| stuck(e, depth - 1, &done.name);
+        if parent.fd.is_none() {
+            let Some(below) = done.fd.as_ref() else { return Err(fail(Errno::BADF)) };
+            let up = rfs::openat(below, "..", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                .map_err(fail)?;
+            let stat = rfs::fstat(&up).map_err(fail)?;
+            if (stat.st_dev, stat.st_ino) != parent.id {
+                return Err(Stuck { moved: true, ..fail(Errno::STALE) });
+            }
+            parent.fd = Some(up);
+        }
+        if let Some(dir) = parent.fd.as_ref() {
+            leave(dir, &done.name).map_err(fail)?;
+        }
+    }
+    Ok(())
+}
+
+/// Gives the folder `fd` and everything under it `dir_mode` and `file_mode`
+/// (links and other entries left alone).
+fn set_modes_under(fd: &OwnedFd) -> std::result::Result<(), Stuck> {
+    rfs::fchmod(fd, dir_mode()).map_err(|errno| Stuck { errno, depth: 0, name: ".".into(), moved: false })?;
+    walk_tree(
+        fd,
+        |dir, name, kind| match kind {
+            EntryKind::Dir => Ok(true),
+            EntryKind::File => {
                 let file = rfs::openat(
-                    fd,
-                    &name,
+                    dir,
+                    name,
                     OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
                     Mode::empty(),
                 )?;
                 if fd_kind(&file)? == EntryKind::File {
                     rfs::fchmod(&file, file_mode())?;
                 }
+                Ok(false)
             }
-            _ => {}
+            _ => Ok(false),
+        },
+        |dir| rfs::fchmod(dir, dir_mode()),
+        |_, _| Ok(()),
+    )
+}
+
+/// Deletes the file, link (not its target) or folder tree at `path`, which
+/// lies outside any workspace (a cached build): walked in a loop as
+/// [`Beneath::remove`] does, so no depth overflows the stack; a missing one
+/// is fine. What cannot be deleted is named, with where the walk stopped.
+pub(crate) fn remove_tree(path: &Path) -> Result<()> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(Error::new(format!("refusing to delete {}: it names no entry of a folder", path.display())));
+    };
+    let parent = match rfs::open(parent, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(Error::new(format!("cannot delete {}: {}", path.display(), std::io::Error::from(e)))),
+    };
+    match remove_at(&parent, name) {
+        Ok(()) | Err(Stuck { errno: Errno::NOENT, depth: 0, .. }) => Ok(()),
+        Err(stuck) if stuck.depth == 0 && !stuck.moved => {
+            Err(Error::new(format!("cannot delete {}: {}", path.display(), std::io::Error::from(stuck.errno))))
+        }
+        Err(stuck) => {
+            Err(Error::new(format!("cannot delete the folder tree {}: {}", path.display(), stuck.describe())))
         }
     }
-    Ok(())
 }
 
 /// Opens `path` for reading only if it is a regular file, without following
@@ -688,6 +841,73 @@ mod tests {
         let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&test));
         NO_OPENAT2.store(false, Ordering::SeqCst);
         walked.unwrap();
+    }
+
+    /// `depth` folders one inside the other under `top`, a file at the
+    /// bottom; made one level at a time, as a trial's loop would.
+    fn deep_tree(top: &Path, depth: usize) {
+        std::fs::create_dir_all(top).unwrap();
+        let mut fd = rfs::open(top, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        for _ in 0..depth {
+            rfs::mkdirat(&fd, "d", Mode::from_raw_mode(0o755)).unwrap();
+            fd = rfs::openat(&fd, "d", OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        }
+        rfs::openat(&fd, "bottom", OFlags::WRONLY | OFlags::CREATE, Mode::from_raw_mode(0o777)).unwrap();
+    }
+
+    /// Issue #48, item 2: a tree 100,000 folders deep (which overflowed the
+    /// stack of the recursive delete, and every later run's and `clean`'s)
+    /// is emptied, and one 5,000 deep deleted, with 256 KiB of stack.
+    #[test]
+    fn a_tree_100_000_deep_is_deleted_without_recursing() {
+        let (_d, b, _) = setup();
+        for (depth, how) in [(5_000, "remove"), (100_000, "empty")] {
+            let top = b.root.join("work/t");
+            deep_tree(&top, depth);
+            let started = std::time::Instant::now();
+            let done = std::thread::scope(|scope| {
+                std::thread::Builder::new()
+                    .stack_size(256 * 1024)
+                    .spawn_scoped(scope, || match how {
+                        "remove" => b.remove(&top),
+                        _ => b.empty(&top),
+                    })
+                    .unwrap()
+                    .join()
+            });
+            done.expect("the walk overflowed its stack").unwrap();
+            assert!(started.elapsed() < std::time::Duration::from_secs(30), "{depth} {how}: {:?}", started.elapsed());
+            if how == "remove" {
+                assert!(!top.exists(), "{depth}");
+            } else {
+                assert_eq!(std::fs::read_dir(&top).unwrap().count(), 0);
+                std::fs::remove_dir(&top).unwrap();
+            }
+        }
+    }
+
+    /// A deep tree's modes are set in a loop too, down to its last file.
+    #[test]
+    fn modes_are_set_down_a_deep_tree_without_recursing() {
+        let (_d, b, _) = setup();
+        let top = b.root.join("report");
+        deep_tree(&top, 5_000);
+        let set = std::thread::scope(|scope| {
+            std::thread::Builder::new().stack_size(256 * 1024).spawn_scoped(scope, || b.set_modes(&top)).unwrap().join()
+        });
+        set.expect("the walk overflowed its stack").unwrap();
+        let mut bottom = top.clone();
+        for _ in 0..50 {
+            bottom.push("d");
+        }
+        let fd = rfs::open(&bottom, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let mut fd = fd;
+        for _ in 50..5_000 {
+            fd = rfs::openat(&fd, "d", OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        }
+        let mode = rfs::statat(&fd, "bottom", AtFlags::empty()).unwrap().st_mode & 0o777;
+        assert_eq!(mode, 0o666 & !umask(), "the last file's mode");
+        b.remove(&top).unwrap();
     }
 
     #[test]

@@ -554,19 +554,26 @@ impl Workspace {
             Error::new(format!("refusing to clean {}: it has no {MARKER} marker", self.root.display()))
         })?;
         let beneath = self.beneath()?;
-        let mut kept = Vec::new();
+        let (mut kept, mut failed) = (Vec::new(), Vec::new());
         for name in self.entries()? {
             if name == MARKER || LOCK_ENTRIES.contains(&name.as_str()) {
                 continue;
             }
             if OWN_ENTRIES.contains(&name.as_str()) {
-                beneath.remove(&self.root.join(&name))?;
+                // One tree that cannot be deleted does not stop the rest.
+                if let Err(e) = beneath.remove(&self.root.join(&name)) {
+                    failed.push(e.to_string());
+                }
             } else {
                 kept.push(name);
             }
         }
-        beneath.remove(&self.marker_file())?;
-        Ok(Cleaned { kept, created_root: marker.created_root })
+        // What is left of the harness's own stays marked as such, for a
+        // later clean to finish.
+        if failed.is_empty() {
+            beneath.remove(&self.marker_file())?;
+        }
+        Ok(Cleaned { kept, failed, created_root: marker.created_root })
     }
 
     /// After [`Self::clean`] and the lock's release: the lock files, then
@@ -578,6 +585,13 @@ impl Workspace {
             beneath.remove(&self.root.join(name))?;
         }
         let root = self.root.display();
+        if !cleaned.failed.is_empty() {
+            bail!(
+                "cleaned the workspace {root} but for {} of what ccl-coverage made, left where it is (the marker stays, so that clean can finish later):\n  {}",
+                cleaned.failed.len(),
+                cleaned.failed.join("\n  ")
+            );
+        }
         if !cleaned.kept.is_empty() {
             crate::say!(
                 "ccl-coverage: deleted what ccl-coverage made in the workspace {root}; kept {} and the folder: ccl-coverage did not make {}",
@@ -722,6 +736,9 @@ impl Workspace {
 pub(crate) struct Cleaned {
     /// Entries of the folder the harness did not make, kept.
     pub(crate) kept: Vec<String>,
+    /// Why each of the harness's own entries that could not be deleted was
+    /// left.
+    pub(crate) failed: Vec<String>,
     pub(crate) created_root: bool,
 }
 

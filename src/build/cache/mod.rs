@@ -367,8 +367,7 @@ impl BuildPlan {
         if !meta.is_dir() {
             bail!("refusing to delete {}: it is not a folder the harness made", self.cache_dir.display());
         }
-        std::fs::remove_dir_all(&self.cache_dir)
-            .with_context(|| format!("cannot delete the damaged build {}", self.cache_dir.display()))
+        crate::workspace::confined::remove_tree(&self.cache_dir).context("cannot delete the damaged build")
     }
 
     /// Every configured object must exist and (with coverage on) carry
@@ -531,9 +530,9 @@ fn remove_failed_builds(builds: &Path, workspace: &Path, done: &str) {
         if !unfinished_of(&path, &key, &workspace) {
             continue;
         }
-        match std::fs::remove_dir_all(&path) {
+        match crate::workspace::confined::remove_tree(&path) {
             Ok(()) => {
-                let _ = std::fs::remove_dir_all(users_dir(&path));
+                let _ = crate::workspace::confined::remove_tree(&users_dir(&path));
                 // Held alone: a process waiting on it finds it gone and opens a new one.
                 let _ = std::fs::remove_file(&lock_path);
                 crate::say!(
