@@ -172,6 +172,23 @@ impl Cmd {
     /// stop (`interrupt.rs`, in the report): then the command is killed and
     /// this fails, so a report step stops instead of running its tools on.
     fn capture(&self) -> Result<(String, String)> {
+        let (status, stdout, stderr) = self.outcome()?;
+        if status.success() {
+            return Ok((stdout, stderr));
+        }
+        Err(Error::new(format!(
+            "command failed ({}): {}\n{}",
+            describe_status(status),
+            self.display(),
+            indent_tail(if stderr.trim().is_empty() { &stdout } else { &stderr }, TAIL_LINES)
+        )))
+    }
+
+    /// Runs to completion (as [`Cmd::read`] does: killed past its time
+    /// limit or when interrupted) and returns how it ended, stdout and
+    /// stderr, whatever the exit status: for a caller that excerpts a
+    /// failed build's whole output.
+    pub(crate) fn outcome(&self) -> Result<(std::process::ExitStatus, String, String)> {
         let handle = self
             .expression()
             .stdout_capture()
@@ -205,15 +222,7 @@ impl Cmd {
         };
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        if output.status.success() {
-            return Ok((stdout, stderr));
-        }
-        Err(Error::new(format!(
-            "command failed ({}): {}\n{}",
-            describe_status(output.status),
-            self.display(),
-            indent_tail(if stderr.trim().is_empty() { &stdout } else { &stderr }, TAIL_LINES)
-        )))
+        Ok((output.status, stdout, stderr))
     }
 
     fn cannot_start(&self, e: std::io::Error) -> Error {
