@@ -15,13 +15,20 @@ use support::{copy_tree, output_within, root};
 const LIMIT: Duration = Duration::from_secs(480);
 
 fn ccl(dir: &Path, args: &[&str]) -> (bool, String) {
+    ccl_with(dir, args, &[])
+}
+
+fn ccl_with(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> (bool, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccl-coverage"));
     for (key, _) in std::env::vars() {
         if key.starts_with("CCL_COV_") {
             cmd.env_remove(key);
         }
     }
-    cmd.args(args).current_dir(dir).env_remove("CARGO_MANIFEST_DIR");
+    cmd.args(args).current_dir(dir).env_remove("CARGO_MANIFEST_DIR").env_remove("CARGO_TARGET_DIR");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     let out = output_within(cmd, LIMIT);
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
@@ -112,10 +119,25 @@ fn init_writes_a_trial_per_ctest_test_and_run_reports_it() {
     assert!(ok, "{listed}");
     let trials: Vec<&str> = listed.lines().filter_map(|l| l.strip_suffix(": test")).collect();
     assert_eq!(trials, names.iter().map(String::as_str).collect::<Vec<_>>(), "{listed}");
-    let (ok, ran) = ccl(&project, &["run", "--config", &config_arg]);
+    // The build cache where CCL_COV_CACHE_DIR says, not under CARGO_TARGET_DIR
+    // (issue #49, item 2).
+    let (cache, target) = (tmp.path().join("cache"), tmp.path().join("cargo-target"));
+    let env = [("CCL_COV_CACHE_DIR", cache.as_path()), ("CARGO_TARGET_DIR", target.as_path())];
+    let (ok, ran) = ccl_with(&project, &["run", "--config", &config_arg], &env);
     assert!(ok, "{ran}");
     assert!(ran.contains(&format!("{n} of {n} trials ran: {n} passed", n = names.len())), "{ran}");
     assert!(ran.contains("src/ring.c"), "the report names the library's source: {ran}");
+    assert!(std::fs::read_dir(cache.join("builds")).unwrap().count() > 0);
+    assert!(!target.exists(), "nothing under CARGO_TARGET_DIR");
+    // The minimal suite's installed-binary form names the cache, never CARGO_TARGET_DIR.
+    let suite: Value = serde_json::from_str(
+        &std::fs::read_to_string(project.join("target/ccl-coverage/ring/report/minimal-suite.json")).unwrap(),
+    )
+    .unwrap();
+    let run = suite["run"].as_str().unwrap();
+    assert!(run.contains(&format!("CCL_COV_CACHE_DIR={}", cache.display())), "{run}");
+    assert!(run.contains(" ccl-coverage run --exact ") && !run.contains("CARGO_TARGET_DIR"), "{run}");
+    assert!(!suite["command"].as_str().unwrap().contains("CARGO_TARGET_DIR"), "{suite}");
 
     // Never overwritten without --force.
     let (ok, text) = ccl(&project, &["init"]);
