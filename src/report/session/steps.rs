@@ -211,7 +211,7 @@ impl Session {
             .context("writing minimal-suite.json failed")?;
         // The command (one `--skip` per trial left out) is in the file.
         crate::say!(
-            "ccl-coverage: minimal equivalent suite (the same lines, functions and branches): {} of {} trials, {:.2} of {:.2} trial-seconds (its cargo test and nextest commands are in {})",
+            "ccl-coverage: minimal equivalent suite (the same lines, functions and branches): {} of {} trials, {:.2} of {:.2} trial-seconds (its ccl-coverage run, cargo test and nextest commands are in {})",
             suite.trial_count,
             suite.full_suite_trials,
             suite.duration_s,
