@@ -189,7 +189,9 @@ impl Context {
             loaded.config.report.ignore_filename_regex.push(re);
         }
         let target = env("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| absolute(&root, Path::new(&t)));
-        let state_dir = target.join("ccl-coverage");
+        let state_dir = env(env_names::CACHE_DIR)
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| target.join("ccl-coverage"), |d| absolute(&root, Path::new(&d)));
         let workspace = match env("CCL_COV_WORKSPACE").filter(|v| !v.is_empty()) {
             Some(ws) => Workspace::new(&absolute(&root, Path::new(&ws)))?,
             None => Workspace::new(&default_workspace(&loaded, &root, &state_dir))?,

@@ -51,6 +51,12 @@ pub(crate) const FAIL_UNDER: [(&str, &str); 4] = [
 /// (host and device together, as `summary.json`); this one of the device's alone.
 pub(crate) const FAIL_UNDER_DEVICE_BRANCHES: &str = "CCL_COV_FAIL_UNDER_DEVICE_BRANCHES";
 
+/// The harness's state folder (the build cache, `builds/`, and the owners'
+/// locks), apart from `CARGO_TARGET_DIR`: to cargo that variable also says
+/// where to compile the harness, so a command that carried it recompiled the
+/// crate (issue #49).
+pub(crate) const CACHE_DIR: &str = "CCL_COV_CACHE_DIR";
+
 /// Set to `1` by `cargo coverage` (`.cargo/config.toml`) and by
 /// `ccl-coverage run` and `list`: the test filters were given to select
 /// trials, on purpose. The trials then refuse a filter that matches none,
@@ -127,6 +133,11 @@ pub(crate) const KNOWN: &[Known] = &[
         "CCL_COV_WORKSPACE",
         ValueKind::Text,
         "the workspace folder (default target/ccl-coverage/<config> of the config's project)",
+    ),
+    known(
+        "CCL_COV_CACHE_DIR",
+        ValueKind::Text,
+        "the harness's state folder: the build cache (builds/) and owner locks (default <target>/ccl-coverage)",
     ),
     known("CCL_COV_HOSTFILE", ValueKind::Text, "the nodes and slots launched trials may use"),
     known("CCL_COV_DEVICE_COVERAGE", ValueKind::Text, "auto, on or off: overrides coverage.device.mode"),

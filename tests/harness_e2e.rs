@@ -275,6 +275,30 @@ fn a_failed_build_is_said_once_with_its_error_lines_first() {
     assert!(!log.contains("poison"), "{log}");
 }
 
+/// A real CMake build whose link fails under 30 deprecation warnings: the
+/// excerpt starts with the linker's lines, the one that names the fix
+/// (`DSO missing from command line`) among them (issue #49, item 4).
+#[test]
+fn a_failed_link_s_excerpt_starts_with_the_linker_s_errors() {
+    let s = setup(|v| {
+        only(v, "AllReduce", &["1K"], json!([{"name": "a"}]));
+        v["library"]["steps"] = json!([
+            {"name": "configure link-errors", "argv": ["cmake", "-S", "{library_src}/link-errors", "-B", "{build_dir}/link-errors", "-DCMAKE_C_COMPILER={cc}"]},
+            {"name": "build link-errors", "argv": ["cmake", "--build", "{build_dir}/link-errors"]}
+        ]);
+    });
+    let out = harness(&s, "run", &[]);
+    let log = text(&out);
+    assert!(!out.status.success());
+    assert!(log.contains("build step \"build link-errors\" failed"), "{log}");
+    let excerpt = &log[log.find("error lines of").expect(&log)..log.find("last lines of").expect(&log)];
+    let lines: Vec<&str> = excerpt.lines().skip(1).collect();
+    assert!(lines[0].contains("undefined reference to symbol 'base_value'"), "{excerpt}");
+    assert!(lines[1].contains("libbase.so: error adding symbols: DSO missing from command line"), "{excerpt}");
+    assert!(lines[2].contains("error: linker command failed"), "{excerpt}");
+    assert!(!excerpt.contains("deprecated"), "{excerpt}");
+}
+
 /// A trial's wait for rank slots is not its time: `[n/M]`, `run.json` and
 /// `junit.xml` (`time` is the trial's own; the wait a property) keep them
 /// apart (issue #41, item 7).

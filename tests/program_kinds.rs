@@ -69,6 +69,35 @@ fn gtest_ctest_and_sized_programs_are_judged_by_their_runners() {
         ]
     );
 
+    // The PASS line counts the tests the runner ran, as the binary's own
+    // listing and CTest's own JSON count them (issue #49, item 3).
+    let binary = push["argv"][0].as_str().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let listing = std::process::Command::new(binary)
+        .args(["--gtest_list_tests", "--gtest_filter=RingTest.*"])
+        .env("LLVM_PROFILE_FILE", scratch.path().join("list.profraw"))
+        .current_dir(scratch.path())
+        .output()
+        .unwrap();
+    let listed = String::from_utf8(listing.stdout).unwrap().lines().filter(|l| l.starts_with("  ")).count();
+    let shown = |trial: &str| {
+        let line = text.lines().find(|l| l.contains(&format!("PASS    {trial} ("))).unwrap_or_else(|| panic!("{text}"));
+        line.split(", ").nth(1).map(str::to_string).unwrap_or_default()
+    };
+    assert!(listed > 1 && shown("push").starts_with(&format!("{listed} tests")), "{listed}: {text}");
+    let ctest = std::process::Command::new("ctest")
+        .args(["--show-only=json-v1", "-R", "^ring_"])
+        .current_dir(std::path::Path::new(binary).parent().unwrap())
+        .output()
+        .unwrap();
+    let ctest: Value = serde_json::from_slice(&ctest.stdout).unwrap();
+    let registered = ctest["tests"].as_array().unwrap().len();
+    assert!(shown("suite").starts_with(&format!("{registered} tests")), "{text}");
+    assert!(
+        !text.lines().any(|l| l.contains("PASS    bench::1K (") && l.contains(" tests")),
+        "a plain program has no count: {text}"
+    );
+
     // The filter a person writes first matches none of the parameterised names.
     let fill = result(&s, "fill");
     assert_eq!(fill["status"], "FAILED", "{fill}");

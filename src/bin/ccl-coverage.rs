@@ -1,5 +1,5 @@
-//! The command line: `ccl-coverage run | report | list | who-covers | clean |
-//! show-env | config-schema`, on top of the two test harnesses (`cargo test --test
+//! The command line: `ccl-coverage init | run | report | list | who-covers |
+//! clean | show-env | config-schema`, on top of the two test harnesses (`cargo test --test
 //! collectives` and `--test coverage_report` run exactly the same code).
 //! Every option falls back to its `CCL_COV_*` variable, and sets it for the
 //! harness: the variables stay the one way settings reach it.
@@ -29,6 +29,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Write ccl-coverage.json for a CMake project: configure and build it once with coverage in a scratch folder, one trial per CTest test.
+    Init(Init),
     /// Build the library with coverage (or reuse the build), run the trials, then write the report.
     Run(Run),
     /// Merge what the workspace holds and write the report (no trial runs).
@@ -55,6 +57,23 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+/// `init`'s options.
+#[derive(Args)]
+struct Init {
+    /// The CMake project's folder (default: the current folder).
+    #[arg(long, value_name = "DIR")]
+    source: Option<PathBuf>,
+    /// Overwrite an existing ccl-coverage.json.
+    #[arg(long)]
+    force: bool,
+    /// One gtest trial per top-level suite of each CTest test whose program is a googletest binary.
+    #[arg(long)]
+    split_gtest: bool,
+    /// A CMake cache entry for the configure step, as -DNAME=VALUE (repeatable; written into the config's steps).
+    #[arg(short = 'D', value_name = "NAME=VALUE")]
+    define: Vec<String>,
 }
 
 /// Which config, and which workspace.
@@ -645,6 +664,12 @@ fn main() -> ExitCode {
     let sub = matches.subcommand().map(|(_, m)| m);
     let trial_filter = || set(env_names::TRIAL_FILTER, Some("1"));
     match cli.command {
+        Command::Init(init) => ccl_coverage::harness::init::main(&ccl_coverage::harness::init::InitArgs {
+            source: init.source,
+            force: init.force,
+            split_gtest: init.split_gtest,
+            defines: init.define,
+        }),
         Command::Collectives { args } => {
             let argv = std::iter::once("ccl-coverage".to_string()).chain(args);
             collectives::main_with(Selection::parse(argv), Intent::from_env(), Entry::Cli)

@@ -107,6 +107,35 @@ pub(crate) struct Basis {
 }
 
 impl Basis {
+    /// What differs between a trial's stored lines' basis (`self`) and the
+    /// report's, in words, without the trial's path: the trials that share
+    /// it are named once under it (14 trials used to repeat it, with
+    /// `Some("…")` in Rust's own notation).
+    pub(crate) fn differences(&self, report: &Basis) -> String {
+        let rule = |r: &Option<String>| r.as_ref().map_or_else(|| "none".to_string(), |r| format!("`{r}`"));
+        let mut said = Vec::new();
+        if self.build_id != report.build_id {
+            said.push(format!("build {} (the report's is {})", self.build_id, report.build_id));
+        }
+        if self.llvm_cov_major != report.llvm_cov_major {
+            said.push(format!("llvm-cov {} (the report's is {})", self.llvm_cov_major, report.llvm_cov_major));
+        }
+        if self.ignore != report.ignore {
+            said.push(format!("ignore rule {} (the report's is {})", rule(&self.ignore), rule(&report.ignore)));
+        }
+        let measured = |programs: bool| {
+            if programs { "library.objects and the programs that wrote profiles" } else { "library.objects alone" }
+        };
+        if self.programs != report.programs {
+            said.push(format!(
+                "measurement: {} (the report's is {})",
+                measured(self.programs),
+                measured(report.programs)
+            ));
+        }
+        format!("its lines were computed for another {}", said.join(", "))
+    }
+
     pub(crate) fn new(manifest: &BuildManifest, ignore: &IgnoreRule, programs: bool) -> Basis {
         Basis {
             build_id: manifest.build_id.clone(),
@@ -317,18 +346,7 @@ pub(crate) fn load(
         return Err(format!("{} is of format {}, this harness writes {FORMAT}", path.display(), stored.format));
     }
     if stored.basis != *basis {
-        return Err(format!(
-            "{} was computed for build {}, llvm-cov {}, ignore rule {:?}, programs measured {}; the report is of build {}, llvm-cov {}, ignore rule {:?}, programs measured {}",
-            path.display(),
-            stored.basis.build_id,
-            stored.basis.llvm_cov_major,
-            stored.basis.ignore,
-            stored.basis.programs,
-            basis.build_id,
-            basis.llvm_cov_major,
-            basis.ignore,
-            basis.programs
-        ));
+        return Err(stored.basis.differences(basis));
     }
     if Some(stored.profdata_sha256.as_str()) != profdata_sha256 {
         return Err(format!("{} is of another profile than the trial's", path.display()));
@@ -346,6 +364,27 @@ pub(crate) fn load(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_changed_basis_is_said_in_words_naming_only_what_changed() {
+        let stored = Basis {
+            build_id: "b1".into(),
+            llvm_cov_major: 22,
+            ignore: Some("-ignore-filename-regex=old".into()),
+            programs: true,
+        };
+        let report = Basis { ignore: Some("-ignore-filename-regex=new".into()), ..stored.clone() };
+        assert_eq!(
+            stored.differences(&report),
+            "its lines were computed for another ignore rule `-ignore-filename-regex=old` (the report's is `-ignore-filename-regex=new`)"
+        );
+        let report = Basis { build_id: "b2".into(), ignore: None, ..stored.clone() };
+        let said = stored.differences(&report);
+        assert_eq!(
+            said,
+            "its lines were computed for another build b1 (the report's is b2), ignore rule `-ignore-filename-regex=old` (the report's is none)"
+        );
+    }
 
     #[test]
     fn renamed_lines_keep_their_totals_and_join_under_one_name() {

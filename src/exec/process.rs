@@ -172,6 +172,23 @@ impl Cmd {
     /// stop (`interrupt.rs`, in the report): then the command is killed and
     /// this fails, so a report step stops instead of running its tools on.
     fn capture(&self) -> Result<(String, String)> {
+        let (status, stdout, stderr) = self.outcome()?;
+        if status.success() {
+            return Ok((stdout, stderr));
+        }
+        Err(Error::new(format!(
+            "command failed ({}): {}\n{}",
+            describe_status(status),
+            self.display(),
+            indent_tail(if stderr.trim().is_empty() { &stdout } else { &stderr }, TAIL_LINES)
+        )))
+    }
+
+    /// Runs to completion (as [`Cmd::read`] does: killed past its time
+    /// limit or when interrupted) and returns how it ended, stdout and
+    /// stderr, whatever the exit status: for a caller that excerpts a
+    /// failed build's whole output.
+    pub(crate) fn outcome(&self) -> Result<(std::process::ExitStatus, String, String)> {
         let handle = self
             .expression()
             .stdout_capture()
@@ -205,15 +222,7 @@ impl Cmd {
         };
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        if output.status.success() {
-            return Ok((stdout, stderr));
-        }
-        Err(Error::new(format!(
-            "command failed ({}): {}\n{}",
-            describe_status(output.status),
-            self.display(),
-            indent_tail(if stderr.trim().is_empty() { &stdout } else { &stderr }, TAIL_LINES)
-        )))
+        Ok((output.status, stdout, stderr))
     }
 
     fn cannot_start(&self, e: std::io::Error) -> Error {
@@ -251,43 +260,71 @@ pub(crate) fn indent_tail(text: &str, n: usize) -> String {
     out.join("\n")
 }
 
-/// What a compiler, linker, make or CMake writes on the line that says why
-/// a build failed, lower-cased.
-const ERROR_MARKS: &[&str] = &[
+/// What a compiler, linker or CMake writes on the line that says what
+/// failed, lower-cased: these lines come first in an excerpt, because one of
+/// them usually names the fix (`DSO missing from command line`).
+const FAILURE_MARKS: &[&str] = &[
     "error:",
+    "fatal error",
     "cmake error",
-    "*** ",
     "undefined reference",
     "undefined symbol",
-    "no such file",
-    "fatal",
-    "cannot find",
-    "not found",
+    "error adding symbols",
+    "dso missing",
     "ld returned",
-    "permission denied",
+    "collect2",
+    "linker command failed",
+    "multiple definition",
+    "cannot find -l",
 ];
+
+/// What make, ninja or the system write on a line about a failure that
+/// usually follows from an earlier one, lower-cased: these come after the
+/// [`FAILURE_MARKS`] lines.
+const FOLLOW_MARKS: &[&str] =
+    &["*** ", "failed: ", "no such file", "fatal", "cannot find", "not found", "permission denied"];
 
 /// At most this many of a log's error lines are shown.
 pub(crate) const ERROR_LINES: usize = 20;
 
-/// The lines of `text` that say why a build failed (see [`ERROR_MARKS`]),
-/// numbered and indented, at most `n` (the first ones: the first error is
-/// the cause, the rest often follow from it); `None` if there is none. The
-/// real `ld` error can be hundreds of lines above a log's tail. The command
-/// line a supervised log starts with (`$ …`) is not one of them.
+/// How telling a log line is about why a build failed, lower first; `None`
+/// for a line that is not about a failure. A warning that happens to
+/// mention one (`ld: warning: libb.so, needed by liba.so, not found`) comes
+/// last: a build with hundreds of warnings must not hide its one error.
+fn failure_rank(line: &str) -> Option<u8> {
+    let lower = line.to_lowercase();
+    let warning = lower.contains("warning");
+    if !warning && FAILURE_MARKS.iter().any(|m| lower.contains(m)) {
+        Some(0)
+    } else if !warning && FOLLOW_MARKS.iter().any(|m| lower.contains(m)) {
+        Some(1)
+    } else if warning && FAILURE_MARKS.iter().chain(FOLLOW_MARKS).any(|m| lower.contains(m)) {
+        Some(2)
+    } else {
+        None
+    }
+}
+
+/// The lines of `text` that say why a build failed, numbered and indented,
+/// at most `n`; `None` if there is none. They are ranked: compiler, linker
+/// and CMake errors ([`FAILURE_MARKS`]) first, then make's and ninja's
+/// ([`FOLLOW_MARKS`]), then warnings that mention a failure, each rank in
+/// the log's order (the first error is the cause, the rest often follow
+/// from it). The real `ld` error can be hundreds of lines above a log's
+/// tail, below hundreds of warnings. The command line a supervised log
+/// starts with (`$ …`) is not one of them.
 pub(crate) fn error_lines(text: &str, n: usize) -> Option<String> {
-    let found: Vec<(usize, &str)> = text
+    let mut found: Vec<(u8, usize, &str)> = text
         .lines()
         .enumerate()
-        .filter(|(_, l)| {
-            let lower = l.to_lowercase();
-            !l.starts_with("$ ") && ERROR_MARKS.iter().any(|m| lower.contains(m))
-        })
+        .filter(|(_, l)| !l.starts_with("$ "))
+        .filter_map(|(i, l)| failure_rank(l).map(|rank| (rank, i, l)))
         .collect();
     if found.is_empty() {
         return None;
     }
-    let mut out: Vec<String> = found.iter().take(n).map(|(i, l)| format!("    {:>5}: {l}", i + 1)).collect();
+    found.sort_by_key(|&(rank, i, _)| (rank, i));
+    let mut out: Vec<String> = found.iter().take(n).map(|(_, i, l)| format!("    {:>5}: {l}", i + 1)).collect();
     if found.len() > n {
         out.push(format!("    ... ({} more)", found.len() - n));
     }
@@ -321,6 +358,42 @@ mod tests {
         assert!(!indent_tail(&text, TAIL_LINES).contains("undefined reference"), "the tail alone misses it");
         assert_eq!(error_lines(&text, 1).unwrap().lines().last(), Some("    ... (2 more)"));
         assert_eq!(error_lines("$ sh -c 'echo error: x'\n[1/2] Building\n-Werror -o x.o", 20), None);
+    }
+
+    /// Lines as clang 22, GNU ld 2.44, CMake 3.31 and GNU make write them.
+    #[test]
+    fn errors_rank_before_what_follows_from_them_and_before_warnings() {
+        let mut log: Vec<String> = Vec::new();
+        for i in 0..25 {
+            log.push(format!(
+                "/usr/bin/ld: warning: libdep{i}.so.1, needed by libmid.so, not found (try using -rpath or -rpath-link)"
+            ));
+        }
+        log.push(
+            "CMake Warning at CMakeLists.txt:4 (find_package): Could not find a package configuration file".into(),
+        );
+        log.push("/usr/bin/ld: CMakeFiles/app.dir/app.c.o: undefined reference to symbol 'base_value'".into());
+        log.push("/usr/bin/ld: /tmp/le/libbase.so: error adding symbols: DSO missing from command line".into());
+        log.push("clang-22: error: linker command failed with exit code 1 (use -v to see invocation)".into());
+        log.push("gmake[2]: *** [CMakeFiles/app.dir/build.make:98: app] Error 1".into());
+        log.push("FAILED: app".into());
+        log.push("collect2: error: ld returned 1 exit status".into());
+        log.push("CMake Error at CMakeLists.txt:9 (add_executable): Cannot find source file: app2.c".into());
+        let found = error_lines(&log.join("\n"), 7).unwrap();
+        let lines: Vec<&str> = found.lines().collect();
+        assert_eq!(
+            lines[0],
+            "       27: /usr/bin/ld: CMakeFiles/app.dir/app.c.o: undefined reference to symbol 'base_value'"
+        );
+        assert!(lines[1].ends_with("error adding symbols: DSO missing from command line"), "{found}");
+        assert!(lines[2].contains("linker command failed"), "{found}");
+        assert!(lines[3].contains("collect2: error: ld returned 1"), "{found}");
+        assert!(lines[4].starts_with("       33: CMake Error"), "{found}");
+        assert_eq!(lines[5], "       30: gmake[2]: *** [CMakeFiles/app.dir/build.make:98: app] Error 1");
+        assert_eq!(lines[6], "       31: FAILED: app");
+        assert_eq!(lines[7], "    ... (25 more)", "the warnings come last, and only when there is room");
+        let warnings_only = error_lines(&log[..26].join("\n"), 3).unwrap();
+        assert!(warnings_only.starts_with("        1: /usr/bin/ld: warning: libdep0.so.1"), "{warnings_only}");
     }
 
     #[test]

@@ -64,7 +64,7 @@ impl Tally {
                 }
                 return;
             }
-            Outcome::Passed => self.passed += 1,
+            Outcome::Passed { .. } => self.passed += 1,
             Outcome::Flaky { .. } => {
                 self.passed += 1;
                 self.flaky += 1;
@@ -106,7 +106,7 @@ impl Progress {
     ) -> (usize, usize, Verdict, String) {
         let done = self.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         let verdict = match outcome {
-            Outcome::Passed => Verdict::Pass,
+            Outcome::Passed { .. } => Verdict::Pass,
             Outcome::Flaky { .. } => Verdict::Flaky,
             Outcome::Ignored(_) => Verdict::Ignored,
             Outcome::Failed(Status::Timeout, _) => Verdict::Timeout,
@@ -119,11 +119,17 @@ impl Progress {
         let since = since.map_or(self.started, |ready| ready.max(self.started));
         let left = (done < total).then(|| since.elapsed().mul_f64((total - done) as f64 / done as f64));
         let left = left.map_or_else(String::new, |l| format!(", about {} left", short(l)));
-        let flaky = match outcome {
-            Outcome::Flaky { attempts } => format!(", passed on attempt {}", attempts + 1),
-            _ => String::new(),
+        let (flaky, tests) = match *outcome {
+            Outcome::Flaky { attempts, tests } => (format!(", passed on attempt {}", attempts + 1), tests),
+            Outcome::Passed { tests } => (String::new(), tests),
+            _ => (String::new(), None),
         };
-        (done, total, verdict, format!("{}{flaky}{left}", short(took)))
+        let tests = match tests {
+            Some(1) => ", 1 test".to_string(),
+            Some(n) => format!(", {n} tests"),
+            None => String::new(),
+        };
+        (done, total, verdict, format!("{}{tests}{flaky}{left}", short(took)))
     }
 }
 
@@ -238,7 +244,7 @@ pub fn run(selection: &Selection, intent: Intent, entry: Entry) -> Ran {
                 let began = ready.map_or(started, |r| r.max(started));
                 shared.progress.finished(&spec.name, began.elapsed().saturating_sub(waited), waited, ready, &outcome);
                 match outcome {
-                    Outcome::Passed | Outcome::Flaky { .. } => Ok(Completion::Completed),
+                    Outcome::Passed { .. } | Outcome::Flaky { .. } => Ok(Completion::Completed),
                     Outcome::Ignored(reason) => Ok(Completion::ignored_with(reason)),
                     Outcome::Failed(_, message) | Outcome::NotRun { message, .. } => Err(Failed::from(message)),
                 }
@@ -327,11 +333,17 @@ mod tests {
             tally: std::sync::Mutex::default(),
         };
         let ready = now.checked_sub(Duration::from_secs(2)).unwrap();
-        let (done, total, verdict, detail) = progress.ended(Duration::from_secs(2), Some(ready), &Outcome::Passed);
+        let (done, total, verdict, detail) =
+            progress.ended(Duration::from_secs(2), Some(ready), &Outcome::Passed { tests: None });
         assert_eq!((done, total, verdict), (1, 3, Verdict::Pass));
         assert!(detail.starts_with("2.00s, about 4."), "{detail}");
-        let (.., detail) = progress.ended(Duration::from_secs(1), None, &Outcome::Passed);
+        let (.., detail) = progress.ended(Duration::from_secs(1), None, &Outcome::Passed { tests: None });
         assert!(detail.contains("about 5m"), "without a build, from the start: {detail}");
+        let (.., detail) = progress.ended(Duration::from_secs(1), None, &Outcome::Passed { tests: Some(2) });
+        assert_eq!(detail, "1.00s, 2 tests", "a runner's test count; the last trial: no time left");
+        let flaky = Outcome::Flaky { attempts: 1, tests: Some(1) };
+        let (.., detail) = progress.ended(Duration::from_secs(1), None, &flaky);
+        assert_eq!(detail, "1.00s, 1 test, passed on attempt 2");
         assert_eq!(short(Duration::from_secs(4000)), "1h06m");
     }
 }

@@ -5,6 +5,7 @@
 pub mod collectives;
 pub mod coverage_report;
 pub(crate) mod dry_run;
+pub mod init;
 pub mod select;
 pub mod tools;
 pub mod who_covers;

@@ -184,14 +184,38 @@ impl Attribution {
         self.files.keys().filter(|f| Path::new(f).ends_with(q)).map(String::as_str).collect()
     }
 
+    /// The report's files (at most 5) whose name holds the query's, ignoring
+    /// case (`ring.h` → `allreduce_ring.h`), else its stem (`ring`): a
+    /// query that matched no file's path ending is offered these.
+    fn files_named_like(&self, query: &str) -> Vec<&str> {
+        let name_of = |path: &str| Path::new(path).file_name().map(|n| n.to_string_lossy().to_lowercase());
+        let Some(wanted) = name_of(query) else { return Vec::new() };
+        let stem = wanted.split('.').next().unwrap_or_default().to_string();
+        for word in [wanted, stem] {
+            let found: Vec<&str> = self
+                .files
+                .keys()
+                .filter(|f| !word.is_empty() && name_of(f).is_some_and(|n| n.contains(&word)))
+                .map(String::as_str)
+                .take(5)
+                .collect();
+            if !found.is_empty() {
+                return found;
+            }
+        }
+        Vec::new()
+    }
+
     /// Who covers `line` of `file` (a path as [`Attribution::find_files`] takes it).
     pub(crate) fn who_covers(&self, file: &str, line: u32) -> Result<(&str, CoveredBy<'_>)> {
         let found = self.find_files(file);
         let path = match found.as_slice() {
             [one] => *one,
             [] => {
+                let near = self.files_named_like(file);
+                let near = if near.is_empty() { String::new() } else { format!("; did you mean {}?", near.join(", ")) };
                 return Err(Error::new(format!(
-                    "no instrumented source file matches {file:?}; the report knows {} files (see report/attribution/index.html)",
+                    "no instrumented source file matches {file:?}{near}; the report knows {} files (see report/attribution/index.html)",
                     self.files.len()
                 )));
             }
@@ -365,6 +389,20 @@ pub(crate) mod tests {
             let e = parse_lcov(text, "t").unwrap_err().to_string();
             assert!(e.starts_with(why), "{text:?}: {e}");
         }
+    }
+
+    /// Issue #49: `who-covers ring.h` did not offer `allreduce_ring.h`.
+    #[test]
+    fn a_file_that_matches_nothing_is_offered_files_named_like_it() {
+        let lcov = "SF:/src/ring/allreduce_ring.h\nDA:1,1\nend_of_record\nSF:/src/Ring.cc\nDA:1,1\nend_of_record\nSF:/src/tree.cc\nDA:1,1\nend_of_record\n";
+        let all = Universe::of(&parse_lcov(lcov, "all").unwrap()).unwrap();
+        let att = Attribution::new(&all, &[trial(&all, "A::1K", lcov)]);
+        let e = att.who_covers("ring.h", 1).unwrap_err().to_string();
+        assert!(e.contains("\"ring.h\"; did you mean /src/ring/allreduce_ring.h?"), "{e}");
+        let e = att.who_covers("include/ring.hpp", 1).unwrap_err().to_string();
+        assert!(e.contains("did you mean /src/Ring.cc, /src/ring/allreduce_ring.h?"), "by stem, ignoring case: {e}");
+        let e = att.who_covers("graph.cc", 1).unwrap_err().to_string();
+        assert!(!e.contains("did you mean"), "{e}");
     }
 
     #[test]

@@ -138,6 +138,13 @@ impl PageIndex<'_> {
         let page = self.trial_pages.get(i as usize).map_or("trial-unknown.html", String::as_str);
         format!("<a href='{page}'>{}</a>", escape(self.trial_name(i)))
     }
+
+    /// [`PageIndex::trial_link`] for the narrow names' column: a name may
+    /// break after each `::` (`<wbr>`) and nowhere else, so `AllReduce` is
+    /// never cut into `AllReduc`/`e` (issue #49).
+    fn who_link(&self, i: u32) -> String {
+        self.trial_link(i).replace("::", "::<wbr>")
+    }
 }
 
 /// Each page of `report/attribution/`, given to `out` (file name, page) as
@@ -300,7 +307,7 @@ fn file_page(lookup: &PageIndex, file: &str, ranges: &[Range], sources: &Sources
         }
         let size = lookup.set_sizes.get(set as usize).copied().unwrap_or(0) as usize;
         let named: Vec<u32> = lookup.members(set).take(NAMED).collect();
-        let mut shown: Vec<String> = named.iter().map(|&m| lookup.trial_link(m)).collect();
+        let mut shown: Vec<String> = named.iter().map(|&m| lookup.who_link(m)).collect();
         let mut chars: usize = named.iter().map(|&m| lookup.trial_name(m).chars().count() + 2).sum();
         if size > NAMED {
             let more = format!("+{} more", size - NAMED);
@@ -320,7 +327,7 @@ fn file_page(lookup: &PageIndex, file: &str, ranges: &[Range], sources: &Sources
     let style = format!(
         " .centered.lines{{display:block}} table.lines{{width:100%}} table.lines td.code{{width:100%}} \
          td.code pre{{white-space:pre-wrap;overflow-wrap:anywhere}} td.who{{font-size:85%;color:#06d}} \
-         td.who a{{text-decoration:none;overflow-wrap:anywhere}}{who_width}"
+         td.who a{{text-decoration:none;overflow-wrap:break-word}}{who_width}"
     );
     let shown = (sources.shown)(file);
     let mut html = head(&shown, &style);
@@ -579,7 +586,12 @@ mod tests {
         // One row per line: the count of trials links to who they are, and names them.
         assert!(a.contains("<tr id='L3'>") && a.contains("<a href='#S1'>2</a>"), "{a}");
         assert!(
-            a.contains("<td class='who'><a href='trial-A__1K.html'>A::1K</a>, <a href='trial-A__1K__mpi.html'>A::1K::mpi</a></td>"),
+            a.contains("<td class='who'><a href='trial-A__1K.html'>A::<wbr>1K</a>, <a href='trial-A__1K__mpi.html'>A::<wbr>1K::<wbr>mpi</a></td>"),
+            "{a}"
+        );
+        // A name breaks at its `::` only, never inside a word.
+        assert!(
+            a.contains("td.who a{text-decoration:none;overflow-wrap:break-word}") && !a.contains("anywhere}td.who"),
             "{a}"
         );
         assert!(a.contains("<pre>  return &lt;1&gt;;</pre>"), "{a}");

@@ -164,6 +164,9 @@ pub(crate) struct Invocation {
     /// The harness's `Cargo.toml`.
     pub(crate) manifest: PathBuf,
     pub(crate) env: Vec<(String, String)>,
+    /// The variables of the `ccl-coverage run` form: never
+    /// `CARGO_TARGET_DIR`, which to cargo also says where to compile.
+    pub(crate) run_env: Vec<(String, String)>,
 }
 
 impl Invocation {
@@ -179,6 +182,16 @@ pub(crate) fn nextest_command(selected: &[&str], how: &Invocation) -> String {
     let set: Vec<String> = selected.iter().map(|n| format!("test(={n})")).collect();
     let args = ["--test", "collectives", "--run-ignored", "all", "-E"].map(String::from);
     how.cmd(&["nextest", "run"], args.into_iter().chain([set.join(" | ")])).display()
+}
+
+/// `K=V … ccl-coverage run --exact [--include-ignored] A B …`: the same
+/// trials for a user of the installed binary, which compiles nothing.
+pub(crate) fn run_command(selected: &[&str], planned: &[PlannedTrial], how: &Invocation) -> Cmd {
+    let mut cmd = Cmd::new("ccl-coverage").args(["run", "--exact"]);
+    if planned.iter().any(|p| p.ignored && selected.contains(&p.name)) {
+        cmd = cmd.arg("--include-ignored");
+    }
+    cmd.args(selected.iter().copied()).envs(how.run_env.clone())
 }
 
 /// `report/minimal-suite.json`.
@@ -205,6 +218,9 @@ pub(crate) struct MinimalSuite {
     pub(crate) env: BTreeMap<String, String>,
     /// The same trials under nextest, as a filterset.
     pub(crate) nextest: String,
+    /// The same trials with the installed `ccl-coverage` (secrets masked).
+    #[serde(default)]
+    pub(crate) run: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -286,6 +302,7 @@ pub(crate) fn minimal_suite(
         functions: kept.functions,
         branches: kept.branches,
         nextest: nextest_command(&names, how),
+        run: run_command(&names, planned, how).display(),
         optimality: Optimality {
             method: "greedy set cover (each trial counts 1; ties: the first by name), then trials whose lines, \
                      functions and branches the other chosen trials cover are dropped, the smallest first"
@@ -433,7 +450,7 @@ mod tests {
             PlannedTrial { name: "A::1K::mpi", ignored: false },
             PlannedTrial { name: "A::1K::slow", ignored: true },
         ];
-        let how = Invocation { manifest: "/h/Cargo.toml".into(), env: Vec::new() };
+        let how = Invocation { manifest: "/h/Cargo.toml".into(), ..Invocation::default() };
         assert_eq!(
             command(&["A::1K::mpi"], &planned, &how).display(),
             "cargo test --manifest-path /h/Cargo.toml --test collectives -- --exact A::1K::mpi"
@@ -459,11 +476,13 @@ mod tests {
                 ("CCL_COV_WORKSPACE".into(), "/ws".into()),
                 ("CCL_COV_BUILD_DIR".into(), "https://u:hunter2@example.com/b".into()),
             ],
+            run_env: vec![("CCL_COV_BUILD_DIR".into(), "https://u:hunter2@example.com/b".into())],
         };
         let suite =
             minimal_suite(&all, &[trial(&all, "a", 1.0, "SF:/f.cc\nDA:1,1\nend_of_record\n")], &planned, 1, 1.0, &how);
         let json = serde_json::to_string(&suite).unwrap();
         assert!(!json.contains("hunter2"), "{json}");
+        assert!(suite.run.ends_with(" ccl-coverage run --exact a"), "{}", suite.run);
         assert_eq!(suite.env["CCL_COV_CONFIG"], "/my lib/ccl.json");
         assert_eq!(suite.env["CCL_COV_WORKSPACE"], "/ws");
         assert_eq!(

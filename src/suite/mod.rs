@@ -33,11 +33,11 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
 /// How a trial ended, for the harness to say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    Passed,
+    /// Passed; `tests`: how many test cases ran (gtest, ctest, pytest), so
+    /// that a filter that ran 2 of 1,000 tests shows on the PASS line.
+    Passed { tests: Option<usize> },
     /// Passed after `attempts` attempts that did not (`--retries`).
-    Flaky {
-        attempts: usize,
-    },
+    Flaky { attempts: usize, tests: Option<usize> },
     /// Not run, and why (it does not fit the nodes).
     Ignored(String),
     /// Failed, timed out or interrupted: the verdict and the whole message.
@@ -46,10 +46,7 @@ pub(crate) enum Outcome {
     /// the workspace (the error is said once, when the build ends), the
     /// trial's own folders could not be prepared, or the run was interrupted
     /// before it started. `cause` is what the run's last line says of it.
-    NotRun {
-        cause: String,
-        message: String,
-    },
+    NotRun { cause: String, message: String },
 }
 
 /// The state one run shares between its trials.
@@ -425,9 +422,12 @@ impl Suite {
             }
             Err(e) => crate::say!("ccl-coverage: {}: its record could not be written: {e}", spec.name),
         }
+        // The cases that ran, for a runner that reports them (none for a plain program).
+        let tests = (!result.cases.is_empty())
+            .then(|| result.cases.iter().filter(|c| c.status != verdict::CaseStatus::Skipped).count());
         match result.failure_message(&tail) {
-            None if result.flaky => Ok(Outcome::Flaky { attempts: result.attempts.len() }),
-            None => Ok(Outcome::Passed),
+            None if result.flaky => Ok(Outcome::Flaky { attempts: result.attempts.len(), tests }),
+            None => Ok(Outcome::Passed { tests }),
             Some(message) => Ok(Outcome::Failed(result.status, message)),
         }
     }

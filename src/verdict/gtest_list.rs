@@ -23,7 +23,8 @@ const LIST_CAP: u64 = 4 << 20;
 const SHOWN: usize = 5;
 
 /// The hint appended to "the filter matched no test": the names that
-/// `*<pattern>*` would match, else the nearest by edit distance; a note
+/// `*<pattern>*` would match, else those it matches in another case, else
+/// the nearest ([`suggest`]); a note
 /// when the binary could not list its tests.
 pub(crate) fn hint(
     ws: &Workspace,
@@ -110,7 +111,8 @@ pub(crate) fn parse_list(listing: &str) -> Vec<String> {
 }
 
 /// What to tell the user: a filter with `*` around each pattern that would
-/// match, with the names it would run; else the nearest names.
+/// match, with the names it would run; else the same filter in the names'
+/// own case (gtest's filter is case-sensitive); else the nearest names.
 pub(crate) fn suggest(filter: &str, names: &[String], binary: &str) -> String {
     if names.is_empty() {
         return format!("; {binary} --gtest_list_tests lists no test");
@@ -127,10 +129,79 @@ pub(crate) fn suggest(filter: &str, names: &[String], binary: &str) -> String {
             shown(hits.iter().map(|s| s.as_str()))
         );
     }
+    if let Some(recased) = recased(&widened, names) {
+        let hits: Vec<&String> = names.iter().filter(|n| matches_filter(&recased, n)).collect();
+        return format!(
+            "; gtest filters are case-sensitive: `{recased}` matches {} of {binary}'s tests ({})",
+            hits.len(),
+            shown(hits.iter().map(|s| s.as_str()))
+        );
+    }
     let key = positive.replace(['*', '?'], "");
-    let mut by_distance: Vec<(usize, &String)> = names.iter().map(|n| (distance(&key, n), n)).collect();
-    by_distance.sort();
-    format!("; the nearest of {binary}'s {} tests: {}", names.len(), shown(by_distance.iter().map(|(_, n)| n.as_str())))
+    let mut ranked: Vec<((u8, usize), &String)> = names.iter().map(|n| (nearness(&key, n), n)).collect();
+    ranked.sort();
+    format!("; the nearest of {binary}'s {} tests: {}", names.len(), shown(ranked.iter().map(|(_, n)| n.as_str())))
+}
+
+/// The widened patterns spelt as the names spell them (`*AllReduce*` as
+/// `*Allreduce*`), when one differs only in case from text a name holds;
+/// `None` when none does, or one has a wildcard inside.
+fn recased(widened: &[String], names: &[String]) -> Option<String> {
+    let mut changed = false;
+    let mut out = Vec::new();
+    for pattern in widened {
+        let word = pattern.trim_matches('*');
+        if word.contains(['*', '?']) {
+            return None;
+        }
+        let spelt = names.iter().find_map(|n| find_ignoring_case(n, word)).unwrap_or(word);
+        changed |= spelt != word;
+        out.push(format!("*{spelt}*"));
+    }
+    changed.then(|| out.join(":"))
+}
+
+/// The part of `name` that is `word` but for ASCII case.
+fn find_ignoring_case<'a>(name: &'a str, word: &str) -> Option<&'a str> {
+    if word.is_empty() {
+        return None;
+    }
+    let at = name.to_ascii_lowercase().find(&word.to_ascii_lowercase())?;
+    name.get(at..at + word.len())
+}
+
+/// How near `name` is to `key` (the filter without wildcards), lower
+/// first, ignoring case: names that hold the key, then names whose suite
+/// holds the key's suite (`Allreduce.Sum` → `AllreduceTest.Sum`), ranked by
+/// their test's distance, then the rest by the edit distance of suite to
+/// suite and test to test. A whole-name edit distance alone put
+/// `LinuxTest.PCIDistance` before `AllreduceTest.*` for `AllReduce`.
+fn nearness(key: &str, name: &str) -> (u8, usize) {
+    let (key, lower) = (key.to_ascii_lowercase(), name.to_ascii_lowercase());
+    if !key.is_empty() && lower.contains(&key) {
+        return (0, lower.len() - key.len());
+    }
+    let (name_suite, name_test) = parts(&lower);
+    let (key_suite, key_test) = match key.rsplit_once('.') {
+        Some((suite, test)) => (suite, test),
+        None => (key.as_str(), ""),
+    };
+    if !key_suite.is_empty() && name_suite.contains(key_suite) {
+        return (1, distance(key_test, name_test));
+    }
+    if key_test.is_empty() {
+        return (2, distance(key_suite, name_suite).min(distance(key_suite, name_test)));
+    }
+    (2, distance(key_suite, name_suite) + distance(key_test, name_test))
+}
+
+/// A full name's suite and test, without a parameterised name's prefix and
+/// index: `Ring/RingParam.Fill/0` → (`RingParam`, `Fill`).
+fn parts(name: &str) -> (&str, &str) {
+    let (suite, test) = name.split_once('.').unwrap_or((name, ""));
+    let suite = suite.rsplit('/').next().unwrap_or(suite);
+    let test = test.split('/').next().unwrap_or(test);
+    (suite, test)
 }
 
 fn shown<'a>(names: impl Iterator<Item = &'a str>) -> String {
@@ -213,5 +284,53 @@ mod tests {
         );
         let hint = suggest("RingTset.Psh", &names, "ring_test");
         assert!(hint.starts_with("; the nearest of ring_test's 3 tests: RingTest.Push, "), "{hint}");
+    }
+
+    /// Names as RCCL's unit tests spell them (issue #49: the case typo
+    /// `*AllReduce*` was told `LinuxTest.PCIDistance` first).
+    const RCCL: &[&str] = &[
+        "LinuxTest.PCIDistance",
+        "LinuxTest.Cpuset",
+        "ArgCheck.Root",
+        "AllreduceTest.SinglePointer",
+        "AllreduceTest.InPlace",
+        "AllreduceRing/AllreduceTest.Sum/0",
+        "AllreduceRing/AllreduceTest.Sum/1",
+        "BroadcastTest.Sum",
+    ];
+
+    #[test]
+    fn a_filter_in_the_wrong_case_is_told_the_names_own_case() {
+        let names: Vec<String> = RCCL.iter().map(ToString::to_string).collect();
+        let hint = suggest("*AllReduce*", &names, "rccl-UnitTests");
+        assert_eq!(
+            hint,
+            "; gtest filters are case-sensitive: `*Allreduce*` matches 4 of rccl-UnitTests's tests \
+             (AllreduceTest.SinglePointer, AllreduceTest.InPlace, AllreduceRing/AllreduceTest.Sum/0, AllreduceRing/AllreduceTest.Sum/1)"
+        );
+        let hint = suggest("allreducetest.*-*Sum*", &names, "t");
+        assert!(hint.starts_with("; gtest filters are case-sensitive: `*AllreduceTest.*` matches 4 "), "{hint}");
+    }
+
+    #[test]
+    fn nearest_names_share_the_suite_or_hold_the_words_before_edit_distance() {
+        let names: Vec<String> = RCCL.iter().map(ToString::to_string).collect();
+        // The suite misspelt: its tests, not short names, come first.
+        let hint = suggest("AllRedcue*", &names, "t");
+        let shown: Vec<&str> = hint.split(": ").nth(1).unwrap().split(", ").collect();
+        assert!(shown[..4].iter().all(|n| n.contains("AllreduceTest.")), "{hint}");
+        // A suite the name holds, and the test's own name.
+        let hint = suggest("Allreduce.Sum", &names, "t");
+        assert!(
+            hint.starts_with(
+                "; the nearest of t's 8 tests: AllreduceRing/AllreduceTest.Sum/0, AllreduceRing/AllreduceTest.Sum/1, "
+            ),
+            "{hint}"
+        );
+        assert_eq!(nearness("allreduce", "AllreduceTest.InPlace").0, 0);
+        assert!(nearness("pcidist", "LinuxTest.PCIDistance") < nearness("pcidist", "ArgCheck.Root"));
+        assert!(
+            nearness("Linux.PCIDistanse", "LinuxTest.PCIDistance") < nearness("Linux.PCIDistanse", "LinuxTest.Cpuset")
+        );
     }
 }

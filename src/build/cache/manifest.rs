@@ -332,23 +332,39 @@ pub(crate) fn sources_changed(
         ("library", &manifest.library_src, &config.library.hash_exclude, &recorded.library),
         ("test", &manifest.tests_src, &tests_exclude, &recorded.tests),
     ];
-    let changed: Vec<String> = parts
+    let changed: Vec<(&str, &Path)> = parts
         .iter()
-        .filter_map(|(what, dir, exclude, sum)| {
-            let now = hash_tree(dir, exclude).unwrap_or_else(|e| e.to_string());
-            (now != **sum).then(|| {
-                format!(
-                    "the {what} sources in {} changed after build {} was made from them",
-                    dir.display(),
-                    manifest.build_id
-                )
-            })
+        .filter(|(_, dir, exclude, sum)| hash_tree(dir, exclude).unwrap_or_else(|e| e.to_string()) != **sum)
+        .map(|(what, dir, ..)| (*what, dir.as_path()))
+        .collect();
+    changed_sentence(&changed, &manifest.build_id, entry)
+}
+
+/// The sentence for the source folders that changed, `(what, folder)`: a
+/// folder is named once, with all it holds (`the library and test sources
+/// in …`), where the library and its tests share it.
+fn changed_sentence(changed: &[(&str, &Path)], build_id: &str, entry: crate::reporter::Entry) -> Option<String> {
+    let mut folders: Vec<(Vec<&str>, &Path)> = Vec::new();
+    for &(what, dir) in changed {
+        match folders.iter_mut().find(|(_, d)| *d == dir) {
+            Some((whats, _)) => whats.push(what),
+            None => folders.push((vec![what], dir)),
+        }
+    }
+    let said: Vec<String> = folders
+        .iter()
+        .map(|(whats, dir)| {
+            format!(
+                "the {} sources in {} changed after build {build_id} was made from them",
+                whats.join(" and "),
+                dir.display()
+            )
         })
         .collect();
-    (!changed.is_empty()).then(|| {
+    (!said.is_empty()).then(|| {
         format!(
             "{}: the report's lines and counts are of the sources as they were built, not as they are now; run `{}` to build and run them again",
-            changed.join("; "),
+            said.join("; "),
             entry.trials()
         )
     })
@@ -430,5 +446,28 @@ mod measured_tests {
         assert_eq!(library_alone.objects, [PathBuf::from("/b/libring.so")]);
         assert_eq!(library_alone.unknown, ["ff"], "a program not measured is still a file of the build");
         assert_eq!(m.every_object(true).len(), 3, "the library, ring_test once, ring_bench");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reporter::Entry;
+
+    /// Issue #49: a library and tests in one folder were said to have
+    /// changed twice, in two identical clauses.
+    #[test]
+    fn a_folder_that_changed_is_named_once() {
+        let shared = Path::new("/p/ring");
+        let said = changed_sentence(&[("library", shared), ("test", shared)], "b1", Entry::Cli).unwrap();
+        assert_eq!(said.matches("/p/ring").count(), 1, "{said}");
+        assert!(
+            said.starts_with("the library and test sources in /p/ring changed after build b1 was made from them: ")
+        );
+        let said = changed_sentence(&[("library", shared), ("test", Path::new("/p/tests"))], "b1", Entry::Cli).unwrap();
+        assert!(
+            said.contains("the library sources in /p/ring changed") && said.contains("; the test sources in /p/tests")
+        );
+        assert_eq!(changed_sentence(&[], "b1", Entry::Cli), None);
     }
 }

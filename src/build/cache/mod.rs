@@ -11,7 +11,7 @@
 mod identity;
 mod key;
 mod manifest;
-mod steps;
+pub(crate) mod steps;
 
 use identity::hash_tree;
 use key::{build_key, library_objects};

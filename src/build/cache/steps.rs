@@ -97,7 +97,7 @@ pub(super) fn run_step(ctx: &Context, cmd: &Cmd, log: &Path) -> Result<()> {
     }
 }
 
-pub(super) fn build_vars(loaded: &LoadedConfig, setup: &BuildSetup, jobs: usize) -> Vars {
+pub(crate) fn build_vars(loaded: &LoadedConfig, setup: &BuildSetup, jobs: usize) -> Vars {
     let toolchain = &setup.toolchain;
     let mut vars = Vars::default();
     vars.set("cc", toolchain.cc.path.display().to_string())
@@ -112,7 +112,7 @@ pub(super) fn build_vars(loaded: &LoadedConfig, setup: &BuildSetup, jobs: usize)
     vars
 }
 
-pub(super) fn step_cmd(step: &BuildStep, vars: &Vars, rccl: rccl::Coverage) -> Result<Cmd> {
+pub(crate) fn step_cmd(step: &BuildStep, vars: &Vars, rccl: rccl::Coverage) -> Result<Cmd> {
     let argv = match &step.rccl_install {
         Some(spec) => rccl::install_argv(spec, vars, rccl)?,
         None => vars.render_all(&step.argv)?,

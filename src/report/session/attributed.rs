@@ -300,21 +300,48 @@ fn with_device(host: String, device: Option<&str>, origin: &str) -> Result<Strin
 /// Names, on screen, the trials whose lines were computed here rather than
 /// read from what their trial stored, and why: none is silently dropped.
 fn say_computed(trials: &[TrialCoverage], computed: &[Option<String>], per_trial: &PerTrial) {
-    const SHOWN: usize = 20;
-    let named: Vec<String> =
-        trials.iter().zip(computed).filter_map(|(t, why)| Some(format!("{} ({})", t.name, why.as_deref()?))).collect();
-    if named.is_empty() || matches!(per_trial, PerTrial::Exports) {
+    if matches!(per_trial, PerTrial::Exports) {
         return;
     }
-    let more = named.len().saturating_sub(SHOWN);
-    crate::say!(
-        "ccl-coverage: per-trial attribution computed {} of {} trials' lines in the report, not from what the trial stored: {}{}",
-        named.len(),
-        trials.len(),
-        named[..named.len().min(SHOWN)].join("; "),
-        if more > 0 { format!("; and {more} more") } else { String::new() }
-    );
+    let names: Vec<&str> = trials.iter().map(|t| t.name.as_str()).collect();
+    if let Some(line) = computed_line(&names, computed) {
+        crate::say!("{line}");
+    }
 }
+
+/// The line [`say_computed`] says: each reason once, with the trials it
+/// holds for (at most [`SHOWN_TRIALS`] named), in the order first met;
+/// `None` when every trial's stored lines were read.
+fn computed_line(trials: &[&str], computed: &[Option<String>]) -> Option<String> {
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (name, why) in trials.iter().zip(computed) {
+        let Some(why) = why.as_deref() else { continue };
+        match groups.iter_mut().find(|(reason, _)| *reason == why) {
+            Some((_, names)) => names.push(name),
+            None => groups.push((why, vec![name])),
+        }
+    }
+    let count: usize = groups.iter().map(|(_, names)| names.len()).sum();
+    if count == 0 {
+        return None;
+    }
+    let said: Vec<String> = groups
+        .iter()
+        .map(|(why, names)| {
+            let more = names.len().saturating_sub(SHOWN_TRIALS);
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            format!("{why}: {}{more}", names[..names.len().min(SHOWN_TRIALS)].join(", "))
+        })
+        .collect();
+    Some(format!(
+        "ccl-coverage: per-trial attribution computed {count} of {} trials' lines in the report, not from what the trial stored: {}",
+        trials.len(),
+        said.join("; ")
+    ))
+}
+
+/// Most trials named under one reason.
+const SHOWN_TRIALS: usize = 20;
 
 /// `lcov`'s totals as the model counts them (the merged report's way), and
 /// only what ran: attribution reads nothing else, and at 800 trials the rest
@@ -377,6 +404,23 @@ fn check_union(all: &Lcov, universe: &Universe, trials: &[TrialCoverage]) -> Res
 
 #[cfg(test)]
 mod tests {
+
+    /// A reason that holds for many trials is said once (issue #49: a
+    /// changed ignore rule was said 14 times, 5 KB).
+    #[test]
+    fn each_reason_for_computing_is_said_once_with_its_trials() {
+        let trials: Vec<String> = (0..25).map(|i| format!("t{i}")).collect();
+        let names: Vec<&str> = trials.iter().map(String::as_str).collect();
+        let mut why: Vec<Option<String>> =
+            vec![Some("its lines were computed for another ignore rule none (the report's is `x`)".into()); 24];
+        why[3] = Some("its profile was merged by the report".into());
+        why.push(None);
+        let line = computed_line(&names, &why).unwrap();
+        assert_eq!(line.matches("another ignore rule").count(), 1, "{line}");
+        assert!(line.contains("24 of 25 trials' lines"), "{line}");
+        assert!(line.ends_with("t19, t20 and 3 more; its profile was merged by the report: t3"), "{line}");
+        assert_eq!(computed_line(&names[..1], &[None]), None);
+    }
     use super::*;
     use crate::coverage::lcov::Covered;
     use crate::device::nvidia::record::record_files;

@@ -211,7 +211,7 @@ impl Session {
             .context("writing minimal-suite.json failed")?;
         // The command (one `--skip` per trial left out) is in the file.
         crate::say!(
-            "ccl-coverage: minimal equivalent suite (the same lines, functions and branches): {} of {} trials, {:.2} of {:.2} trial-seconds (its cargo test and nextest commands are in {})",
+            "ccl-coverage: minimal equivalent suite (the same lines, functions and branches): {} of {} trials, {:.2} of {:.2} trial-seconds (its ccl-coverage run, cargo test and nextest commands are in {})",
             suite.trial_count,
             suite.full_suite_trials,
             suite.duration_s,
@@ -222,30 +222,78 @@ impl Session {
     }
 }
 
-/// How `cargo test` selects this suite from any folder: this package's
-/// manifest, the config and the workspace (absolute), and the variables
-/// that were set to choose the build or the target folder (its build
-/// cache), paths made absolute as the harness read them.
+/// How `cargo test` and `ccl-coverage run` select this suite from any
+/// folder: this package's manifest, the config and the workspace
+/// (absolute), and the variables that were set to choose the build or its
+/// cache, paths made absolute as the harness read them.
 fn suite_invocation(ctx: &crate::context::Context) -> minimal_suite::Invocation {
-    let mut env = vec![
-        ("CCL_COV_CONFIG".to_string(), ctx.loaded.path.display().to_string()),
-        ("CCL_COV_WORKSPACE".to_string(), ctx.workspace.root().display().to_string()),
-    ];
     let cwd = std::env::current_dir().unwrap_or_else(|_| ctx.root.clone());
+    let set = |name: &str| crate::config::process_env(name).filter(|v| !v.is_empty());
+    let place = Place {
+        config: &ctx.loaded.path,
+        workspace: ctx.workspace.root(),
+        state_dir: &ctx.state_dir,
+        root: &ctx.root,
+        cargo: ctx.entry != crate::reporter::Entry::Cli,
+    };
+    invocation_of(&place, &cwd, &set)
+}
+
+/// What a minimal-suite command must name.
+struct Place<'a> {
+    config: &'a std::path::Path,
+    workspace: &'a std::path::Path,
+    /// The harness's state folder (the build cache), as this run resolved it.
+    state_dir: &'a std::path::Path,
+    root: &'a std::path::Path,
+    /// Whether cargo ran this harness (then `CARGO_TARGET_DIR` was set for it).
+    cargo: bool,
+}
+
+/// [`suite_invocation`], the environment read through `set`. `CARGO_TARGET_DIR`
+/// is carried only by the cargo form, and only when cargo ran this harness;
+/// set for the installed binary, it moved the build cache alone, which the
+/// commands then name as `CCL_COV_CACHE_DIR`, as they do when it was set.
+fn invocation_of(
+    place: &Place,
+    cwd: &std::path::Path,
+    set: &dyn Fn(&str) -> Option<String>,
+) -> minimal_suite::Invocation {
+    let mut env = vec![
+        ("CCL_COV_CONFIG".to_string(), place.config.display().to_string()),
+        ("CCL_COV_WORKSPACE".to_string(), place.workspace.display().to_string()),
+    ];
     for (name, is_path) in [
-        ("CARGO_TARGET_DIR", true),
         ("CCL_COV_OVERLAY", true),
         ("CCL_COV_BUILD_DIR", true),
         ("CCL_COV_TESTS_DIR", true),
         ("CCL_COV_DEVICE_COVERAGE", false),
         ("CCL_COV_COVERAGE", false),
     ] {
-        if let Some(value) = crate::config::process_env(name).filter(|v| !v.is_empty()) {
+        if let Some(value) = set(name) {
             let value = if is_path { cwd.join(value).display().to_string() } else { value };
             env.push((name.to_string(), value));
         }
     }
-    minimal_suite::Invocation { manifest: ctx.root.join("Cargo.toml"), env }
+    let mut run_env = env.clone();
+    let target = set("CARGO_TARGET_DIR");
+    let named = set(crate::env_names::CACHE_DIR).is_some();
+    let cache = (crate::env_names::CACHE_DIR.to_string(), place.state_dir.display().to_string());
+    if named || target.is_some() {
+        run_env.push(cache.clone());
+    }
+    match target {
+        Some(target) if place.cargo => {
+            env.push(("CARGO_TARGET_DIR".to_string(), cwd.join(target).display().to_string()));
+            if named {
+                env.push(cache);
+            }
+        }
+        Some(_) => env.push(cache),
+        None if named => env.push(cache),
+        None => {}
+    }
+    minimal_suite::Invocation { manifest: place.root.join("Cargo.toml"), env, run_env }
 }
 
 /// `html` with a warning at the top of its body.
@@ -255,5 +303,58 @@ fn with_warning(html: &str, warning: &str) -> String {
     match html.find("<body>").map(|at| at + "<body>".len()) {
         Some(at) => format!("{}{banner}{}", &html[..at], &html[at..]),
         None => format!("{banner}{html}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn commands(cargo: bool, vars: &[(&str, &str)]) -> (String, String) {
+        let place = Place {
+            config: Path::new("/p/ccl-coverage.json"),
+            workspace: Path::new("/p/target/ccl-coverage/p"),
+            state_dir: Path::new("/cache/ccl-coverage"),
+            root: Path::new("/tool"),
+            cargo,
+        };
+        let set = |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_string());
+        let how = invocation_of(&place, Path::new("/here"), &set);
+        let planned = [minimal_suite::PlannedTrial { name: "a", ignored: false }];
+        (
+            minimal_suite::command(&["a"], &planned, &how).display(),
+            minimal_suite::run_command(&["a"], &planned, &how).display(),
+        )
+    }
+
+    /// Issue #49: the minimal suite's command carried `CARGO_TARGET_DIR`,
+    /// which made cargo compile the harness again, and had no form for the
+    /// installed binary.
+    #[test]
+    fn the_minimal_suite_s_commands_carry_cargo_target_dir_only_where_cargo_was_given_it() {
+        let config = "CCL_COV_CONFIG=/p/ccl-coverage.json CCL_COV_WORKSPACE=/p/target/ccl-coverage/p";
+        // Nothing moved: neither variable.
+        let (cargo, run) = commands(false, &[]);
+        assert_eq!(run, format!("{config} ccl-coverage run --exact a"));
+        assert!(!cargo.contains("CARGO_TARGET_DIR") && !cargo.contains("CCL_COV_CACHE_DIR"), "{cargo}");
+        // The installed binary, the cache moved by CARGO_TARGET_DIR: both name the cache, not the target.
+        let (cargo, run) = commands(false, &[("CARGO_TARGET_DIR", "/t")]);
+        assert_eq!(run, format!("{config} CCL_COV_CACHE_DIR=/cache/ccl-coverage ccl-coverage run --exact a"));
+        assert!(
+            !cargo.contains("CARGO_TARGET_DIR") && cargo.contains("CCL_COV_CACHE_DIR=/cache/ccl-coverage"),
+            "{cargo}"
+        );
+        // cargo given CARGO_TARGET_DIR: the cargo form keeps it (the harness is compiled there).
+        let (cargo, run) = commands(true, &[("CARGO_TARGET_DIR", "t")]);
+        assert!(cargo.contains("CARGO_TARGET_DIR=/here/t ") && !cargo.contains("CCL_COV_CACHE_DIR"), "{cargo}");
+        assert!(!run.contains("CARGO_TARGET_DIR") && run.contains("CCL_COV_CACHE_DIR=/cache/ccl-coverage"), "{run}");
+        // CCL_COV_CACHE_DIR: named by both.
+        let (cargo, run) = commands(true, &[("CCL_COV_CACHE_DIR", "/c")]);
+        assert!(
+            cargo.contains("CCL_COV_CACHE_DIR=/cache/ccl-coverage") && !cargo.contains("CARGO_TARGET_DIR"),
+            "{cargo}"
+        );
+        assert!(run.contains("CCL_COV_CACHE_DIR=/cache/ccl-coverage"), "{run}");
     }
 }
