@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn a_filter_in_the_wrong_case_is_told_the_names_own_case() {
-        let names: Vec<String> = RCCL.iter().map(|s| s.to_string()).collect();
+        let names: Vec<String> = RCCL.iter().map(ToString::to_string).collect();
         let hint = suggest("*AllReduce*", &names, "rccl-UnitTests");
         assert_eq!(
             hint,
@@ -263,7 +263,7 @@ mod tests {
 
     #[test]
     fn nearest_names_share_the_suite_or_hold_the_words_before_edit_distance() {
-        let names: Vec<String> = RCCL.iter().map(|s| s.to_string()).collect();
+        let names: Vec<String> = RCCL.iter().map(ToString::to_string).collect();
         // The suite misspelt: its tests, not short names, come first.
         let hint = suggest("AllRedcue*", &names, "t");
         let shown: Vec<&str> = hint.split(": ").nth(1).unwrap().split(", ").collect();
