@@ -1,6 +1,6 @@
 //! `ccl-coverage init` on a copy of tests/fixtures/cmake-ring, through the
-//! real binary, CMake, CTest and googletest: the config it writes has one
-//! trial per test that CTest itself lists (`ctest --show-only=json-v1`, run
+//! real binary, CMake, `CTest` and googletest: the config it writes has one
+//! trial per test that `CTest` itself lists (`ctest --show-only=json-v1`, run
 //! here as the oracle), every key in `config-schema`, `list` shows its
 //! trials, and `run` then reports (issue #49, item 1: two commands).
 
@@ -39,7 +39,7 @@ fn ring(tmp: &Path) -> std::path::PathBuf {
     project
 }
 
-/// The names CTest lists for the scratch build, as CTest says them.
+/// The names `CTest` lists for the scratch build, as `CTest` says them.
 fn ctest_names(build: &Path) -> Vec<String> {
     let out = Command::new("ctest").arg("--show-only=json-v1").current_dir(build).output().unwrap();
     let json: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -57,7 +57,13 @@ function run() {
   let title = null;
   if (h1) { const r = d.createRange(); r.selectNodeContents(h1); title = box(r.getBoundingClientRect(), w); }
   const control = d.querySelector('.control');
-  const links = a => ({href: a.getAttribute('href'), url: a.href, text: a.textContent, box: box(a.getBoundingClientRect(), w)});
+  // A link's text as the lines it is laid out on, character by character.
+  const lines = el => { const out = []; let top = null; const t = d.createTreeWalker(el, 4);
+    for (let n = t.nextNode(); n; n = t.nextNode()) for (let i = 0; i < n.data.length; i++) {
+      const r = d.createRange(); r.setStart(n, i); r.setEnd(n, i + 1); const y = r.getBoundingClientRect().top;
+      if (top === null || Math.abs(y - top) > 2) { out.push(''); top = y; } out[out.length - 1] += n.data[i]; }
+    return out; };
+  const links = a => ({href: a.getAttribute('href'), url: a.href, text: a.textContent, box: box(a.getBoundingClientRect(), w), lines: lines(a)});
   const content = td => { const r = d.createRange(); r.selectNodeContents(td); return box(r.getBoundingClientRect(), w); };
   const rows = [...d.querySelectorAll('tr')].slice(0, 400).map(tr => [...tr.children].map(td => ({
     class: td.className, text: td.textContent, box: box(td.getBoundingClientRect(), w), content: content(td),
@@ -269,6 +275,15 @@ fn the_report_pages_read_well_at_1000_and_1400_px() {
         };
         assert!(trials_cells.iter().any(|c| named(c) == 3), "no line names three trials");
         assert!(trials_cells.iter().all(|c| named(c) <= 3), "a line names more than three trials");
+        // A trial's name breaks after a `::` only, never inside a word (`allreduc`/`e`, issue #49).
+        for c in &trials_cells {
+            for a in c["links"].as_array().unwrap().iter().filter(|a| a["href"].as_str().unwrap().starts_with("trial-"))
+            {
+                let lines = a["lines"].as_array().unwrap();
+                let cut = lines[..lines.len().saturating_sub(1)].iter().find(|l| !l.as_str().unwrap().ends_with("::"));
+                assert!(cut.is_none(), "{width}px: a name cut inside a word: {a}");
+            }
+        }
         let busy =
             trials_cells.iter().find(|c| c["text"].as_str().unwrap().contains("+3 more")).expect("6 trials: +3 more");
         // Below the fold, but within the page's width: nothing to scroll sideways for.

@@ -1,8 +1,8 @@
 //! `ccl-coverage init`: a CMake project's config, written from what CMake and
-//! CTest already know. It configures and builds the project once, in a
+//! `CTest` already know. It configures and builds the project once, in a
 //! scratch folder of its own, with the steps it writes (every target
 //! compiled with `{coverage_flags}`), reads `ctest --show-only=json-v1`, and
-//! writes one ctest trial per CTest test (or, with `--split-gtest`, one gtest
+//! writes one ctest trial per `CTest` test (or, with `--split-gtest`, one gtest
 //! trial per top-level suite of a gtest program), the library's objects as
 //! the build found them, and `hash_exclude` for the workspace and the config.
 
@@ -24,7 +24,7 @@ const SCRATCH: &str = "target/ccl-coverage-init";
 /// The file that marks a scratch folder as init's own: init builds only in
 /// a folder it made.
 const MARKER: &str = ".ccl-coverage-init";
-/// How long CMake's configure or build, and CTest's listing, may take.
+/// How long CMake's configure or build, and `CTest`'s listing, may take.
 const STEP_LIMIT: Duration = Duration::from_secs(3600);
 /// How long a gtest program may take to list its tests.
 const LIST_LIMIT: Duration = Duration::from_secs(60);
@@ -36,7 +36,7 @@ pub struct InitArgs {
     pub source: Option<PathBuf>,
     /// Overwrite an existing config.
     pub force: bool,
-    /// One gtest trial per top-level suite of a CTest test's gtest program.
+    /// One gtest trial per top-level suite of a `CTest` test's gtest program.
     pub split_gtest: bool,
     /// `NAME=VALUE` cache entries passed to CMake's configure (`-D…`).
     pub defines: Vec<String>,
@@ -221,7 +221,7 @@ fn run_step(cmd: &Cmd, name: &str) -> Result<()> {
     )))
 }
 
-/// A test as CTest lists it.
+/// A test as `CTest` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct CtestTest {
     name: String,
@@ -340,7 +340,7 @@ fn gtest_suites(test: &CtestTest, build_dir: &Path) -> Option<Vec<Value>> {
 
 /// `library.objects`: the instrumented shared libraries the build made,
 /// each as `{build_dir}/<path>`; where it made none (a static or
-/// header-only library, compiled into its tests), the programs CTest runs.
+/// header-only library, compiled into its tests), the programs `CTest` runs.
 fn library_objects(found: &[objects::Found], build_dir: &Path, tests: &[CtestTest]) -> Vec<String> {
     let rel = |p: &Path| p.strip_prefix(build_dir).ok().map(|r| format!("{{build_dir}}/{}", r.display()));
     let libraries: Vec<String> = found

@@ -297,7 +297,7 @@ fn file_page(lookup: &PageIndex, file: &str, ranges: &[Range], sources: &Sources
     // names, made once.
     let mut set_of: BTreeMap<u32, u32> = BTreeMap::new();
     let mut who_of_set: BTreeMap<u32, (String, String)> = BTreeMap::new();
-    let mut widest = 0;
+    let (mut widest, mut longest_part) = (0, 0);
     for &(a, b, set) in ranges {
         for line in a..=b {
             set_of.insert(line, set);
@@ -309,6 +309,8 @@ fn file_page(lookup: &PageIndex, file: &str, ranges: &[Range], sources: &Sources
         let named: Vec<u32> = lookup.members(set).take(NAMED).collect();
         let mut shown: Vec<String> = named.iter().map(|&m| lookup.who_link(m)).collect();
         let mut chars: usize = named.iter().map(|&m| lookup.trial_name(m).chars().count() + 2).sum();
+        let parts = named.iter().flat_map(|&m| lookup.trial_name(m).split("::").map(|p| p.chars().count() + 2));
+        longest_part = parts.fold(longest_part, usize::max);
         if size > NAMED {
             let more = format!("+{} more", size - NAMED);
             chars += more.len();
@@ -319,10 +321,12 @@ fn file_page(lookup: &PageIndex, file: &str, ranges: &[Range], sources: &Sources
     }
     // The names' column is as wide as two lines of the longest names take,
     // and no wider (it was 26em even where no line named a trial); the
-    // source takes the rest of the width, its long lines wrapped, never cut.
+    // source takes the rest of the width, its long lines wrapped, never cut;
+    // and never narrower than a name's longest part between `::`s, where
+    // alone it may break (`AllreduceTest.SinglePointer` stays whole).
     let who_width = match widest {
         0 => String::new(),
-        n => format!(" td.who{{min-width:{}ch}}", (n / 2 + 2).min(36)),
+        n => format!(" td.who{{min-width:{}ch}}", (n / 2 + 2).min(36).max(longest_part.min(60))),
     };
     let style = format!(
         " .centered.lines{{display:block}} table.lines{{width:100%}} table.lines td.code{{width:100%}} \
@@ -548,6 +552,30 @@ mod tests {
         assert_eq!(section.matches("<li><a href='trial-").count(), 50, "{section}");
         assert!(section.contains("<li>and 5 more: <code>ccl-coverage who-covers a.cc:LINE</code>"), "{section}");
         assert!(page.contains("<a href='#S1'>+52 more</a>"), "each line still counts them all");
+    }
+
+    /// Issue #49: a long trial name was cut inside a word (`allreduc`/`e`)
+    /// at 1000 px; it may break after a `::` only, and the column is as wide
+    /// as its longest part.
+    #[test]
+    fn the_names_column_holds_a_name_s_longest_part_whole() {
+        let lcov = "SF:/src/a.cc\nDA:1,1\nend_of_record\n";
+        let all = Universe::of(&parse_lcov(lcov, "all").unwrap()).unwrap();
+        let name = "rccl-UnitTests::AllreduceRing_AllreduceTest.SinglePointer_0::mpi";
+        let att = Attribution::new(&all, &[trial(&all, name, lcov)]);
+        let sources = Sources {
+            text: &|_| Some("int x;\n".into()),
+            llvm_cov_page: &|f| format!("../html/coverage{f}.html"),
+            shown: &|f| f.trim_start_matches("/src/").to_string(),
+        };
+        let all_pages = pages(&att, &sources);
+        let page = &all_pages.iter().find(|(n, _)| *n == file_page_name("/src/a.cc")).unwrap().1;
+        let longest = "AllreduceRing_AllreduceTest.SinglePointer_0".len() + 2;
+        assert!(page.contains(&format!("td.who{{min-width:{longest}ch}}")), "{page}");
+        assert!(
+            page.contains(">rccl-UnitTests::<wbr>AllreduceRing_AllreduceTest.SinglePointer_0::<wbr>mpi</a>"),
+            "{page}"
+        );
     }
 
     #[test]

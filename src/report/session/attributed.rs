@@ -310,7 +310,8 @@ fn say_computed(trials: &[TrialCoverage], computed: &[Option<String>], per_trial
 }
 
 /// The line [`say_computed`] says: each reason once, with the trials it
-/// holds for (at most [`SHOWN_TRIALS`] named), in the order first met;
+/// holds for (at most [`SHOWN_TRIALS`] named; one trial as `name (reason)`),
+/// in the order first met;
 /// `None` when every trial's stored lines were read.
 fn computed_line(trials: &[&str], computed: &[Option<String>]) -> Option<String> {
     let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
@@ -328,6 +329,9 @@ fn computed_line(trials: &[&str], computed: &[Option<String>]) -> Option<String>
     let said: Vec<String> = groups
         .iter()
         .map(|(why, names)| {
+            if let [one] = names.as_slice() {
+                return format!("{one} ({why})");
+            }
             let more = names.len().saturating_sub(SHOWN_TRIALS);
             let more = if more > 0 { format!(" and {more} more") } else { String::new() };
             format!("{why}: {}{more}", names[..names.len().min(SHOWN_TRIALS)].join(", "))
@@ -418,7 +422,7 @@ mod tests {
         let line = computed_line(&names, &why).unwrap();
         assert_eq!(line.matches("another ignore rule").count(), 1, "{line}");
         assert!(line.contains("24 of 25 trials' lines"), "{line}");
-        assert!(line.ends_with("t19, t20 and 3 more; its profile was merged by the report: t3"), "{line}");
+        assert!(line.ends_with("t19, t20 and 3 more; t3 (its profile was merged by the report)"), "{line}");
         assert_eq!(computed_line(&names[..1], &[None]), None);
     }
     use super::*;
