@@ -548,9 +548,13 @@ fn a_node_that_does_not_see_the_workspace_stops_the_multi_node_trials() {
     let saw = "cat: ".to_string() + &s.ws.join("profiles/.shared-filesystem-check-").display().to_string();
     assert!(log.contains(&saw) && log.contains("No such file or directory"), "what node B saw is shown: {log}");
     assert!(log.contains("AllReduce::1K::twonode") && log.contains("not run: shared filesystem check: node"), "{log}");
-    // Nothing passed falsely: the 2-node trial never ran, so it has no
-    // record; the 1-node trial did run and passed.
-    assert!(!s.ws.join("results/AllReduce.1K.twonode.json").exists(), "{log}");
+    // Nothing passed falsely: the 2-node trial never ran, and its record
+    // says so (issue #48: every planned trial has a verdict); the 1-node
+    // trial did run and passed.
+    let twonode = result(&s, "AllReduce.1K.twonode");
+    assert_eq!(twonode["status"], "FAILED", "{twonode}");
+    let reason = twonode["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("not run: shared filesystem check: node"), "{twonode}");
     assert!(!s.ws.join("logs/AllReduce.1K.twonode.log").exists(), "{log}");
     assert_eq!(result(&s, "AllReduce.1K.alone")["status"], "PASSED", "{log}");
     assert_nothing_left(&nodes, &s.ws, STEP);

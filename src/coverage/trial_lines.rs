@@ -473,11 +473,9 @@ mod tests {
         let other = Basis { build_id: "b2".into(), ..basis() };
         assert!(load(&ws, "t", Some(&recorded), &other, Some("sha")).unwrap_err().contains("build b1"));
         let library_alone = Basis { programs: false, ..basis() };
-        assert!(
-            load(&ws, "t", Some(&recorded), &library_alone, Some("sha"))
-                .unwrap_err()
-                .contains("programs measured true")
-        );
+        assert!(load(&ws, "t", Some(&recorded), &library_alone, Some("sha")).unwrap_err().contains(
+            "measurement: library.objects and the programs that wrote profiles (the report's is library.objects alone)"
+        ));
         assert!(load(&ws, "t", Some(&recorded), &basis(), Some("x")).unwrap_err().contains("another profile"));
         assert!(load(&ws, "t", None, &basis(), Some("sha")).unwrap_err().contains("names no stored lines"));
         // One byte changed: altered, moved to quarantine, named.

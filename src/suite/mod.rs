@@ -355,7 +355,9 @@ impl Suite {
         if let Some(outcome) = interrupted_before_start() {
             return outcome;
         }
+        // A cause that already says the trial did not run is not said twice.
         let cause = error.to_string();
+        let cause = cause.strip_prefix("not run: ").map_or(cause.clone(), str::to_string);
         let message = format!("not run: {cause}");
         let build_id = manifest.map_or("", |m| m.build_id.as_str());
         let result = TrialResult::unrun(spec, self.ctx.config(), build_id, &self.run_id, &message);
