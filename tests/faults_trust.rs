@@ -733,3 +733,18 @@ fn trials_an_interruption_kept_from_starting_are_not_run_not_failed() {
         "{text}"
     );
 }
+
+/// `LLVM_COV` naming a link to the build's own llvm-cov (Debian's
+/// `/usr/bin/llvm-cov-22`): the report takes it, as the program the link
+/// names (it failed: `Too many levels of symbolic links`).
+#[test]
+fn llvm_cov_through_a_link_to_the_build_s_own_is_taken() {
+    let mut s = ran_once();
+    let build = read_json(&s.ws.join("build.json"));
+    let real = build["toolchain"]["llvm_cov"]["path"].as_str().unwrap().to_string();
+    let link = s.dir.path().join("llvm-cov-22");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    s.env.push(("LLVM_COV".into(), link.display().to_string()));
+    let ran = harness(&s, "report", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+}

@@ -12,7 +12,7 @@ pub(crate) mod objects;
 use crate::bail;
 use crate::config::ToolchainConfig;
 use crate::env_names::Lookup;
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::exec::process::Cmd;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -95,8 +95,12 @@ pub(crate) fn resolve_as_built(config: &ToolchainConfig, env: Lookup, recorded: 
     Ok(now)
 }
 
-/// A found LLVM tool, with its checksum.
+/// A found LLVM tool, with its checksum. A link (Debian's
+/// `/usr/bin/llvm-cov-22`) is the program it names: its target is what runs,
+/// so the target is what is checked and recorded (hashing the link itself
+/// failed: `Too many levels of symbolic links`).
 fn identified(path: PathBuf, version: String, major: u32) -> Result<Tool> {
+    let path = std::fs::canonicalize(&path).with_context(|| format!("cannot resolve {}", path.display()))?;
     let sha256 = crate::workspace::files::sha256_file(&path)?;
     Ok(Tool { path, version, major, sha256: Some(sha256) })
 }

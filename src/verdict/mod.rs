@@ -218,6 +218,20 @@ pub(crate) fn judge_gtest(
         };
         return (fail(reason), cases);
     }
+    // A trial whose every case was skipped tested nothing: it passed only
+    // because gtest exits 0 for a skip.
+    if cases.iter().all(|c| c.status == CaseStatus::Skipped) {
+        let skipped: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
+        return (
+            fail(format!(
+                "no test ran: the {} it started {} skipped ({})",
+                plural(skipped.len(), "test"),
+                if skipped.len() == 1 { "was" } else { "were" },
+                skipped.join(", ")
+            )),
+            cases,
+        );
+    }
     if finished.survivors > 0 {
         return (fail(format!("{} processes of the trial could not be killed", finished.survivors)), cases);
     }
@@ -623,6 +637,14 @@ mod tests {
         assert_eq!(v.reason, "the filter `Nothing.*` matched no test (gtest ran nothing)");
         let (v, _) = judge_gtest(&exited(0), &[], &gtest(""), None, t);
         assert_eq!(v.reason, "exit status 0, but no readable gtest report was written");
+        // Issue #48: its only case skipped, exit 0: no test ran, so it fails.
+        let skipped = r#"{"tests": 1, "testsuites": [{"name": "A", "testsuite": [
+            {"name": "skip", "status": "RUN", "result": "SKIPPED", "time": "0s"}]}]}"#;
+        let (v, _) = judge_gtest(&exited(0), &[GtestReport::Json(skipped)], &gtest(""), None, t);
+        assert_eq!(
+            (v.status, v.reason.as_str()),
+            (Status::Failed, "no test ran: the 1 test it started was skipped (A.skip)")
+        );
         // Reports torn by two ranks: gtest's result lines in the output decide.
         let output = "[ RUN      ] A.b\n[       OK ] A.b (0 ms)\n[ RUN      ] A.b\n[       OK ] A.b (1 ms)\n\
                       [ RUN      ] A.c\n[  SKIPPED ] A.c (0 ms)\n";
