@@ -97,7 +97,8 @@ impl Progress {
         reporter::emit(reporter::Event::TrialEnded { done, total, verdict, name, detail: &detail });
     }
 
-    /// The trial's number, the total, its verdict, and its time and the time left.
+    /// The trial's number, the total, its verdict, and its time and the time
+    /// left, once [`EARLIEST_GUESS`] trials ended.
     fn ended(
         &self,
         took: std::time::Duration,
@@ -115,9 +116,13 @@ impl Progress {
             Outcome::NotRun { .. } => Verdict::NotRun,
         };
         let total = self.total.load(std::sync::atomic::Ordering::SeqCst).max(done);
-        // Trials run side by side: the wall time so far per trial ended.
+        // Trials run side by side: the wall time so far per trial ended. One
+        // or two trials say little of the rest (a first trial of 30 s before
+        // 40 of 3 s said "about 21m" of a 3.5-minute run): no guess before
+        // EARLIEST_GUESS of them ended.
         let since = since.map_or(self.started, |ready| ready.max(self.started));
-        let left = (done < total).then(|| since.elapsed().mul_f64((total - done) as f64 / done as f64));
+        let left = (done < total && done >= EARLIEST_GUESS)
+            .then(|| since.elapsed().mul_f64((total - done) as f64 / done as f64));
         let left = left.map_or_else(String::new, |l| format!(", about {} left", short(l)));
         let (flaky, tests) = match *outcome {
             Outcome::Flaky { attempts, tests } => (format!(", passed on attempt {}", attempts + 1), tests),
@@ -316,6 +321,9 @@ pub fn run(selection: &Selection, intent: Intent, entry: Entry) -> Ran {
     Ran { code, ran: !args.list && running > 0, tally }
 }
 
+/// How many trials must have ended before the time left is guessed.
+const EARLIEST_GUESS: usize = 3;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,23 +335,28 @@ mod tests {
     fn the_time_left_leaves_the_build_out() {
         let now = Instant::now();
         let progress = Progress {
-            total: std::sync::atomic::AtomicUsize::new(3),
+            total: std::sync::atomic::AtomicUsize::new(6),
             done: std::sync::atomic::AtomicUsize::new(0),
             started: now.checked_sub(Duration::from_secs(600)).unwrap(),
             tally: std::sync::Mutex::default(),
         };
-        let ready = now.checked_sub(Duration::from_secs(2)).unwrap();
+        let ready = now.checked_sub(Duration::from_secs(6)).unwrap();
         let (done, total, verdict, detail) =
             progress.ended(Duration::from_secs(2), Some(ready), &Outcome::Passed { tests: None });
-        assert_eq!((done, total, verdict), (1, 3, Verdict::Pass));
-        assert!(detail.starts_with("2.00s, about 4."), "{detail}");
+        assert_eq!((done, total, verdict), (1, 6, Verdict::Pass));
+        assert_eq!(detail, "2.00s", "one trial says nothing of the rest");
+        let (.., detail) = progress.ended(Duration::from_secs(2), Some(ready), &Outcome::Passed { tests: None });
+        assert_eq!(detail, "2.00s", "nor do two");
+        // 6 s since the build was ready for 3 trials: 2 s each, 3 left.
+        let (.., detail) = progress.ended(Duration::from_secs(2), Some(ready), &Outcome::Passed { tests: None });
+        assert!(detail.starts_with("2.00s, about 6."), "{detail}");
         let (.., detail) = progress.ended(Duration::from_secs(1), None, &Outcome::Passed { tests: None });
         assert!(detail.contains("about 5m"), "without a build, from the start: {detail}");
-        let (.., detail) = progress.ended(Duration::from_secs(1), None, &Outcome::Passed { tests: Some(2) });
-        assert_eq!(detail, "1.00s, 2 tests", "a runner's test count; the last trial: no time left");
         let flaky = Outcome::Flaky { attempts: 1, tests: Some(1) };
         let (.., detail) = progress.ended(Duration::from_secs(1), None, &flaky);
-        assert_eq!(detail, "1.00s, 1 test, passed on attempt 2");
+        assert!(detail.starts_with("1.00s, 1 test, passed on attempt 2, about "), "{detail}");
+        let (.., detail) = progress.ended(Duration::from_secs(1), None, &Outcome::Passed { tests: Some(2) });
+        assert_eq!(detail, "1.00s, 2 tests", "a runner's test count; the last trial: no time left");
         assert_eq!(short(Duration::from_secs(4000)), "1h06m");
     }
 }
