@@ -224,7 +224,15 @@ mod tests {
         let held = create_locked(&path, &OwnerInfo::me()).unwrap();
         assert!(matches!(liveness(&path), Liveness::Alive));
         drop(held);
-        match liveness(&path) {
+        // A child another test thread forks holds a copy of the descriptor
+        // (and so the lock) until it execs: wait that out, boundedly.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut seen = liveness(&path);
+        while matches!(seen, Liveness::Alive) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            seen = liveness(&path);
+        }
+        match seen {
             Liveness::Gone(gone) => {
                 assert_eq!(gone.info.pid, std::process::id());
                 assert!(matches!(liveness(&path), Liveness::Alive), "the sweeper holds it now");
