@@ -5,7 +5,7 @@
 
 use crate::config::{self, DeviceMode, LoadedConfig};
 use crate::device;
-use crate::env_names::{self, Lookup, ValueKind};
+use crate::env_names::{self, Known, Lookup, ValueKind};
 use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
 use crate::reporter::Entry;
@@ -286,8 +286,17 @@ fn switch(name: &str, default: bool) -> Result<bool> {
     Ok(env_names::switch(name, &config::process_env(name).unwrap_or_default())?.unwrap_or(default))
 }
 
+/// Every `CCL_COV_*` name: the crate's, then each device backend's own.
+pub(crate) fn known_env() -> impl Iterator<Item = &'static Known> {
+    env_names::KNOWN.iter().chain(device::env_names())
+}
+
+fn lookup_known(name: &str) -> Option<&'static Known> {
+    known_env().find(|k| k.name == name)
+}
+
 /// Refuses every `CCL_COV_*` variable of `vars` (the name's case aside) that
-/// is neither known ([`env_names::KNOWN`]) nor looked up by the config
+/// is neither known ([`known_env`]) nor looked up by the config
 /// (`referenced`), and every known one whose value is not of its kind: a
 /// misspelt or out-of-range bar would otherwise switch its check off.
 fn check_env(vars: impl IntoIterator<Item = (OsString, OsString)>, referenced: &BTreeSet<String>) -> Result<()> {
@@ -298,10 +307,10 @@ fn check_env(vars: impl IntoIterator<Item = (OsString, OsString)>, referenced: &
         if !ours || referenced.contains(&*name) {
             continue;
         }
-        let Some(known) = env_names::lookup(&name) else {
-            let candidates = env_names::KNOWN.iter().map(|k| k.name).chain(referenced.iter().map(String::as_str));
+        let Some(known) = lookup_known(&name) else {
+            let candidates = known_env().map(|k| k.name).chain(referenced.iter().map(String::as_str));
             let guess = match env_names::did_you_mean(&name, candidates) {
-                Some(g) => match env_names::lookup(g) {
+                Some(g) => match lookup_known(g) {
                     Some(k) => format!("did you mean {g}? ({})", k.meaning),
                     None => format!("did you mean {g}? (the config reads it)"),
                 },

@@ -119,11 +119,12 @@ pub(crate) struct Known {
     pub(crate) meaning: &'static str,
 }
 
-const fn known(name: &'static str, kind: ValueKind, meaning: &'static str) -> Known {
+pub(crate) const fn known(name: &'static str, kind: ValueKind, meaning: &'static str) -> Known {
     Known { name, kind, meaning }
 }
 
-/// Every `CCL_COV_*` name: any other in the environment is refused (a
+/// Every `CCL_COV_*` name but a device backend's own (`DeviceBackend::env_names`,
+/// which the context adds): any other in the environment is refused (a
 /// misspelt bar must not switch its check off), unless the loaded config
 /// looks it up (`${CCL_COV_…}`). The table of docs/environment.md says the same.
 pub(crate) const KNOWN: &[Known] = &[
@@ -141,7 +142,6 @@ pub(crate) const KNOWN: &[Known] = &[
     ),
     known("CCL_COV_HOSTFILE", ValueKind::Text, "the nodes and slots launched trials may use"),
     known("CCL_COV_DEVICE_COVERAGE", ValueKind::Text, "auto, on or off: overrides coverage.device.mode"),
-    known("CCL_COV_CUPTI", ValueKind::Text, "the libcupti (or its folder) the device collector is built against"),
     known("CCL_COV_DRY_RUN", ValueKind::Text, "1 or json: print what would run, run nothing"),
     known(
         TRIAL_FILTER,
@@ -195,39 +195,7 @@ pub(crate) const KNOWN: &[Known] = &[
     known("CCL_COV_ROOT", ValueKind::Text, "${CCL_COV_ROOT} in a config: set by the harness to its checkout, not read"),
     known(SUPERVISE, ValueKind::Text, "internal: makes the process a trial's supervisor"),
     known(TRIAL_TOKEN, ValueKind::Text, "internal: marks the processes of one trial"),
-    known("CCL_COV_SASS_DIR", ValueKind::Text, "set for trials with kernel records: where the collector writes them"),
-    known(
-        "CCL_COV_SASS_CUBINS",
-        ValueKind::Text,
-        "set for trials with kernel records: where the collector saves the code objects",
-    ),
-    known(
-        "CCL_COV_SASS_KERNELS",
-        ValueKind::Text,
-        "set for trials with kernel records: the kernels the collector counts",
-    ),
-    known(
-        "CCL_COV_SASS_MAX_LAUNCHES",
-        ValueKind::Text,
-        "set for trials with kernel records: the launches of each kernel it counts",
-    ),
-    known("CCL_COV_CUDA_CAPTURE", ValueKind::Text, "a fresh H200 capture for the fixture-marker unit test"),
-    known(
-        "CCL_COV_NCU_CAPTURE",
-        ValueKind::Text,
-        "a library's capture with Nsight Compute's branches for the comparison unit test (NCCL's)",
-    ),
-    known(
-        "CCL_COV_CUDA_CUBINS",
-        ValueKind::Text,
-        "another folder of code objects for the inline-chain unit test (NCCL's, on a GPU host)",
-    ),
 ];
-
-/// The known variable called `name`.
-pub(crate) fn lookup(name: &str) -> Option<&'static Known> {
-    KNOWN.iter().find(|k| k.name == name)
-}
 
 /// The candidate `name` was most likely meant to be: the closest by edit
 /// distance (ignoring case), if it is close enough to be a slip.
@@ -303,6 +271,11 @@ mod tests {
         KNOWN.iter().map(|k| k.name)
     }
 
+    /// The crate's names and every device backend's.
+    fn every_name() -> impl Iterator<Item = &'static str> {
+        names().chain(crate::device::env_names().map(|k| k.name))
+    }
+
     #[test]
     fn a_slip_is_told_the_name_it_missed() {
         assert_eq!(did_you_mean("CCL_COV_FAIL_UNDER_LINE", names()), Some("CCL_COV_FAIL_UNDER_LINES"));
@@ -361,7 +334,7 @@ mod tests {
                     let text = std::fs::read_to_string(&path).unwrap();
                     let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
                     for name in literal.captures_iter(code).map(|c| c[1].to_string()) {
-                        if lookup(&name).is_none() {
+                        if !every_name().any(|n| n == name) {
                             unknown.push(format!("{}: {name}", path.display()));
                         }
                     }
@@ -376,7 +349,7 @@ mod tests {
         let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/environment.md")).unwrap();
         // The table, up to the first section after it.
         let table = &doc[..doc.find("\n## ").unwrap_or(doc.len())];
-        let missing: Vec<_> = names().filter(|n| !table.contains(&format!("`{n}"))).collect();
+        let missing: Vec<_> = every_name().filter(|n| !table.contains(&format!("`{n}"))).collect();
         assert!(missing.is_empty(), "the table of docs/environment.md lacks {missing:?}");
     }
 }

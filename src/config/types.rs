@@ -128,9 +128,9 @@ pub(super) fn binary<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error
 pub(super) fn gpu_target<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     let target = Option::<String>::deserialize(d)?;
     match target {
-        Some(t) if t.is_empty() || !t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
-            Err(de::Error::custom(format!("{t:?} is not a GPU architecture: expected a name such as gfx942 or sm_90")))
-        }
+        Some(t) if t.is_empty() || !t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => Err(de::Error::custom(
+            format!("{t:?} is not a GPU architecture: expected an architecture name: letters, digits and `_`"),
+        )),
         _ => Ok(target),
     }
 }

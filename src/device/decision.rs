@@ -6,7 +6,7 @@
 
 use super::lines::DeviceLines;
 use crate::config::{DeviceConfig, DeviceMode};
-use crate::env_names::Lookup;
+use crate::env_names::{Known, Lookup};
 use crate::error::Result;
 use crate::toolchain::Tool;
 use serde::de::DeserializeOwned;
@@ -126,6 +126,12 @@ pub(crate) trait DeviceBackend: Sync {
     /// This machine's GPUs as the vendor's tools list them; empty without them.
     fn gpus(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// Its own `CCL_COV_*` variables: the context checks the environment
+    /// against these and the crate's list together.
+    fn env_names(&self) -> &'static [Known] {
+        &[]
     }
 }
 

@@ -22,7 +22,7 @@ pub use decision::{Backend, DeviceDecision, Found};
 
 use crate::bail;
 use crate::config::{DeviceConfig, DeviceMode};
-use crate::env_names::Lookup;
+use crate::env_names::{Known, Lookup};
 use crate::error::Result;
 use crate::toolchain::Tool;
 use decision::Blocker;
@@ -32,9 +32,10 @@ use std::path::{Path, PathBuf};
 
 /// The blocker when the config names no target at all.
 fn no_target() -> Blocker {
+    let forms: Vec<_> = registry::backends().iter().map(|b| b.target_forms()).collect();
     Blocker {
-        message: "the config has no device target (coverage.device.target)".into(),
-        fix: "set coverage.device.target to the GPU architecture (e.g. gfx942 or sm_90)",
+        message: format!("the config has no device target (coverage.device.target: {})", forms.join(" or ")),
+        fix: "set coverage.device.target to the GPU architecture the library is built for",
     }
 }
 
@@ -47,6 +48,11 @@ pub(crate) fn requested_mode(config: &DeviceConfig, env: Lookup<'_>) -> Result<D
             None => bail!("CCL_COV_DEVICE_COVERAGE={v:?} is not a mode: expected auto, on or off"),
         },
     }
+}
+
+/// Every backend's own `CCL_COV_*` names.
+pub(crate) fn env_names() -> impl Iterator<Item = &'static Known> {
+    registry::backends().iter().flat_map(|b| b.env_names())
 }
 
 /// The backend `coverage.device.target` names, if any; a name no backend
@@ -246,7 +252,14 @@ pub(crate) mod tests {
         let cfg = no_device();
         let auto = decide(DeviceMode::Auto, &cfg, &tool()).unwrap();
         assert!(!auto.enabled);
-        assert_eq!(auto.summary(), "host-only (auto): the config has no device target (coverage.device.target)");
+        let summary = auto.summary();
+        assert!(
+            summary.starts_with(
+                "host-only (auto): the config has no device target (coverage.device.target: gfx* (AMDGPU) or \
+                 sm_*/compute_* (NVIDIA)"
+            ),
+            "{summary}"
+        );
         let err = decide(DeviceMode::On, &cfg, &tool()).unwrap_err().to_string();
         assert!(err.contains("unavailable because the config has no device target"), "{err}");
         assert!(err.contains("set coverage.device.target"), "{err}");

@@ -8,7 +8,6 @@
 use super::Access;
 use super::select::Selection;
 use crate::context::Context;
-use crate::env_names::KNOWN;
 use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
 use crate::reporter::Entry;
@@ -19,7 +18,7 @@ use std::process::ExitCode;
 /// config, workspace and build cache they resolve to.
 pub fn show_env() -> ExitCode {
     let internal = |meaning: &str| meaning.starts_with("internal:") || meaning.starts_with("set for ");
-    for known in KNOWN.iter().filter(|k| !internal(k.meaning)) {
+    for known in crate::context::known_env().filter(|k| !internal(k.meaning)) {
         let value = std::env::var(known.name)
             .map_or_else(|_| "(unset)".to_string(), |v| format!("{:?}", redact::value(known.name, &v)));
         crate::show!("{:<32} {value:<24} {}\n", known.name, known.meaning);

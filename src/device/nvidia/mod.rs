@@ -20,7 +20,7 @@ use super::decision::{self, Available, Backend, DeviceBackend, Found, LineSource
 use super::lines::DeviceLines;
 use crate::bail;
 use crate::config::{DeviceConfig, KernelSelection};
-use crate::env_names::Lookup;
+use crate::env_names::{Known, Lookup, ValueKind, known};
 use crate::error::{Context, Error, Result};
 use crate::exec::process::Cmd;
 use crate::toolchain::Tool;
@@ -158,7 +158,43 @@ impl DeviceBackend for Nvidia {
             .map(|text| text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
             .unwrap_or_default()
     }
+
+    fn env_names(&self) -> &'static [Known] {
+        ENV_NAMES
+    }
 }
+
+/// The `CCL_COV_*` names only this backend reads or sets.
+const ENV_NAMES: &[Known] = &[
+    known("CCL_COV_CUPTI", ValueKind::Text, "the libcupti (or its folder) the device collector is built against"),
+    known("CCL_COV_SASS_DIR", ValueKind::Text, "set for trials with kernel records: where the collector writes them"),
+    known(
+        "CCL_COV_SASS_CUBINS",
+        ValueKind::Text,
+        "set for trials with kernel records: where the collector saves the code objects",
+    ),
+    known(
+        "CCL_COV_SASS_KERNELS",
+        ValueKind::Text,
+        "set for trials with kernel records: the kernels the collector counts",
+    ),
+    known(
+        "CCL_COV_SASS_MAX_LAUNCHES",
+        ValueKind::Text,
+        "set for trials with kernel records: the launches of each kernel it counts",
+    ),
+    known("CCL_COV_CUDA_CAPTURE", ValueKind::Text, "a fresh H200 capture for the fixture-marker unit test"),
+    known(
+        "CCL_COV_NCU_CAPTURE",
+        ValueKind::Text,
+        "a library's capture with Nsight Compute's branches for the comparison unit test (NCCL's)",
+    ),
+    known(
+        "CCL_COV_CUDA_CUBINS",
+        ValueKind::Text,
+        "another folder of code objects for the inline-chain unit test (NCCL's, on a GPU host)",
+    ),
+];
 
 const COLLECTOR_SOURCE: &str = include_str!("collector.cpp");
 const PROBE_SOURCE: &str = include_str!("probe.cu");
