@@ -1,6 +1,11 @@
 //! The report's outputs over the H200 capture's device branches (tests/fixtures/cuda-capture,
 //! which CI has without a GPU): `who-covers`, the minimal suite, Cobertura, the JSON export and
-//! the device pages, each against the fixture's `// cov-branch:` markers.
+//! the device pages, each against the fixture's `// cov-branch:` markers: which trials take
+//! each way of a marked line's branches, read from the fixture's source, not from the model.
+//! Cobertura, the JSON summaries and the partial mark count outcomes without their direction,
+//! so there the markers bound the counts (a line whose marker says `never` for one way has at
+//! most half its outcomes covered); the device pages' cells and llvm-cov's pages show each way,
+//! and there the markers decide each way's zero or not.
 
 use crate::coverage::lcov::{self, Covered, parse_lcov};
 use crate::device::lines::{DeviceLines, to_lcov};
@@ -40,6 +45,33 @@ pub(crate) fn attributed_capture() -> (DeviceLines, Universe, Vec<TrialCoverage>
         })
         .collect();
     (lines, universe, coverage)
+}
+
+/// Whether some trial of the capture takes each way of a marked line, by its marker: the
+/// independent side of every check below.
+fn suite_ways(marker: &str) -> (bool, bool) {
+    let (_, trials) = captured_trials();
+    let (taken, not_taken) = branch_marker(marker);
+    let some = |expr: &str| trials.iter().any(|(slug, _)| Trial::from_slug(slug).holds(expr));
+    (some(taken), some(not_taken))
+}
+
+/// What a line's covered outcomes `hit` of `all` must be, given its marker's two ways.
+fn bounded_by_marker(hit: u64, all: u64, ways: (bool, bool)) -> Result<(), String> {
+    let ok = match ways {
+        (false, false) => hit == 0,
+        // Every branch of the line went one way at most.
+        (true, false) | (false, true) => hit >= 1 && hit <= all / 2,
+        (true, true) => hit >= 2,
+    };
+    if all == 0 || all % 2 != 0 {
+        return Err(format!("{all} outcomes: not two per branch"));
+    }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{hit}/{all} outcomes covered, the marker's ways (taken, not taken) are {ways:?}"))
+    }
 }
 
 #[test]
@@ -98,25 +130,34 @@ fn the_minimal_suite_keeps_every_device_branch_outcome_and_each_trial_alone_in_o
     for name in &alone {
         assert!(suite.trials.iter().any(|t| t == name), "{name} alone takes a device branch outcome and was dropped");
     }
+    // By the markers: each way some trial takes, some trial of the suite takes.
+    for (file, line, marker) in marked("// cov-branch:") {
+        let (taken, not_taken) = branch_marker(&marker);
+        for expr in [taken, not_taken] {
+            let holds = |slug: &String| Trial::from_slug(slug).holds(expr);
+            if trials.iter().any(|t| holds(&t.slug)) {
+                let kept: Vec<String> =
+                    trials.iter().filter(|t| suite.trials.contains(&t.name)).map(|t| t.slug.clone()).collect();
+                assert!(kept.iter().any(holds), "{file}:{line}: no trial of the suite {kept:?} holds {expr}");
+            }
+        }
+    }
 }
 
-/// Each marked branch line: its path, file name, line and `(covered, count)` outcomes.
-type MarkedOutcomes = Vec<(String, String, u32, (u64, u64))>;
+/// Each marked branch line: its path, file name, line and the marker's two ways over the suite.
+type MarkedWays = Vec<(String, String, u32, (bool, bool))>;
 
 /// The capture's merged model as the report makes it (no host records: the device's folded in
-/// and recounted), each marked branch line's device outcomes over the suite, and the totals.
-fn capture_model() -> (String, MarkedOutcomes, (u64, u64)) {
+/// and recounted), each marked branch line with its marker's ways, and the model's totals.
+fn capture_model() -> (String, MarkedWays, (u64, u64)) {
     let (lines, _, _) = attributed_capture();
     let text = lcov::recount(&lcov::fold_in("", &to_lcov(&lines.all), "k").unwrap(), "model").unwrap();
-    let placed = lines.all.branch_lines();
+    let files: Vec<&String> = lines.all.files.keys().collect();
     let marked = marked("// cov-branch:")
         .into_iter()
-        .map(|(file, line, _)| {
-            let (path, lines) =
-                placed.iter().find(|(f, _)| f.ends_with(&format!("ccl-cuda/src/device/{file}"))).unwrap();
-            let outcomes = &lines[&line];
-            let covered = outcomes.iter().flatten().map(|o| u64::from(o.taken > 0) + u64::from(o.not_taken > 0)).sum();
-            (path.to_string(), file, line, (covered, 2 * outcomes.len() as u64))
+        .map(|(file, line, marker)| {
+            let path = files.iter().find(|f| f.ends_with(&format!("ccl-cuda/src/device/{file}"))).unwrap();
+            (path.to_string(), file, line, suite_ways(&marker))
         })
         .collect();
     (text, marked, lines.all.branch_totals())
@@ -134,14 +175,16 @@ fn cobertura_s_branch_rate_and_condition_coverage_count_device_branches() {
     let root = xml.lines().find(|l| l.contains("<coverage ")).unwrap();
     let rate = format!("branches-covered=\"{covered}\" branches-valid=\"{count}\"");
     assert!(root.contains(&rate) && !root.contains("branch-rate=\"0\""), "{root} (expected {rate})");
-    for (path, file, line, (hit, all)) in marked {
+    let condition = regex::Regex::new(r#"condition-coverage="(\d+)% \((\d+)/(\d+)\)""#).unwrap();
+    for (path, file, line, ways) in marked {
         let class = xml.split("<class ").find(|c| c.contains(&format!("filename=\"{}\"", &path[1..]))).unwrap();
         let row = class.lines().find(|l| l.contains(&format!("number=\"{line}\""))).unwrap();
-        let expected = format!("condition-coverage=\"{}% ({hit}/{all})\"", hit * 100 / all);
-        assert!(
-            row.contains("branch=\"true\"") && row.contains(&expected),
-            "{file}:{line}: {row} (expected {expected})"
-        );
+        let Some(c) = condition.captures(row).filter(|_| row.contains("branch=\"true\"")) else {
+            panic!("{file}:{line}: no branch condition in {row}")
+        };
+        let [percent, hit, all] = [1, 2, 3].map(|i| c[i].parse::<u64>().unwrap());
+        bounded_by_marker(hit, all, ways).unwrap_or_else(|e| panic!("{file}:{line}: {e}: {row}"));
+        assert_eq!(percent, hit * 100 / all, "{file}:{line}: {row}");
     }
 }
 
@@ -156,16 +199,23 @@ fn the_json_export_s_summaries_count_device_branches() {
         (data["totals"]["branches"]["covered"].as_u64(), data["totals"]["branches"]["count"].as_u64()),
         (Some(covered), Some(count))
     );
-    for (path, file, _, _) in marked {
+    // Per file, the markers bound the summary: at least the ways they say some trial takes,
+    // two outcomes per marked line at least, and short of all where a marker says `never`.
+    let mut by_file: BTreeMap<String, Vec<(bool, bool)>> = BTreeMap::new();
+    for (path, _, _, ways) in marked {
+        by_file.entry(path).or_default().push(ways);
+    }
+    for (path, ways) in by_file {
         let entry = data["files"].as_array().unwrap().iter().find(|f| f["filename"] == path.as_str()).unwrap();
         let branches = &entry["summary"]["branches"];
+        let (hit, all) = (branches["covered"].as_u64().unwrap(), branches["count"].as_u64().unwrap());
+        let said: u64 = ways.iter().map(|(t, n)| u64::from(*t) + u64::from(*n)).sum();
+        assert!(hit >= said && all >= 2 * ways.len() as u64, "{path}: {hit}/{all}, the markers say {ways:?}");
+        if ways.iter().any(|(t, n)| !(t & n)) {
+            assert!(hit < all, "{path}: {hit}/{all} although a marker says one way is never taken");
+        }
         let expected = model.files[&path].tallies().branches;
-        assert!(expected.count > 0, "{file}: device branches in the model");
-        assert_eq!(
-            (branches["covered"].as_u64(), branches["count"].as_u64()),
-            (Some(expected.covered), Some(expected.count)),
-            "{file}"
-        );
+        assert_eq!((hit, all), (expected.covered, expected.count), "{path}: the export and the model");
     }
 }
 
@@ -179,16 +229,25 @@ fn the_device_source_pages_mark_a_line_whose_device_branches_did_not_go_both_way
     ws.create_dir(&pages).unwrap();
     crate::report::device_pages::write(&ws, &pages, "capture", &lines, &|f: &str| std::fs::read_to_string(f).ok())
         .unwrap();
-    let placed = lines.all.branch_lines();
-    for (file, line, _) in marked("// cov-branch:") {
+    let cell = regex::Regex::new(r"\[([0-9-]+), ([0-9-]+)\]").unwrap();
+    for (file, line, marker) in marked("// cov-branch:") {
+        let (taken, not_taken) = suite_ways(&marker);
         let i = lines.all.files.keys().position(|f| f.ends_with(&format!("ccl-cuda/src/device/{file}"))).unwrap();
         let page = std::fs::read_to_string(pages.join(format!("file{i}.html"))).unwrap();
         let row = page.split("<tr").find(|r| r.contains(&format!("<td class=\"num\">{line}</td>"))).unwrap();
-        let path = lines.all.files.keys().nth(i).unwrap();
-        let both = placed[path.as_str()][&line].iter().all(|o| o.is_some_and(|o| o.taken > 0 && o.not_taken > 0));
-        let class = if both { "class=\"hit\"" } else { "class=\"part\"" };
-        assert!(row.starts_with(&format!(" {class}")), "{file}:{line}: {row}");
-        assert!(row.contains('['), "{file}:{line}: no branch cell: {row}");
+        // The branch cell, `[taken, not taken]` per branch, each way as the marker says.
+        let branches: Vec<(u64, u64)> = cell
+            .captures_iter(row)
+            .map(|c| [1, 2].map(|i| c[i].parse::<u64>().unwrap_or(0)))
+            .map(|[t, n]| (t, n))
+            .collect();
+        assert!(!branches.is_empty(), "{file}:{line}: no branch cell: {row}");
+        assert_eq!(branches.iter().any(|b| b.0 > 0), taken, "{file}:{line} taken, marker {marker}: {row}");
+        assert_eq!(branches.iter().any(|b| b.1 > 0), not_taken, "{file}:{line} not taken, marker {marker}: {row}");
+        // A line one of whose ways no trial took did not go both ways.
+        if !(taken && not_taken) {
+            assert!(row.starts_with(" class=\"part\""), "{file}:{line} ({marker}) is not marked partial: {row}");
+        }
     }
 }
 
@@ -228,31 +287,33 @@ fn llvm_cov_s_source_pages_show_the_device_branches_of_a_marked_line() {
         pages.insert(file.clone(), (path, at));
     }
     crate::report::attribution_pages::link_source_pages(&ws, &html, &marks).unwrap();
+    // Each branch as llvm-cov prints one: each way red exactly when its printed count is 0.
+    let shown = regex::Regex::new(
+        r"Device branch (\d+)</a>: \[<span class='([a-zA-Z ]+)'>Taken</span>: <span class='[a-z-]+'>([0-9-]+)</span>, <span class='([a-zA-Z ]+)'>Not taken</span>: <span class='[a-z-]+'>([0-9-]+)</span>\]",
+    )
+    .unwrap();
     let mut wrong = Vec::new();
-    for (file, line, _) in &markers {
-        let (path, at) = &pages[file];
+    for (file, line, marker) in &markers {
+        let (_, at) = &pages[file];
         let page = std::fs::read_to_string(at).unwrap();
         let start = page.find(&format!("<a name='L{line}' href='#L{line}'>")).unwrap();
         let row = &page[start..page[start..].find("</td></tr>").map_or(page.len(), |e| start + e)];
-        let outcomes = &placed[path][line];
-        for (k, o) in outcomes.iter().enumerate() {
-            let class = |count: Option<u64>| if count.is_some_and(|c| c > 0) { "None" } else { "red branch" };
-            let expected = format!(
-                "Device branch {k}</a>: [<span class='{}'>Taken</span>: <span class='{}'>",
-                class(o.map(|o| o.taken)),
-                if o.is_some_and(|o| o.taken > 0) { "covered-line" } else { "uncovered-line" }
-            );
-            let not_taken = format!("<span class='{}'>Not taken</span>", class(o.map(|o| o.not_taken)));
-            let Some(view) = row.find(&expected).map(|i| &row[i..]) else {
-                wrong.push(format!("{file}:{line}: no {expected:?} in {row}"));
-                continue;
-            };
-            if !view.lines().next().is_some_and(|l| l.contains(&not_taken)) {
-                wrong.push(format!("{file}:{line}: branch {k} without {not_taken:?}: {view}"));
-            }
+        let branches: Vec<_> = shown.captures_iter(row).collect();
+        if branches.is_empty() || branches.len() != row.matches("Device branch ").count() {
+            wrong.push(format!("{file}:{line}: device branches not as llvm-cov shows branches: {row}"));
+            continue;
         }
-        if row.matches("Device branch ").count() != outcomes.len() {
-            wrong.push(format!("{file}:{line}: {} branches, the row shows otherwise: {row}", outcomes.len()));
+        let (taken, not_taken) = suite_ways(marker);
+        for (way, said, class, count) in [("taken", taken, 2, 3), ("not taken", not_taken, 4, 5)] {
+            let counts: Vec<u64> = branches.iter().map(|b| b[count].parse().unwrap_or(0)).collect();
+            if counts.iter().any(|c| *c > 0) != said {
+                wrong.push(format!("{file}:{line} {way}: printed {counts:?}, the marker ({marker}) says {said}"));
+            }
+            for (b, c) in branches.iter().zip(&counts) {
+                if (&b[class] == "red branch") != (*c == 0) {
+                    wrong.push(format!("{file}:{line} {way}: class {:?} with count {c}", &b[class]));
+                }
+            }
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
