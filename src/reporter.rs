@@ -285,6 +285,34 @@ mod tests {
         render(event, screen).map(|(_, text)| text)
     }
 
+    /// One event of every kind, each carrying `name` wherever it has text. The match has no
+    /// wildcard: a new kind of event does not compile until it is listed here.
+    fn every_kind(name: &str) -> Vec<Event<'_>> {
+        let all = vec![
+            Event::Say(name),
+            Event::Note(name),
+            Event::Detail(name),
+            Event::Warning(name),
+            Event::Block(name),
+            Event::TrialEnded { done: 1, total: 2, verdict: Verdict::Fail, name, detail: name },
+            Event::Print(name),
+            Event::Output(name),
+        ];
+        for event in &all {
+            match event {
+                Event::Say(_)
+                | Event::Note(_)
+                | Event::Detail(_)
+                | Event::Warning(_)
+                | Event::Block(_)
+                | Event::TrialEnded { .. }
+                | Event::Print(_)
+                | Event::Output(_) => {}
+            }
+        }
+        all
+    }
+
     #[test]
     fn control_bytes_of_any_name_are_shown_not_sent() {
         let name = "src/\u{1b}]0;owned\u{7}x\u{1b}[2Jy\rz\u{9b}w\u{202e}cc.cc";
@@ -292,20 +320,20 @@ mod tests {
         assert_eq!(cleaned, "src/\\u{1b}]0;owned\\u{7}x\\u{1b}[2Jy\\u{d}z\\u{9b}w\\u{202e}cc.cc");
         assert!(!cleaned.chars().any(char::is_control), "{cleaned:?}");
         assert!(matches!(clean("plain\tname\n"), Cow::Borrowed(_)));
-        for event in [
-            Event::Say(name),
-            Event::Note(name),
-            Event::Warning(name),
-            Event::Block(name),
-            Event::TrialEnded { done: 1, total: 2, verdict: Verdict::Fail, name, detail: name },
-        ] {
+        for event in every_kind(name) {
+            let Some((stream, _)) = render(&event, Screen { verbosity: Verbosity::Verbose, ..PLAIN }) else {
+                panic!("{event:?} is shown at -v")
+            };
+            if matches!(event, Event::Output(_)) {
+                continue;
+            }
             for color in [false, true] {
-                let text = shown(&event, Screen { color, ..PLAIN }).unwrap();
+                let text = shown(&event, Screen { color, verbosity: Verbosity::Verbose }).unwrap();
                 let escapes = text.matches('\u{1b}').count();
                 // Only the reporter's own colour codes, a pair where it colours.
                 let own = if color && matches!(event, Event::Warning(_) | Event::TrialEnded { .. }) { 2 } else { 0 };
-                assert_eq!(escapes, own, "{event:?} in colour {color}: {text:?}");
-                assert!(!text.contains('\u{7}') && !text.contains('\r'), "{text:?}");
+                assert_eq!(escapes, own, "{event:?} in colour {color} on {stream:?}: {text:?}");
+                assert!(!text.contains('\u{7}') && !text.contains('\r') && !text.contains('\u{9b}'), "{text:?}");
             }
         }
         // Data for a program goes out byte for byte; text for a person is cleaned.
