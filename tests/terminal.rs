@@ -22,7 +22,15 @@ fn assert_clean(what: &str, text: &str) {
 #[test]
 fn escape_sequences_in_names_reach_the_terminal_only_as_text() {
     let mut s = support::setup(|v| {
-        support::only(v, "AllReduce", &["1K"], json!([{ "name": "ring", "env": { "CCL_ALGO": "ring" } }]));
+        support::only(
+            v,
+            "AllReduce",
+            &["1K"],
+            json!([
+                { "name": "ring", "env": { "CCL_ALGO": "ring" } },
+                { "name": "bad", "env": { "CCL_FAULT": "exit-nonzero" } }
+            ]),
+        );
         v["env"]["CCL_COV_TEST_TITLE"] = json!(HOSTILE);
     });
     s.ws = s.dir.path().join(format!("ws{HOSTILE}x"));
@@ -41,7 +49,18 @@ fn escape_sequences_in_names_reach_the_terminal_only_as_text() {
     assert_clean("the dry run", &dry_text);
     assert!(dry_text.contains(SHOWN), "the env value is shown: {dry_text}");
 
-    let run = support::output_within(support::command(&s, "run", &["-v"]), Duration::from_secs(600));
+    // libtest's failure block of a failed trial names the workspace: shown, not sent.
+    let mut failing = support::command(&s, "collectives", &["AllReduce::1K::bad"]);
+    failing.env("CCL_COV_TRIAL_FILTER", "1");
+    let failed = support::output_within(failing, Duration::from_secs(600));
+    let failed_text = String::from_utf8_lossy(&failed.stdout).into_owned() + &String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success(), "{failed_text}");
+    assert!(failed_text.contains("---- AllReduce::1K::bad ----"), "libtest's failure block: {failed_text}");
+    assert_clean("a failed trial's message", &failed_text);
+    assert!(failed_text.contains(&format!("ws{SHOWN}x/")), "the workspace is named, shown: {failed_text}");
+
+    let run =
+        support::output_within(support::command(&s, "run", &["-v", "AllReduce::1K::ring"]), Duration::from_secs(600));
     let run_text = String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{run_text}");
     assert_clean("run -v", &run_text);

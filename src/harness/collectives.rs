@@ -251,7 +251,10 @@ pub fn run(selection: &Selection, intent: Intent, entry: Entry) -> Ran {
                 match outcome {
                     Outcome::Passed { .. } | Outcome::Flaky { .. } => Ok(Completion::Completed),
                     Outcome::Ignored(reason) => Ok(Completion::ignored_with(reason)),
-                    Outcome::Failed(_, message) | Outcome::NotRun { message, .. } => Err(Failed::from(message)),
+                    // libtest prints the message as it is: cleaned here, by the reporter's one rule.
+                    Outcome::Failed(_, message) | Outcome::NotRun { message, .. } => {
+                        Err(Failed::from(crate::reporter::clean(&message).into_owned()))
+                    }
                 }
             })
             .with_ignored_flag(ignored)

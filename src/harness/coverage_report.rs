@@ -135,7 +135,7 @@ fn report(selection: &Selection, intent: Intent, after_run: bool, entry: Entry) 
                     }
                     Ok(Completion::ignored_with(why))
                 }
-                Err(e) => Err(Failed::from(e.to_string())),
+                Err(e) => Err(Failed::from(crate::reporter::clean(&e.to_string()).into_owned())),
             })
             .with_ignored_flag(nothing.is_some())
         })
