@@ -9,7 +9,7 @@ mod support;
 
 use serde_json::{Value, json};
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use support::{Setup, harness, only, setup};
@@ -460,7 +460,6 @@ fn a_hard_link_is_never_written_through(rel: &str) {
     let record = support::result(&s, "AllReduce.1K.t");
     assert_eq!(record["status"], "PASSED", "{record}");
     assert_ne!(record["run_id"], first_run, "the record is the first run's: {record}");
-    use std::os::unix::fs::MetadataExt;
     let (new, kept) = (fs::metadata(&planted).unwrap(), fs::metadata(&outside).unwrap());
     assert!(new.is_file() && new.ino() != kept.ino() && kept.nlink() == 1, "{rel} is still the link");
     let text = fs::read_to_string(&planted).unwrap();

@@ -654,6 +654,90 @@ fn usage_error(message: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// `run`: the trials, then the report on what the workspace holds, then
+/// the outputs asked for.
+fn run_command(run: &Run, sub: Option<&ArgMatches>) -> ExitCode {
+    let targets = match sub.map(|m| run.output.targets(m)).unwrap_or_else(|| Ok(Vec::new())) {
+        Ok(t) => t,
+        Err(e) => return usage_error(&e),
+    };
+    run.place.apply();
+    set("CCL_COV_PARTITION", run.shard.partition.as_ref());
+    run.gates.apply();
+    set(env_names::TRIAL_FILTER, Some("1"));
+    set(
+        "CCL_COV_DEVICE_COVERAGE",
+        run.device_coverage.map(|d| match d {
+            DeviceModeArg::Auto => "auto",
+            DeviceModeArg::On => "on",
+            DeviceModeArg::Off => "off",
+        }),
+    );
+    set("CCL_COV_DRY_RUN", run.dry_run.as_ref());
+    set("CCL_COV_RETRIES", run.retries.as_ref());
+    set("CCL_COV_JOBS", run.jobs.as_ref());
+    let mut argv = run.select.argv(Some(&run.libtest));
+    let mut report_argv = vec!["ccl-coverage".to_string()];
+    run.display.apply(&mut argv);
+    run.display.apply(&mut report_argv);
+    argv.extend(run.select.filters_argv());
+    let selection = Selection::parse(argv);
+    let to_stdout = Output::to_stdout(&targets) && run.dry_run.is_none() && !run.no_report;
+    let (code, report_dir) = stdout_on_stderr(to_stdout, || {
+        let ran = collectives::run(&selection, Intent::Trials, Entry::Cli);
+        // Refused (the workspace in use, a wrong config, no trial
+        // matched): what the workspace holds is another run's, not
+        // this one's to report.
+        if run.dry_run.is_some() || !ran.ran {
+            return (ran.code, None);
+        }
+        if run.no_report {
+            tools::print_run_line(&ran.tally);
+            return (ran.code, None);
+        }
+        // The report covers what the workspace holds, whatever the trials did.
+        let report = coverage_report::after_run(&Selection::parse(report_argv));
+        tools::print_run_line(&ran.tally);
+        // Also when a bar was not reached: CI uploads the lcov of a drop.
+        (worst(ran.code, report.code), tools::report_dir().filter(|_| report.installed))
+    });
+    match report_dir {
+        Some(dir) => worst(code, run.output.deliver(&targets, &dir)),
+        None => code,
+    }
+}
+
+/// `report`: the report again (shards merged first), then the outputs asked for.
+fn report_command(report: &Report, sub: Option<&ArgMatches>) -> ExitCode {
+    let targets = match sub.map(|m| report.output.targets(m)).unwrap_or_else(|| Ok(Vec::new())) {
+        Ok(t) => t,
+        Err(e) => return usage_error(&e),
+    };
+    report.place.apply();
+    report.gates.apply();
+    if !report.merge_from.is_empty() {
+        let merged = coverage_report::merge_shards(&report.merge_from);
+        if merged != ExitCode::SUCCESS {
+            return merged;
+        }
+    }
+    let mut argv = report.select.argv(Some(&report.libtest));
+    report.display.apply(&mut argv);
+    argv.extend(report.select.filters_argv());
+    let reported = stdout_on_stderr(Output::to_stdout(&targets) && !report.list, || {
+        let mut selection = Selection::parse(argv);
+        selection.args.list = report.list;
+        coverage_report::run(&selection, Intent::Steps, Entry::Cli)
+    });
+    if report.list || !reported.installed {
+        return reported.code;
+    }
+    match tools::report_dir() {
+        Some(dir) => worst(reported.code, report.output.deliver(&targets, &dir)),
+        None => reported.code,
+    }
+}
+
 fn main() -> ExitCode {
     if let Some(code) = ccl_coverage::exec::supervisor::run_if_requested() {
         return code;
@@ -678,85 +762,8 @@ fn main() -> ExitCode {
             let argv = std::iter::once("ccl-coverage".to_string()).chain(args);
             coverage_report::main_with(Selection::parse(argv), Intent::from_env(), Entry::Cli)
         }
-        Command::Run(run) => {
-            let targets = match sub.map(|m| run.output.targets(m)).unwrap_or_else(|| Ok(Vec::new())) {
-                Ok(t) => t,
-                Err(e) => return usage_error(&e),
-            };
-            run.place.apply();
-            set("CCL_COV_PARTITION", run.shard.partition.as_ref());
-            run.gates.apply();
-            trial_filter();
-            set(
-                "CCL_COV_DEVICE_COVERAGE",
-                run.device_coverage.map(|d| match d {
-                    DeviceModeArg::Auto => "auto",
-                    DeviceModeArg::On => "on",
-                    DeviceModeArg::Off => "off",
-                }),
-            );
-            set("CCL_COV_DRY_RUN", run.dry_run.as_ref());
-            set("CCL_COV_RETRIES", run.retries.as_ref());
-            set("CCL_COV_JOBS", run.jobs.as_ref());
-            let mut argv = run.select.argv(Some(&run.libtest));
-            let mut report_argv = vec!["ccl-coverage".to_string()];
-            run.display.apply(&mut argv);
-            run.display.apply(&mut report_argv);
-            argv.extend(run.select.filters_argv());
-            let selection = Selection::parse(argv);
-            let to_stdout = Output::to_stdout(&targets) && run.dry_run.is_none() && !run.no_report;
-            let (code, report_dir) = stdout_on_stderr(to_stdout, || {
-                let ran = collectives::run(&selection, Intent::Trials, Entry::Cli);
-                // Refused (the workspace in use, a wrong config, no trial
-                // matched): what the workspace holds is another run's, not
-                // this one's to report.
-                if run.dry_run.is_some() || !ran.ran {
-                    return (ran.code, None);
-                }
-                if run.no_report {
-                    tools::print_run_line(&ran.tally);
-                    return (ran.code, None);
-                }
-                // The report covers what the workspace holds, whatever the trials did.
-                let report = coverage_report::after_run(&Selection::parse(report_argv));
-                tools::print_run_line(&ran.tally);
-                // Also when a bar was not reached: CI uploads the lcov of a drop.
-                (worst(ran.code, report.code), tools::report_dir().filter(|_| report.installed))
-            });
-            match report_dir {
-                Some(dir) => worst(code, run.output.deliver(&targets, &dir)),
-                None => code,
-            }
-        }
-        Command::Report(report) => {
-            let targets = match sub.map(|m| report.output.targets(m)).unwrap_or_else(|| Ok(Vec::new())) {
-                Ok(t) => t,
-                Err(e) => return usage_error(&e),
-            };
-            report.place.apply();
-            report.gates.apply();
-            if !report.merge_from.is_empty() {
-                let merged = coverage_report::merge_shards(&report.merge_from);
-                if merged != ExitCode::SUCCESS {
-                    return merged;
-                }
-            }
-            let mut argv = report.select.argv(Some(&report.libtest));
-            report.display.apply(&mut argv);
-            argv.extend(report.select.filters_argv());
-            let reported = stdout_on_stderr(Output::to_stdout(&targets) && !report.list, || {
-                let mut selection = Selection::parse(argv);
-                selection.args.list = report.list;
-                coverage_report::run(&selection, Intent::Steps, Entry::Cli)
-            });
-            if report.list || !reported.installed {
-                return reported.code;
-            }
-            match tools::report_dir() {
-                Some(dir) => worst(reported.code, report.output.deliver(&targets, &dir)),
-                None => reported.code,
-            }
-        }
+        Command::Run(run) => run_command(&run, sub),
+        Command::Report(report) => report_command(&report, sub),
         Command::List(list) => {
             list.place.apply();
             trial_filter();

@@ -253,7 +253,7 @@ pub fn run(selection: &Selection, intent: Intent, entry: Entry) -> Ran {
                     Outcome::Ignored(reason) => Ok(Completion::ignored_with(reason)),
                     // libtest prints the message as it is: cleaned here, by the reporter's one rule.
                     Outcome::Failed(_, message) | Outcome::NotRun { message, .. } => {
-                        Err(Failed::from(crate::reporter::clean(&message).into_owned()))
+                        Err(Failed::from(reporter::clean(&message).into_owned()))
                     }
                 }
             })

@@ -64,7 +64,7 @@ fn bounded_by_marker(hit: u64, all: u64, ways: (bool, bool)) -> Result<(), Strin
         (true, false) | (false, true) => hit >= 1 && hit <= all / 2,
         (true, true) => hit >= 2,
     };
-    if all == 0 || all % 2 != 0 {
+    if all == 0 || !all.is_multiple_of(2) {
         return Err(format!("{all} outcomes: not two per branch"));
     }
     if ok {
@@ -157,7 +157,7 @@ fn capture_model() -> (String, MarkedWays, (u64, u64)) {
         .into_iter()
         .map(|(file, line, marker)| {
             let path = files.iter().find(|f| f.ends_with(&format!("ccl-cuda/src/device/{file}"))).unwrap();
-            (path.to_string(), file, line, suite_ways(&marker))
+            ((*path).clone(), file, line, suite_ways(&marker))
         })
         .collect();
     (text, marked, lines.all.branch_totals())
