@@ -143,51 +143,8 @@ impl Context {
             Some(dir) => PathBuf::from(dir),
             None => project_root(),
         };
-        let given = env("CCL_COV_CONFIG").filter(|v| !v.is_empty());
-        let config_path = match &given {
-            Some(p) => absolute(&root, Path::new(p)),
-            None => root.join(config::DEFAULT_CONFIG_PATH),
-        };
-        // A config named but not there is an error, never the embedded default.
-        if let Some(given) = &given
-            && !config_path.exists()
-        {
-            let tried = if Path::new(given).is_absolute() {
-                String::new()
-            } else {
-                let cwd = std::env::current_dir().unwrap_or_else(|_| root.clone());
-                format!(", relative to the current folder {}", cwd.display())
-            };
-            return Err(Error::new(format!(
-                "{}: no such config: looked for {}{tried}",
-                env_names::setting("CCL_COV_CONFIG", given),
-                config_path.display()
-            )));
-        }
-        let overlay = match env("CCL_COV_OVERLAY").filter(|v| !v.is_empty()) {
-            Some(p) => absolute(&root, Path::new(&p)),
-            None => Some(config_path.with_extension("overlay.json"))
-                .filter(|p| p.is_file())
-                .unwrap_or_else(|| root.join(DEFAULT_OVERLAY_PATH)),
-        };
-        // The names the config looks up are the user's own: allowed.
-        let referenced = RefCell::new(BTreeSet::new());
-        let mut loaded = {
-            let config_env = config::config_env(&root);
-            let lookup = |name: &str| {
-                referenced.borrow_mut().insert(name.to_string());
-                config_env(name)
-            };
-            config::load_any(&config_path, &overlay, &lookup)?
-        };
-        crate::plan::check(&loaded)?;
-        check_env(std::env::vars_os(), &referenced.into_inner())?;
-        // The command line's `--ignore-filename-regex`, added to the config's.
-        if let Some(re) = env("CCL_COV_IGNORE_FILENAME_REGEX").filter(|v| !v.is_empty()) {
-            regex::Regex::new(&re)
-                .with_context(|| format!("CCL_COV_IGNORE_FILENAME_REGEX={re:?} is not a regular expression"))?;
-            loaded.config.report.ignore_filename_regex.push(re);
-        }
+        let config_path = locate_config(&root)?;
+        let loaded = load_checked(&root, &config_path)?;
         let target = env("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| absolute(&root, Path::new(&t)));
         let state_dir = env(env_names::CACHE_DIR)
             .filter(|v| !v.is_empty())
@@ -265,6 +222,66 @@ impl Context {
     pub(crate) fn config(&self) -> &config::Config {
         &self.loaded.config
     }
+}
+
+/// The config `CCL_COV_CONFIG` names, relative to the current folder, or
+/// the default; a config named but not there is an error, never the default.
+fn locate_config(root: &Path) -> Result<PathBuf> {
+    let env = config::process_env;
+    let given = env("CCL_COV_CONFIG").filter(|v| !v.is_empty());
+    let config_path = match &given {
+        Some(p) => absolute(root, Path::new(p)),
+        None => root.join(config::DEFAULT_CONFIG_PATH),
+    };
+    // A config named but not there is an error, never the embedded default.
+    if let Some(given) = &given
+        && !config_path.exists()
+    {
+        let tried = if Path::new(given).is_absolute() {
+            String::new()
+        } else {
+            let cwd = std::env::current_dir().unwrap_or_else(|_| root.to_path_buf());
+            format!(", relative to the current folder {}", cwd.display())
+        };
+        return Err(Error::new(format!(
+            "{}: no such config: looked for {}{tried}",
+            env_names::setting("CCL_COV_CONFIG", given),
+            config_path.display()
+        )));
+    }
+    Ok(config_path)
+}
+
+/// The config with its overlay, checked: its plan, the environment against
+/// every known name (and those the config looks up), and the command line's
+/// `--ignore-filename-regex` added to the config's.
+fn load_checked(root: &Path, config_path: &Path) -> Result<LoadedConfig> {
+    let env = config::process_env;
+    let overlay = match env("CCL_COV_OVERLAY").filter(|v| !v.is_empty()) {
+        Some(p) => absolute(root, Path::new(&p)),
+        None => Some(config_path.with_extension("overlay.json"))
+            .filter(|p| p.is_file())
+            .unwrap_or_else(|| root.join(DEFAULT_OVERLAY_PATH)),
+    };
+    // The names the config looks up are the user's own: allowed.
+    let referenced = RefCell::new(BTreeSet::new());
+    let mut loaded = {
+        let config_env = config::config_env(root);
+        let lookup = |name: &str| {
+            referenced.borrow_mut().insert(name.to_string());
+            config_env(name)
+        };
+        config::load_any(config_path, &overlay, &lookup)?
+    };
+    crate::plan::check(&loaded)?;
+    check_env(std::env::vars_os(), &referenced.into_inner())?;
+    // The command line's `--ignore-filename-regex`, added to the config's.
+    if let Some(re) = env("CCL_COV_IGNORE_FILENAME_REGEX").filter(|v| !v.is_empty()) {
+        regex::Regex::new(&re)
+            .with_context(|| format!("CCL_COV_IGNORE_FILENAME_REGEX={re:?} is not a regular expression"))?;
+        loaded.config.report.ignore_filename_regex.push(re);
+    }
+    Ok(loaded)
 }
 
 /// The workspace without `CCL_COV_WORKSPACE`: `target/ccl-coverage/<name>`
