@@ -147,6 +147,10 @@ impl PageIndex<'_> {
     }
 }
 
+/// Per trial, in file order: (file, lines it covers there), and (file, first,
+/// last) of the ranges only it covers.
+type PerTrial = (Vec<Vec<(usize, u32)>>, Vec<Vec<(usize, u32, u32)>>);
+
 /// Each page of `report/attribution/`, given to `out` (file name, page) as
 /// it is made: at 4,000 trials they would not fit in memory together.
 pub(crate) fn each_page(attribution: &Attribution, sources: &Sources, out: &mut PageSink) -> Result<()> {
@@ -157,10 +161,26 @@ pub(crate) fn each_page(attribution: &Attribution, sources: &Sources, out: &mut 
     };
     let files: Vec<(&str, &[Range])> = attribution.files.iter().map(|(f, r)| (f.as_str(), r.as_slice())).collect();
     let file_pages: Vec<String> = files.iter().map(|(f, _)| file_page_name(f)).collect();
-    // Per trial, in file order: (file, lines it covers there) and (file,
-    // range) of the lines only it covers. Each set is expanded once per file.
-    let mut covered: Vec<Vec<(usize, u32)>> = vec![Vec::new(); attribution.trials.len()];
-    let mut unique: Vec<Vec<(usize, u32, u32)>> = vec![Vec::new(); attribution.trials.len()];
+    let (covered, unique) = per_trial(&lookup, &files);
+    let only_count = |i: usize| -> u32 { unique[i].iter().map(|&(_, a, b)| b - a + 1).sum() };
+    out("index.html".to_string(), index_page(&lookup, &files, &file_pages, &covered, &only_count, sources))?;
+    for (fi, (file, ranges)) in files.iter().enumerate() {
+        out(file_pages[fi].clone(), file_page(&lookup, file, ranges, sources))?;
+    }
+    let shown: Vec<String> = files.iter().map(|(f, _)| escape(&(sources.shown)(f))).collect();
+    for (i, trial) in attribution.trials.iter().enumerate() {
+        let html = trial_page(trial, &covered[i], &unique[i], only_count(i), &file_pages, &shown);
+        out(lookup.trial_pages[i].clone(), html)?;
+    }
+    Ok(())
+}
+
+/// What each trial covers, file by file, and what only it covers; each set
+/// of trials is expanded once per file.
+fn per_trial(lookup: &PageIndex, files: &[(&str, &[Range])]) -> PerTrial {
+    let trials = lookup.attribution.trials.len();
+    let mut covered: Vec<Vec<(usize, u32)>> = vec![Vec::new(); trials];
+    let mut unique: Vec<Vec<(usize, u32, u32)>> = vec![Vec::new(); trials];
     let mut lines_of_set: BTreeMap<u32, u32> = BTreeMap::new();
     for (fi, (_, ranges)) in files.iter().enumerate() {
         lines_of_set.clear();
@@ -184,7 +204,19 @@ pub(crate) fn each_page(attribution: &Attribution, sources: &Sources, out: &mut 
             }
         }
     }
-    let only_count = |i: usize| -> u32 { unique[i].iter().map(|&(_, a, b)| b - a + 1).sum() };
+    (covered, unique)
+}
+
+/// The index: every file with its line coverage, then every trial with the
+/// lines it covers and those only it covers.
+fn index_page(
+    lookup: &PageIndex,
+    files: &[(&str, &[Range])],
+    file_pages: &[String],
+    covered: &[Vec<(usize, u32)>],
+    only_count: &dyn Fn(usize) -> u32,
+    sources: &Sources,
+) -> String {
     let mut index = head("Which trial covered which line", "");
     let _ = write!(
         index,
@@ -193,7 +225,7 @@ pub(crate) fn each_page(attribution: &Attribution, sources: &Sources, out: &mut 
          <a href='../html/index.html'>llvm-cov's report</a></p>\
          <h2>Files</h2><div class='centered'><table><tr><td class='column-entry-bold'>File</td>\
          <td class='column-entry-bold'>Line Coverage</td></tr>",
-        attribution.trials.len()
+        lookup.attribution.trials.len()
     );
     let (mut all_hit, mut all_instrumented) = (0u64, 0u64);
     for (fi, (file, ranges)) in files.iter().enumerate() {
@@ -228,55 +260,58 @@ pub(crate) fn each_page(attribution: &Attribution, sources: &Sources, out: &mut 
         );
     }
     index.push_str("</table></div></body></html>\n");
-    out("index.html".to_string(), index)?;
-    for (fi, (file, ranges)) in files.iter().enumerate() {
-        out(file_pages[fi].clone(), file_page(&lookup, file, ranges, sources))?;
-    }
-    let shown: Vec<String> = files.iter().map(|(f, _)| escape(&(sources.shown)(f))).collect();
-    for (i, trial) in attribution.trials.iter().enumerate() {
-        let mut html = head(trial, "");
-        let lines: u32 = covered[i].iter().map(|&(_, n)| n).sum();
-        let only = only_count(i);
-        // The third column only when it has something in it.
-        let (said, column) = if only == 0 {
-            ("every line it covers, another trial covers too.".to_string(), "")
+    index
+}
+
+/// A trial's page: the files it covers, and the ranges only it covers.
+fn trial_page(
+    trial: &str,
+    covered: &[(usize, u32)],
+    unique: &[(usize, u32, u32)],
+    only: u32,
+    file_pages: &[String],
+    shown: &[String],
+) -> String {
+    let mut html = head(trial, "");
+    let lines: u32 = covered.iter().map(|&(_, n)| n).sum();
+    // The third column only when it has something in it.
+    let (said, column) = if only == 0 {
+        ("every line it covers, another trial covers too.".to_string(), "")
+    } else {
+        (
+            format!("{only} of them no other trial covers (the last column)."),
+            "<td class='column-entry-bold'>Lines only this trial covers</td>",
+        )
+    };
+    let _ = write!(
+        html,
+        "<h1>{}</h1><p><a href='index.html'>all files and trials</a></p><p>{lines} lines covered in {} files; \
+         {said}</p><div class='centered'><table>\
+         <tr><td class='column-entry-bold'>File</td><td class='column-entry-bold'>Lines covered</td>{column}</tr>",
+        escape(trial),
+        covered.len()
+    );
+    for &(fi, n) in covered {
+        let only_cell = if only == 0 {
+            String::new()
         } else {
-            (
-                format!("{only} of them no other trial covers (the last column)."),
-                "<td class='column-entry-bold'>Lines only this trial covers</td>",
-            )
+            let links: Vec<String> = unique
+                .iter()
+                .filter(|u| u.0 == fi)
+                .map(|&(_, a, b)| format!("<a href='{}#L{a}'>{}</a>", file_pages[fi], ranges_text(&[(a, b)])))
+                .collect();
+            let links = if links.is_empty() { "none".to_string() } else { links.join(", ") };
+            format!("<td class='column-entry'>{links}</td>")
         };
         let _ = write!(
             html,
-            "<h1>{}</h1><p><a href='index.html'>all files and trials</a></p><p>{lines} lines covered in {} files; \
-             {said}</p><div class='centered'><table>\
-             <tr><td class='column-entry-bold'>File</td><td class='column-entry-bold'>Lines covered</td>{column}</tr>",
-            escape(trial),
-            covered[i].len()
+            "<tr class='light-row'><td><pre><a href='{}'>{}</a></pre></td><td class='column-entry'><pre>{n}</pre></td>\
+             {only_cell}</tr>",
+            file_pages[fi], shown[fi]
         );
-        for &(fi, n) in &covered[i] {
-            let only_cell = if only == 0 {
-                String::new()
-            } else {
-                let links: Vec<String> = unique[i]
-                    .iter()
-                    .filter(|u| u.0 == fi)
-                    .map(|&(_, a, b)| format!("<a href='{}#L{a}'>{}</a>", file_pages[fi], ranges_text(&[(a, b)])))
-                    .collect();
-                let links = if links.is_empty() { "none".to_string() } else { links.join(", ") };
-                format!("<td class='column-entry'>{links}</td>")
-            };
-            let _ = write!(
-                html,
-                "<tr class='light-row'><td><pre><a href='{}'>{}</a></pre></td><td class='column-entry'><pre>{n}</pre></td>\
-                 {only_cell}</tr>",
-                file_pages[fi], shown[fi]
-            );
-        }
-        html.push_str("</table></div></body></html>\n");
-        out(lookup.trial_pages[i].clone(), html)?;
     }
-    Ok(())
+    html.push_str("</table></div></body></html>\n");
+    html
 }
 
 /// How many covering trials a file page names on each line; the rest are a
