@@ -9,7 +9,7 @@ use crate::env_names::{self, Known, Lookup, ValueKind};
 use crate::error::{Context as _, Error, Result};
 use crate::exec::redact;
 use crate::reporter::Entry;
-use crate::reporter::Screen;
+use crate::reporter::Terminal;
 use crate::workspace::Workspace;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -191,7 +191,7 @@ impl Context {
         // What the terminal is told (`CCL_COV_COLOR`, `CCL_COV_VERBOSITY`): the reporter's, from here on.
         crate::reporter::configure({
             use std::io::IsTerminal;
-            Screen::from_env(&env, std::io::stderr().is_terminal()).map_err(Error::new)?
+            Terminal::from_env(&env, std::io::stderr().is_terminal()).map_err(Error::new)?
         });
         Ok(Context {
             root,

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 /// How much the terminal is told, and whether in colour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Screen {
+pub struct Terminal {
     /// `CCL_COV_COLOR`: `always`, or `auto` (the default) on a terminal
     /// without `NO_COLOR`; `never` is plain text.
     pub color: bool,
@@ -31,17 +31,17 @@ pub enum Verbosity {
     Verbose,
 }
 
-impl Default for Screen {
+impl Default for Terminal {
     /// Before the environment is read (a config that does not load): plain, normal.
     fn default() -> Self {
-        Screen { color: false, verbosity: Verbosity::Normal }
+        Terminal { color: false, verbosity: Verbosity::Normal }
     }
 }
 
-impl Screen {
+impl Terminal {
     /// From `CCL_COV_COLOR`, `NO_COLOR` and `CCL_COV_VERBOSITY` as `env` reads them;
     /// `is_terminal` says whether stderr is a terminal.
-    pub(crate) fn from_env(env: &dyn Fn(&str) -> Option<String>, is_terminal: bool) -> Result<Screen, String> {
+    pub(crate) fn from_env(env: &dyn Fn(&str) -> Option<String>, is_terminal: bool) -> Result<Terminal, String> {
         let color = match env("CCL_COV_COLOR").unwrap_or_default().as_str() {
             "" | "auto" => env("NO_COLOR").is_none_or(|v| v.is_empty()) && is_terminal,
             "always" => true,
@@ -60,21 +60,21 @@ impl Screen {
                 ));
             }
         };
-        Ok(Screen { color, verbosity })
+        Ok(Terminal { color, verbosity })
     }
 }
 
-static SCREEN: OnceLock<Screen> = OnceLock::new();
+static TERMINAL: OnceLock<Terminal> = OnceLock::new();
 
-/// Sets the screen for the rest of the process, once the environment is read;
+/// Sets the terminal for the rest of the process, once the environment is read;
 /// a later call changes nothing.
-pub(crate) fn configure(screen: Screen) {
-    let _ = SCREEN.set(screen);
+pub(crate) fn configure(terminal: Terminal) {
+    let _ = TERMINAL.set(terminal);
 }
 
-/// The screen in force.
-pub(crate) fn screen() -> Screen {
-    SCREEN.get().copied().unwrap_or_default()
+/// The terminal in force.
+pub(crate) fn terminal() -> Terminal {
+    TERMINAL.get().copied().unwrap_or_default()
 }
 
 /// How a trial ended, as its `[n/M]` line says it.
@@ -184,22 +184,22 @@ enum Stream {
     Stderr,
 }
 
-/// The text `event` shows on `screen` and where, or `None` where the
+/// The text `event` shows on `terminal` and where, or `None` where the
 /// verbosity leaves it out.
-fn render(event: &Event, screen: Screen) -> Option<(Stream, String)> {
+fn render(event: &Event, terminal: Terminal) -> Option<(Stream, String)> {
     let line = |text: &str| format!("{}\n", clean(text));
     let shown = match *event {
         Event::Say(text) => line(text),
-        Event::Note(text) if screen.verbosity > Verbosity::Quiet => line(text),
-        Event::Detail(text) if screen.verbosity == Verbosity::Verbose => line(text),
-        Event::Warning(text) if screen.color => format!("\x1b[33mwarning:\x1b[0m {}\n", clean(text)),
+        Event::Note(text) if terminal.verbosity > Verbosity::Quiet => line(text),
+        Event::Detail(text) if terminal.verbosity == Verbosity::Verbose => line(text),
+        Event::Warning(text) if terminal.color => format!("\x1b[33mwarning:\x1b[0m {}\n", clean(text)),
         Event::Warning(text) => format!("warning: {}\n", clean(text)),
         Event::Block(text) => clean(text).into_owned(),
-        Event::TrialEnded { verdict: Verdict::Pass, .. } if screen.verbosity == Verbosity::Quiet => return None,
+        Event::TrialEnded { verdict: Verdict::Pass, .. } if terminal.verbosity == Verbosity::Quiet => return None,
         Event::TrialEnded { done, total, verdict, name, detail } => {
             let word = verdict.word();
             let shown =
-                if screen.color { format!("\x1b[{}m{word:<7}\x1b[0m", verdict.colour()) } else { format!("{word:<7}") };
+                if terminal.color { format!("\x1b[{}m{word:<7}\x1b[0m", verdict.colour()) } else { format!("{word:<7}") };
             format!("ccl-coverage: [{done}/{total}] {shown} {} ({})\n", clean(name), clean(detail))
         }
         Event::Print(text) => return Some((Stream::Stdout, clean(text).into_owned())),
@@ -213,7 +213,7 @@ fn render(event: &Event, screen: Screen) -> Option<(Stream, String)> {
 /// dropped: what a person reads is never a reason to stop a run.
 #[allow(clippy::print_stderr, clippy::print_stdout)]
 pub fn emit(event: Event) {
-    let Some((stream, text)) = render(&event, screen()) else { return };
+    let Some((stream, text)) = render(&event, terminal()) else { return };
     let _ = match stream {
         Stream::Stderr => std::io::stderr().lock().write_all(text.as_bytes()),
         Stream::Stdout => {
@@ -279,10 +279,10 @@ macro_rules! output {
 mod tests {
     use super::*;
 
-    const PLAIN: Screen = Screen { color: false, verbosity: Verbosity::Normal };
+    const PLAIN: Terminal = Terminal { color: false, verbosity: Verbosity::Normal };
 
-    fn shown(event: &Event, screen: Screen) -> Option<String> {
-        render(event, screen).map(|(_, text)| text)
+    fn shown(event: &Event, terminal: Terminal) -> Option<String> {
+        render(event, terminal).map(|(_, text)| text)
     }
 
     /// One event of every kind, each carrying `name` wherever it has text. The match has no
@@ -321,14 +321,14 @@ mod tests {
         assert!(!cleaned.chars().any(char::is_control), "{cleaned:?}");
         assert!(matches!(clean("plain\tname\n"), Cow::Borrowed(_)));
         for event in every_kind(name) {
-            let Some((stream, _)) = render(&event, Screen { verbosity: Verbosity::Verbose, ..PLAIN }) else {
+            let Some((stream, _)) = render(&event, Terminal { verbosity: Verbosity::Verbose, ..PLAIN }) else {
                 panic!("{event:?} is shown at -v")
             };
             if matches!(event, Event::Output(_)) {
                 continue;
             }
             for color in [false, true] {
-                let text = shown(&event, Screen { color, verbosity: Verbosity::Verbose }).unwrap();
+                let text = shown(&event, Terminal { color, verbosity: Verbosity::Verbose }).unwrap();
                 let escapes = text.matches('\u{1b}').count();
                 // Only the reporter's own colour codes, a pair where it colours.
                 let own = if color && matches!(event, Event::Warning(_) | Event::TrialEnded { .. }) { 2 } else { 0 };
@@ -343,15 +343,15 @@ mod tests {
 
     #[test]
     fn verbosity_chooses_what_is_shown() {
-        let quiet = Screen { verbosity: Verbosity::Quiet, ..PLAIN };
-        let verbose = Screen { verbosity: Verbosity::Verbose, ..PLAIN };
+        let quiet = Terminal { verbosity: Verbosity::Quiet, ..PLAIN };
+        let verbose = Terminal { verbosity: Verbosity::Verbose, ..PLAIN };
         let pass = Event::TrialEnded { done: 3, total: 42, verdict: Verdict::Pass, name: "A::1K", detail: "0.86s" };
         assert_eq!(shown(&pass, PLAIN).unwrap(), "ccl-coverage: [3/42] PASS    A::1K (0.86s)\n");
         assert_eq!(shown(&pass, quiet), None);
         let fail = Event::TrialEnded { done: 3, total: 42, verdict: Verdict::Fail, name: "A::1K", detail: "0.86s" };
         assert_eq!(shown(&fail, quiet).unwrap(), "ccl-coverage: [3/42] FAIL    A::1K (0.86s)\n");
         assert_eq!(
-            shown(&fail, Screen { color: true, ..quiet }).unwrap(),
+            shown(&fail, Terminal { color: true, ..quiet }).unwrap(),
             "ccl-coverage: [3/42] \u{1b}[31mFAIL   \u{1b}[0m A::1K (0.86s)\n"
         );
         assert_eq!(shown(&Event::Note("n"), quiet), None);
@@ -367,12 +367,12 @@ mod tests {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
             move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_string())
         };
-        assert_eq!(Screen::from_env(&env(&[]), true).unwrap(), Screen { color: true, ..PLAIN });
-        assert_eq!(Screen::from_env(&env(&[("NO_COLOR", "1")]), true).unwrap(), PLAIN);
-        assert!(Screen::from_env(&env(&[("CCL_COV_COLOR", "always")]), false).unwrap().color);
-        let quiet = Screen::from_env(&env(&[("CCL_COV_VERBOSITY", "quiet")]), false).unwrap();
+        assert_eq!(Terminal::from_env(&env(&[]), true).unwrap(), Terminal { color: true, ..PLAIN });
+        assert_eq!(Terminal::from_env(&env(&[("NO_COLOR", "1")]), true).unwrap(), PLAIN);
+        assert!(Terminal::from_env(&env(&[("CCL_COV_COLOR", "always")]), false).unwrap().color);
+        let quiet = Terminal::from_env(&env(&[("CCL_COV_VERBOSITY", "quiet")]), false).unwrap();
         assert_eq!(quiet.verbosity, Verbosity::Quiet);
-        let err = Screen::from_env(&env(&[("CCL_COV_COLOR", "pink")]), false).unwrap_err();
+        let err = Terminal::from_env(&env(&[("CCL_COV_COLOR", "pink")]), false).unwrap_err();
         assert!(err.contains("expected auto, always or never"), "{err}");
     }
 }

@@ -320,7 +320,7 @@ impl Session {
     /// The totals, the least-covered files and the installed report's pages,
     /// on the terminal (stderr: stdout is libtest's, `--format json` too).
     fn print_result(&self) {
-        if crate::reporter::screen().verbosity == crate::reporter::Verbosity::Quiet {
+        if crate::reporter::terminal().verbosity == crate::reporter::Verbosity::Quiet {
             return;
         }
         let (Some(Ok(Merge::Done(merged))), Some(Ok(summary))) = (self.merged.get(), self.made.summary.get()) else {
