@@ -79,7 +79,7 @@ pub(crate) fn terminal() -> Terminal {
 
 /// How a trial ended, as its `[n/M]` line says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum TrialMark {
     Pass,
     Flaky,
     Ignored,
@@ -90,25 +90,25 @@ pub enum Verdict {
     NotRun,
 }
 
-impl Verdict {
+impl TrialMark {
     fn word(self) -> &'static str {
         match self {
-            Verdict::Pass => "PASS",
-            Verdict::Flaky => "FLAKY",
-            Verdict::Ignored => "IGNORED",
-            Verdict::Timeout => "TIMEOUT",
-            Verdict::Interrupted => "INTERRUPTED",
-            Verdict::Fail => "FAIL",
-            Verdict::NotRun => "NOT RUN",
+            TrialMark::Pass => "PASS",
+            TrialMark::Flaky => "FLAKY",
+            TrialMark::Ignored => "IGNORED",
+            TrialMark::Timeout => "TIMEOUT",
+            TrialMark::Interrupted => "INTERRUPTED",
+            TrialMark::Fail => "FAIL",
+            TrialMark::NotRun => "NOT RUN",
         }
     }
 
     /// Its SGR colour: green, yellow, red.
     fn colour(self) -> u8 {
         match self {
-            Verdict::Pass => 32,
-            Verdict::Flaky | Verdict::Ignored => 33,
-            Verdict::Timeout | Verdict::Interrupted | Verdict::Fail | Verdict::NotRun => 31,
+            TrialMark::Pass => 32,
+            TrialMark::Flaky | TrialMark::Ignored => 33,
+            TrialMark::Timeout | TrialMark::Interrupted | TrialMark::Fail | TrialMark::NotRun => 31,
         }
     }
 }
@@ -168,7 +168,7 @@ pub enum Event<'a> {
     /// Text shown as it is on stderr, whatever the verbosity (a table that ends its own lines).
     Block(&'a str),
     /// A trial ended: `ccl-coverage: [3/42] PASS    AllReduce::1K::ring (0.86s, …)`.
-    TrialEnded { done: usize, total: usize, verdict: Verdict, name: &'a str, detail: &'a str },
+    TrialEnded { done: usize, total: usize, verdict: TrialMark, name: &'a str, detail: &'a str },
     /// Text for a person on stdout (`show-env`, `list`, `who-covers`, the dry
     /// run), cleaned; no newline added.
     Print(&'a str),
@@ -195,7 +195,7 @@ fn render(event: &Event, terminal: Terminal) -> Option<(Stream, String)> {
         Event::Warning(text) if terminal.color => format!("\x1b[33mwarning:\x1b[0m {}\n", clean(text)),
         Event::Warning(text) => format!("warning: {}\n", clean(text)),
         Event::Block(text) => clean(text).into_owned(),
-        Event::TrialEnded { verdict: Verdict::Pass, .. } if terminal.verbosity == Verbosity::Quiet => return None,
+        Event::TrialEnded { verdict: TrialMark::Pass, .. } if terminal.verbosity == Verbosity::Quiet => return None,
         Event::TrialEnded { done, total, verdict, name, detail } => {
             let word = verdict.word();
             let shown =
@@ -294,7 +294,7 @@ mod tests {
             Event::Detail(name),
             Event::Warning(name),
             Event::Block(name),
-            Event::TrialEnded { done: 1, total: 2, verdict: Verdict::Fail, name, detail: name },
+            Event::TrialEnded { done: 1, total: 2, verdict: TrialMark::Fail, name, detail: name },
             Event::Print(name),
             Event::Output(name),
         ];
@@ -345,10 +345,10 @@ mod tests {
     fn verbosity_chooses_what_is_shown() {
         let quiet = Terminal { verbosity: Verbosity::Quiet, ..PLAIN };
         let verbose = Terminal { verbosity: Verbosity::Verbose, ..PLAIN };
-        let pass = Event::TrialEnded { done: 3, total: 42, verdict: Verdict::Pass, name: "A::1K", detail: "0.86s" };
+        let pass = Event::TrialEnded { done: 3, total: 42, verdict: TrialMark::Pass, name: "A::1K", detail: "0.86s" };
         assert_eq!(shown(&pass, PLAIN).unwrap(), "ccl-coverage: [3/42] PASS    A::1K (0.86s)\n");
         assert_eq!(shown(&pass, quiet), None);
-        let fail = Event::TrialEnded { done: 3, total: 42, verdict: Verdict::Fail, name: "A::1K", detail: "0.86s" };
+        let fail = Event::TrialEnded { done: 3, total: 42, verdict: TrialMark::Fail, name: "A::1K", detail: "0.86s" };
         assert_eq!(shown(&fail, quiet).unwrap(), "ccl-coverage: [3/42] FAIL    A::1K (0.86s)\n");
         assert_eq!(
             shown(&fail, Terminal { color: true, ..quiet }).unwrap(),

@@ -5,7 +5,7 @@
 use super::select::{Intent, Selection};
 use crate::exec::interrupt;
 use crate::plan;
-use crate::reporter::{self, Entry, Verdict};
+use crate::reporter::{self, Entry, TrialMark};
 use crate::suite::{Outcome, Suite};
 use crate::verdict::Status;
 use libtest_mimic::{Completion, Failed, Trial};
@@ -104,16 +104,16 @@ impl Progress {
         took: std::time::Duration,
         since: Option<std::time::Instant>,
         outcome: &Outcome,
-    ) -> (usize, usize, Verdict, String) {
+    ) -> (usize, usize, TrialMark, String) {
         let done = self.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         let verdict = match outcome {
-            Outcome::Passed { .. } => Verdict::Pass,
-            Outcome::Flaky { .. } => Verdict::Flaky,
-            Outcome::Ignored(_) => Verdict::Ignored,
-            Outcome::Failed(Status::Timeout, _) => Verdict::Timeout,
-            Outcome::Failed(Status::Interrupted, _) => Verdict::Interrupted,
-            Outcome::Failed(_, _) => Verdict::Fail,
-            Outcome::NotRun { .. } => Verdict::NotRun,
+            Outcome::Passed { .. } => TrialMark::Pass,
+            Outcome::Flaky { .. } => TrialMark::Flaky,
+            Outcome::Ignored(_) => TrialMark::Ignored,
+            Outcome::Failed(Status::Timeout, _) => TrialMark::Timeout,
+            Outcome::Failed(Status::Interrupted, _) => TrialMark::Interrupted,
+            Outcome::Failed(_, _) => TrialMark::Fail,
+            Outcome::NotRun { .. } => TrialMark::NotRun,
         };
         let total = self.total.load(std::sync::atomic::Ordering::SeqCst).max(done);
         // Trials run side by side: the wall time so far per trial ended. One
@@ -346,7 +346,7 @@ mod tests {
         let ready = now.checked_sub(Duration::from_secs(6)).unwrap();
         let (done, total, verdict, detail) =
             progress.ended(Duration::from_secs(2), Some(ready), &Outcome::Passed { tests: None });
-        assert_eq!((done, total, verdict), (1, 6, Verdict::Pass));
+        assert_eq!((done, total, verdict), (1, 6, TrialMark::Pass));
         assert_eq!(detail, "2.00s", "one trial says nothing of the rest");
         let (.., detail) = progress.ended(Duration::from_secs(2), Some(ready), &Outcome::Passed { tests: None });
         assert_eq!(detail, "2.00s", "nor do two");
