@@ -10,22 +10,22 @@
 //! to change; OFF never instruments device code.
 
 pub mod amdgpu;
-mod decision;
+mod backend;
 pub(crate) mod lines;
 pub mod nvidia;
 mod registry;
 #[cfg(test)]
 mod test_backend;
 
-pub(crate) use decision::LineSource;
-pub use decision::{Backend, DeviceDecision, Found};
+pub(crate) use backend::LineSource;
+pub use backend::{Backend, DeviceDecision, Found};
 
 use crate::bail;
 use crate::config::{DeviceConfig, DeviceMode};
 use crate::env_names::{Known, Lookup};
 use crate::error::Result;
 use crate::toolchain::Tool;
-use decision::Blocker;
+use backend::Blocker;
 use lines::DeviceLines;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Every device backend this build knows, in the order targets are offered
 //! to them: the one line a new backend adds outside its own folder.
 
-use super::decision::{Backend, DeviceBackend};
+use super::backend::{Backend, DeviceBackend};
 use serde::{Deserialize, Deserializer};
 
 /// The backends, each a folder of `device/`.

@@ -4,7 +4,7 @@
 //! targets are `plain_*`; its collector writes `*.plainrec` files of
 //! `file:line count` lines, and its device lines come from them.
 
-use super::decision::{Available, Backend, Blocker, DeviceBackend, Found, LineSource};
+use super::backend::{Available, Backend, Blocker, DeviceBackend, Found, LineSource};
 use super::lines::{DeviceCoverage, DeviceLines, LinesOrigin};
 use crate::config::DeviceConfig;
 use crate::env_names::Lookup;

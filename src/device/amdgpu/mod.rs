@@ -14,7 +14,7 @@
 //! accepts the flags: clang 19 accepts them and silently leaves device code
 //! alone (docs/architecture.md, "Toolchain and profile runtime").
 
-use super::decision::{self, Available, Backend, DeviceBackend, Found, LineSource, join};
+use super::backend::{self, Available, Backend, DeviceBackend, Found, LineSource, join};
 use crate::config::DeviceConfig;
 use crate::env_names::Lookup;
 use crate::error::{Context, Result};
@@ -56,8 +56,8 @@ impl DeviceBackend for Amdgpu {
         cxx: &Tool,
         _tools: Option<&Path>,
         _env: Lookup,
-    ) -> Result<std::result::Result<Available, decision::Blocker>> {
-        Ok(check(target, config, cxx)?.map_err(|b| decision::Blocker { message: b.message(), fix: b.fix() }))
+    ) -> Result<std::result::Result<Available, backend::Blocker>> {
+        Ok(check(target, config, cxx)?.map_err(|b| backend::Blocker { message: b.message(), fix: b.fix() }))
     }
 
     fn line_source(&self) -> LineSource {

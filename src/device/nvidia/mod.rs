@@ -16,7 +16,7 @@ pub(crate) mod branches;
 pub(crate) mod record;
 pub(crate) mod sass;
 
-use super::decision::{self, Available, Backend, DeviceBackend, Found, LineSource, join};
+use super::backend::{self, Available, Backend, DeviceBackend, Found, LineSource, join};
 use super::lines::DeviceLines;
 use crate::bail;
 use crate::config::{DeviceConfig, KernelSelection};
@@ -78,8 +78,8 @@ impl DeviceBackend for Nvidia {
         cxx: &Tool,
         tools: Option<&Path>,
         env: Lookup,
-    ) -> Result<std::result::Result<Available, decision::Blocker>> {
-        Ok(check(target, cxx, tools, env)?.map_err(|b| decision::Blocker { message: b.message(), fix: b.fix() }))
+    ) -> Result<std::result::Result<Available, backend::Blocker>> {
+        Ok(check(target, cxx, tools, env)?.map_err(|b| backend::Blocker { message: b.message(), fix: b.fix() }))
     }
 
     fn line_source(&self) -> LineSource {
