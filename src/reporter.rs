@@ -198,8 +198,11 @@ fn render(event: &Event, terminal: Terminal) -> Option<(Stream, String)> {
         Event::TrialEnded { verdict: TrialMark::Pass, .. } if terminal.verbosity == Verbosity::Quiet => return None,
         Event::TrialEnded { done, total, verdict, name, detail } => {
             let word = verdict.word();
-            let shown =
-                if terminal.color { format!("\x1b[{}m{word:<7}\x1b[0m", verdict.colour()) } else { format!("{word:<7}") };
+            let shown = if terminal.color {
+                format!("\x1b[{}m{word:<7}\x1b[0m", verdict.colour())
+            } else {
+                format!("{word:<7}")
+            };
             format!("ccl-coverage: [{done}/{total}] {shown} {} ({})\n", clean(name), clean(detail))
         }
         Event::Print(text) => return Some((Stream::Stdout, clean(text).into_owned())),

@@ -2,11 +2,11 @@
 //! summary export as types, the lcov model every total comes from, the
 //! one ignore rule, and the coverage mapping read in process.
 
-pub(crate) mod exports;
 pub mod ignore;
 pub mod lcov;
 pub mod llvm_export;
 pub mod mapping;
+pub(crate) mod model_totals;
 pub mod profiles;
 pub mod source_names;
 pub mod trial_lines;

@@ -193,7 +193,7 @@ fn the_json_export_s_summaries_count_device_branches() {
     let (text, marked, (covered, count)) = capture_model();
     let model = parse_lcov(&text, "model").unwrap();
     let mut export = serde_json::json!({"data": [{"files": [], "totals": {}}]});
-    crate::coverage::exports::apply(&mut export, &model, &Default::default(), "test").unwrap();
+    crate::coverage::model_totals::apply(&mut export, &model, &Default::default(), "test").unwrap();
     let data = &export["data"][0];
     assert_eq!(
         (data["totals"]["branches"]["covered"].as_u64(), data["totals"]["branches"]["count"].as_u64()),

@@ -176,7 +176,7 @@ impl ReportInputs {
     pub(crate) fn model_summary(&self, model: &Lcov) -> Result<(String, SummaryExport)> {
         let mut export: Value =
             serde_json::from_str(&self.summary_text()?).context("unexpected llvm-cov export -summary-only")?;
-        crate::coverage::exports::apply(&mut export, model, &self.names, "llvm-cov export -summary-only")?;
+        crate::coverage::model_totals::apply(&mut export, model, &self.names, "llvm-cov export -summary-only")?;
         let text = serde_json::to_string(&export).expect("a JSON value serializes");
         let summary = SummaryExport::parse(&text)?;
         Ok((text, summary))
@@ -212,7 +212,7 @@ impl ReportInputs {
     pub(crate) fn json(&self, model: &Lcov) -> Result<String> {
         let text = self.run(self.cmd("export").arg("-format=text"))?;
         let mut export: Value = serde_json::from_str(&text).context("unexpected llvm-cov export -format=text")?;
-        crate::coverage::exports::apply(&mut export, model, &self.names, "llvm-cov export -format=text")?;
+        crate::coverage::model_totals::apply(&mut export, model, &self.names, "llvm-cov export -format=text")?;
         Ok(serde_json::to_string(&export).expect("a JSON value serializes"))
     }
 

@@ -1,7 +1,7 @@
 //! The report's totals, typed until a writer shows them (`Totals`): the
 //! text summary laid out as `llvm-cov report`, the normalised summary that is
 //! snapshot-checked, and the `CCL_COV_FAIL_UNDER_*` bars. Every total is the
-//! lcov model's (`coverage::exports`): llvm-cov's own summaries count the lines
+//! lcov model's (`coverage::model_totals`): llvm-cov's own summaries count the lines
 //! of macro expansions in no file, its lcov export does.
 
 use crate::coverage::llvm_export::{Counts, FileSummary, Metric, SummaryExport};
