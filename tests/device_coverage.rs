@@ -58,7 +58,7 @@ fn decide(mode: DeviceMode, cfg: &DeviceConfig, cxx: &Tool) -> ccl_coverage::err
 
 /// The AMDGPU runtime and collector a decision found.
 fn amdgpu_found(d: &DeviceDecision) -> Option<(PathBuf, PathBuf)> {
-    let needs: device::amdgpu::Needs = d.found.as_ref().filter(|f| f.backend.name() == "amdgpu")?.get()?;
+    let needs: device::amdgpu::Needs = d.found.as_ref().filter(|f| f.backend.name() == "amdgpu")?.get().ok()?;
     Some((needs.runtime, needs.collector))
 }
 

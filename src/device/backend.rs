@@ -23,6 +23,11 @@ pub(crate) trait DeviceBackend: Sync {
     /// Its name in `build.json` and in messages: `nvidia`.
     fn name(&self) -> &'static str;
 
+    /// Whether `found` holds its own fields, as its `check` wrote them: a
+    /// `build.json` whose fields are not is refused when read, so no answer
+    /// of the backend silently adds nothing ([`Found::get`]).
+    fn fields_are_mine(&self, found: &Found) -> std::result::Result<(), String>;
+
     /// Whether a GPU architecture name (`coverage.device.target`) is this
     /// backend's; names are never guessed, so at most one backend takes one.
     fn takes_target(&self, target: &str) -> bool;
@@ -172,12 +177,30 @@ impl Serialize for Backend {
 }
 
 /// What a backend found that the build and the trials use: its own fields,
-/// which only it reads ([`Found::get`]), beside its name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// which only it reads ([`Found::get`]), beside its name. Read back, the
+/// fields must be the backend's own type, or the read fails naming why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Found {
     pub backend: Backend,
     #[serde(flatten)]
     fields: serde_json::Map<String, serde_json::Value>,
+}
+
+impl<'de> Deserialize<'de> for Found {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Raw {
+            backend: Backend,
+            #[serde(flatten)]
+            fields: serde_json::Map<String, serde_json::Value>,
+        }
+        let Raw { backend, fields } = Raw::deserialize(deserializer)?;
+        let found = Found { backend, fields };
+        backend.0.fields_are_mine(&found).map_err(|why| {
+            serde::de::Error::custom(format!("what the {} backend found is not its own: {why}", backend.name()))
+        })?;
+        Ok(found)
+    }
 }
 
 impl Found {
@@ -190,10 +213,11 @@ impl Found {
         Found { backend, fields }
     }
 
-    /// The fields as the backend's own type; `None` if they are not (a
-    /// `build.json` of another release).
-    pub fn get<T: DeserializeOwned>(&self) -> Option<T> {
-        serde_json::from_value(serde_json::Value::Object(self.fields.clone())).ok()
+    /// The fields as the backend's own type, or why they are not. A read
+    /// `build.json` was checked ([`DeviceBackend::fields_are_mine`]), so an
+    /// answer's `.ok()` can only miss on a backend asking for another's type.
+    pub fn get<T: DeserializeOwned>(&self) -> std::result::Result<T, String> {
+        serde_json::from_value(serde_json::Value::Object(self.fields.clone())).map_err(|e| e.to_string())
     }
 }
 

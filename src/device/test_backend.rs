@@ -26,6 +26,10 @@ impl DeviceBackend for Plain {
         "plain"
     }
 
+    fn fields_are_mine(&self, found: &Found) -> std::result::Result<(), String> {
+        found.get::<Needs>().map(|_| ())
+    }
+
     fn takes_target(&self, target: &str) -> bool {
         target.starts_with("plain_")
     }
@@ -125,6 +129,10 @@ mod tests {
         let json = serde_json::to_string(&decision).unwrap();
         assert!(json.contains(r#""found":{"backend":"plain","collector":"/opt/plain.so"}"#), "{json}");
         assert_eq!(serde_json::from_str::<DeviceDecision>(&json).unwrap(), decision);
+        // Fields that are not its own (another release's, a hand edit) are refused, saying why.
+        let altered = json.replace(r#""collector":"/opt/plain.so""#, r#""collecter":"/opt/plain.so""#);
+        let err = serde_json::from_str::<DeviceDecision>(&altered).unwrap_err().to_string();
+        assert!(err.contains("what the plain backend found is not its own: missing field `collector`"), "{err}");
 
         let ws = tempfile::tempdir().unwrap();
         let env = device::trial_env(&decision, &cfg, ws.path(), ws.path());

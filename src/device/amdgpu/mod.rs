@@ -41,6 +41,10 @@ impl DeviceBackend for Amdgpu {
         "amdgpu"
     }
 
+    fn fields_are_mine(&self, found: &Found) -> std::result::Result<(), String> {
+        found.get::<Needs>().map(|_| ())
+    }
+
     fn takes_target(&self, target: &str) -> bool {
         target.starts_with("gfx")
     }
@@ -74,7 +78,7 @@ impl DeviceBackend for Amdgpu {
     /// mutex). The whole archive, because nothing in the library refers to
     /// the collector: it hooks in through a constructor and the exit-time write.
     fn link_flags(&self, found: &Found) -> Vec<String> {
-        match found.get::<Needs>() {
+        match found.get::<Needs>().ok() {
             Some(needs) => vec![
                 format!("-Wl,--whole-archive,{},--no-whole-archive", needs.collector.display()),
                 "-ldl".into(),
@@ -103,7 +107,7 @@ impl DeviceBackend for Amdgpu {
 
 /// Why AMDGPU device coverage is unavailable, each in its own words.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Blocker {
+pub(crate) enum AmdgpuBlocker {
     LinkerDisabled,
     RocmUnknown { looked: Vec<PathBuf> },
     RocmTooOld { rocm: PathBuf, version: String },
@@ -112,14 +116,14 @@ pub(crate) enum Blocker {
     NoCollector { searched: Vec<PathBuf> },
 }
 
-impl Blocker {
+impl AmdgpuBlocker {
     pub(crate) fn message(&self) -> String {
         match self {
-            Blocker::LinkerDisabled => {
+            AmdgpuBlocker::LinkerDisabled => {
                 "the device linker is disabled (coverage.device.linker is false, RCCL's ENABLE_DEVICE_LINKER=OFF)"
                     .into()
             }
-            Blocker::RocmUnknown { looked } => format!(
+            AmdgpuBlocker::RocmUnknown { looked } => format!(
                 "the ROCm version is unknown: {}",
                 if looked.is_empty() {
                     "coverage.device.rocm_path is not set".to_string()
@@ -127,17 +131,19 @@ impl Blocker {
                     format!("none of {} gives one", join(looked))
                 }
             ),
-            Blocker::RocmTooOld { rocm, version } => format!(
+            AmdgpuBlocker::RocmTooOld { rocm, version } => format!(
                 "device coverage needs {MIN_ROCM_TEXT} or an upstream clang {}.{} or newer, and {} is ROCm {version}",
                 MIN_UPSTREAM_CLANG.0,
                 MIN_UPSTREAM_CLANG.1,
                 rocm.display()
             ),
-            Blocker::NotInstrumenting { detail } => format!("the compiler does not instrument device code: {detail}"),
-            Blocker::NoRuntime { searched } => {
+            AmdgpuBlocker::NotInstrumenting { detail } => {
+                format!("the compiler does not instrument device code: {detail}")
+            }
+            AmdgpuBlocker::NoRuntime { searched } => {
                 format!("the device profile runtime is missing: searched {}", join(searched))
             }
-            Blocker::NoCollector { searched } => format!(
+            AmdgpuBlocker::NoCollector { searched } => format!(
                 "the host collector that drains device counters (clang_rt.profile_rocm) is missing: searched {}",
                 join(searched)
             ),
@@ -147,17 +153,17 @@ impl Blocker {
     /// What to change so that ON works.
     pub(crate) fn fix(&self) -> &'static str {
         match self {
-            Blocker::LinkerDisabled => "build with the device linker (coverage.device.linker: true)",
-            Blocker::RocmUnknown { .. } | Blocker::RocmTooOld { .. } => {
+            AmdgpuBlocker::LinkerDisabled => "build with the device linker (coverage.device.linker: true)",
+            AmdgpuBlocker::RocmUnknown { .. } | AmdgpuBlocker::RocmTooOld { .. } => {
                 "point coverage.device.rocm_path (ROCM_PATH) at ROCm 7.15 or newer (ROCm 10.x), or use an upstream clang 23.1 or newer as toolchain.cxx / CXX"
             }
-            Blocker::NotInstrumenting { .. } => {
+            AmdgpuBlocker::NotInstrumenting { .. } => {
                 "use the clang of ROCm 7.15 or newer (ROCm 10.x) (<rocm>/lib/llvm/bin/clang++) or an upstream clang 23.1 or newer as toolchain.cxx / CXX"
             }
-            Blocker::NoRuntime { .. } => {
+            AmdgpuBlocker::NoRuntime { .. } => {
                 "use a compiler whose resource directory ships the AMDGPU profile runtime (ROCm 7.15 or newer (ROCm 10.x), or upstream LLVM 23.1 or newer)"
             }
-            Blocker::NoCollector { .. } => {
+            AmdgpuBlocker::NoCollector { .. } => {
                 "use a compiler whose resource directory ships clang_rt.profile_rocm (ROCm 7.15 or newer (ROCm 10.x), or upstream LLVM 23.1 or newer)"
             }
         }
@@ -234,17 +240,17 @@ pub(crate) fn upstream_release(version_line: &str) -> Option<(u32, u32)> {
 
 /// The gate, or its blocker: an upstream clang 23.1 or newer passes on its
 /// own, any other compiler needs the ROCm version.
-fn gate(config: &DeviceConfig, cxx: &Tool) -> std::result::Result<Gate, Blocker> {
+fn gate(config: &DeviceConfig, cxx: &Tool) -> std::result::Result<Gate, AmdgpuBlocker> {
     if let Some(version) = upstream_release(&cxx.version).filter(|v| *v >= MIN_UPSTREAM_CLANG) {
         return Ok(Gate::Upstream { version });
     }
     let Some(rocm) = config.rocm_path.as_deref().map(PathBuf::from) else {
-        return Err(Blocker::RocmUnknown { looked: Vec::new() });
+        return Err(AmdgpuBlocker::RocmUnknown { looked: Vec::new() });
     };
     match rocm_version(&rocm) {
-        Err(looked) => Err(Blocker::RocmUnknown { looked }),
+        Err(looked) => Err(AmdgpuBlocker::RocmUnknown { looked }),
         Ok(version) if version < MIN_ROCM => {
-            Err(Blocker::RocmTooOld { rocm, version: format!("{}.{}.{}", version.0, version.1, version.2) })
+            Err(AmdgpuBlocker::RocmTooOld { rocm, version: format!("{}.{}.{}", version.0, version.1, version.2) })
         }
         Ok(version) => Ok(Gate::Rocm { rocm, version }),
     }
@@ -254,10 +260,10 @@ fn gate(config: &DeviceConfig, cxx: &Tool) -> std::result::Result<Gate, Blocker>
 /// outer result is a failure to run the probes at all.
 /// The first blocker of HIP device coverage for `target`, or what makes it
 /// available. `Err` of the outer result is a failure to run the probes at all.
-fn check(target: &str, config: &DeviceConfig, cxx: &Tool) -> Result<std::result::Result<Available, Blocker>> {
+fn check(target: &str, config: &DeviceConfig, cxx: &Tool) -> Result<std::result::Result<Available, AmdgpuBlocker>> {
     let scratch = tempfile::tempdir().context("cannot create a probe folder")?;
     if !config.linker {
-        return Ok(Err(Blocker::LinkerDisabled));
+        return Ok(Err(AmdgpuBlocker::LinkerDisabled));
     }
     let gate = match gate(config, cxx) {
         Ok(gate) => gate,
@@ -265,12 +271,12 @@ fn check(target: &str, config: &DeviceConfig, cxx: &Tool) -> Result<std::result:
     };
     match device_instrumented_in_plan(cxx, "hip", target, scratch.path()) {
         Err(e) => {
-            return Ok(Err(Blocker::NotInstrumenting {
+            return Ok(Err(AmdgpuBlocker::NotInstrumenting {
                 detail: format!("{} rejected the device coverage flags: {e}", cxx.path.display()),
             }));
         }
         Ok(false) => {
-            return Ok(Err(Blocker::NotInstrumenting {
+            return Ok(Err(AmdgpuBlocker::NotInstrumenting {
                 detail: format!(
                     "the {target} -cc1 job of {} (clang {}) gets no -fprofile-instrument, so the flags would be accepted and silently ignored",
                     cxx.path.display(),
@@ -281,18 +287,18 @@ fn check(target: &str, config: &DeviceConfig, cxx: &Tool) -> Result<std::result:
         Ok(true) => {}
     }
     if let Some(detail) = device_object_not_instrumented(cxx, target, scratch.path())? {
-        return Ok(Err(Blocker::NotInstrumenting { detail }));
+        return Ok(Err(AmdgpuBlocker::NotInstrumenting { detail }));
     }
     let resource_dir =
         Cmd::new(cxx.path.display().to_string()).args(["--target=amdgcn-amd-amdhsa", "-print-resource-dir"]).read()?;
     let resource_dir = PathBuf::from(resource_dir.trim());
     let searched: Vec<PathBuf> = DEVICE_RUNTIME_RELPATHS.iter().map(|rel| resource_dir.join(rel)).collect();
     let Some(runtime) = searched.iter().find(|p| p.is_file()).cloned() else {
-        return Ok(Err(Blocker::NoRuntime { searched }));
+        return Ok(Err(AmdgpuBlocker::NoRuntime { searched }));
     };
     let searched: Vec<PathBuf> = host_collector_relpaths().iter().map(|rel| resource_dir.join(rel)).collect();
     let Some(collector) = searched.iter().find(|p| p.is_file()).cloned() else {
-        return Ok(Err(Blocker::NoCollector { searched }));
+        return Ok(Err(AmdgpuBlocker::NoCollector { searched }));
     };
     let detail = format!(
         "{target} device code is instrumented by {} (clang {}), device profile runtime {}, host collector {}; {}",

@@ -58,6 +58,10 @@ impl DeviceBackend for Nvidia {
         "nvidia"
     }
 
+    fn fields_are_mine(&self, found: &Found) -> std::result::Result<(), String> {
+        found.get::<Needs>().map(|_| ())
+    }
+
     fn takes_target(&self, target: &str) -> bool {
         target.starts_with("sm_") || target.starts_with("compute_")
     }
@@ -100,7 +104,7 @@ impl DeviceBackend for Nvidia {
         profile_dir: &Path,
         cache_dir: &Path,
     ) -> Vec<(String, String)> {
-        let Some(needs) = found.get::<Needs>() else { return Vec::new() };
+        let Ok(needs) = found.get::<Needs>() else { return Vec::new() };
         let list = library_kernels_file(cache_dir);
         let library = config.kernels == KernelSelection::Library;
         let kernels = (needs.selective && library && list.is_file()).then_some(list);
@@ -115,7 +119,7 @@ impl DeviceBackend for Nvidia {
 
     /// The list of the library's kernels, the only ones its trials count.
     fn after_build(&self, found: &Found, objects: &[PathBuf], cache_dir: &Path, env: Lookup) -> Option<String> {
-        if !found.get::<Needs>().is_some_and(|needs| needs.selective) {
+        if !found.get::<Needs>().is_ok_and(|needs| needs.selective) {
             return None;
         }
         Some(match write_library_kernels(objects, cache_dir, env) {
@@ -147,7 +151,7 @@ impl DeviceBackend for Nvidia {
         cache_dir: &Path,
         records: &BTreeMap<String, Vec<PathBuf>>,
     ) -> Result<Option<DeviceLines>> {
-        let nvdisasm = found.get::<Needs>().and_then(|needs| needs.nvdisasm);
+        let nvdisasm = found.get::<Needs>().ok().and_then(|needs| needs.nvdisasm);
         sass::device_lines(&cubins_dir(cache_dir), records, nvdisasm.as_deref()).map(Some)
     }
 
@@ -208,7 +212,7 @@ const PROBE_LIMIT: Duration = Duration::from_secs(120);
 
 /// Why NVIDIA kernel coverage is unavailable, each in its own words.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Blocker {
+pub(crate) enum NvidiaBlocker {
     /// No libcupti where NVIDIA device coverage looks for one.
     NoCupti { looked: Vec<PathBuf> },
     /// The CUDA toolkit (nvcc, headers) the collector and probe need.
@@ -222,31 +226,31 @@ pub(crate) enum Blocker {
     Unpatched { detail: String },
 }
 
-impl Blocker {
+impl NvidiaBlocker {
     pub(crate) fn message(&self) -> String {
         match self {
-            Blocker::NoCupti { looked } => {
+            NvidiaBlocker::NoCupti { looked } => {
                 format!("NVIDIA kernel coverage needs CUPTI 13.4 or newer (libcupti.so.13): looked in {}", join(looked))
             }
-            Blocker::NoCudaToolkit { looked } => format!(
+            NvidiaBlocker::NoCudaToolkit { looked } => format!(
                 "NVIDIA kernel coverage needs the CUDA toolkit (nvcc, cuda.h, CUPTI's headers): looked for {}",
                 join(looked)
             ),
-            Blocker::ProbeFailed { detail } | Blocker::Unpatched { detail } | Blocker::NotProbed { detail } => {
-                detail.clone()
-            }
+            NvidiaBlocker::ProbeFailed { detail }
+            | NvidiaBlocker::Unpatched { detail }
+            | NvidiaBlocker::NotProbed { detail } => detail.clone(),
         }
     }
 
     /// What to change so that ON works.
     pub(crate) fn fix(&self) -> &'static str {
         match self {
-            Blocker::NoCupti { .. } | Blocker::Unpatched { .. } => {
+            NvidiaBlocker::NoCupti { .. } | NvidiaBlocker::Unpatched { .. } => {
                 "pip install 'nvidia-cuda-cupti>=13.4' into a Python environment on PATH, or set CCL_COV_CUPTI to its libcupti.so.13"
             }
-            Blocker::NoCudaToolkit { .. } => "set CUDA_HOME to the CUDA toolkit (the default is /usr/local/cuda)",
-            Blocker::NotProbed { .. } => "run the suite itself (not a dry run), where the probe runs",
-            Blocker::ProbeFailed { .. } => {
+            NvidiaBlocker::NoCudaToolkit { .. } => "set CUDA_HOME to the CUDA toolkit (the default is /usr/local/cuda)",
+            NvidiaBlocker::NotProbed { .. } => "run the suite itself (not a dry run), where the probe runs",
+            NvidiaBlocker::ProbeFailed { .. } => {
                 "run on a machine with an NVIDIA GPU and driver, and see the probe's output above"
             }
         }
@@ -354,10 +358,10 @@ fn check(
     cxx: &Tool,
     tools: Option<&Path>,
     env: Lookup,
-) -> Result<std::result::Result<Available, Blocker>> {
+) -> Result<std::result::Result<Available, NvidiaBlocker>> {
     let cupti = match find_cupti(env) {
         Ok(found) => found,
-        Err(looked) => return Ok(Err(Blocker::NoCupti { looked })),
+        Err(looked) => return Ok(Err(NvidiaBlocker::NoCupti { looked })),
     };
     let cuda = cuda_home(env);
     let mut looked = Vec::new();
@@ -369,11 +373,11 @@ fn check(
     let (true, true, Some(include)) = (nvcc.is_file(), cuda_h.is_file(), include) else {
         // Name what is missing, not what was found.
         looked.retain(|p| !p.is_file());
-        return Ok(Err(Blocker::NoCudaToolkit { looked }));
+        return Ok(Err(NvidiaBlocker::NoCudaToolkit { looked }));
     };
     let version = cupti_version(&cupti);
     let Some(tools) = tools else {
-        return Ok(Err(Blocker::NotProbed {
+        return Ok(Err(NvidiaBlocker::NotProbed {
             detail: format!(
                 "not probed in a dry run: libcupti {version} ({}) is probed (it must patch all {} probe kernels) when the suite runs",
                 cupti.display(),
@@ -393,12 +397,12 @@ fn check(
     let collector = dir.join(COLLECTOR_FILE);
     let probe = dir.join("probe");
     if let Err(e) = build(&dir, cxx, &nvcc, &cuda, &include, &cupti, target) {
-        return Ok(Err(Blocker::ProbeFailed { detail: e.to_string() }));
+        return Ok(Err(NvidiaBlocker::ProbeFailed { detail: e.to_string() }));
     }
     let run = dir.join("probe-run");
     let (recorded, api) = match run_probe(&probe, &collector, &run, None) {
         Ok(found) => (found.recorded, found.api),
-        Err(e) => return Ok(Err(Blocker::ProbeFailed { detail: e.to_string() })),
+        Err(e) => return Ok(Err(NvidiaBlocker::ProbeFailed { detail: e.to_string() })),
     };
     // A lone libcupti.so.13 names no release; CUPTI's own API version does.
     let version = match api.filter(|_| version.ends_with("(soname)")) {
@@ -406,7 +410,7 @@ fn check(
         None => version,
     };
     if recorded.len() < PROBE_KERNELS.len() {
-        return Ok(Err(Blocker::Unpatched {
+        return Ok(Err(NvidiaBlocker::Unpatched {
             detail: format!(
                 "libcupti {version} ({}) patched {} of {} probe kernels (CUPTI before 13.4 patches only the first kernel a context launches); `pip install 'nvidia-cuda-cupti>=13.4'` or set CCL_COV_CUPTI",
                 cupti.display(),
@@ -856,7 +860,7 @@ pub(crate) mod tests {
             Tool { path: "/nonexistent/clang++".into(), version: "clang version 19".into(), major: 19, sha256: None };
         let tools = tempfile::tempdir().unwrap();
         let none = lookup(vec![("PATH", String::new()), ("CUDA_HOME", "/nonexistent/cuda".into())]);
-        let Err(Blocker::NoCupti { looked }) = check("sm_90", &tool, Some(tools.path()), &none).unwrap() else {
+        let Err(NvidiaBlocker::NoCupti { looked }) = check("sm_90", &tool, Some(tools.path()), &none).unwrap() else {
             panic!()
         };
         let want: Vec<PathBuf> = [
