@@ -3,7 +3,7 @@
 use super::{Health, percent};
 use crate::build::cache::BuildManifest;
 use crate::coverage::llvm_export::SummaryExport;
-use crate::results::{Runs, TrialResult};
+use crate::results::{RecordsByRun, TrialResult};
 use crate::verdict::Status;
 use std::collections::BTreeSet;
 
@@ -56,7 +56,7 @@ pub(crate) fn markdown(
     if !flaky.is_empty() {
         md.push_str(&format!("\n**Flaky:** {} passed only on a retry: {}.\n", flaky.len(), flaky.join(", ")));
     }
-    if let Some(mixed) = Runs::of(results).mixed() {
+    if let Some(mixed) = RecordsByRun::of(results).mixed() {
         md.push_str(&format!("\n**Not one run:** {mixed}. Their coverage is counted.\n"));
     }
     if !health.quarantined.is_empty() {

@@ -4,7 +4,7 @@
 use super::Health;
 use crate::build::cache::BuildManifest;
 use crate::coverage::profiles::Quarantined;
-use crate::results::{RunOf, Runs, TrialResult};
+use crate::results::{RecordsByRun, RunOf, TrialResult};
 use crate::verdict::Status;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -71,7 +71,7 @@ impl ReportMeta {
         profiles_merged: usize,
         health: &Health,
     ) -> ReportMeta {
-        let runs = Runs::of(results);
+        let runs = RecordsByRun::of(results);
         ReportMeta {
             build_id: manifest.build_id.clone(),
             generated_at: crate::exec::host::now(),

@@ -17,4 +17,4 @@ pub(crate) use junit::xml_text;
 pub(crate) use load::load_checked;
 pub(crate) use record::{Attempt, Ignored, Rerun, RunHeader, RunOf, RunRecord, TrialIdentity, TrialResult};
 pub(crate) use run_json::{RunBuild, RunInfo, RunWriter};
-pub(crate) use runs::{Runs, also_uses, run_id};
+pub(crate) use runs::{RecordsByRun, also_uses, run_id};

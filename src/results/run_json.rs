@@ -422,7 +422,7 @@ mod tests {
     use super::super::load::load_checked;
     use super::super::record::Attempt;
     use super::super::record::samples::{trial, trial_name};
-    use super::super::runs::Runs;
+    use super::super::runs::RecordsByRun;
     use super::*;
     use serde_json::{Value, json};
 
@@ -528,12 +528,12 @@ mod tests {
         assert_eq!(run["summary"]["total"], 3, "every record of the build is counted");
         let loaded = load_checked(&ws, "b1", &info.planned).unwrap().results;
         assert_eq!(
-            Runs::of(&loaded).mixed().unwrap(),
+            RecordsByRun::of(&loaded).mixed().unwrap(),
             "2 of 3 trial results come from earlier runs of this build, not from the latest run (r, started \
              2026-01-03T00:00:00Z): T::1 (run r0, started 2026-01-01T00:00:00Z); T::2 (run r1, started 2026-01-02T00:00:00Z)"
         );
-        assert_eq!(Runs::of(&[at(4, "r", 4), at(5, "r", 5)]).mixed(), None, "one run");
-        assert_eq!(Runs::of(&[]), Runs::default());
+        assert_eq!(RecordsByRun::of(&[at(4, "r", 4), at(5, "r", 5)]).mixed(), None, "one run");
+        assert_eq!(RecordsByRun::of(&[]), RecordsByRun::default());
     }
 
     #[test]

@@ -38,17 +38,17 @@ pub(crate) fn runs(results: &[TrialResult]) -> Vec<RunOf> {
 /// trial that started last; runs of one workspace never overlap, they hold
 /// its lock) and the earlier runs whose records are still there.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Runs {
+pub(crate) struct RecordsByRun {
     pub(crate) latest: Option<RunOf>,
     pub(crate) earlier: Vec<RunOf>,
 }
 
-impl Runs {
-    pub(crate) fn of(results: &[TrialResult]) -> Runs {
-        let Some(newest) = results.iter().max_by_key(|r| r.started_unix_ms) else { return Runs::default() };
+impl RecordsByRun {
+    pub(crate) fn of(results: &[TrialResult]) -> RecordsByRun {
+        let Some(newest) = results.iter().max_by_key(|r| r.started_unix_ms) else { return RecordsByRun::default() };
         let (mut latest, earlier): (Vec<RunOf>, Vec<RunOf>) =
             runs(results).into_iter().partition(|r| r.run_id == newest.run_id);
-        Runs { latest: latest.pop(), earlier }
+        RecordsByRun { latest: latest.pop(), earlier }
     }
 
     /// Says plainly how many results come from earlier runs, which and
@@ -70,7 +70,7 @@ impl Runs {
     }
 }
 
-impl Runs {
+impl RecordsByRun {
     /// [`Runs::mixed`] in short, for a line on the terminal: `meta.json`
     /// and `run.json` name the runs and their trials (`earlier_runs`).
     pub(crate) fn mixed_short(&self) -> Option<String> {

@@ -18,7 +18,7 @@ use std::path::Path;
 /// Why the snapshot, which describes one run of the default set of trials,
 /// does not describe `results`: they mix runs, miss trials or hold others.
 pub(super) fn snapshot_skip(config: &crate::config::Config, results: &[results::TrialResult]) -> Option<String> {
-    if let Some(mixed) = results::Runs::of(results).mixed_short() {
+    if let Some(mixed) = results::RecordsByRun::of(results).mixed_short() {
         return Some(format!("{mixed}; the snapshot describes one run"));
     }
     let planned: BTreeSet<String> = plan::plan(config).into_iter().filter(|t| !t.ignored).map(|t| t.name).collect();

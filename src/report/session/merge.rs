@@ -166,7 +166,7 @@ impl Session {
             }
             None => None,
         };
-        let runs = results::Runs::of(&results);
+        let runs = results::RecordsByRun::of(&results);
         if let Some(also) = results::also_uses(&runs.earlier).filter(|_| !self.after_run) {
             // The names are in meta.json: 800 of them are no line to read.
             crate::say!(
