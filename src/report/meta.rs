@@ -4,7 +4,7 @@
 use super::Health;
 use crate::build::cache::BuildManifest;
 use crate::coverage::profiles::Quarantined;
-use crate::results::{RecordsByRun, RunOf, TrialResult};
+use crate::results::{EarlierRun, RecordsByRun, TrialResult};
 use crate::verdict::Status;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -19,8 +19,8 @@ pub(crate) struct ReportMeta {
     pub(crate) profiles_merged: usize,
     /// The run of the trial that started last, and earlier runs of this
     /// build whose trials were not run again: the report counts them all.
-    pub(crate) latest_run: Option<RunOf>,
-    pub(crate) earlier_runs: Vec<RunOf>,
+    pub(crate) latest_run: Option<EarlierRun>,
+    pub(crate) earlier_runs: Vec<EarlierRun>,
     pub(crate) trials: Vec<MetaTrial>,
     pub(crate) quarantined: Vec<Quarantined>,
     pub(crate) missing: Vec<String>,

@@ -400,7 +400,7 @@ pub(crate) struct RunRecord {
     pub(crate) ran: Vec<String>,
     /// Earlier runs of the same build whose records `trials` also holds:
     /// trials this run did not run again.
-    pub(crate) earlier_runs: Vec<RunOf>,
+    pub(crate) earlier_runs: Vec<EarlierRun>,
     /// Over `trials`, this run's and earlier runs'.
     pub(crate) summary: Summary,
     /// How many of `trials` ran in a cgroup of their own, and how many were
@@ -442,14 +442,14 @@ pub(crate) struct RunHeader {
 /// replaced only when the trial runs again, so after a partial run the
 /// records of the other trials are those of earlier runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct RunOf {
+pub(crate) struct EarlierRun {
     pub(crate) run_id: String,
     /// When its first trial still recorded started.
     pub(crate) started_at: String,
     pub(crate) trials: Vec<String>,
 }
 
-impl RunOf {
+impl EarlierRun {
     pub(super) fn describe(&self) -> String {
         format!("{} (run {}, started {})", self.trials.join(", "), self.run_id, self.started_at)
     }

@@ -3,7 +3,7 @@
 //! interrupted or the coverage report later fails.
 
 use super::load::{ParsedRecords, Planned, load_checked_with};
-use super::record::RunOf;
+use super::record::EarlierRun;
 use super::record::{Ignored, RunHeader, RunRecord, Summary, TrialResult};
 use super::runs::runs;
 use crate::build::cache::BuildManifest;
@@ -382,7 +382,7 @@ fn write_run(
         step.command = redact::shell_line(&step.command);
     }
     let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
-    let (this, earlier_runs): (Vec<RunOf>, Vec<RunOf>) =
+    let (this, earlier_runs): (Vec<EarlierRun>, Vec<EarlierRun>) =
         runs(&trials).into_iter().partition(|r| r.run_id == info.header.run_id);
     let this = this.into_iter().next();
     let recorded: BTreeSet<&str> = trials.iter().map(|t| t.trial.as_str()).collect();

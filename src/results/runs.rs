@@ -1,7 +1,7 @@
 //! Which runs the records of one build come from: the latest and the
 //! earlier ones whose records are still there.
 
-use super::record::{RunOf, TrialResult};
+use super::record::{EarlierRun, TrialResult};
 
 /// This run's id: nextest's, when nextest runs the trials (one process
 /// each, one run), else this process's start time and pid.
@@ -13,8 +13,8 @@ pub(crate) fn run_id() -> String {
 }
 
 /// The runs that `results` (sorted by trial) come from, by when they started.
-pub(crate) fn runs(results: &[TrialResult]) -> Vec<RunOf> {
-    let mut runs: Vec<RunOf> = Vec::new();
+pub(crate) fn runs(results: &[TrialResult]) -> Vec<EarlierRun> {
+    let mut runs: Vec<EarlierRun> = Vec::new();
     for r in results {
         match runs.iter_mut().find(|run| run.run_id == r.run_id) {
             Some(run) => {
@@ -23,7 +23,7 @@ pub(crate) fn runs(results: &[TrialResult]) -> Vec<RunOf> {
                     run.started_at.clone_from(&r.started_at);
                 }
             }
-            None => runs.push(RunOf {
+            None => runs.push(EarlierRun {
                 run_id: r.run_id.clone(),
                 started_at: r.started_at.clone(),
                 trials: vec![r.trial.clone()],
@@ -39,14 +39,14 @@ pub(crate) fn runs(results: &[TrialResult]) -> Vec<RunOf> {
 /// its lock) and the earlier runs whose records are still there.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RecordsByRun {
-    pub(crate) latest: Option<RunOf>,
-    pub(crate) earlier: Vec<RunOf>,
+    pub(crate) latest: Option<EarlierRun>,
+    pub(crate) earlier: Vec<EarlierRun>,
 }
 
 impl RecordsByRun {
     pub(crate) fn of(results: &[TrialResult]) -> RecordsByRun {
         let Some(newest) = results.iter().max_by_key(|r| r.started_unix_ms) else { return RecordsByRun::default() };
-        let (mut latest, earlier): (Vec<RunOf>, Vec<RunOf>) =
+        let (mut latest, earlier): (Vec<EarlierRun>, Vec<EarlierRun>) =
             runs(results).into_iter().partition(|r| r.run_id == newest.run_id);
         RecordsByRun { latest: latest.pop(), earlier }
     }
@@ -59,7 +59,7 @@ impl RecordsByRun {
             return None;
         }
         let earlier: usize = self.earlier.iter().map(|r| r.trials.len()).sum();
-        let runs: Vec<String> = self.earlier.iter().map(RunOf::describe).collect();
+        let runs: Vec<String> = self.earlier.iter().map(EarlierRun::describe).collect();
         Some(format!(
             "{earlier} of {} trial results come from earlier runs of this build, not from the latest run ({}, started {}): {}",
             earlier + latest.trials.len(),
@@ -85,7 +85,7 @@ impl RecordsByRun {
 
 /// How many results `earlier` (by when they started) hold, and the oldest
 /// run of them (`run R, started T`); `None` when there is none.
-fn earlier_results(earlier: &[RunOf]) -> Option<(usize, String)> {
+fn earlier_results(earlier: &[EarlierRun]) -> Option<(usize, String)> {
     let oldest = earlier.first()?;
     let count = earlier.iter().map(|r| r.trials.len()).sum();
     Some((count, format!("run {}, started {}", oldest.run_id, oldest.started_at)))
@@ -93,7 +93,7 @@ fn earlier_results(earlier: &[RunOf]) -> Option<(usize, String)> {
 
 /// `the report also uses 39 results of earlier runs of this build (oldest:
 /// run R, started T)`, when `earlier` holds any.
-pub(crate) fn also_uses(earlier: &[RunOf]) -> Option<String> {
+pub(crate) fn also_uses(earlier: &[EarlierRun]) -> Option<String> {
     let (count, oldest) = earlier_results(earlier)?;
     let results = if count == 1 { "result" } else { "results" };
     Some(format!("the report also uses {count} {results} of earlier runs of this build (oldest: {oldest})"))
