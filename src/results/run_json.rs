@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// The build a run's records are of.
 #[derive(Debug, Clone)]
-pub(crate) enum RunBuild {
+pub(crate) enum RecordedBuild {
     Built(BuildManifest),
     /// The build failed: its planned manifest, when it had a plan, and why.
     Failed {
@@ -134,7 +134,7 @@ impl Own {
 #[derive(Default)]
 struct WriterState {
     /// The build and run facts, from the first trial recorded.
-    run: Option<Arc<(RunBuild, RunInfo)>>,
+    run: Option<Arc<(RecordedBuild, RunInfo)>>,
     /// Records written since the views were last rebuilt.
     dirty: bool,
     interval: Duration,
@@ -168,7 +168,7 @@ impl RunWriter {
     /// The verdict is kept in memory first, and the run's facts before the
     /// record is written: `run.json` and `junit.xml` say what the run saw
     /// even when the record cannot be written.
-    pub(crate) fn record(&self, result: &TrialResult, build: RunBuild, info: &RunInfo) -> Result<()> {
+    pub(crate) fn record(&self, result: &TrialResult, build: RecordedBuild, info: &RunInfo) -> Result<()> {
         let shared = &self.shared;
         shared.own().verdicts.insert(result.slug.clone(), result.redacted());
         {
@@ -211,7 +211,7 @@ impl RunWriter {
 
     /// The build and run facts of the first trial recorded, for recording
     /// a trial again from another thread.
-    pub(crate) fn run_facts(&self) -> Option<(RunBuild, RunInfo)> {
+    pub(crate) fn run_facts(&self) -> Option<(RecordedBuild, RunInfo)> {
         self.shared.lock().run.as_deref().cloned()
     }
 
@@ -358,14 +358,14 @@ fn lock_workspace(ws: &Workspace) -> Result<File> {
 /// workspace's `.lock`.
 fn write_run(
     ws: &Workspace,
-    run_build: &RunBuild,
+    run_build: &RecordedBuild,
     info: &RunInfo,
     cache: Option<&mut ParsedRecords>,
     own: &BTreeMap<String, TrialResult>,
 ) -> Result<()> {
     let (manifest, build_error) = match run_build {
-        RunBuild::Built(manifest) => (Some(manifest), None),
-        RunBuild::Failed { planned, error } => (planned.as_ref(), Some(error.clone())),
+        RecordedBuild::Built(manifest) => (Some(manifest), None),
+        RecordedBuild::Failed { planned, error } => (planned.as_ref(), Some(error.clone())),
     };
     let build_id = manifest.map_or("", |m| m.build_id.as_str());
     // Records written by an older harness may predate redaction.
@@ -460,10 +460,10 @@ mod tests {
     fn views_are_rebuilt_at_once_then_at_most_every_interval_and_at_the_end() {
         let (_d, ws, manifest, info) = setup();
         let writer = RunWriter::new(ws.clone());
-        writer.record(&trial(0), RunBuild::Built(manifest.clone()), &info).unwrap();
+        writer.record(&trial(0), RecordedBuild::Built(manifest.clone()), &info).unwrap();
         assert_eq!(trials_in_views(&ws), Some(1), "the first trial is in run.json at once");
         for i in 1..50 {
-            writer.record(&trial(i), RunBuild::Built(manifest.clone()), &info).unwrap();
+            writer.record(&trial(i), RecordedBuild::Built(manifest.clone()), &info).unwrap();
         }
         let shown = trials_in_views(&ws).unwrap();
         assert!(shown < 50, "run.json was rewritten after every trial");
@@ -474,7 +474,7 @@ mod tests {
             assert!(Instant::now() < deadline, "run.json never caught up");
             std::thread::sleep(Duration::from_millis(50));
         }
-        writer.record(&trial(50), RunBuild::Built(manifest.clone()), &info).unwrap();
+        writer.record(&trial(50), RecordedBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         assert_eq!(trials_in_views(&ws), Some(51), "complete at the end");
     }
@@ -484,8 +484,8 @@ mod tests {
         let (_d, ws, manifest, info) = setup();
         // Two writers lock like two processes: an flock belongs to an open file.
         let (a, b) = (RunWriter::new(ws.clone()), RunWriter::new(ws.clone()));
-        a.record(&trial(0), RunBuild::Built(manifest.clone()), &info).unwrap();
-        b.record(&trial(1), RunBuild::Built(manifest.clone()), &info).unwrap();
+        a.record(&trial(0), RecordedBuild::Built(manifest.clone()), &info).unwrap();
+        b.record(&trial(1), RecordedBuild::Built(manifest.clone()), &info).unwrap();
         // run.json rewritten now, as the first trial left it: b's writer
         // thread waits its interval from now, and a must not rewrite it (a
         // missing run.json would be due at once for b's thread).
@@ -510,7 +510,7 @@ mod tests {
         at(1, "r0", 1).write(&ws).unwrap();
         at(2, "r1", 2).write(&ws).unwrap();
         let writer = RunWriter::new(ws.clone());
-        writer.record(&at(3, "r", 3), RunBuild::Built(manifest.clone()), &info).unwrap();
+        writer.record(&at(3, "r", 3), RecordedBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         let run: Value =
             serde_json::from_str(&std::fs::read_to_string(ws.results_dir().join("run.json")).unwrap()).unwrap();
@@ -543,7 +543,7 @@ mod tests {
         info.ignored = vec![ignored(1), ignored(2)];
         trial(2).write(&ws).unwrap();
         let writer = RunWriter::new(ws.clone());
-        writer.record(&trial(0), RunBuild::Built(manifest.clone()), &info).unwrap();
+        writer.record(&trial(0), RecordedBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         let junit = std::fs::read_to_string(ws.results_dir().join("junit.xml")).unwrap();
         assert!(junit.contains("tests=\"3\" skipped=\"1\""), "{junit}");
@@ -561,7 +561,7 @@ mod tests {
         let failed = TrialResult { status: Status::Failed, reason: "exit status 1".into(), ..trial(1) };
         let flaky = TrialResult { attempts: vec![Attempt::of(&failed, "the end")], flaky: true, ..trial(0) };
         let writer = RunWriter::new(ws.clone());
-        writer.record(&flaky, RunBuild::Built(manifest.clone()), &info).unwrap();
+        writer.record(&flaky, RecordedBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         let junit = std::fs::read_to_string(ws.results_dir().join("junit.xml")).unwrap();
         assert!(

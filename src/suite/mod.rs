@@ -19,7 +19,9 @@ use crate::launch;
 use crate::launch::allocation::{Allocation, Want};
 use crate::launch::slots::Slots;
 use crate::plan::{self, TrialSpec};
-use crate::results::{Attempt, Ignored, Rerun, RunBuild, RunHeader, RunInfo, RunWriter, TrialIdentity, TrialResult};
+use crate::results::{
+    Attempt, Ignored, RecordedBuild, Rerun, RunHeader, RunInfo, RunWriter, TrialIdentity, TrialResult,
+};
 use crate::trial;
 use crate::upstream::TrialKind;
 use crate::verdict::output::TrialOutput;
@@ -362,8 +364,8 @@ impl Suite {
         let build_id = manifest.map_or("", |m| m.build_id.as_str());
         let result = TrialResult::unrun(spec, self.ctx.config(), build_id, &self.run_id, &message);
         let build = match manifest {
-            Some(manifest) => RunBuild::Built(manifest.clone()),
-            None => RunBuild::Failed { planned: self.planned.get().cloned(), error: cause.clone() },
+            Some(manifest) => RecordedBuild::Built(manifest.clone()),
+            None => RecordedBuild::Failed { planned: self.planned.get().cloned(), error: cause.clone() },
         };
         if let Err(e) = self.results.record(&result, build, self.run_info()) {
             crate::say!("ccl-coverage: {}: cannot record that it did not run: {e}", spec.name);
@@ -416,7 +418,7 @@ impl Suite {
         }
         // A record that cannot be written fails the run at its end, naming
         // it; the trial's verdict stays what the run saw.
-        match self.results.record(&result, RunBuild::Built(manifest.clone()), self.run_info()) {
+        match self.results.record(&result, RecordedBuild::Built(manifest.clone()), self.run_info()) {
             Ok(()) => {
                 if let Some(Ok(store)) = store {
                     self.lines.submit(&store, &self.ctx.workspace, &self.results, result.clone());
@@ -604,7 +606,7 @@ impl Suite {
         let planned = self.planned.get();
         let build_id = planned.map_or("", |m| m.build_id.as_str());
         let result = TrialResult::unrun(spec, self.ctx.config(), build_id, &self.run_id, message);
-        let build = RunBuild::Failed { planned: planned.cloned(), error: message.to_string() };
+        let build = RecordedBuild::Failed { planned: planned.cloned(), error: message.to_string() };
         if let Err(e) = self.results.record(&result, build, self.run_info()) {
             crate::say!("ccl-coverage: {}: cannot record that it did not run: {e}", spec.name);
         }
