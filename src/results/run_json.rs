@@ -69,7 +69,7 @@ pub(crate) struct RunInfo {
 /// duplicate the per-trial files, which the report reads anyway.
 /// Cloned, it is the same writer: the line worker records through it too.
 #[derive(Clone)]
-pub(crate) struct RunWriter {
+pub(crate) struct RunJsonWriter {
     shared: Arc<WriterShared>,
     flusher: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
@@ -149,10 +149,10 @@ const MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// (which grows with the records) takes at most 1 % of a core.
 const COST_FACTOR: u32 = 100;
 
-impl RunWriter {
-    pub fn new(ws: Workspace) -> RunWriter {
+impl RunJsonWriter {
+    pub fn new(ws: Workspace) -> RunJsonWriter {
         let state = WriterState { interval: MIN_INTERVAL, ..WriterState::default() };
-        RunWriter {
+        RunJsonWriter {
             shared: Arc::new(WriterShared {
                 ws,
                 state: Mutex::new(state),
@@ -459,7 +459,7 @@ mod tests {
     #[test]
     fn views_are_rebuilt_at_once_then_at_most_every_interval_and_at_the_end() {
         let (_d, ws, manifest, info) = setup();
-        let writer = RunWriter::new(ws.clone());
+        let writer = RunJsonWriter::new(ws.clone());
         writer.record(&trial(0), RecordedBuild::Built(manifest.clone()), &info).unwrap();
         assert_eq!(trials_in_views(&ws), Some(1), "the first trial is in run.json at once");
         for i in 1..50 {
@@ -483,7 +483,7 @@ mod tests {
     fn only_the_last_process_of_a_run_rebuilds_the_views_at_its_end() {
         let (_d, ws, manifest, info) = setup();
         // Two writers lock like two processes: an flock belongs to an open file.
-        let (a, b) = (RunWriter::new(ws.clone()), RunWriter::new(ws.clone()));
+        let (a, b) = (RunJsonWriter::new(ws.clone()), RunJsonWriter::new(ws.clone()));
         a.record(&trial(0), RecordedBuild::Built(manifest.clone()), &info).unwrap();
         b.record(&trial(1), RecordedBuild::Built(manifest.clone()), &info).unwrap();
         // run.json rewritten now, as the first trial left it: b's writer
@@ -509,7 +509,7 @@ mod tests {
         };
         at(1, "r0", 1).write(&ws).unwrap();
         at(2, "r1", 2).write(&ws).unwrap();
-        let writer = RunWriter::new(ws.clone());
+        let writer = RunJsonWriter::new(ws.clone());
         writer.record(&at(3, "r", 3), RecordedBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         let run: Value =
@@ -542,7 +542,7 @@ mod tests {
         let ignored = |i: usize| Ignored { trial: trial_name(i), reason: format!("why {i}") };
         info.ignored = vec![ignored(1), ignored(2)];
         trial(2).write(&ws).unwrap();
-        let writer = RunWriter::new(ws.clone());
+        let writer = RunJsonWriter::new(ws.clone());
         writer.record(&trial(0), RecordedBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         let junit = std::fs::read_to_string(ws.results_dir().join("junit.xml")).unwrap();
@@ -560,7 +560,7 @@ mod tests {
         let (_d, ws, manifest, info) = setup();
         let failed = TrialResult { status: Status::Failed, reason: "exit status 1".into(), ..trial(1) };
         let flaky = TrialResult { attempts: vec![Attempt::of(&failed, "the end")], flaky: true, ..trial(0) };
-        let writer = RunWriter::new(ws.clone());
+        let writer = RunJsonWriter::new(ws.clone());
         writer.record(&flaky, RecordedBuild::Built(manifest.clone()), &info).unwrap();
         writer.finish().unwrap();
         let junit = std::fs::read_to_string(ws.results_dir().join("junit.xml")).unwrap();
@@ -578,7 +578,7 @@ mod tests {
     #[test]
     fn a_process_that_recorded_nothing_writes_nothing() {
         let (_d, ws, _, _) = setup();
-        RunWriter::new(ws.clone()).finish().unwrap();
+        RunJsonWriter::new(ws.clone()).finish().unwrap();
         assert!(!ws.results_dir().join("run.json").exists());
     }
 }

@@ -20,7 +20,7 @@ use crate::launch::allocation::{Allocation, Want};
 use crate::launch::slots::Slots;
 use crate::plan::{self, TrialSpec};
 use crate::results::{
-    Attempt, Ignored, RecordedBuild, Rerun, RunHeader, RunInfo, RunWriter, TrialIdentity, TrialResult,
+    Attempt, Ignored, RecordedBuild, Rerun, RunHeader, RunInfo, RunJsonWriter, TrialIdentity, TrialResult,
 };
 use crate::trial;
 use crate::upstream::TrialKind;
@@ -69,7 +69,7 @@ pub(crate) struct Suite {
     /// The shared-filesystem check's verdict per launcher, once per run;
     /// held while a check runs, so each launcher is checked once.
     shared_fs: Mutex<HashMap<String, Result<()>>>,
-    results: RunWriter,
+    results: RunJsonWriter,
     /// The trials the name filter selected, and whether each runs (else its
     /// flag ignores it): what JUnit lists.
     selected: OnceLock<Vec<(TrialSpec, bool)>>,
@@ -91,7 +91,7 @@ struct LineWorker {
 
 impl LineWorker {
     /// Queues `result`, whose profile is merged, starting the worker once.
-    fn submit(&self, store: &Arc<LineStore>, ws: &Workspace, writer: &RunWriter, result: TrialResult) {
+    fn submit(&self, store: &Arc<LineStore>, ws: &Workspace, writer: &RunJsonWriter, result: TrialResult) {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         if queue.is_none() {
             let (send, receive) = mpsc::channel::<TrialResult>();
@@ -139,7 +139,7 @@ impl Suite {
     pub(crate) fn new(ctx: Context) -> Suite {
         Suite {
             run_id: crate::results::run_id(),
-            results: RunWriter::new(ctx.workspace.clone()),
+            results: RunJsonWriter::new(ctx.workspace.clone()),
             ctx,
             build: OnceLock::new(),
             ready: OnceLock::new(),

@@ -231,7 +231,7 @@ impl Workspace {
     }
 
     /// Held shared by each process recording trials, so the last one can tell
-    /// it is last (`results::run_json::RunWriter`).
+    /// it is last (`results::run_json::RunJsonWriter`).
     pub(crate) fn writers_lock_file(&self) -> PathBuf {
         self.root.join(".writers.lock")
     }
