@@ -172,7 +172,7 @@ pub fn report_dir() -> Option<std::path::PathBuf> {
 pub fn print_run_line(tally: &super::collectives::Tally) {
     let Ok(ctx) = Context::from_env(Entry::Cli) else { return };
     let read = |path: std::path::PathBuf| -> Option<Vec<u8>> { ctx.workspace.read_opt(&path).ok()? };
-    let run: Option<crate::results::RunRecord> =
+    let run: Option<crate::results::RunJson> =
         read(ctx.workspace.results_dir().join("run.json")).and_then(|b| serde_json::from_slice(&b).ok());
     let planned = crate::plan::names(ctx.config()).len();
     let flaky = match tally.flaky {

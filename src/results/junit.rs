@@ -1,7 +1,7 @@
 //! `junit.xml`: a run's record as JUnit, nextest's way (retries as
 //! `<flakyFailure>`/`<rerunFailure>`, a trial's own cases under it).
 
-use super::record::RunRecord;
+use super::record::RunJson;
 use crate::error::{Context, Result};
 use crate::verdict::{CaseStatus, Status};
 use std::borrow::Cow;
@@ -28,7 +28,7 @@ pub(crate) fn xml_text(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-pub(super) fn junit(record: &RunRecord) -> Result<String> {
+pub(super) fn junit(record: &RunJson) -> Result<String> {
     use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestRerun, TestSuite};
     let mut suite = TestSuite::new(xml_text(&format!("collectives ({})", record.header.config)).into_owned());
     let classname = xml_text(&format!("ccl-coverage.{}", record.header.config)).into_owned();
@@ -147,7 +147,7 @@ mod tests {
             "summary": {"total": 1, "passed": 0, "failed": 1, "timeout": 0, "duration_s": 0.0},
             "trials": [t], "ignored": [Ignored { trial: "I".into(), reason: hostile.into() }],
         });
-        let record: RunRecord = serde_json::from_value(run).unwrap();
+        let record: RunJson = serde_json::from_value(run).unwrap();
         let xml = junit(&record).unwrap();
         assert_xml_1_0(&xml);
         assert!(xml.contains("a\\x1B[31mred\\x07\\x00\\u{FFFE}"), "{xml}");

@@ -381,7 +381,7 @@ pub(crate) struct Summary {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct RunRecord {
+pub(crate) struct RunJson {
     pub(crate) schema_version: u32,
     /// Which run, of what, where.
     #[serde(flatten)]

@@ -4,7 +4,7 @@
 
 use super::load::{ParsedRecords, Planned, load_checked_with};
 use super::record::EarlierRun;
-use super::record::{Ignored, RunHeader, RunRecord, Summary, TrialResult};
+use super::record::{Ignored, RunHeader, RunJson, Summary, TrialResult};
 use super::runs::runs;
 use crate::build::cache::BuildManifest;
 use crate::error::{Context, Error, Result};
@@ -387,7 +387,7 @@ fn write_run(
     let this = this.into_iter().next();
     let recorded: BTreeSet<&str> = trials.iter().map(|t| t.trial.as_str()).collect();
     let ignored = info.ignored.iter().filter(|i| !recorded.contains(i.trial.as_str())).cloned().collect();
-    let record = RunRecord {
+    let record = RunJson {
         schema_version: 2,
         header: info.header.clone(),
         build,

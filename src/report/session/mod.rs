@@ -175,7 +175,7 @@ pub(super) fn nothing_to_report(ctx: &Context) -> Option<String> {
     let ws = &ctx.workspace;
     let run_json = ws.results_dir().join("run.json");
     let run = ws.read_opt(&run_json).ok().flatten();
-    match run.map(|bytes| serde_json::from_slice::<crate::results::RunRecord>(&bytes)) {
+    match run.map(|bytes| serde_json::from_slice::<crate::results::RunJson>(&bytes)) {
         None if !ws.build_manifest().exists() => Some(format!(
             "no trial has run in {} yet: run `{}` first, with the same config and workspace",
             ws.root().display(),
