@@ -16,5 +16,5 @@ pub(crate) use junit::assert_xml_1_0;
 pub(crate) use junit::xml_text;
 pub(crate) use load::load_checked;
 pub(crate) use record::{Attempt, EarlierRun, Ignored, Rerun, RunHeader, RunJson, TrialIdentity, TrialResult};
-pub(crate) use run_json::{RecordedBuild, RunInfo, RunJsonWriter};
+pub(crate) use run_json::{RecordedBuild, RunJsonWriter, RunPlan};
 pub(crate) use runs::{RecordsByRun, also_uses, run_id};

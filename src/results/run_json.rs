@@ -30,7 +30,7 @@ pub(crate) enum RecordedBuild {
 
 /// Static facts of a run that every rewrite of `run.json` repeats.
 #[derive(Clone)]
-pub(crate) struct RunInfo {
+pub(crate) struct RunPlan {
     /// What `run.json` says of the run.
     pub(crate) header: RunHeader,
     /// Every trial of the config's plan, ignored ones included.
@@ -134,7 +134,7 @@ impl Own {
 #[derive(Default)]
 struct WriterState {
     /// The build and run facts, from the first trial recorded.
-    run: Option<Arc<(RecordedBuild, RunInfo)>>,
+    run: Option<Arc<(RecordedBuild, RunPlan)>>,
     /// Records written since the views were last rebuilt.
     dirty: bool,
     interval: Duration,
@@ -168,7 +168,7 @@ impl RunJsonWriter {
     /// The verdict is kept in memory first, and the run's facts before the
     /// record is written: `run.json` and `junit.xml` say what the run saw
     /// even when the record cannot be written.
-    pub(crate) fn record(&self, result: &TrialResult, build: RecordedBuild, info: &RunInfo) -> Result<()> {
+    pub(crate) fn record(&self, result: &TrialResult, build: RecordedBuild, info: &RunPlan) -> Result<()> {
         let shared = &self.shared;
         shared.own().verdicts.insert(result.slug.clone(), result.redacted());
         {
@@ -211,7 +211,7 @@ impl RunJsonWriter {
 
     /// The build and run facts of the first trial recorded, for recording
     /// a trial again from another thread.
-    pub(crate) fn run_facts(&self) -> Option<(RecordedBuild, RunInfo)> {
+    pub(crate) fn run_facts(&self) -> Option<(RecordedBuild, RunPlan)> {
         self.shared.lock().run.as_deref().cloned()
     }
 
@@ -359,7 +359,7 @@ fn lock_workspace(ws: &Workspace) -> Result<File> {
 fn write_run(
     ws: &Workspace,
     run_build: &RecordedBuild,
-    info: &RunInfo,
+    info: &RunPlan,
     cache: Option<&mut ParsedRecords>,
     own: &BTreeMap<String, TrialResult>,
 ) -> Result<()> {
@@ -426,11 +426,11 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
-    fn setup() -> (tempfile::TempDir, Workspace, BuildManifest, RunInfo) {
+    fn setup() -> (tempfile::TempDir, Workspace, BuildManifest, RunPlan) {
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::new(&dir.path().join("ws")).unwrap();
         ws.create().unwrap();
-        let info = RunInfo {
+        let info = RunPlan {
             header: RunHeader {
                 config: "t".into(),
                 config_path: "/c.json".into(),

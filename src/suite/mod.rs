@@ -20,7 +20,7 @@ use crate::launch::allocation::{Allocation, Want};
 use crate::launch::slots::Slots;
 use crate::plan::{self, TrialSpec};
 use crate::results::{
-    Attempt, Ignored, RecordedBuild, Rerun, RunHeader, RunInfo, RunJsonWriter, TrialIdentity, TrialResult,
+    Attempt, Ignored, RecordedBuild, Rerun, RunHeader, RunJsonWriter, RunPlan, TrialIdentity, TrialResult,
 };
 use crate::trial;
 use crate::upstream::TrialKind;
@@ -63,7 +63,7 @@ pub(crate) struct Suite {
     /// The manifest the build was planned to have, once it had a plan: a
     /// failed build's trials are recorded against its key.
     planned: OnceLock<BuildManifest>,
-    info: OnceLock<RunInfo>,
+    info: OnceLock<RunPlan>,
     /// The hostfile's, Slurm allocation's or config's nodes, read once.
     allocation: OnceLock<Result<Option<Allocation>>>,
     /// The shared-filesystem check's verdict per launcher, once per run;
@@ -243,8 +243,8 @@ impl Suite {
         Ok((manifest, in_use))
     }
 
-    fn run_info(&self) -> &RunInfo {
-        self.info.get_or_init(|| RunInfo {
+    fn run_info(&self) -> &RunPlan {
+        self.info.get_or_init(|| RunPlan {
             header: RunHeader {
                 config: self.ctx.config().name.to_string(),
                 config_path: self.ctx.loaded.path.clone(),
