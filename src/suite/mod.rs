@@ -238,6 +238,7 @@ impl Suite {
                 ctx.workspace.root().display()
             ))
         })?;
+        cache::register_workspace(&ctx.state_dir, &ctx.workspace, &ctx.config().name, &manifest.build_id);
         Ok((manifest, in_use))
     }
 

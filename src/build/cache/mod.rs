@@ -532,7 +532,7 @@ fn remove_failed_builds(builds: &Path, workspace: &Path, done: &str) {
         }
         match crate::workspace::confined::remove_tree(&path) {
             Ok(()) => {
-                let _ = crate::workspace::confined::remove_tree(&users_dir(&path));
+                remove_notes(&path);
                 // Held alone: a process waiting on it finds it gone and opens a new one.
                 let _ = std::fs::remove_file(&lock_path);
                 crate::say!(
@@ -548,15 +548,23 @@ fn remove_failed_builds(builds: &Path, workspace: &Path, done: &str) {
 /// Whether the folder `path` (not a link) is a build with key `key` that
 /// `workspace`'s run started and that has no `build.json`.
 fn unfinished_of(path: &Path, key: &str, workspace: &Path) -> bool {
+    unfinished(path, key).is_some_and(|started| crate::workspace::normalize(&started) == workspace)
+}
+
+/// The workspace whose run started the build `path` (a folder, not a link)
+/// with key `key`, when its note says the harness started it under that key
+/// and it never finished (no `build.json`): a failed or stopped build.
+pub(crate) fn unfinished(path: &Path, key: &str) -> Option<PathBuf> {
     let is_dir = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
-    let note: Option<StartedBy> = std::fs::symlink_metadata(path.join(STARTED_BY))
-        .ok()
-        .filter(std::fs::Metadata::is_file)
-        .and_then(|_| std::fs::read(path.join(STARTED_BY)).ok())
-        .and_then(|b| serde_json::from_slice(&b).ok());
-    is_dir
-        && std::fs::symlink_metadata(path.join("build.json")).is_err()
-        && note.is_some_and(|n| n.key == key && crate::workspace::normalize(&n.workspace) == workspace)
+    if !is_dir || std::fs::symlink_metadata(path.join("build.json")).is_ok() {
+        return None;
+    }
+    let note: StartedBy = crate::workspace::confined::open_regular(&path.join(STARTED_BY)).ok().and_then(|file| {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, 64 * 1024), &mut bytes).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    })?;
+    (note.key == key).then_some(note.workspace)
 }
 
 /// What the cache holds for a build key.
@@ -614,6 +622,13 @@ fn users_dir(cache_dir: &Path) -> PathBuf {
     cache_dir.with_extension("users")
 }
 
+/// Deletes what the harness keeps beside a deleted build: its runs' notes
+/// and its workspaces' registrations.
+pub(crate) fn remove_notes(cache_dir: &Path) {
+    let _ = crate::workspace::confined::remove_tree(&users_dir(cache_dir));
+    let _ = crate::workspace::confined::remove_tree(&registry_dir(cache_dir));
+}
+
 /// The runs that use the build in `cache_dir`, as people read them; notes
 /// of runs that are gone are removed.
 pub(crate) fn users_of(cache_dir: &Path, state_dir: &Path) -> Vec<String> {
@@ -638,6 +653,88 @@ pub(crate) fn users_of(cache_dir: &Path, state_dir: &Path) -> Vec<String> {
         }
     }
     users
+}
+
+/// The folder beside a build (`builds/<key>.workspaces/`) where each
+/// workspace that uses it registers, wherever that workspace lives: `clean
+/// --builds` keeps a build one of them still uses. Beside the build's
+/// folder, not in it: that holds only what its build made.
+fn registry_dir(cache_dir: &Path) -> PathBuf {
+    cache_dir.with_extension("workspaces")
+}
+
+/// A workspace's registration in the build it uses: data, never trusted as
+/// configuration. It keeps the build only while that workspace's marker and
+/// `build.json` say so.
+#[derive(Debug, Serialize, Deserialize)]
+struct Registration {
+    workspace: PathBuf,
+    config: String,
+}
+
+/// Registers `ws` (of config `config`) in the cached build `build_id` under
+/// `state_dir`, as a run or report uses it. The build's folder is found from
+/// the key alone (a `build.json` is the workspace's data: its `cache_dir` is
+/// not followed). One that cannot be written is said: another config's
+/// `clean --builds` would then not see this workspace.
+pub(crate) fn register_workspace(state_dir: &Path, ws: &Workspace, config: &str, build_id: &str) {
+    if build_id.is_empty() || !build_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        return;
+    }
+    let cache_dir = state_dir.join("builds").join(build_id);
+    if !std::fs::symlink_metadata(&cache_dir).is_ok_and(|m| m.is_dir()) {
+        return;
+    }
+    let root = crate::workspace::normalize(ws.root());
+    let name = &files::hex(&<sha2::Sha256 as sha2::Digest>::digest(root.as_os_str().as_encoded_bytes()))[..16];
+    let path = registry_dir(&cache_dir).join(format!("{name}.json"));
+    let note = Registration { workspace: root, config: config.to_string() };
+    if let Err(e) = files::write_atomic(&path, &serde_json::to_vec(&note).expect("serializes")) {
+        crate::warning!(
+            "cannot register the workspace {} as a user of the cached build {} ({e}): `clean --builds` of another config may delete it",
+            ws.root().display(),
+            cache_dir.display()
+        );
+    }
+}
+
+/// The workspaces registered in the build `cache_dir` (key `key`) that still
+/// use it: the folder carries the marker of the registered config and its
+/// `build.json` names this build, each read without following a link. A
+/// stale registration (the workspace gone, another build's, or a file that
+/// cannot be read as one) keeps nothing: it is removed, and why is returned.
+pub(crate) fn registered_users(cache_dir: &Path, key: &str) -> (Vec<PathBuf>, Vec<String>) {
+    let (mut users, mut stale) = (Vec::new(), Vec::new());
+    for entry in std::fs::read_dir(registry_dir(cache_dir)).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let note = crate::workspace::confined::open_regular(&path).ok().and_then(|file| {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::Read::take(file, 64 * 1024), &mut bytes).ok()?;
+            serde_json::from_slice::<Registration>(&bytes).ok()
+        });
+        let why = match &note {
+            None => format!("{} is not a registration", path.display()),
+            Some(note) => match Workspace::new(&note.workspace) {
+                Err(e) => e.to_string(),
+                Ok(ws) => match ws.check_marked(&note.config).and_then(|()| BuildManifest::read_in(&ws)) {
+                    Ok(manifest) if manifest.build_id == key => {
+                        users.push(ws.root().to_path_buf());
+                        continue;
+                    }
+                    Ok(manifest) => format!("{} now uses build {}", ws.root().display(), manifest.build_id),
+                    Err(e) => format!("{}: {e}", ws.root().display()),
+                },
+            },
+        };
+        // The registry folder is the harness's: a stale entry, file or link, goes.
+        if entry.file_type().is_ok_and(|t| !t.is_dir()) {
+            let _ = std::fs::remove_file(&path);
+        }
+        stale.push(why);
+    }
+    users.sort();
+    users.dedup();
+    (users, stale)
 }
 
 /// Makes `manifest` the workspace's build. Results, profiles and reports
@@ -744,6 +841,49 @@ mod tests {
         drop(busy);
         remove_failed_builds(&builds, &ws, "done");
         assert!(!builds.join("busy").exists(), "once no run holds it, it goes");
+    }
+
+    /// A registration keeps its build only while the workspace's marker and
+    /// `build.json` say so; a link, a file that is no registration, a
+    /// workspace gone or on another build keep nothing and are removed, and
+    /// what a link points at is neither read nor touched.
+    #[test]
+    fn only_a_registered_workspace_that_still_uses_the_build_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let cache = state.join("builds/k1");
+        files::create_dir(&cache).unwrap();
+        let workspace = |name: &str, build: &str| {
+            let ws = Workspace::new(&dir.path().join(name)).unwrap();
+            ws.claim("cfg", &dir.path().join("cfg.json"), &[]).unwrap();
+            adopt(&ws, &test_manifest(build)).unwrap();
+            register_workspace(&state, &ws, "cfg", "k1");
+            ws
+        };
+        let using = workspace("using", "k1");
+        let moved = workspace("moved", "k1");
+        adopt(&moved, &test_manifest("k2")).unwrap();
+        let gone = workspace("gone", "k1");
+        std::fs::remove_dir_all(gone.root()).unwrap();
+        // A planted link to a registration of a workspace that uses the build.
+        let outside = dir.path().join("outside.json");
+        let note = Registration { workspace: using.root().to_path_buf(), config: "cfg".into() };
+        std::fs::write(&outside, serde_json::to_vec(&note).unwrap()).unwrap();
+        std::os::unix::fs::symlink(&outside, registry_dir(&cache).join("link.json")).unwrap();
+        std::fs::write(registry_dir(&cache).join("junk.json"), "[]").unwrap();
+        // Keys are names, never paths: nothing is registered outside the cache.
+        register_workspace(&state, &using, "cfg", "../../escape");
+        assert!(!dir.path().join("escape.workspaces").exists());
+
+        let (users, stale) = registered_users(&cache, "k1");
+        assert_eq!(users, [using.root().to_path_buf()]);
+        assert_eq!(stale.len(), 4, "{stale:?}");
+        assert!(stale.iter().any(|s| s.ends_with("/moved now uses build k2")), "{stale:?}");
+        assert!(stale.iter().any(|s| s.contains("link.json is not a registration")), "{stale:?}");
+        let left: Vec<_> = std::fs::read_dir(registry_dir(&cache)).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1, "stale registrations stay");
+        assert!(outside.is_file(), "the link's target was touched");
+        assert_eq!(registered_users(&cache, "k2").0, Vec::<PathBuf>::new(), "using's build.json names k1");
     }
 
     #[test]

@@ -44,6 +44,8 @@ impl Session {
                 self.ctx.entry.trials()
             ))
         })?;
+        // A workspace made before builds kept a registry registers as it reports.
+        crate::build::cache::register_workspace(&self.ctx.state_dir, ws, &self.ctx.config().name, &manifest.build_id);
         if !manifest.coverage {
             return Ok(Merge::Off(format!(
                 "build {} was made without coverage (CCL_COV_COVERAGE=off): there is nothing to report",
