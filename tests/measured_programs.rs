@@ -263,4 +263,19 @@ fn a_ctest_trial_that_runs_several_instrumented_programs_passes_with_each_one_s_
         text.contains("measured 4 objects: libring.so (library.objects), ring_bench, ring_inside, ring_test (programs that wrote profiles)"),
         "{text}"
     );
+
+    // Item 9: CTest's Testing/ is written in the trial's own folder, not in
+    // the cached build its tests run from, and the next run reuses the
+    // build without naming anything it did not make.
+    let manifest: Value = serde_json::from_str(&std::fs::read_to_string(s.ws.join("build.json")).unwrap()).unwrap();
+    let bin_dir = std::path::PathBuf::from(manifest["bin_dir"].as_str().unwrap());
+    assert!(
+        bin_dir.join("CTestTestfile.cmake").is_file() && !bin_dir.join("Testing").exists(),
+        "{}",
+        bin_dir.display()
+    );
+    let again = harness(&s, "run", &[], LIMIT);
+    let text = again.text();
+    assert!(again.success && text.contains("reusing build"), "{text}");
+    assert!(!text.contains("its build did not make"), "{text}");
 }

@@ -478,6 +478,11 @@ impl Suite {
             ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;
             ws.clear(Area::Work, &ws.trial_work(&spec.slug))?;
             let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices()), held.hosts())?;
+            if launch.kind == TrialKind::Ctest {
+                let work = ws.trial_work(&spec.slug);
+                ws.create_dir(&work)?;
+                ws.write(&work.join(launch::CTEST_FILE), launch::ctest_file(&manifest.bin_dir)?.as_bytes())?;
+            }
             let timeout = launch.timeout.as_secs();
             let line = crate::exec::redact::shell_line(&launch.cmd.display());
             crate::reporter::emit(crate::reporter::Event::Detail(&format!(

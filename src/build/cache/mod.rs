@@ -213,9 +213,7 @@ impl BuildPlan {
         };
         let damage = match self.cached() {
             Cached::Whole(manifest) => {
-                let in_use = BuildInUse::note(ctx, &self.cache_dir, lock);
-                remove_failed_builds(&ctx.state_dir.join("builds"), ctx.workspace.root(), &self.key);
-                return Ok((*manifest, in_use));
+                return Ok((*manifest, self.hand_over(ctx, lock)?));
             }
             Cached::Damaged(why) => Some(why),
             Cached::Missing => None,
@@ -253,9 +251,19 @@ impl BuildPlan {
                 self.cache_dir.display()
             );
         }
+        Ok((manifest, self.hand_over(ctx, lock)?))
+    }
+
+    /// The run's hold on the build, its lock held shared: noted, the folder
+    /// for its device backend's files made beside it, and this workspace's
+    /// failed builds deleted.
+    fn hand_over(&self, ctx: &Context, lock: std::fs::File) -> Result<BuildInUse> {
+        if self.device.enabled {
+            files::create_dir(&device::files_beside(&self.cache_dir))?;
+        }
         let in_use = BuildInUse::note(ctx, &self.cache_dir, lock);
         remove_failed_builds(&ctx.state_dir.join("builds"), ctx.workspace.root(), &self.key);
-        Ok((manifest, in_use))
+        Ok(in_use)
     }
 
     /// The cached build: whole, damaged (why), or not built.
@@ -622,11 +630,12 @@ fn users_dir(cache_dir: &Path) -> PathBuf {
     cache_dir.with_extension("users")
 }
 
-/// Deletes what the harness keeps beside a deleted build: its runs' notes
-/// and its workspaces' registrations.
+/// Deletes what the harness keeps beside a deleted build: its runs' notes,
+/// its workspaces' registrations and its device backend's files.
 pub(crate) fn remove_notes(cache_dir: &Path) {
-    let _ = crate::workspace::confined::remove_tree(&users_dir(cache_dir));
-    let _ = crate::workspace::confined::remove_tree(&registry_dir(cache_dir));
+    for beside in [users_dir(cache_dir), registry_dir(cache_dir), device::files_beside(cache_dir)] {
+        let _ = crate::workspace::confined::remove_tree(&beside);
+    }
 }
 
 /// The runs that use the build in `cache_dir`, as people read them; notes
