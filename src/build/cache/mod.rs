@@ -353,7 +353,7 @@ impl BuildPlan {
         manifest.programs = programs(&self.bin_dir)?;
         manifest.discovered = Some(self.discover(&manifest)?);
         manifest.sources = self.source_sums(ctx);
-        let contents = identity::contents(&self.cache_dir)?.join("\n");
+        let contents = identity::listing(&self.cache_dir)?;
         files::write_atomic(&self.cache_dir.join(identity::CONTENTS), contents.as_bytes())?;
         manifest.contents_sha256 = Some(files::hex(&<sha2::Sha256 as sha2::Digest>::digest(contents.as_bytes())));
         manifest.write(&self.manifest_path())?;
@@ -896,17 +896,32 @@ mod tests {
     }
 
     #[test]
-    fn what_is_left_in_a_cache_folder_or_gone_from_it_is_named() {
+    fn what_is_left_in_a_cache_folder_or_gone_from_it_or_changed_in_it_is_named() {
         use sha2::Digest;
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::create_dir_all(root.join("ccl-tests")).unwrap();
         std::fs::create_dir_all(root.join("logs")).unwrap();
-        std::fs::write(root.join("ccl-tests/all_reduce_perf"), "elf").unwrap();
+        let perf = root.join("ccl-tests/all_reduce_perf");
+        std::fs::write(&perf, "elf").unwrap();
         std::fs::write(root.join("logs/01-build.log"), "log").unwrap();
         std::os::unix::fs::symlink("all_reduce_perf", root.join("ccl-tests/link")).unwrap();
-        let listing = identity::contents(root).unwrap().join("\n");
-        assert_eq!(listing, "ccl-tests/\nccl-tests/all_reduce_perf\nccl-tests/link@\nlogs/\nlogs/01-build.log");
+        let built = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(1_700_000_000_123_456_789);
+        for file in [&perf, &root.join("logs/01-build.log")] {
+            std::fs::File::options().write(true).open(file).unwrap().set_modified(built).unwrap();
+        }
+        let listing = identity::listing(root).unwrap();
+        let lines: Vec<&str> = listing.lines().skip(1).collect();
+        assert_eq!(
+            lines,
+            [
+                "ccl-tests/",
+                "ccl-tests/all_reduce_perf\t3\t1700000000123456789",
+                "ccl-tests/link@",
+                "logs/",
+                "logs/01-build.log\t3\t1700000000123456789"
+            ]
+        );
         std::fs::write(root.join(identity::CONTENTS), &listing).unwrap();
         let sum = files::hex(&sha2::Sha256::digest(listing.as_bytes()));
         // The manifest, written after the listing, is not in it.
@@ -920,6 +935,24 @@ mod tests {
             "{said}"
         );
         assert!(said.ends_with("lacks 1 entries its build made: logs/01-build.log"), "{said}");
+        // Edited in place: the same size, a new time.
+        std::fs::write(&perf, "ELF").unwrap();
+        let said = identity::left_in_cache(root, &sum).unwrap().unwrap();
+        assert!(
+            said.ends_with(
+                "holds 1 files its build made whose size or modification time changed since: ccl-tests/all_reduce_perf"
+            ),
+            "{said}"
+        );
+        // An older listing, names alone, is compared by name.
+        let names = "ccl-tests/\nccl-tests/all_reduce_perf\nccl-tests/link@\nlogs/";
+        std::fs::write(root.join(identity::CONTENTS), names).unwrap();
+        let old = files::hex(&sha2::Sha256::digest(names.as_bytes()));
+        let said = identity::left_in_cache(root, &old).unwrap().unwrap();
+        assert_eq!(
+            said,
+            "holds 1 entries its build did not make (a trial, whose working folder it once was, or another program left them): ccl-tests/left-behind"
+        );
         std::fs::write(root.join(identity::CONTENTS), "ccl-tests/\n").unwrap();
         let said = identity::left_in_cache(root, &sum).unwrap().unwrap();
         assert!(said.contains("is not the one build.json records, so they cannot be named"), "{said}");
