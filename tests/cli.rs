@@ -343,7 +343,7 @@ fn clean_builds_keeps_a_build_a_workspace_anywhere_uses_and_deletes_failed_build
         "{text}"
     );
     assert!(text.contains(&format!("deleted the failed build {}", builds.join(&failed_key).display())), "{text}");
-    assert_eq!(folders(), [key.clone()], "{text}");
+    assert_eq!(folders(), std::slice::from_ref(&key), "{text}");
     assert!(!builds.join(format!("{failed_key}.lock")).exists(), "{text}");
     let reported = harness(&b, "report", &[], LIMIT);
     assert!(reported.success, "b's build was deleted from under it: {}", reported.text());

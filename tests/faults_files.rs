@@ -694,3 +694,41 @@ fn a_build_file_edited_in_place_in_the_cache_is_named_when_the_build_is_reused()
         "{text}"
     );
 }
+
+/// Issue #48, item 8: `report` after the config's `library.objects`, or its
+/// coverage flags, changed refuses, naming what differs and the command
+/// that rebuilds (it reported the old build's objects without a word); the
+/// same config reports, and so does the config restored. A state folder of
+/// its own: its build records its inputs.
+#[test]
+fn a_report_refuses_a_config_whose_build_inputs_changed_and_names_them() {
+    let target = tempfile::tempdir().unwrap();
+    let mut s = one_trial("t");
+    s.env.push(("CARGO_TARGET_DIR".into(), target.path().display().to_string()));
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    let reported = harness(&s, "report", &[], LIMIT);
+    assert!(reported.success, "the same config is refused: {}", reported.text());
+    let good = fs::read_to_string(&s.config).unwrap();
+    let edit = |change: &dyn Fn(&mut Value)| {
+        let mut v: Value = serde_json::from_str(&good).unwrap();
+        change(&mut v);
+        fs::write(&s.config, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        harness(&s, "report", &[], LIMIT)
+    };
+    let refused = edit(&|v| v["library"]["objects"][1] = json!("{build_dir}/ccl-tuner/libother.so"));
+    let text = refused.text();
+    assert!(!refused.success, "{text}");
+    assert!(
+        text.contains("the config names other build inputs than build ")
+            && text.contains("library.objects[1]: the build's `<build_dir>/ccl-tuner/libccl-tuner.so`, the config's `<build_dir>/ccl-tuner/libother.so`; run `ccl-coverage run` to build what the config names"),
+        "{text}"
+    );
+    let refused = edit(&|v| v["coverage"]["host_flags"].as_array_mut().unwrap().push(json!("-O0")));
+    let text = refused.text();
+    assert!(!refused.success, "{text}");
+    assert!(text.contains("{coverage_flags}: the build's `-fprofile-instr-generate -fcoverage-mapping -fprofile-update=atomic`, the config's `-fprofile-instr-generate -fcoverage-mapping -fprofile-update=atomic -O0`"), "{text}");
+    fs::write(&s.config, &good).unwrap();
+    let reported = harness(&s, "report", &[], LIMIT);
+    assert!(reported.success, "{}", reported.text());
+}

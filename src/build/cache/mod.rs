@@ -14,7 +14,7 @@ mod manifest;
 pub(crate) mod steps;
 
 use identity::hash_tree;
-use key::{build_key, library_objects};
+use key::{build_key, inputs, inputs_differ, library_objects};
 pub(crate) use manifest::Measured;
 use manifest::programs;
 pub(crate) use manifest::sources_changed;
@@ -64,6 +64,8 @@ pub(crate) struct BuildPlan {
     /// cannot be used: the dry run still shows the whole plan and names
     /// them, [`Self::build`] fails with them. The key then stands for no build.
     pub(crate) problems: Vec<Error>,
+    /// The inputs the config names (`key::inputs`), recorded in the manifest.
+    inputs: Vec<(String, String)>,
 }
 
 impl BuildPlan {
@@ -76,6 +78,7 @@ impl BuildPlan {
             BuildSetup::new(config, ctx.coverage, ctx.device_mode, tools.as_deref(), &crate::config::process_env)?;
         let mut vars = build_vars(loaded, &setup, ctx.jobs);
         let mut problems = Vec::new();
+        let inputs = inputs(ctx, &setup, (ctx.existing_build.as_deref(), ctx.existing_tests.as_deref()))?;
         let (key, existing_objects, source_sums) = build_key(ctx, &setup, &mut vars, &mut problems)?;
         let cache_dir = ctx.state_dir.join("builds").join(&key);
         let build_dir = ctx.existing_build.clone().unwrap_or_else(|| cache_dir.clone());
@@ -98,6 +101,7 @@ impl BuildPlan {
             existing_objects,
             source_sums,
             problems,
+            inputs,
         })
     }
 
@@ -160,6 +164,7 @@ impl BuildPlan {
             sources: None,
             discovered: None,
             contents_sha256: None,
+            inputs: Some(self.inputs.clone()),
         }
     }
 
@@ -489,6 +494,37 @@ impl BuildSetup {
         let rccl = if coverage { rccl::Coverage::On { full: device.enabled } } else { rccl::Coverage::Off };
         Ok(BuildSetup { toolchain, device, coverage_flags, coverage_link_flags, rccl })
     }
+}
+
+/// Why a report must not read the workspace's build `manifest`: the config
+/// names other build inputs (objects, steps, flags, tools) than the build
+/// recorded, so the report would describe objects the config no longer
+/// builds. `None` when they agree, or when the build recorded none (an
+/// older ccl-coverage). The device decision and the existing builds are the
+/// build's: the device mode and `CCL_COV_BUILD_DIR`/`CCL_COV_TESTS_DIR` are
+/// the run's choice, often for that run alone, not the config's.
+pub(crate) fn config_differs(ctx: &Context, manifest: &BuildManifest) -> Result<Option<String>> {
+    let Some(built) = &manifest.inputs else { return Ok(None) };
+    let existing = |label: &str| built.iter().find(|(l, _)| l == label).map(|(_, dir)| Path::new(dir.as_str()));
+    let config = ctx.config();
+    let device = manifest.device.clone();
+    let setup = BuildSetup {
+        toolchain: toolchain::resolve(&config.toolchain, &crate::config::process_env)?,
+        coverage_flags: device::coverage_flags(&config.coverage.host_flags, &device),
+        coverage_link_flags: device::link_flags(&device),
+        rccl: rccl::Coverage::On { full: device.enabled },
+        device,
+    };
+    let now = inputs(ctx, &setup, (existing("existing build"), existing("existing tests")))?;
+    let differs = inputs_differ(built, &now);
+    Ok((!differs.is_empty()).then(|| {
+        format!(
+            "the config names other build inputs than build {}, which this workspace's trials ran on, so a report would describe objects the config no longer builds: {}; run `{}` to build what the config names and run the trials on it, then the report (or restore the config)",
+            manifest.build_id,
+            differs.join("; "),
+            ctx.entry.trials()
+        )
+    }))
 }
 
 /// Whether `lock` is still the file at `path`: `clean --builds` deletes a

@@ -68,6 +68,15 @@ impl Session {
                 self.ctx.entry.trials()
             )));
         }
+        // Other objects, steps, flags or tools: refused, not reported on the old build's.
+        match crate::build::cache::config_differs(&self.ctx, &manifest) {
+            Ok(None) => {}
+            Ok(Some(why)) => return Err(Error::new(why)),
+            Err(e) => crate::say!(
+                "ccl-coverage: warning: the config's build inputs cannot be compared with build {}'s: {e}",
+                manifest.build_id
+            ),
+        }
         let sources_changed = crate::build::cache::sources_changed(&manifest, self.ctx.config(), self.ctx.entry);
         if let Some(changed) = &sources_changed {
             crate::say!("ccl-coverage: warning: {changed}");
