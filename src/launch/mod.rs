@@ -779,7 +779,8 @@ mod tests {
         assert_eq!(get("CUDA_INJECTION64_PATH"), ["/t/libccl_cov_cupti.so"]);
         assert_eq!(get("CUDA_MODULE_LOADING"), ["EAGER"], "the harness's value replaces the user's");
         assert_eq!(get("CCL_COV_SASS_DIR"), ["/ws/profiles/A.1K"]);
-        assert_eq!(get("CCL_COV_SASS_CUBINS"), ["/b/cubins"]);
+        // Beside the cached build /b, never in it: the build folder holds what its build made.
+        assert_eq!(get("CCL_COV_SASS_CUBINS"), ["/b.device/cubins"]);
         let ompi = command_line(&launcher(LauncherKind::Mpirun, MpiFlavor::Openmpi), &[], 2, &env, "/b/x", &[], false);
         assert!(ompi.windows(2).any(|w| w == ["-x", "CUDA_INJECTION64_PATH"]), "{ompi:?}");
         let mpich = command_line(&launcher(LauncherKind::Mpirun, MpiFlavor::Mpich), &[], 2, &env, "/b/x", &[], false);
