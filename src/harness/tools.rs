@@ -85,7 +85,17 @@ fn clean_all(builds: bool) -> Result<()> {
             {
                 continue;
             }
-            // A workspace, wherever it lives, reports on this build's objects.
+            // A build being made holds its lock alone, one in use shared.
+            let lock_path = path.with_extension("lock");
+            let lock = files::open_lock_file(&lock_path)?;
+            if lock.try_lock().is_err() {
+                let users = crate::build::cache::users_of(&path, &ctx.state_dir);
+                let who = if users.is_empty() { "a process building it".to_string() } else { users.join("; ") };
+                crate::say!("ccl-coverage: kept the cached build {}: it is in use by {who}", path.display());
+                kept += 1;
+                continue;
+            }
+            // No run holds it; a workspace, wherever it lives, may still report on it.
             let (registered, stale) = crate::build::cache::registered_users(&path, &key);
             for why in stale {
                 crate::say!("ccl-coverage: a stale registration does not keep the cached build {key}: {why}");
@@ -102,16 +112,6 @@ fn clean_all(builds: bool) -> Result<()> {
                     shown.join(", "),
                     crate::exec::process::shell_quote(&shown[0])
                 );
-                continue;
-            }
-            // A build being made holds its lock alone, one in use shared.
-            let lock_path = path.with_extension("lock");
-            let lock = files::open_lock_file(&lock_path)?;
-            if lock.try_lock().is_err() {
-                let users = crate::build::cache::users_of(&path, &ctx.state_dir);
-                let who = if users.is_empty() { "a process building it".to_string() } else { users.join("; ") };
-                crate::say!("ccl-coverage: kept the cached build {}: it is in use by {who}", path.display());
-                kept += 1;
                 continue;
             }
             // One build that cannot be deleted does not stop the others.
