@@ -105,7 +105,7 @@ if has fixture; then
   # What CI tests the mapping and the reports on.
   build=$(python3 -c 'import json;print(json.load(open("/tmp/ws-dev/build.json"))["cache_dir"])')
   rm -rf /tmp/capture && mkdir -p /tmp/capture/trials
-  cp -r "$build/cubins" /tmp/capture/
+  cp -r "$build.device/cubins" /tmp/capture/
   for d in /tmp/ws-dev/profiles/*/; do
     s=$(basename "$d"); mkdir -p "/tmp/capture/trials/$s"; cp "$d"sass-*.tsv "/tmp/capture/trials/$s/" 2>/dev/null
   done
@@ -150,7 +150,7 @@ if has branches; then
   cp /tmp/ws-dev/report/summary-device.json /tmp/ws-dev/report/summary.md "$out/" 2>/dev/null
   build=$(python3 -c 'import json;print(json.load(open("/tmp/ws-dev/build.json"))["cache_dir"])')
   rm -rf /tmp/capture /tmp/capture-extra && mkdir -p /tmp/capture/trials /tmp/capture-extra/nvdisasm
-  cp -r "$build/cubins" /tmp/capture/
+  cp -r "$build.device/cubins" /tmp/capture/
   for d in /tmp/ws-dev/profiles/*/; do
     s=$(basename "$d"); mkdir -p "/tmp/capture/trials/$s"; cp "$d"sass-*.tsv "/tmp/capture/trials/$s/" 2>/dev/null
   done
@@ -250,7 +250,7 @@ if has nccl; then
   [ "${NCCL_ALL:-1}" = 1 ] && run all configs/.nccl-all.json
   build=$(python3 -c 'import json;print(json.load(open("/tmp/ws-library/build.json"))["cache_dir"])')
   cp "$build/library-kernels.txt" "$out/" 2>/dev/null
-  tar -czf "$final/nccl-cubins.tar.gz" -C "$build" cubins
+  tar -czf "$final/nccl-cubins.tar.gz" -C "$build.device" cubins
   mkdir -p /tmp/nccl-records
   for d in /tmp/ws-library/profiles/*/ /tmp/ws-all/profiles/*/; do
     [ -d "$d" ] || continue
@@ -269,7 +269,7 @@ if has nccl; then
   mkdir -p "$out/nccl-host"; cp /tmp/ws-nccl-host/results/run.json "$out/nccl-host/" 2>/dev/null
   stamp host
   # nvdisasm -gi against our reading of NCCL's cubins, frame by frame (the unit test, on these cubins).
-  [ "${NCCL_NVDISASM:-1}" = 1 ] && CCL_COV_CUDA_CUBINS="$build/cubins" /tmp/bin/unit-tests --exact \
+  [ "${NCCL_NVDISASM:-1}" = 1 ] && CCL_COV_CUDA_CUBINS="$build.device/cubins" /tmp/bin/unit-tests --exact \
     device::nvidia::sass::cubin::tests::every_frame_of_the_captured_cubins_matches_live_nvdisasm_gi > "$out/nccl-nvdisasm.log" 2>&1
   echo "rc=$?" >> "$out/nccl-nvdisasm.log"
   stamp nvdisasm
@@ -293,7 +293,7 @@ if has nccl-branches; then
     s=$(basename "$d"); mkdir -p "/tmp/nccl3/records/$s"; cp "$d"sass-*.tsv "/tmp/nccl3/records/$s/" 2>/dev/null
   done
   build=$(python3 -c 'import json;print(json.load(open("/tmp/ws-nccl3/build.json"))["cache_dir"])')
-  cp -r "$build/cubins" /tmp/nccl3/
+  cp -r "$build.device/cubins" /tmp/nccl3/
   one_metric_collector $ws /tmp/libone-nccl.so > "$out/one-metric-nccl.log" 2>&1
   python3 benches/replay_device_cost.py $ws --rounds 3 --one-metric /tmp/libone-nccl.so > "$final/cost-nccl.json" 2> "$out/cost-nccl.log"
   echo "rc=$?" >> "$out/cost-nccl.log"

@@ -286,6 +286,77 @@ fn clean_builds_keeps_what_another_workspace_uses_and_leaves_no_lock_files() {
     assert_eq!(listed(), Vec::<String>::new(), "left in {}", builds.display());
 }
 
+/// Issue #48, item 6: `clean --builds --config a` keeps the build that
+/// config b's workspace (beside b's config, outside the state folder, where
+/// no listing of it finds it) reports on, says why, and deletes config c's
+/// failed build, as the tutorial says; b's report still runs. Once b's
+/// workspace is gone, its registration is stale and keeps nothing.
+#[test]
+fn clean_builds_keeps_a_build_a_workspace_anywhere_uses_and_deletes_failed_builds() {
+    let target = tempfile::tempdir().unwrap();
+    let state = target.path().join("ccl-coverage");
+    let config = |name: &str, fail: bool| {
+        let mut s = setup(|v| {
+            only(v, "AllReduce", &["1K"], json!([{"name": "one", "ranks": 2}]));
+            v["name"] = json!(name);
+            if fail {
+                v["library"]["steps"].as_array_mut().unwrap().push(json!({"name": "fails", "argv": ["false"]}));
+            }
+        });
+        s.env.push(("CARGO_TARGET_DIR".into(), target.path().display().to_string()));
+        s
+    };
+    let (a, b, c) = (config("a", false), config("b", false), config("c", true));
+    assert!(!b.ws.starts_with(&state));
+    for s in [&a, &b] {
+        let ran = harness(s, "collectives", &[], LIMIT);
+        assert!(ran.success, "{}", ran.text());
+    }
+    let failed = harness(&c, "collectives", &[], LIMIT);
+    assert!(!failed.success, "{}", failed.text());
+    let builds = state.join("builds");
+    let folders = || {
+        let mut names: Vec<String> = std::fs::read_dir(&builds)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.contains('.'))
+            .collect();
+        names.sort();
+        names
+    };
+    let key = std::fs::read_to_string(b.ws.join("build.json")).unwrap();
+    let key = serde_json::from_str::<serde_json::Value>(&key).unwrap()["build_id"].as_str().unwrap().to_string();
+    let failed_key = folders().into_iter().find(|k| *k != key).expect("c's failed build");
+    assert!(!builds.join(&failed_key).join("build.json").exists());
+
+    let a_config = a.config.display().to_string();
+    let cleaned = harness(&a, "clean", &["--builds", "--config", &a_config], LIMIT);
+    let text = cleaned.text();
+    assert!(cleaned.success && !a.ws.exists(), "{text}");
+    assert!(
+        text.contains(&format!(
+            "kept the cached build {}: the workspace {} still uses it (its build.json names this build",
+            builds.join(&key).display(),
+            b.ws.display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("deleted the failed build {}", builds.join(&failed_key).display())), "{text}");
+    assert_eq!(folders(), std::slice::from_ref(&key), "{text}");
+    assert!(!builds.join(format!("{failed_key}.lock")).exists(), "{text}");
+    let reported = harness(&b, "report", &[], LIMIT);
+    assert!(reported.success, "b's build was deleted from under it: {}", reported.text());
+
+    // b's workspace is gone: its registration keeps nothing.
+    std::fs::remove_dir_all(&b.ws).unwrap();
+    let cleaned = harness(&b, "clean", &["--builds"], LIMIT);
+    let text = cleaned.text();
+    assert!(cleaned.success, "{text}");
+    assert!(text.contains(&format!("a stale registration does not keep the cached build {key}")), "{text}");
+    assert!(std::fs::read_dir(&builds).unwrap().next().is_none(), "left in {}: {text}", builds.display());
+}
+
 /// A config whose one trial, `AllReduce::1K::flaky`, fails its first
 /// attempt (`tests/fixtures/fail-once.sh`) and passes after.
 fn flaky_setup(once: &std::path::Path) -> support::Setup {

@@ -666,3 +666,69 @@ fn a_library_named_through_a_chain_of_links_is_recorded_as_its_file() {
     let summary: Value = serde_json::from_str(&fs::read_to_string(s.ws.join("report/summary.json")).unwrap()).unwrap();
     assert!(summary.to_string().contains("algo.cc"), "the library's files are in the report");
 }
+
+/// Issue #48, item 9: a file the build made, edited in place in the cache
+/// (its name and size the same, its time not), is named by the next run
+/// that reuses the build; the objects and test binaries are checked by
+/// checksum apart. A state folder of its own: the build is this test's.
+#[test]
+fn a_build_file_edited_in_place_in_the_cache_is_named_when_the_build_is_reused() {
+    let target = tempfile::tempdir().unwrap();
+    let mut s = one_trial("t");
+    s.env.push(("CARGO_TARGET_DIR".into(), target.path().display().to_string()));
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    let manifest: Value = serde_json::from_str(&fs::read_to_string(s.ws.join("build.json")).unwrap()).unwrap();
+    let cache = PathBuf::from(manifest["cache_dir"].as_str().unwrap());
+    let mut logs: Vec<PathBuf> = fs::read_dir(cache.join("logs")).unwrap().flatten().map(|e| e.path()).collect();
+    logs.sort();
+    let log = &logs[0];
+    let day_ago = std::time::SystemTime::now() - Duration::from_secs(86_400);
+    fs::File::options().write(true).open(log).unwrap().set_modified(day_ago).unwrap();
+    let again = harness(&s, "collectives", &[], LIMIT);
+    let text = again.text();
+    assert!(again.success && text.contains("reusing build"), "{text}");
+    let rel = log.strip_prefix(&cache).unwrap().display().to_string();
+    assert!(
+        text.contains(&format!("holds 1 files its build made whose size or modification time changed since: {rel};")),
+        "{text}"
+    );
+}
+
+/// Issue #48, item 8: `report` after the config's `library.objects`, or its
+/// coverage flags, changed refuses, naming what differs and the command
+/// that rebuilds (it reported the old build's objects without a word); the
+/// same config reports, and so does the config restored. A state folder of
+/// its own: its build records its inputs.
+#[test]
+fn a_report_refuses_a_config_whose_build_inputs_changed_and_names_them() {
+    let target = tempfile::tempdir().unwrap();
+    let mut s = one_trial("t");
+    s.env.push(("CARGO_TARGET_DIR".into(), target.path().display().to_string()));
+    let ran = harness(&s, "collectives", &[], LIMIT);
+    assert!(ran.success, "{}", ran.text());
+    let reported = harness(&s, "report", &[], LIMIT);
+    assert!(reported.success, "the same config is refused: {}", reported.text());
+    let good = fs::read_to_string(&s.config).unwrap();
+    let edit = |change: &dyn Fn(&mut Value)| {
+        let mut v: Value = serde_json::from_str(&good).unwrap();
+        change(&mut v);
+        fs::write(&s.config, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        harness(&s, "report", &[], LIMIT)
+    };
+    let refused = edit(&|v| v["library"]["objects"][1] = json!("{build_dir}/ccl-tuner/libother.so"));
+    let text = refused.text();
+    assert!(!refused.success, "{text}");
+    assert!(
+        text.contains("the config names other build inputs than build ")
+            && text.contains("library.objects[1]: the build's `<build_dir>/ccl-tuner/libccl-tuner.so`, the config's `<build_dir>/ccl-tuner/libother.so`; run `ccl-coverage run` to build what the config names"),
+        "{text}"
+    );
+    let refused = edit(&|v| v["coverage"]["host_flags"].as_array_mut().unwrap().push(json!("-O0")));
+    let text = refused.text();
+    assert!(!refused.success, "{text}");
+    assert!(text.contains("{coverage_flags}: the build's `-fprofile-instr-generate -fcoverage-mapping -fprofile-update=atomic`, the config's `-fprofile-instr-generate -fcoverage-mapping -fprofile-update=atomic -O0`"), "{text}");
+    fs::write(&s.config, &good).unwrap();
+    let reported = harness(&s, "report", &[], LIMIT);
+    assert!(reported.success, "{}", reported.text());
+}

@@ -298,7 +298,8 @@ fn processes_whose_owner_cannot_be_decided_are_left_alone() {
 
 /// `clean --builds` while a run on another workspace uses the build: the
 /// build is kept, the run named, and `clean` fails; the run's trial passes.
-/// Once the run ended, the build is deleted.
+/// Once the run ended, its workspace still reports on the build, which is
+/// kept (issue #48, item 6) until that workspace is deleted too.
 #[test]
 fn clean_keeps_a_build_a_run_uses_and_names_the_run() {
     let _shared = shared();
@@ -329,7 +330,11 @@ fn clean_keeps_a_build_a_run_uses_and_names_the_run() {
     let ran = running.wait(LIMIT);
     assert!(ran.success, "{}", ran.text());
     assert_eq!(result(&s, "AllReduce.1K.held")["status"], "PASSED");
-    let cleaned = harness(&cleaner, "clean", &["--builds"], Duration::from_secs(60));
+    let kept = harness(&cleaner, "clean", &["--builds"], Duration::from_secs(60));
+    let text = kept.text();
+    assert!(kept.success && text.contains(&format!("the workspace {} still uses it", s.ws.display())), "{text}");
+    assert_eq!(built().len(), 1, "the build a workspace reports on was deleted");
+    let cleaned = harness(&s, "clean", &["--builds"], Duration::from_secs(60));
     assert!(cleaned.success && cleaned.text().contains("deleted the cached build"), "{}", cleaned.text());
     assert!(built().is_empty());
 }

@@ -224,3 +224,58 @@ fn a_binary_that_is_no_file_of_the_build_is_named_with_what_it_ran() {
     assert!(dropped.iter().any(|n| n.ends_with("ring_elsewhere")), "{measured}");
     assert!(text.contains(&format!("the binary {id}, no file of the build")), "{text}");
 }
+
+/// Issue #48, item 7: one ctest trial that runs three different
+/// instrumented programs (`ring_test` twice, `ring_bench`, `ring_inside`,
+/// each writing profiles for other modules) passes, and each program's
+/// counts reach the report. The oracle is the fixture: only `ring_inside`
+/// runs `ring_ok`, once; only `RingTest.Sum` runs `ring_sum`'s loop, three
+/// times; `ring_bench 1024` pushes 256 ints.
+#[test]
+fn a_ctest_trial_that_runs_several_instrumented_programs_passes_with_each_one_s_counts() {
+    let project = tempfile::tempdir().unwrap();
+    support::copy_tree(&root().join("tests/fixtures/cmake-ring"), project.path());
+    let lists = project.path().join("CMakeLists.txt");
+    let mut text = std::fs::read_to_string(&lists).unwrap();
+    text.push_str(
+        "add_test(NAME ring_bench_run COMMAND ring_bench 1024)\nadd_test(NAME ring_inside_run COMMAND ring_inside)\n",
+    );
+    std::fs::write(&lists, text).unwrap();
+    let s = setup(json!(["{build_dir}/libring.so"]), json!({}));
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&s.config).unwrap()).unwrap();
+    config["library"]["source_dir"] = json!(project.path().display().to_string());
+    config["programs"] = json!([{"name": "all", "kind": "ctest"}]);
+    std::fs::write(&s.config, config.to_string()).unwrap();
+
+    let ran = harness(&s, "run", &[], LIMIT);
+    let text = ran.text();
+    assert!(ran.success, "{text}");
+    let record = support::result(&s, "all");
+    assert_eq!(record["status"], "PASSED", "{record}");
+    let cases: Vec<&str> = record["cases"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(cases, ["ring_push", "ring_fill", "ring_bench_run", "ring_inside_run"], "{record}");
+    let files = lcov(&s);
+    let ok = line_of("src/ring.c", "if (r->len > r->capacity)");
+    assert_eq!(files["src/ring.c"].get(&ok), Some(&1), "{files:?}");
+    let sum = line_of("src/ring_sum.h", "sum += values[i];");
+    assert_eq!(files.get("src/ring_sum.h").and_then(|f| f.get(&sum)), Some(&3), "{files:?}");
+    assert!(
+        text.contains("measured 4 objects: libring.so (library.objects), ring_bench, ring_inside, ring_test (programs that wrote profiles)"),
+        "{text}"
+    );
+
+    // Item 9: CTest's Testing/ is written in the trial's own folder, not in
+    // the cached build its tests run from, and the next run reuses the
+    // build without naming anything it did not make.
+    let manifest: Value = serde_json::from_str(&std::fs::read_to_string(s.ws.join("build.json")).unwrap()).unwrap();
+    let bin_dir = std::path::PathBuf::from(manifest["bin_dir"].as_str().unwrap());
+    assert!(
+        bin_dir.join("CTestTestfile.cmake").is_file() && !bin_dir.join("Testing").exists(),
+        "{}",
+        bin_dir.display()
+    );
+    let again = harness(&s, "run", &[], LIMIT);
+    let text = again.text();
+    assert!(again.success && text.contains("reusing build"), "{text}");
+    assert!(!text.contains("its build did not make"), "{text}");
+}

@@ -372,8 +372,12 @@ pub(crate) struct Writers {
 /// the library and a plugin instrumented, two files are one rank, so files
 /// are not ranks. And a rank that ends without its exit handlers loses the
 /// library's profile but may still have written a plugin's, which was
-/// unloaded earlier: a process counts as complete only with a profile for
-/// every module that any process of the trial wrote. Names that do not
+/// unloaded earlier: a process counts as complete unless another process of
+/// the trial wrote a profile for every module it did and more. A ctest or
+/// plain trial may run several instrumented programs, each with modules of
+/// its own that the others lack: neither is short of the other, so each
+/// counts (requiring every module of the trial made none complete, and the
+/// trial lost its coverage). Names that do not
 /// follow the pattern (the device profiles' `<target>.<pattern>`) are not
 /// counted. Without `%p` in the pattern processes cannot be told apart, and
 /// each file counts as one complete writer.
@@ -397,13 +401,12 @@ pub(crate) fn writers(files: &[PathBuf], pattern: &str) -> Writers {
             unmatched.push(name.to_string());
         }
     }
-    let all: BTreeSet<&String> = modules_of.values().flatten().collect();
     let mut writers = Writers { unmatched, ..Writers::default() };
     for (process, modules) in &modules_of {
-        if modules.len() == all.len() {
-            writers.complete += 1;
-        } else {
-            writers.partial.push(format!("{process} ({} of {} modules)", modules.len(), all.len()));
+        let fuller = modules_of.values().filter(|other| other.len() > modules.len() && other.is_superset(modules));
+        match fuller.map(BTreeSet::len).max() {
+            None => writers.complete += 1,
+            Some(most) => writers.partial.push(format!("{process} ({} of {most} modules)", modules.len())),
         }
     }
     writers
@@ -841,6 +844,11 @@ mod tests {
             lost,
             Writers { complete: 1, partial: vec!["vm:20959 (1 of 2 modules)".into()], unmatched: Vec::new() }
         );
+        // Three programs of one ctest trial, each with its own module beside
+        // the library's (one links none): none is short of another.
+        let programs =
+            ["vm-1-11_0.profraw", "vm-1-99_0.profraw", "vm-2-22_0.profraw", "vm-2-99_0.profraw", "vm-3-33_0.profraw"];
+        assert_eq!(count(pattern, &programs), 3);
         // Device profiles of a process that wrote its host profile too.
         assert_eq!(count(pattern, &["vm-7-1_0.profraw", "amdgcn-amd-amdhsa.gfx942:xnack-.0.vm-7-2_0.profraw"]), 1);
     }

@@ -187,6 +187,15 @@ pub(crate) fn after_build(
     decision.on().and_then(|(backend, found)| backend.0.after_build(found, objects, cache_dir, env))
 }
 
+/// The folder the harness keeps beside the cached build `cache_dir` for what
+/// a backend saves as trials run and reports read (NVIDIA: the cubins the
+/// collector saves, and the report's listings of them): the build's own
+/// folder holds only what its build made, and `clean --builds` deletes this
+/// one with it.
+pub(crate) fn files_beside(cache_dir: &Path) -> PathBuf {
+    cache_dir.with_extension("device")
+}
+
 /// The file of what a build's trials count ([`after_build`]), where the
 /// backend keeps one.
 pub(crate) fn counted_kernels_file(decision: &DeviceDecision, cache_dir: &Path) -> Option<PathBuf> {

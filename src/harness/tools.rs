@@ -38,10 +38,11 @@ pub fn show_env() -> ExitCode {
 }
 
 /// Deletes the config's workspace (only one the harness marked as its own,
-/// and not while a run holds it) and, with `builds`, every cached build that
-/// no run is building or using: a running suite holds its build (a shared
-/// lock) from its first trial to its end, and a build in use is kept and
-/// its runs named.
+/// and not while a run holds it) and, with `builds`, every cached build,
+/// failed ones too, that no run is building or using and no workspace
+/// reports on: a running suite holds its build (a shared lock) from its
+/// first trial to its end, each workspace registers in the build it uses
+/// (checked against its `build.json`), and a build kept is named with why.
 pub fn clean(builds: bool) -> ExitCode {
     match clean_all(builds) {
         Ok(()) => ExitCode::SUCCESS,
@@ -74,20 +75,13 @@ fn clean_all(builds: bool) -> Result<()> {
         let (mut kept, mut undeletable) = (0, 0);
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let path = entry.path();
-            if !entry.file_type().is_ok_and(|t| t.is_dir()) || !path.join("build.json").is_file() {
-                continue;
-            }
-            // Another config's workspace reports on this build's objects.
             let key = entry.file_name().to_string_lossy().into_owned();
-            let using = workspaces_using(&ctx.state_dir, &key);
-            if !using.is_empty() {
-                let shown: Vec<String> = using.iter().map(|w| w.display().to_string()).collect();
-                crate::say!(
-                    "ccl-coverage: kept the cached build {}: the workspace {} still uses it (delete that workspace first: `ccl-coverage clean --workspace {}`)",
-                    path.display(),
-                    shown.join(", "),
-                    crate::exec::process::shell_quote(&shown[0])
-                );
+            // Only the harness's own builds: a real folder with its manifest,
+            // or a failed one whose note says the harness started it.
+            let finished = path.join("build.json").is_file();
+            if !entry.file_type().is_ok_and(|t| t.is_dir())
+                || !(finished || crate::build::cache::unfinished(&path, &key).is_some())
+            {
                 continue;
             }
             // A build being made holds its lock alone, one in use shared.
@@ -100,17 +94,37 @@ fn clean_all(builds: bool) -> Result<()> {
                 kept += 1;
                 continue;
             }
+            // No run holds it; a workspace, wherever it lives, may still report on it.
+            let (registered, stale) = crate::build::cache::registered_users(&path, &key);
+            for why in stale {
+                crate::say!("ccl-coverage: a stale registration does not keep the cached build {key}: {why}");
+            }
+            let mut using = registered;
+            using.extend(workspaces_using(&ctx.state_dir, &key));
+            using.sort();
+            using.dedup();
+            if !using.is_empty() {
+                let shown: Vec<String> = using.iter().map(|w| w.display().to_string()).collect();
+                crate::say!(
+                    "ccl-coverage: kept the cached build {}: the workspace {} still uses it (its build.json names this build; delete that workspace first: `ccl-coverage clean --workspace {}`)",
+                    path.display(),
+                    shown.join(", "),
+                    crate::exec::process::shell_quote(&shown[0])
+                );
+                continue;
+            }
             // One build that cannot be deleted does not stop the others.
             if let Err(e) = crate::workspace::confined::remove_tree(&path) {
                 crate::warning!("kept the cached build {}: {e}", path.display());
                 undeletable += 1;
                 continue;
             }
-            let _ = crate::workspace::confined::remove_tree(&path.with_extension("users"));
+            crate::build::cache::remove_notes(&path);
             // Held alone: a process waiting on it finds it gone and opens a new one.
             let _ = std::fs::remove_file(&lock_path);
             drop(lock);
-            crate::say!("ccl-coverage: deleted the cached build {}", path.display());
+            let what = if finished { "cached build" } else { "failed build" };
+            crate::say!("ccl-coverage: deleted the {what} {}", path.display());
         }
         if kept > 0 {
             return Err(Error::new(format!(

@@ -136,8 +136,10 @@ fn prepare_own(
                     }
                 }
                 ProgramKind::Ctest => {
-                    // The trial runs in its own folder: ctest is told where the tests are.
-                    let mut args: Vec<String> = vec!["--test-dir".into(), manifest.bin_dir.display().to_string()];
+                    // CTest starts from the trial's own folder, whose CTestTestfile.cmake
+                    // names the build's tests (`ctest_file`): its Testing/ lands there.
+                    let work = ctx.workspace.trial_work(&spec.slug);
+                    let mut args: Vec<String> = vec!["--test-dir".into(), work.display().to_string()];
                     if let Some(f) = &program.filter {
                         args.extend(["-R".into(), f.clone()]);
                     }
@@ -581,6 +583,27 @@ pub(crate) fn trial_vars(ctx: &Context, manifest: &BuildManifest, spec: &TrialSp
     vars
 }
 
+/// The file a ctest trial's working folder holds when it starts: CTest
+/// writes its `Testing/` folder (`LastTest.log`, `CTestCostData.txt`) beside
+/// the `CTestTestfile.cmake` it starts from, which would otherwise be in the
+/// cached build, shared by every workspace.
+pub(crate) const CTEST_FILE: &str = "CTestTestfile.cmake";
+
+/// [`CTEST_FILE`]'s text: the build's tests folder `bin_dir` as CTest's one
+/// subfolder, so its tests run there as before (each in its own folder).
+pub(crate) fn ctest_file(bin_dir: &Path) -> Result<String> {
+    // CMake reads a backslash in a path as a folder separator.
+    let Some(dir) = bin_dir.to_str().filter(|d| !d.contains(['\n', '\r', '\\'])) else {
+        bail!(
+            "the tests folder {} cannot be named to CTest: it is not one line of UTF-8 without a backslash",
+            bin_dir.display()
+        );
+    };
+    // A quoted argument of CMake's language: `"` and `$` escaped.
+    let quoted = dir.replace('"', "\\\"").replace('$', "\\$");
+    Ok(format!("# Written by ccl-coverage: the build's tests, run from this folder.\nsubdirs(\"{quoted}\")\n"))
+}
+
 /// The file a ctest trial's JUnit report is written to, in its cases folder.
 pub(crate) const CTEST_JUNIT: &str = "ctest-junit.xml";
 
@@ -756,7 +779,8 @@ mod tests {
         assert_eq!(get("CUDA_INJECTION64_PATH"), ["/t/libccl_cov_cupti.so"]);
         assert_eq!(get("CUDA_MODULE_LOADING"), ["EAGER"], "the harness's value replaces the user's");
         assert_eq!(get("CCL_COV_SASS_DIR"), ["/ws/profiles/A.1K"]);
-        assert_eq!(get("CCL_COV_SASS_CUBINS"), ["/b/cubins"]);
+        // Beside the cached build /b, never in it: the build folder holds what its build made.
+        assert_eq!(get("CCL_COV_SASS_CUBINS"), ["/b.device/cubins"]);
         let ompi = command_line(&launcher(LauncherKind::Mpirun, MpiFlavor::Openmpi), &[], 2, &env, "/b/x", &[], false);
         assert!(ompi.windows(2).any(|w| w == ["-x", "CUDA_INJECTION64_PATH"]), "{ompi:?}");
         let mpich = command_line(&launcher(LauncherKind::Mpirun, MpiFlavor::Mpich), &[], 2, &env, "/b/x", &[], false);
@@ -767,6 +791,17 @@ mod tests {
         manifest.device.enabled = false;
         let (env, _, _) = harness_env(Vec::new(), &config, &manifest, Path::new("/ws/profiles/A.1K"));
         assert!(!env.iter().any(|(k, _)| k.starts_with("CUDA_") || k.starts_with("CCL_COV_SASS")), "{env:?}");
+    }
+
+    /// The tests folder reaches CTest as one quoted argument, whatever it holds.
+    #[test]
+    fn the_ctest_file_names_the_tests_folder_as_data() {
+        let text = ctest_file(Path::new(r#"/b/a "q" $ENV{HOME};y"#)).unwrap();
+        assert!(text.ends_with("subdirs(\"/b/a \\\"q\\\" \\$ENV{HOME};y\")\n"), "{text}");
+        for bad in ["/b/two\nlines", "/b/back\\slash"] {
+            let err = ctest_file(Path::new(bad)).unwrap_err().to_string();
+            assert!(err.contains("is not one line of UTF-8 without a backslash"), "{err}");
+        }
     }
 
     #[test]

@@ -240,6 +240,7 @@ impl Suite {
                 ctx.workspace.root().display()
             ))
         })?;
+        cache::register_workspace(&ctx.state_dir, &ctx.workspace, &ctx.config().name, &manifest.build_id);
         Ok((manifest, in_use))
     }
 
@@ -479,6 +480,11 @@ impl Suite {
             ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;
             ws.clear(Area::Work, &ws.trial_work(&spec.slug))?;
             let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices()), held.hosts())?;
+            if launch.kind == TrialKind::Ctest {
+                let work = ws.trial_work(&spec.slug);
+                ws.create_dir(&work)?;
+                ws.write(&work.join(launch::CTEST_FILE), launch::ctest_file(&manifest.bin_dir)?.as_bytes())?;
+            }
             let timeout = launch.timeout.as_secs();
             let line = crate::exec::redact::shell_line(&launch.cmd.display());
             crate::reporter::emit(crate::reporter::Event::Detail(&format!(

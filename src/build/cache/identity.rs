@@ -30,11 +30,21 @@ pub(super) fn dir_identity(dir: &Path) -> Result<String> {
 }
 
 /// The listing of what a build left in its cache folder `root`
-/// (`contents.txt`): every entry below it by its path, sorted, a folder's
-/// ending in `/` and a link's in `@` (links are not followed). The manifest,
-/// the listing itself and their temporary files (`.tmp…`), written after
-/// it, are left out.
-pub(super) fn contents(root: &Path) -> Result<Vec<String>> {
+/// (`contents.txt`): [`LISTING`], then every entry below it by its path,
+/// sorted, a folder's ending in `/`, a link's in `@` (links are not
+/// followed), a file's followed by a tab, its size, a tab and its
+/// modification time in nanoseconds: a file edited in place is told apart.
+/// The manifest, the listing itself and their temporary files (`.tmp…`),
+/// written after it, are left out.
+pub(super) fn listing(root: &Path) -> Result<String> {
+    Ok(format!("{LISTING}\n{}", contents(root)?.join("\n")))
+}
+
+/// The first line of a listing that records files' sizes and times; an
+/// older ccl-coverage's listing, names alone, lacks it.
+const LISTING: &str = "# ccl-coverage build contents: path, then a file's size and modification time (ns)";
+
+fn contents(root: &Path) -> Result<Vec<String>> {
     let mut listed = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -53,7 +63,9 @@ pub(super) fn contents(root: &Path) -> Result<Vec<String>> {
             } else if kind.is_symlink() {
                 listed.push(format!("{rel}@"));
             } else {
-                listed.push(rel);
+                let meta = entry.metadata().with_context(|| format!("cannot inspect {}", path.display()))?;
+                let mtime = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+                listed.push(format!("{rel}\t{}\t{}", meta.len(), mtime.map_or(0, |t| t.as_nanos())));
             }
         }
     }
@@ -64,15 +76,16 @@ pub(super) fn contents(root: &Path) -> Result<Vec<String>> {
 /// The file in a build's cache folder that lists what its build made.
 pub(super) const CONTENTS: &str = "contents.txt";
 
-/// What lies in the cache folder `root` that its build did not make, and
-/// what it made that is gone, against the listing whose SHA-256 its
-/// manifest records (`recorded`); `None` when it holds just what it did.
+/// What lies in the cache folder `root` that its build did not make, what
+/// it made that is gone, and which of its files changed size or time,
+/// against the listing whose SHA-256 its manifest records (`recorded`);
+/// `None` when it holds just what it did. An older listing, names alone,
+/// is compared by name.
 /// A trial's processes can still write there (an upstream test runs in the
 /// build's `test/` folder, as upstream runs it; a trial may write anywhere
 /// its user may), so the next run names what they left.
 pub(super) fn left_in_cache(root: &Path, recorded: &str) -> Result<Option<String>> {
-    let now = contents(root)?;
-    let text = now.join("\n");
+    let text = listing(root)?;
     if files::hex(&Sha256::digest(text.as_bytes())) == recorded {
         return Ok(None);
     }
@@ -84,17 +97,37 @@ pub(super) fn left_in_cache(root: &Path, recorded: &str) -> Result<Option<String
             listing.display()
         )));
     }
-    let made: std::collections::BTreeSet<&str> = then.lines().collect();
-    let there: std::collections::BTreeSet<&str> = now.iter().map(String::as_str).collect();
-    let preview = |names: Vec<&&str>| {
-        let shown: Vec<&str> = names.iter().take(5).map(|n| **n).collect();
+    let sized = then.starts_with(LISTING);
+    // Each entry's name, and its line (the name alone in an older listing).
+    let entries = |lines: std::str::Lines<'_>, sized: bool| -> std::collections::BTreeMap<String, String> {
+        lines
+            .skip(usize::from(sized))
+            .map(|line| {
+                let name = match line.rsplitn(3, '\t').collect::<Vec<_>>()[..] {
+                    [time, size, name] if time.parse::<u128>().is_ok() && size.parse::<u64>().is_ok() => name,
+                    _ => line,
+                };
+                (name.to_string(), if sized { line.to_string() } else { name.to_string() })
+            })
+            .collect()
+    };
+    let made = entries(then.lines(), sized);
+    let there = entries(text.lines(), true);
+    let there = if sized { there } else { there.into_keys().map(|name| (name.clone(), name)).collect() };
+    let preview = |names: Vec<&String>| {
+        let shown: Vec<&str> = names.iter().take(5).map(|n| n.as_str()).collect();
         match names.len().saturating_sub(5) {
             0 => shown.join(", "),
             more => format!("{}, and {more} more", shown.join(", ")),
         }
     };
-    let left: Vec<&&str> = there.difference(&made).collect();
-    let gone: Vec<&&str> = made.difference(&there).collect();
+    let left: Vec<&String> = there.keys().filter(|name| !made.contains_key(*name)).collect();
+    let gone: Vec<&String> = made.keys().filter(|name| !there.contains_key(*name)).collect();
+    let changed: Vec<&String> = made
+        .iter()
+        .filter(|(name, line)| there.get(*name).is_some_and(|now| now != *line))
+        .map(|(name, _)| name)
+        .collect();
     let mut said = Vec::new();
     if !left.is_empty() {
         said.push(format!(
@@ -105,6 +138,13 @@ pub(super) fn left_in_cache(root: &Path, recorded: &str) -> Result<Option<String
     }
     if !gone.is_empty() {
         said.push(format!("lacks {} entries its build made: {}", gone.len(), preview(gone)));
+    }
+    if !changed.is_empty() {
+        said.push(format!(
+            "holds {} files its build made whose size or modification time changed since: {}",
+            changed.len(),
+            preview(changed)
+        ));
     }
     Ok(Some(said.join("; ")))
 }

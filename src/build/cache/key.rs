@@ -211,3 +211,74 @@ pub(super) fn library_objects(
     }
     Ok(records)
 }
+
+/// The build's inputs a config names, each labelled, as a build records them
+/// (`build.json`'s `inputs`) and a report recomputes them from the config:
+/// the compilers, the coverage flags, each step's command,
+/// `library.objects` and `tests.bin_dir`, or the existing builds' folders.
+/// Not the sources (a changed source is said, not refused: `sources_changed`)
+/// and not `{jobs}` or where the cache lives, which change no result.
+/// `existing` are the existing builds of the library and of the tests
+/// (`CCL_COV_BUILD_DIR`, `CCL_COV_TESTS_DIR`, or the config's).
+pub(crate) fn inputs(
+    ctx: &Context,
+    setup: &BuildSetup,
+    existing: (Option<&Path>, Option<&Path>),
+) -> Result<Vec<(String, String)>> {
+    let config = &ctx.loaded.config;
+    let tc = &setup.toolchain;
+    let mut vars = super::steps::build_vars(&ctx.loaded, setup, 1);
+    vars.set("jobs", "<jobs>");
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut put = |label: String, value: String| out.push((label, value));
+    // The compilers make the objects; the report's LLVM tools are checked
+    // against the build's apart (`toolchain::resolve_as_built`).
+    for (name, tool) in [("cc", &tc.cc), ("cxx", &tc.cxx)] {
+        put(format!("toolchain {name}"), format!("{} ({})", tool.path.display(), tool.version));
+    }
+    put("{coverage_flags}".into(), setup.coverage_flags.join(" "));
+    put("{coverage_link_flags}".into(), setup.coverage_link_flags.join(" "));
+    if let Some(dir) = existing.0 {
+        vars.set("build_dir", dir.display().to_string());
+        put("existing build".into(), dir.display().to_string());
+    } else {
+        vars.set("build_dir", BUILD_DIR_MARK);
+        for step in &config.library.steps {
+            put(format!("library step {:?}", step.name), step_cmd(step, &vars, setup.rccl)?.display());
+        }
+    }
+    for (i, object) in config.library.objects.iter().enumerate() {
+        put(format!("library.objects[{i}]"), vars.render(object)?);
+    }
+    if let Some(dir) = existing.1 {
+        put("existing tests".into(), dir.display().to_string());
+    } else {
+        for step in &config.tests.steps {
+            put(format!("tests step {:?}", step.name), step_cmd(step, &vars, setup.rccl)?.display());
+        }
+        put("tests.bin_dir".into(), vars.render(&config.tests.bin_dir)?);
+    }
+    Ok(out)
+}
+
+/// What differs between the inputs a build recorded and those the config
+/// names now, one `label: …` each; empty when they are the same.
+pub(crate) fn inputs_differ(built: &[(String, String)], now: &[(String, String)]) -> Vec<String> {
+    let built_map: std::collections::BTreeMap<&str, &str> =
+        built.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let now_map: std::collections::BTreeMap<&str, &str> = now.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut said = Vec::new();
+    for (label, was) in built.iter().map(|(k, v)| (k.as_str(), v.as_str())) {
+        match now_map.get(label) {
+            Some(is) if *is == was => {}
+            Some(is) => said.push(format!("{label}: the build's `{was}`, the config's `{is}`")),
+            None => said.push(format!("{label}: the build's `{was}`, none in the config")),
+        }
+    }
+    for (label, is) in now.iter().map(|(k, v)| (k.as_str(), v.as_str())) {
+        if !built_map.contains_key(label) {
+            said.push(format!("{label}: none in the build, the config's `{is}`"));
+        }
+    }
+    said
+}

@@ -98,6 +98,11 @@ pub struct BuildManifest {
     /// (`contents.txt`, `identity::contents`); `None` in records of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) contents_sha256: Option<String>,
+    /// The build's inputs as the config named them (`key::inputs`), for the
+    /// report to refuse a config that names others; `None` in records of
+    /// older versions, whose reports are not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) inputs: Option<Vec<(String, String)>>,
 }
 
 impl BuildManifest {
@@ -414,6 +419,7 @@ pub(crate) fn test_manifest(build_id: &str) -> BuildManifest {
         sources: None,
         discovered: Some(Vec::new()),
         contents_sha256: None,
+        inputs: None,
     }
 }
 

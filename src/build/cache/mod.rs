@@ -14,7 +14,7 @@ mod manifest;
 pub(crate) mod steps;
 
 use identity::hash_tree;
-use key::{build_key, library_objects};
+use key::{build_key, inputs, inputs_differ, library_objects};
 pub(crate) use manifest::Measured;
 use manifest::programs;
 pub(crate) use manifest::sources_changed;
@@ -64,6 +64,8 @@ pub(crate) struct BuildPlan {
     /// cannot be used: the dry run still shows the whole plan and names
     /// them, [`Self::build`] fails with them. The key then stands for no build.
     pub(crate) problems: Vec<Error>,
+    /// The inputs the config names (`key::inputs`), recorded in the manifest.
+    inputs: Vec<(String, String)>,
 }
 
 impl BuildPlan {
@@ -76,6 +78,7 @@ impl BuildPlan {
             BuildSetup::new(config, ctx.coverage, ctx.device_mode, tools.as_deref(), &crate::config::process_env)?;
         let mut vars = build_vars(loaded, &setup, ctx.jobs);
         let mut problems = Vec::new();
+        let inputs = inputs(ctx, &setup, (ctx.existing_build.as_deref(), ctx.existing_tests.as_deref()))?;
         let (key, existing_objects, source_sums) = build_key(ctx, &setup, &mut vars, &mut problems)?;
         let cache_dir = ctx.state_dir.join("builds").join(&key);
         let build_dir = ctx.existing_build.clone().unwrap_or_else(|| cache_dir.clone());
@@ -98,6 +101,7 @@ impl BuildPlan {
             existing_objects,
             source_sums,
             problems,
+            inputs,
         })
     }
 
@@ -160,6 +164,7 @@ impl BuildPlan {
             sources: None,
             discovered: None,
             contents_sha256: None,
+            inputs: Some(self.inputs.clone()),
         }
     }
 
@@ -213,9 +218,7 @@ impl BuildPlan {
         };
         let damage = match self.cached() {
             Cached::Whole(manifest) => {
-                let in_use = BuildInUse::note(ctx, &self.cache_dir, lock);
-                remove_failed_builds(&ctx.state_dir.join("builds"), ctx.workspace.root(), &self.key);
-                return Ok((*manifest, in_use));
+                return Ok((*manifest, self.hand_over(ctx, lock)?));
             }
             Cached::Damaged(why) => Some(why),
             Cached::Missing => None,
@@ -253,9 +256,19 @@ impl BuildPlan {
                 self.cache_dir.display()
             );
         }
+        Ok((manifest, self.hand_over(ctx, lock)?))
+    }
+
+    /// The run's hold on the build, its lock held shared: noted, the folder
+    /// for its device backend's files made beside it, and this workspace's
+    /// failed builds deleted.
+    fn hand_over(&self, ctx: &Context, lock: std::fs::File) -> Result<BuildInUse> {
+        if self.device.enabled {
+            files::create_dir(&device::files_beside(&self.cache_dir))?;
+        }
         let in_use = BuildInUse::note(ctx, &self.cache_dir, lock);
         remove_failed_builds(&ctx.state_dir.join("builds"), ctx.workspace.root(), &self.key);
-        Ok((manifest, in_use))
+        Ok(in_use)
     }
 
     /// The cached build: whole, damaged (why), or not built.
@@ -345,7 +358,7 @@ impl BuildPlan {
         manifest.programs = programs(&self.bin_dir)?;
         manifest.discovered = Some(self.discover(&manifest)?);
         manifest.sources = self.source_sums(ctx);
-        let contents = identity::contents(&self.cache_dir)?.join("\n");
+        let contents = identity::listing(&self.cache_dir)?;
         files::write_atomic(&self.cache_dir.join(identity::CONTENTS), contents.as_bytes())?;
         manifest.contents_sha256 = Some(files::hex(&<sha2::Sha256 as sha2::Digest>::digest(contents.as_bytes())));
         manifest.write(&self.manifest_path())?;
@@ -483,6 +496,37 @@ impl BuildSetup {
     }
 }
 
+/// Why a report must not read the workspace's build `manifest`: the config
+/// names other build inputs (objects, steps, flags, tools) than the build
+/// recorded, so the report would describe objects the config no longer
+/// builds. `None` when they agree, or when the build recorded none (an
+/// older ccl-coverage). The device decision and the existing builds are the
+/// build's: the device mode and `CCL_COV_BUILD_DIR`/`CCL_COV_TESTS_DIR` are
+/// the run's choice, often for that run alone, not the config's.
+pub(crate) fn config_differs(ctx: &Context, manifest: &BuildManifest) -> Result<Option<String>> {
+    let Some(built) = &manifest.inputs else { return Ok(None) };
+    let existing = |label: &str| built.iter().find(|(l, _)| l == label).map(|(_, dir)| Path::new(dir.as_str()));
+    let config = ctx.config();
+    let device = manifest.device.clone();
+    let setup = BuildSetup {
+        toolchain: toolchain::resolve(&config.toolchain, &crate::config::process_env)?,
+        coverage_flags: device::coverage_flags(&config.coverage.host_flags, &device),
+        coverage_link_flags: device::link_flags(&device),
+        rccl: rccl::Coverage::On { full: device.enabled },
+        device,
+    };
+    let now = inputs(ctx, &setup, (existing("existing build"), existing("existing tests")))?;
+    let differs = inputs_differ(built, &now);
+    Ok((!differs.is_empty()).then(|| {
+        format!(
+            "the config names other build inputs than build {}, which this workspace's trials ran on, so a report would describe objects the config no longer builds: {}; run `{}` to build what the config names and run the trials on it, then the report (or restore the config)",
+            manifest.build_id,
+            differs.join("; "),
+            ctx.entry.trials()
+        )
+    }))
+}
+
 /// Whether `lock` is still the file at `path`: `clean --builds` deletes a
 /// build's lock file with the build (holding it alone), so a process that
 /// waited on it holds a lock on a file no other process can open, and must
@@ -532,7 +576,7 @@ fn remove_failed_builds(builds: &Path, workspace: &Path, done: &str) {
         }
         match crate::workspace::confined::remove_tree(&path) {
             Ok(()) => {
-                let _ = crate::workspace::confined::remove_tree(&users_dir(&path));
+                remove_notes(&path);
                 // Held alone: a process waiting on it finds it gone and opens a new one.
                 let _ = std::fs::remove_file(&lock_path);
                 crate::say!(
@@ -548,15 +592,23 @@ fn remove_failed_builds(builds: &Path, workspace: &Path, done: &str) {
 /// Whether the folder `path` (not a link) is a build with key `key` that
 /// `workspace`'s run started and that has no `build.json`.
 fn unfinished_of(path: &Path, key: &str, workspace: &Path) -> bool {
+    unfinished(path, key).is_some_and(|started| crate::workspace::normalize(&started) == workspace)
+}
+
+/// The workspace whose run started the build `path` (a folder, not a link)
+/// with key `key`, when its note says the harness started it under that key
+/// and it never finished (no `build.json`): a failed or stopped build.
+pub(crate) fn unfinished(path: &Path, key: &str) -> Option<PathBuf> {
     let is_dir = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
-    let note: Option<StartedBy> = std::fs::symlink_metadata(path.join(STARTED_BY))
-        .ok()
-        .filter(std::fs::Metadata::is_file)
-        .and_then(|_| std::fs::read(path.join(STARTED_BY)).ok())
-        .and_then(|b| serde_json::from_slice(&b).ok());
-    is_dir
-        && std::fs::symlink_metadata(path.join("build.json")).is_err()
-        && note.is_some_and(|n| n.key == key && crate::workspace::normalize(&n.workspace) == workspace)
+    if !is_dir || std::fs::symlink_metadata(path.join("build.json")).is_ok() {
+        return None;
+    }
+    let note: StartedBy = crate::workspace::confined::open_regular(&path.join(STARTED_BY)).ok().and_then(|file| {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, 64 * 1024), &mut bytes).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    })?;
+    (note.key == key).then_some(note.workspace)
 }
 
 /// What the cache holds for a build key.
@@ -614,6 +666,14 @@ fn users_dir(cache_dir: &Path) -> PathBuf {
     cache_dir.with_extension("users")
 }
 
+/// Deletes what the harness keeps beside a deleted build: its runs' notes,
+/// its workspaces' registrations and its device backend's files.
+pub(crate) fn remove_notes(cache_dir: &Path) {
+    for beside in [users_dir(cache_dir), registry_dir(cache_dir), device::files_beside(cache_dir)] {
+        let _ = crate::workspace::confined::remove_tree(&beside);
+    }
+}
+
 /// The runs that use the build in `cache_dir`, as people read them; notes
 /// of runs that are gone are removed.
 pub(crate) fn users_of(cache_dir: &Path, state_dir: &Path) -> Vec<String> {
@@ -638,6 +698,88 @@ pub(crate) fn users_of(cache_dir: &Path, state_dir: &Path) -> Vec<String> {
         }
     }
     users
+}
+
+/// The folder beside a build (`builds/<key>.workspaces/`) where each
+/// workspace that uses it registers, wherever that workspace lives: `clean
+/// --builds` keeps a build one of them still uses. Beside the build's
+/// folder, not in it: that holds only what its build made.
+fn registry_dir(cache_dir: &Path) -> PathBuf {
+    cache_dir.with_extension("workspaces")
+}
+
+/// A workspace's registration in the build it uses: data, never trusted as
+/// configuration. It keeps the build only while that workspace's marker and
+/// `build.json` say so.
+#[derive(Debug, Serialize, Deserialize)]
+struct Registration {
+    workspace: PathBuf,
+    config: String,
+}
+
+/// Registers `ws` (of config `config`) in the cached build `build_id` under
+/// `state_dir`, as a run or report uses it. The build's folder is found from
+/// the key alone (a `build.json` is the workspace's data: its `cache_dir` is
+/// not followed). One that cannot be written is said: another config's
+/// `clean --builds` would then not see this workspace.
+pub(crate) fn register_workspace(state_dir: &Path, ws: &Workspace, config: &str, build_id: &str) {
+    if build_id.is_empty() || !build_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        return;
+    }
+    let cache_dir = state_dir.join("builds").join(build_id);
+    if !std::fs::symlink_metadata(&cache_dir).is_ok_and(|m| m.is_dir()) {
+        return;
+    }
+    let root = crate::workspace::normalize(ws.root());
+    let name = &files::hex(&<sha2::Sha256 as sha2::Digest>::digest(root.as_os_str().as_encoded_bytes()))[..16];
+    let path = registry_dir(&cache_dir).join(format!("{name}.json"));
+    let note = Registration { workspace: root, config: config.to_string() };
+    if let Err(e) = files::write_atomic(&path, &serde_json::to_vec(&note).expect("serializes")) {
+        crate::warning!(
+            "cannot register the workspace {} as a user of the cached build {} ({e}): `clean --builds` of another config may delete it",
+            ws.root().display(),
+            cache_dir.display()
+        );
+    }
+}
+
+/// The workspaces registered in the build `cache_dir` (key `key`) that still
+/// use it: the folder carries the marker of the registered config and its
+/// `build.json` names this build, each read without following a link. A
+/// stale registration (the workspace gone, another build's, or a file that
+/// cannot be read as one) keeps nothing: it is removed, and why is returned.
+pub(crate) fn registered_users(cache_dir: &Path, key: &str) -> (Vec<PathBuf>, Vec<String>) {
+    let (mut users, mut stale) = (Vec::new(), Vec::new());
+    for entry in std::fs::read_dir(registry_dir(cache_dir)).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let note = crate::workspace::confined::open_regular(&path).ok().and_then(|file| {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::Read::take(file, 64 * 1024), &mut bytes).ok()?;
+            serde_json::from_slice::<Registration>(&bytes).ok()
+        });
+        let why = match &note {
+            None => format!("{} is not a registration", path.display()),
+            Some(note) => match Workspace::new(&note.workspace) {
+                Err(e) => e.to_string(),
+                Ok(ws) => match ws.check_marked(&note.config).and_then(|()| BuildManifest::read_in(&ws)) {
+                    Ok(manifest) if manifest.build_id == key => {
+                        users.push(ws.root().to_path_buf());
+                        continue;
+                    }
+                    Ok(manifest) => format!("{} now uses build {}", ws.root().display(), manifest.build_id),
+                    Err(e) => format!("{}: {e}", ws.root().display()),
+                },
+            },
+        };
+        // The registry folder is the harness's: a stale entry, file or link, goes.
+        if entry.file_type().is_ok_and(|t| !t.is_dir()) {
+            let _ = std::fs::remove_file(&path);
+        }
+        stale.push(why);
+    }
+    users.sort();
+    users.dedup();
+    (users, stale)
 }
 
 /// Makes `manifest` the workspace's build. Results, profiles and reports
@@ -746,18 +888,76 @@ mod tests {
         assert!(!builds.join("busy").exists(), "once no run holds it, it goes");
     }
 
+    /// A registration keeps its build only while the workspace's marker and
+    /// `build.json` say so; a link, a file that is no registration, a
+    /// workspace gone or on another build keep nothing and are removed, and
+    /// what a link points at is neither read nor touched.
     #[test]
-    fn what_is_left_in_a_cache_folder_or_gone_from_it_is_named() {
+    fn only_a_registered_workspace_that_still_uses_the_build_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let cache = state.join("builds/k1");
+        files::create_dir(&cache).unwrap();
+        let workspace = |name: &str, build: &str| {
+            let ws = Workspace::new(&dir.path().join(name)).unwrap();
+            ws.claim("cfg", &dir.path().join("cfg.json"), &[]).unwrap();
+            adopt(&ws, &test_manifest(build)).unwrap();
+            register_workspace(&state, &ws, "cfg", "k1");
+            ws
+        };
+        let using = workspace("using", "k1");
+        let moved = workspace("moved", "k1");
+        adopt(&moved, &test_manifest("k2")).unwrap();
+        let gone = workspace("gone", "k1");
+        std::fs::remove_dir_all(gone.root()).unwrap();
+        // A planted link to a registration of a workspace that uses the build.
+        let outside = dir.path().join("outside.json");
+        let note = Registration { workspace: using.root().to_path_buf(), config: "cfg".into() };
+        std::fs::write(&outside, serde_json::to_vec(&note).unwrap()).unwrap();
+        std::os::unix::fs::symlink(&outside, registry_dir(&cache).join("link.json")).unwrap();
+        std::fs::write(registry_dir(&cache).join("junk.json"), "[]").unwrap();
+        // Keys are names, never paths: nothing is registered outside the cache.
+        register_workspace(&state, &using, "cfg", "../../escape");
+        assert!(!dir.path().join("escape.workspaces").exists());
+
+        let (users, stale) = registered_users(&cache, "k1");
+        assert_eq!(users, [using.root().to_path_buf()]);
+        assert_eq!(stale.len(), 4, "{stale:?}");
+        assert!(stale.iter().any(|s| s.ends_with("/moved now uses build k2")), "{stale:?}");
+        assert!(stale.iter().any(|s| s.contains("link.json is not a registration")), "{stale:?}");
+        let left: Vec<_> = std::fs::read_dir(registry_dir(&cache)).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1, "stale registrations stay");
+        assert!(outside.is_file(), "the link's target was touched");
+        assert_eq!(registered_users(&cache, "k2").0, Vec::<PathBuf>::new(), "using's build.json names k1");
+    }
+
+    #[test]
+    fn what_is_left_in_a_cache_folder_or_gone_from_it_or_changed_in_it_is_named() {
         use sha2::Digest;
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::create_dir_all(root.join("ccl-tests")).unwrap();
         std::fs::create_dir_all(root.join("logs")).unwrap();
-        std::fs::write(root.join("ccl-tests/all_reduce_perf"), "elf").unwrap();
+        let perf = root.join("ccl-tests/all_reduce_perf");
+        std::fs::write(&perf, "elf").unwrap();
         std::fs::write(root.join("logs/01-build.log"), "log").unwrap();
         std::os::unix::fs::symlink("all_reduce_perf", root.join("ccl-tests/link")).unwrap();
-        let listing = identity::contents(root).unwrap().join("\n");
-        assert_eq!(listing, "ccl-tests/\nccl-tests/all_reduce_perf\nccl-tests/link@\nlogs/\nlogs/01-build.log");
+        let built = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(1_700_000_000_123_456_789);
+        for file in [&perf, &root.join("logs/01-build.log")] {
+            std::fs::File::options().write(true).open(file).unwrap().set_modified(built).unwrap();
+        }
+        let listing = identity::listing(root).unwrap();
+        let lines: Vec<&str> = listing.lines().skip(1).collect();
+        assert_eq!(
+            lines,
+            [
+                "ccl-tests/",
+                "ccl-tests/all_reduce_perf\t3\t1700000000123456789",
+                "ccl-tests/link@",
+                "logs/",
+                "logs/01-build.log\t3\t1700000000123456789"
+            ]
+        );
         std::fs::write(root.join(identity::CONTENTS), &listing).unwrap();
         let sum = files::hex(&sha2::Sha256::digest(listing.as_bytes()));
         // The manifest, written after the listing, is not in it.
@@ -771,6 +971,24 @@ mod tests {
             "{said}"
         );
         assert!(said.ends_with("lacks 1 entries its build made: logs/01-build.log"), "{said}");
+        // Edited in place: the same size, a new time.
+        std::fs::write(&perf, "ELF").unwrap();
+        let said = identity::left_in_cache(root, &sum).unwrap().unwrap();
+        assert!(
+            said.ends_with(
+                "holds 1 files its build made whose size or modification time changed since: ccl-tests/all_reduce_perf"
+            ),
+            "{said}"
+        );
+        // An older listing, names alone, is compared by name.
+        let names = "ccl-tests/\nccl-tests/all_reduce_perf\nccl-tests/link@\nlogs/";
+        std::fs::write(root.join(identity::CONTENTS), names).unwrap();
+        let old = files::hex(&sha2::Sha256::digest(names.as_bytes()));
+        let said = identity::left_in_cache(root, &old).unwrap().unwrap();
+        assert_eq!(
+            said,
+            "holds 1 entries its build did not make (a trial, whose working folder it once was, or another program left them): ccl-tests/left-behind"
+        );
         std::fs::write(root.join(identity::CONTENTS), "ccl-tests/\n").unwrap();
         let said = identity::left_in_cache(root, &sum).unwrap().unwrap();
         assert!(said.contains("is not the one build.json records, so they cannot be named"), "{said}");

@@ -659,9 +659,12 @@ pub(crate) fn records_lost(dir: &Path, expected: usize) -> Option<String> {
     (!problems.is_empty()).then(|| format!("device coverage lost: {}", problems.join("; ")))
 }
 
-/// The cubins a build's trials saved, named by CRC: the one folder per build.
+/// The cubins a build's trials saved, named by CRC, and their branch
+/// listings: the one folder per build, beside it, not in it (the collector
+/// creates it, one level only: the harness makes its parent as it hands the
+/// build over).
 pub(crate) fn cubins_dir(cache_dir: &Path) -> PathBuf {
-    cache_dir.join("cubins")
+    super::files_beside(cache_dir).join("cubins")
 }
 
 #[cfg(test)]

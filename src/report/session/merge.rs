@@ -44,6 +44,8 @@ impl Session {
                 self.ctx.entry.trials()
             ))
         })?;
+        // A workspace made before builds kept a registry registers as it reports.
+        crate::build::cache::register_workspace(&self.ctx.state_dir, ws, &self.ctx.config().name, &manifest.build_id);
         if !manifest.coverage {
             return Ok(Merge::Off(format!(
                 "build {} was made without coverage (CCL_COV_COVERAGE=off): there is nothing to report",
@@ -65,6 +67,15 @@ impl Session {
                 damaged.join("; "),
                 self.ctx.entry.trials()
             )));
+        }
+        // Other objects, steps, flags or tools: refused, not reported on the old build's.
+        match crate::build::cache::config_differs(&self.ctx, &manifest) {
+            Ok(None) => {}
+            Ok(Some(why)) => return Err(Error::new(why)),
+            Err(e) => crate::say!(
+                "ccl-coverage: warning: the config's build inputs cannot be compared with build {}'s: {e}",
+                manifest.build_id
+            ),
         }
         let sources_changed = crate::build::cache::sources_changed(&manifest, self.ctx.config(), self.ctx.entry);
         if let Some(changed) = &sources_changed {
