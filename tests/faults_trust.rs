@@ -748,3 +748,70 @@ fn llvm_cov_through_a_link_to_the_build_s_own_is_taken() {
     let ran = harness(&s, "report", &[], LIMIT);
     assert!(ran.success, "{}", ran.text());
 }
+
+// ---- issue #48, item 5: profiles are checked before the merge
+
+/// Issue #48, item 5: a trial leaves, under its own mark, a 0-byte profile,
+/// one cut to 60 bytes, one of another LLVM's format version (8), and a
+/// 2 GiB sparse one; one more leaves only the 0-byte one (its program's
+/// profile goes elsewhere). Each bad file moves to `quarantine/<trial>/`
+/// before the merge, unread past its header (the sparse one in well under a
+/// second), and is named with its cause in the verdict and the record. The
+/// empty and the other-version file were merged without a word, and the
+/// trial with only the empty one was told it `wrote no coverage profile …`.
+#[test]
+fn unusable_profiles_are_quarantined_before_the_merge_with_their_cause() {
+    // A name under the trial's own mark (`%h-%p-%m.<mark>.profraw`), for
+    // the shell's pid, which the program then keeps (`exec`).
+    let own = "d=$(dirname \"$LLVM_PROFILE_FILE\"); m=$(basename \"$LLVM_PROFILE_FILE\" .profraw); F=\"$d/$(hostname)-$$-7.${m##*.}.profraw\"";
+    let cut =
+        "\"$REAL_BINARY\" \"$@\"; rc=$?; for f in \"$d\"/*.profraw; do truncate -s 60 \"$f\"; break; done; exit $rc";
+    let s = wrapped(&[
+        ("empty", &format!("{own}; : > \"$F\"")),
+        ("truncated", &format!("{own}; {cut}")),
+        (
+            "other_version",
+            &format!(
+                "{own}; printf '\\201rforpl\\377\\010\\0\\0\\0\\0\\0\\0\\0' > \"$F\"; head -c 200 /dev/zero >> \"$F\""
+            ),
+        ),
+        ("huge", &format!("{own}; truncate -s 2G \"$F\"")),
+        ("only_empty", &format!("{own}; : > \"$F\"; export LLVM_PROFILE_FILE=\"$WS/../elsewhere-%p.profraw\"")),
+    ]);
+    let ran = harness(&s, "run", &["--no-report", "--test-threads", "2"], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    for (trial, cause) in [
+        ("empty", "it is empty (0 bytes)"),
+        ("truncated", "it is truncated: 60 bytes, shorter than its 128-byte header"),
+        (
+            "other_version",
+            "it is a raw profile of format version 8, written by another LLVM's runtime; the build's llvm-profdata reads version 10",
+        ),
+        ("huge", "it is 2147483648 bytes, more than the 1024 MiB a raw profile may have: not read"),
+        ("only_empty", "it is empty (0 bytes)"),
+    ] {
+        let slug = format!("AllReduce.1K.{trial}");
+        let r = support::result(&s, &slug);
+        let (reason, rejected) = (r["reason"].as_str().unwrap_or_default(), &r["rejected"]);
+        assert_eq!(r["status"], "FAILED", "{trial}: {reason}\n{text}");
+        assert_eq!(rejected.as_array().map(Vec::len), Some(1), "{trial}: {rejected}\n{text}");
+        assert!(rejected[0]["reason"].as_str().unwrap().starts_with(cause), "{trial}: {rejected}");
+        let file = PathBuf::from(rejected[0]["file"].as_str().unwrap());
+        assert!(file.starts_with(s.ws.join("quarantine").join(&slug)) && file.is_file(), "{trial}: {rejected}");
+        assert!(reason.contains(&format!("{} ({cause}", file.display())), "{trial}: {reason}");
+        assert!(!reason.contains("wrote no coverage profile"), "{trial}: {reason}");
+        // The program's own profiles (its two modules) merged, but the one cut.
+        let merged = match trial {
+            "only_empty" => 0,
+            "truncated" => 1,
+            _ => 2,
+        };
+        assert_eq!(r["merge"]["merged"].as_u64().unwrap_or(0), merged, "{trial}: {}", r["merge"]);
+    }
+    let huge = s.ws.join("quarantine/AllReduce.1K.huge");
+    let moved = fs::read_dir(&huge).unwrap().next().unwrap().unwrap().path();
+    assert_eq!(fs::metadata(&moved).unwrap().len(), 2 << 30);
+    let only = support::result(&s, "AllReduce.1K.only_empty");
+    assert!(only["reason"].as_str().unwrap().starts_with("coverage lost: none of its 1 raw profile(s) in "), "{only}");
+}
