@@ -815,3 +815,52 @@ fn unusable_profiles_are_quarantined_before_the_merge_with_their_cause() {
     let only = support::result(&s, "AllReduce.1K.only_empty");
     assert!(only["reason"].as_str().unwrap().starts_with("coverage lost: none of its 1 raw profile(s) in "), "{only}");
 }
+
+// ---- issue #48, item 3: every child the harness runs is bounded
+
+/// Issue #48, item 3: `nvidia-smi`, which every run asks for the GPUs (from
+/// `PATH`, so any program of that name), leaves a grandchild holding its
+/// output, then floods it. The run ends in seconds either way: the output is
+/// read until the command exits, the grandchild is killed with its group,
+/// and a flood is stopped at the 64 MiB cap (the run says no GPU). It used
+/// to wait for end of file (till the grandchild ended) and read a flood
+/// whole into memory.
+#[test]
+fn a_probe_whose_grandchild_holds_its_output_or_that_floods_it_is_bounded() {
+    let mut s = one_trial();
+    let bin = s.dir.path().join("bin");
+    fs::create_dir(&bin).unwrap();
+    let pid = s.dir.path().join("grandchild.pid");
+    script(
+        &bin.join("nvidia-smi"),
+        &format!(
+            "if [ -e '{flood}' ]; then exec yes 0, Flooding GPU; fi\nsleep 120 & echo $! > '{pid}'\necho '0, Fake GPU, 1.0, 0000:00:00.0'",
+            flood = s.dir.path().join("flood").display(),
+            pid = pid.display()
+        ),
+    );
+    s.env.push(("PATH".into(), format!("{}:{}", bin.display(), std::env::var("PATH").unwrap())));
+    let started = std::time::Instant::now();
+    let ran = harness(&s, "run", &["--no-report"], Duration::from_secs(90));
+    assert!(ran.success, "{}", ran.text());
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    let run = fs::read_to_string(s.ws.join("results/run.json")).unwrap();
+    assert!(run.contains("0, Fake GPU, 1.0, 0000:00:00.0"), "{run}");
+    let grandchild: i32 = fs::read_to_string(&pid).unwrap().trim().parse().unwrap();
+    let gone = |pid: i32| {
+        fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |stat| stat.split(") ").nth(1).is_some_and(|r| r.starts_with('Z')))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !gone(grandchild) {
+        assert!(std::time::Instant::now() < deadline, "the grandchild {grandchild} outlived its probe");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    fs::write(s.dir.path().join("flood"), "").unwrap();
+    let started = std::time::Instant::now();
+    let ran = harness(&s, "run", &["--no-report"], Duration::from_secs(90));
+    assert!(ran.success, "{}", ran.text());
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    let run = fs::read_to_string(s.ws.join("results/run.json")).unwrap();
+    assert!(!run.contains("Flooding GPU"), "a flood past the cap is no answer");
+}

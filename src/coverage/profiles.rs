@@ -20,7 +20,7 @@ use crate::bail;
 use crate::coverage::mapping::raw_ids_at;
 use crate::device::{collector_records, is_device_profile};
 use crate::error::{Context, Error, Result};
-use crate::exec::process::Cmd;
+use crate::exec::process::{Cmd, Limits};
 use crate::toolchain::Toolchain;
 use crate::workspace::confined::EntryKind;
 use crate::workspace::{self, Area, Workspace};
@@ -874,6 +874,7 @@ pub(crate) fn merge_checked(
 /// Whether llvm-profdata can read `input` on its own.
 fn check(toolchain: &Toolchain, input: &Path) -> Result<()> {
     Cmd::new(&toolchain.llvm_profdata.path)
+        .limits(Limits::LLVM_TOOL)
         .args(["merge", "-sparse", "-o", "/dev/null"])
         .arg(input)
         .read()
@@ -905,6 +906,7 @@ pub(crate) fn merge(
     ws.write(list_file, list.as_bytes())?;
     ws.clear_for_tool(output)?;
     Cmd::new(&toolchain.llvm_profdata.path)
+        .limits(Limits::LLVM_TOOL)
         .args(["merge", "-sparse"])
         .arg(format!("--input-files={}", list_file.display()))
         .arg("-o")

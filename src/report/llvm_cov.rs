@@ -9,7 +9,7 @@ use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::SummaryExport;
 use crate::coverage::source_names::SourceNames;
 use crate::error::{Context, Result};
-use crate::exec::process::Cmd;
+use crate::exec::process::{Cmd, Limits};
 use crate::workspace;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -184,8 +184,10 @@ impl ReportInputs {
 
     /// `llvm-cov <subcommand> -instr-profile=P <obj0> -object <obj1> ... [-ignore-filename-regex=R]`.
     fn cmd(&self, subcommand: &str) -> Cmd {
-        let mut cmd =
-            Cmd::new(&self.llvm_cov).arg(subcommand).arg(format!("-instr-profile={}", self.profdata.display()));
+        let mut cmd = Cmd::new(&self.llvm_cov)
+            .limits(Limits::LLVM_TOOL)
+            .arg(subcommand)
+            .arg(format!("-instr-profile={}", self.profdata.display()));
         for (i, object) in self.objects.iter().enumerate() {
             if i > 0 {
                 cmd = cmd.arg("-object");
