@@ -12,7 +12,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use support::{Setup, harness, only, setup};
+use support::{Setup, harness, only, result, setup};
 
 /// The harness is killed past this: every case here ends in seconds.
 const LIMIT: Duration = Duration::from_secs(300);
@@ -371,7 +371,7 @@ fn profiles_another_trial_writes_into_a_trial_s_folder_are_foreign() {
     let ran = harness(&s, "run", &["--test-threads", "2"], LIMIT);
     let text = ran.text();
     assert!(s.dir.path().join("attacked").exists(), "the attack did not run: {text}");
-    let victim = support::result(&s, "AllReduce.1K.victim");
+    let victim = result(&s, "AllReduce.1K.victim");
     assert_eq!(victim["status"], "PASSED", "{text}");
     let foreign = victim["foreign"].as_array().cloned().unwrap_or_default();
     assert_eq!(foreign.len(), 4, "{victim}\n{text}");
@@ -395,7 +395,7 @@ fn a_short_lived_child_s_profile_is_the_trial_s_own() {
     let ran = harness(&s, "run", &["--no-report"], LIMIT);
     let text = ran.text();
     assert!(ran.success, "{text}");
-    let r = support::result(&s, "AllReduce.1K.child");
+    let r = result(&s, "AllReduce.1K.child");
     assert!(r["foreign"].as_array().is_none_or(Vec::is_empty), "{r}");
     assert!(
         !s.ws.join("quarantine/AllReduce.1K.child").exists() || files(&s.ws.join("quarantine/AllReduce.1K.child")) == 0
@@ -424,7 +424,7 @@ fn what_a_trial_writes_in_its_current_directory_stays_out_of_the_build_cache() {
     ]);
     let ran = harness(&s, "run", &["--no-report"], LIMIT);
     let text = ran.text();
-    let r = support::result(&s, "AllReduce.1K.litter");
+    let r = result(&s, "AllReduce.1K.litter");
     assert_eq!(r["status"], "PASSED", "{text}");
     assert_eq!(r["cwd"], json!(s.ws.join("work/AllReduce.1K.litter")), "{r}");
     let real = r["env"].as_array().unwrap().iter().find(|kv| kv[0] == "REAL_BINARY").unwrap()[1].clone();
@@ -792,7 +792,7 @@ fn unusable_profiles_are_quarantined_before_the_merge_with_their_cause() {
         ("only_empty", "it is empty (0 bytes)"),
     ] {
         let slug = format!("AllReduce.1K.{trial}");
-        let r = support::result(&s, &slug);
+        let r = result(&s, &slug);
         let (reason, rejected) = (r["reason"].as_str().unwrap_or_default(), &r["rejected"]);
         assert_eq!(r["status"], "FAILED", "{trial}: {reason}\n{text}");
         assert_eq!(rejected.as_array().map(Vec::len), Some(1), "{trial}: {rejected}\n{text}");
@@ -812,7 +812,7 @@ fn unusable_profiles_are_quarantined_before_the_merge_with_their_cause() {
     let huge = s.ws.join("quarantine/AllReduce.1K.huge");
     let moved = fs::read_dir(&huge).unwrap().next().unwrap().unwrap().path();
     assert_eq!(fs::metadata(&moved).unwrap().len(), 2 << 30);
-    let only = support::result(&s, "AllReduce.1K.only_empty");
+    let only = result(&s, "AllReduce.1K.only_empty");
     assert!(only["reason"].as_str().unwrap().starts_with("coverage lost: none of its 1 raw profile(s) in "), "{only}");
 }
 
@@ -863,4 +863,46 @@ fn a_probe_whose_grandchild_holds_its_output_or_that_floods_it_is_bounded() {
     assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
     let run = fs::read_to_string(s.ws.join("results/run.json")).unwrap();
     assert!(!run.contains("Flooding GPU"), "a flood past the cap is no answer");
+}
+
+// ---- issue #48, item 4: file names are data in every format
+
+/// Issue #48, item 4: a program compiled from a source file whose name holds
+/// `\nend_of_record\nSF:forged.cc\nDA:7,99\nend_of_record\nSF:y.c`
+/// (tests/fixtures/line-break-name) runs in a trial. lcov cannot carry the
+/// name, and `codecov.json` and `cobertura.xml` are made from lcov: the
+/// report is refused, naming the file with its line breaks escaped, and no
+/// format holds a forged record (each held `forged.cc`, line 7 hit 99 times).
+#[test]
+fn a_file_name_with_line_breaks_forges_no_record_and_is_named() {
+    let sources = tempfile::tempdir().unwrap();
+    let fixture = support::root().join("tests/fixtures/line-break-name");
+    for file in ["main.c", "part.c", "build.sh"] {
+        fs::copy(fixture.join(file), sources.path().join(file)).unwrap();
+    }
+    let s = setup(|v| {
+        v["library"] = json!({
+            "source_dir": sources.path().display().to_string(),
+            "steps": [{"name": "build", "argv": ["sh", "{library_src}/build.sh", "{cc}", "{coverage_flags}",
+                "{coverage_link_flags}", "{library_src}", "{build_dir}"]}],
+            "objects": ["{build_dir}/prog"]
+        });
+        let config = v.as_object_mut().unwrap();
+        for key in ["tests", "collectives", "sizes", "variants", "args"] {
+            config.remove(key);
+        }
+        v["launch"] = json!({"launcher": "threads", "ranks": 1});
+        v["programs"] = json!([{"name": "weird", "binary": "prog"}]);
+    });
+    let ran = harness(&s, "run", &[], LIMIT);
+    let text = ran.text();
+    assert_eq!(result(&s, "weird")["status"], "PASSED", "{text}");
+    for format in ["coverage.lcov", "codecov.json", "cobertura.xml"] {
+        let path = s.ws.join("report").join(format);
+        let written = fs::read_to_string(&path).unwrap_or_default();
+        assert!(!written.contains("forged.cc"), "{format}: {written}");
+    }
+    assert!(!ran.success, "{text}");
+    assert!(text.contains("the report is refused: 1 source file name(s) hold a line break"), "{text}");
+    assert!(text.contains(r"/x\nend_of_record\nSF:forged.cc\nDA:7,99\nend_of_record\nSF:y.c"), "{text}");
 }

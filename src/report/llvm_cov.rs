@@ -152,6 +152,7 @@ impl ReportInputs {
     /// ([`SourceNames::lcov`]), once it is checked that llvm-cov kept only files the rule keeps.
     pub(crate) fn lcov_text(&self) -> Result<String> {
         let text = self.run(self.cmd("export").arg("-format=lcov"))?;
+        lcov::check_file_names(&text, &self.summary()?.file_names())?;
         self.ignore.check_kept(text.lines().filter_map(|l| l.strip_prefix("SF:")))?;
         self.names.lcov(&text, "llvm-cov export -format=lcov")
     }
