@@ -906,3 +906,36 @@ fn a_file_name_with_line_breaks_forges_no_record_and_is_named() {
     assert!(text.contains("the report is refused: 1 source file name(s) hold a line break"), "{text}");
     assert!(text.contains(r"/x\nend_of_record\nSF:forged.cc\nDA:7,99\nend_of_record\nSF:y.c"), "{text}");
 }
+
+// ---- issue #48, minor: a trial's own log
+
+/// Issue #48, minor item: a trial that deletes its own log, and one that
+/// replaces it with a copy of its real output (a passing table), each fail,
+/// and say so: their output cannot be judged (the replacer passed on the
+/// copy it chose; the deleter was judged on nothing, without a word).
+#[test]
+fn a_trial_that_deletes_or_replaces_its_own_log_is_told_so() {
+    let s = wrapped(&[
+        ("deleter", "rm \"$WS/logs/AllReduce.1K.deleter.log\""),
+        (
+            "replacer",
+            "\"$REAL_BINARY\" \"$@\" > \"$WS/../copy.log\" || exit 1; mv \"$WS/../copy.log\" \"$WS/logs/AllReduce.1K.replacer.log\"; exit 0",
+        ),
+    ]);
+    let ran = harness(&s, "run", &["--no-report", "--test-threads", "1"], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    for (trial, how) in
+        [("deleter", "was deleted while it ran"), ("replacer", "was replaced by another file while it ran")]
+    {
+        let slug = format!("AllReduce.1K.{trial}");
+        let r = result(&s, &slug);
+        let reason = r["reason"].as_str().unwrap_or_default();
+        assert_eq!(r["status"], "FAILED", "{trial}: {reason}\n{text}");
+        let log = s.ws.join("logs").join(format!("{slug}.log"));
+        assert!(reason.starts_with(&format!("its log {} {how}", log.display())), "{reason}");
+        assert!(reason.contains(", so its output cannot be judged"), "{reason}");
+    }
+    let replaced = fs::read_to_string(s.ws.join("logs/AllReduce.1K.replacer.log")).unwrap();
+    assert!(replaced.contains("# Out of bounds values : 0 OK"), "the copy holds a passing table: {replaced}");
+}
