@@ -12,7 +12,7 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use support::{Setup, harness, only, setup};
+use support::{Setup, harness, only, result, setup};
 
 /// The harness is killed past this: every case here ends in seconds.
 const LIMIT: Duration = Duration::from_secs(300);
@@ -371,7 +371,7 @@ fn profiles_another_trial_writes_into_a_trial_s_folder_are_foreign() {
     let ran = harness(&s, "run", &["--test-threads", "2"], LIMIT);
     let text = ran.text();
     assert!(s.dir.path().join("attacked").exists(), "the attack did not run: {text}");
-    let victim = support::result(&s, "AllReduce.1K.victim");
+    let victim = result(&s, "AllReduce.1K.victim");
     assert_eq!(victim["status"], "PASSED", "{text}");
     let foreign = victim["foreign"].as_array().cloned().unwrap_or_default();
     assert_eq!(foreign.len(), 4, "{victim}\n{text}");
@@ -395,7 +395,7 @@ fn a_short_lived_child_s_profile_is_the_trial_s_own() {
     let ran = harness(&s, "run", &["--no-report"], LIMIT);
     let text = ran.text();
     assert!(ran.success, "{text}");
-    let r = support::result(&s, "AllReduce.1K.child");
+    let r = result(&s, "AllReduce.1K.child");
     assert!(r["foreign"].as_array().is_none_or(Vec::is_empty), "{r}");
     assert!(
         !s.ws.join("quarantine/AllReduce.1K.child").exists() || files(&s.ws.join("quarantine/AllReduce.1K.child")) == 0
@@ -424,7 +424,7 @@ fn what_a_trial_writes_in_its_current_directory_stays_out_of_the_build_cache() {
     ]);
     let ran = harness(&s, "run", &["--no-report"], LIMIT);
     let text = ran.text();
-    let r = support::result(&s, "AllReduce.1K.litter");
+    let r = result(&s, "AllReduce.1K.litter");
     assert_eq!(r["status"], "PASSED", "{text}");
     assert_eq!(r["cwd"], json!(s.ws.join("work/AllReduce.1K.litter")), "{r}");
     let real = r["env"].as_array().unwrap().iter().find(|kv| kv[0] == "REAL_BINARY").unwrap()[1].clone();
@@ -762,4 +762,195 @@ fn llvm_cov_through_a_link_to_the_build_s_own_is_taken() {
     s.env.push(("LLVM_COV".into(), link.display().to_string()));
     let ran = harness(&s, "report", &[], LIMIT);
     assert!(ran.success, "{}", ran.text());
+}
+
+// ---- issue #48, item 5: profiles are checked before the merge
+
+/// Issue #48, item 5: a trial leaves, under its own mark, a 0-byte profile,
+/// one cut to 60 bytes, one of another LLVM's format version (8), and a
+/// 2 GiB sparse one; one more leaves only the 0-byte one (its program's
+/// profile goes elsewhere). Each bad file moves to `quarantine/<trial>/`
+/// before the merge, unread past its header (the sparse one in well under a
+/// second), and is named with its cause in the verdict and the record. The
+/// empty and the other-version file were merged without a word, and the
+/// trial with only the empty one was told it `wrote no coverage profile …`.
+#[test]
+fn unusable_profiles_are_quarantined_before_the_merge_with_their_cause() {
+    // A name under the trial's own mark (`%h-%p-%m.<mark>.profraw`), for
+    // the shell's pid, which the program then keeps (`exec`).
+    let own = "d=$(dirname \"$LLVM_PROFILE_FILE\"); m=$(basename \"$LLVM_PROFILE_FILE\" .profraw); F=\"$d/$(hostname)-$$-7.${m##*.}.profraw\"";
+    let cut =
+        "\"$REAL_BINARY\" \"$@\"; rc=$?; for f in \"$d\"/*.profraw; do truncate -s 60 \"$f\"; break; done; exit $rc";
+    let s = wrapped(&[
+        ("empty", &format!("{own}; : > \"$F\"")),
+        ("truncated", &format!("{own}; {cut}")),
+        (
+            "other_version",
+            &format!(
+                "{own}; printf '\\201rforpl\\377\\010\\0\\0\\0\\0\\0\\0\\0' > \"$F\"; head -c 200 /dev/zero >> \"$F\""
+            ),
+        ),
+        ("huge", &format!("{own}; truncate -s 2G \"$F\"")),
+        ("only_empty", &format!("{own}; : > \"$F\"; export LLVM_PROFILE_FILE=\"$WS/../elsewhere-%p.profraw\"")),
+    ]);
+    let ran = harness(&s, "run", &["--no-report", "--test-threads", "2"], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    for (trial, cause) in [
+        ("empty", "it is empty (0 bytes)"),
+        ("truncated", "it is truncated: 60 bytes, shorter than its 128-byte header"),
+        (
+            "other_version",
+            "it is a raw profile of format version 8, written by another LLVM's runtime; the build's llvm-profdata reads version 10",
+        ),
+        ("huge", "it is 2147483648 bytes, more than the 1024 MiB a raw profile may have: not read"),
+        ("only_empty", "it is empty (0 bytes)"),
+    ] {
+        let slug = format!("AllReduce.1K.{trial}");
+        let r = result(&s, &slug);
+        let (reason, rejected) = (r["reason"].as_str().unwrap_or_default(), &r["rejected"]);
+        assert_eq!(r["status"], "FAILED", "{trial}: {reason}\n{text}");
+        assert_eq!(rejected.as_array().map(Vec::len), Some(1), "{trial}: {rejected}\n{text}");
+        assert!(rejected[0]["reason"].as_str().unwrap().starts_with(cause), "{trial}: {rejected}");
+        let file = PathBuf::from(rejected[0]["file"].as_str().unwrap());
+        assert!(file.starts_with(s.ws.join("quarantine").join(&slug)) && file.is_file(), "{trial}: {rejected}");
+        assert!(reason.contains(&format!("{} ({cause}", file.display())), "{trial}: {reason}");
+        assert!(!reason.contains("wrote no coverage profile"), "{trial}: {reason}");
+        // The program's own profiles (its two modules) merged, but the one cut.
+        let merged = match trial {
+            "only_empty" => 0,
+            "truncated" => 1,
+            _ => 2,
+        };
+        assert_eq!(r["merge"]["merged"].as_u64().unwrap_or(0), merged, "{trial}: {}", r["merge"]);
+    }
+    let huge = s.ws.join("quarantine/AllReduce.1K.huge");
+    let moved = fs::read_dir(&huge).unwrap().next().unwrap().unwrap().path();
+    assert_eq!(fs::metadata(&moved).unwrap().len(), 2 << 30);
+    let only = result(&s, "AllReduce.1K.only_empty");
+    assert!(only["reason"].as_str().unwrap().starts_with("coverage lost: none of its 1 raw profile(s) in "), "{only}");
+}
+
+// ---- issue #48, item 3: every child the harness runs is bounded
+
+/// Issue #48, item 3: `nvidia-smi`, which every run asks for the GPUs (from
+/// `PATH`, so any program of that name), leaves a grandchild holding its
+/// output, then floods it. The run ends in seconds either way: the output is
+/// read until the command exits, the grandchild is killed with its group,
+/// and a flood is stopped at the 64 MiB cap (the run says no GPU). It used
+/// to wait for end of file (till the grandchild ended) and read a flood
+/// whole into memory.
+#[test]
+fn a_probe_whose_grandchild_holds_its_output_or_that_floods_it_is_bounded() {
+    let mut s = one_trial();
+    let bin = s.dir.path().join("bin");
+    fs::create_dir(&bin).unwrap();
+    let pid = s.dir.path().join("grandchild.pid");
+    script(
+        &bin.join("nvidia-smi"),
+        &format!(
+            "if [ -e '{flood}' ]; then exec yes 0, Flooding GPU; fi\nsleep 120 & echo $! > '{pid}'\necho '0, Fake GPU, 1.0, 0000:00:00.0'",
+            flood = s.dir.path().join("flood").display(),
+            pid = pid.display()
+        ),
+    );
+    s.env.push(("PATH".into(), format!("{}:{}", bin.display(), std::env::var("PATH").unwrap())));
+    let started = std::time::Instant::now();
+    let ran = harness(&s, "run", &["--no-report"], Duration::from_secs(90));
+    assert!(ran.success, "{}", ran.text());
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    let run = fs::read_to_string(s.ws.join("results/run.json")).unwrap();
+    assert!(run.contains("0, Fake GPU, 1.0, 0000:00:00.0"), "{run}");
+    let grandchild: i32 = fs::read_to_string(&pid).unwrap().trim().parse().unwrap();
+    let gone = |pid: i32| {
+        fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |stat| stat.split(") ").nth(1).is_some_and(|r| r.starts_with('Z')))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !gone(grandchild) {
+        assert!(std::time::Instant::now() < deadline, "the grandchild {grandchild} outlived its probe");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    fs::write(s.dir.path().join("flood"), "").unwrap();
+    let started = std::time::Instant::now();
+    let ran = harness(&s, "run", &["--no-report"], Duration::from_secs(90));
+    assert!(ran.success, "{}", ran.text());
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    let run = fs::read_to_string(s.ws.join("results/run.json")).unwrap();
+    assert!(!run.contains("Flooding GPU"), "a flood past the cap is no answer");
+}
+
+// ---- issue #48, item 4: file names are data in every format
+
+/// Issue #48, item 4: a program compiled from a source file whose name holds
+/// `\nend_of_record\nSF:forged.cc\nDA:7,99\nend_of_record\nSF:y.c`
+/// (tests/fixtures/line-break-name) runs in a trial. lcov cannot carry the
+/// name, and `codecov.json` and `cobertura.xml` are made from lcov: the
+/// report is refused, naming the file with its line breaks escaped, and no
+/// format holds a forged record (each held `forged.cc`, line 7 hit 99 times).
+#[test]
+fn a_file_name_with_line_breaks_forges_no_record_and_is_named() {
+    let sources = tempfile::tempdir().unwrap();
+    let fixture = support::root().join("tests/fixtures/line-break-name");
+    for file in ["main.c", "part.c", "build.sh"] {
+        fs::copy(fixture.join(file), sources.path().join(file)).unwrap();
+    }
+    let s = setup(|v| {
+        v["library"] = json!({
+            "source_dir": sources.path().display().to_string(),
+            "steps": [{"name": "build", "argv": ["sh", "{library_src}/build.sh", "{cc}", "{coverage_flags}",
+                "{coverage_link_flags}", "{library_src}", "{build_dir}"]}],
+            "objects": ["{build_dir}/prog"]
+        });
+        let config = v.as_object_mut().unwrap();
+        for key in ["tests", "collectives", "sizes", "variants", "args"] {
+            config.remove(key);
+        }
+        v["launch"] = json!({"launcher": "threads", "ranks": 1});
+        v["programs"] = json!([{"name": "weird", "binary": "prog"}]);
+    });
+    let ran = harness(&s, "run", &[], LIMIT);
+    let text = ran.text();
+    assert_eq!(result(&s, "weird")["status"], "PASSED", "{text}");
+    for format in ["coverage.lcov", "codecov.json", "cobertura.xml"] {
+        let path = s.ws.join("report").join(format);
+        let written = fs::read_to_string(&path).unwrap_or_default();
+        assert!(!written.contains("forged.cc"), "{format}: {written}");
+    }
+    assert!(!ran.success, "{text}");
+    assert!(text.contains("the report is refused: 1 source file name(s) hold a line break"), "{text}");
+    assert!(text.contains(r"/x\nend_of_record\nSF:forged.cc\nDA:7,99\nend_of_record\nSF:y.c"), "{text}");
+}
+
+// ---- issue #48, minor: a trial's own log
+
+/// Issue #48, minor item: a trial that deletes its own log, and one that
+/// replaces it with a copy of its real output (a passing table), each fail,
+/// and say so: their output cannot be judged (the replacer passed on the
+/// copy it chose; the deleter was judged on nothing, without a word).
+#[test]
+fn a_trial_that_deletes_or_replaces_its_own_log_is_told_so() {
+    let s = wrapped(&[
+        ("deleter", "rm \"$WS/logs/AllReduce.1K.deleter.log\""),
+        (
+            "replacer",
+            "\"$REAL_BINARY\" \"$@\" > \"$WS/../copy.log\" || exit 1; mv \"$WS/../copy.log\" \"$WS/logs/AllReduce.1K.replacer.log\"; exit 0",
+        ),
+    ]);
+    let ran = harness(&s, "run", &["--no-report", "--test-threads", "1"], LIMIT);
+    let text = ran.text();
+    assert!(!ran.success, "{text}");
+    for (trial, how) in
+        [("deleter", "was deleted while it ran"), ("replacer", "was replaced by another file while it ran")]
+    {
+        let slug = format!("AllReduce.1K.{trial}");
+        let r = result(&s, &slug);
+        let reason = r["reason"].as_str().unwrap_or_default();
+        assert_eq!(r["status"], "FAILED", "{trial}: {reason}\n{text}");
+        let log = s.ws.join("logs").join(format!("{slug}.log"));
+        assert!(reason.starts_with(&format!("its log {} {how}", log.display())), "{reason}");
+        assert!(reason.contains(", so its output cannot be judged"), "{reason}");
+    }
+    let replaced = fs::read_to_string(s.ws.join("logs/AllReduce.1K.replacer.log")).unwrap();
+    assert!(replaced.contains("# Out of bounds values : 0 OK"), "the copy holds a passing table: {replaced}");
 }

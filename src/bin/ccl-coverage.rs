@@ -344,7 +344,7 @@ impl Output {
         if self.open {
             let index = report.join("html/index.html");
             // The report was written: no browser here is no failure of the run.
-            let opened = ccl_coverage::exec::process::Cmd::new("xdg-open").arg(&index).read();
+            let opened = ccl_coverage::exec::process::Cmd::new("xdg-open").arg(&index).detached().read();
             if let Err(e) = opened {
                 ccl_coverage::say!("ccl-coverage: warning: cannot open {} ({e}); open it yourself", index.display());
             }

@@ -6,6 +6,7 @@
 //! and branches in every report format is [`FileCoverage::tallies`] of it
 //! (regions, which lcov cannot carry, are llvm-cov's: `model.rs`).
 
+use crate::bail;
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 
@@ -343,6 +344,38 @@ fn fold_record(record: &[&str], extra: &FileCoverage, out: &mut String) {
     out.push_str("end_of_record\n");
 }
 
+/// Refuses llvm-cov's lcov `text` when a file name cannot be carried by it:
+/// lcov is one record per line, so a name with a line break
+/// (`x\nend_of_record\nSF:forged.cc\nDA:7,99`) would forge records in
+/// `coverage.lcov` and in `codecov.json` and `cobertura.xml`, which are made
+/// from it. `names` are the file names of llvm-cov's JSON summary, which
+/// carries any name; every `SF:` of `text` must be one of them.
+pub(crate) fn check_file_names(text: &str, names: &[&str]) -> Result<()> {
+    let broken: Vec<String> = names.iter().filter(|n| n.contains(['\n', '\r'])).map(|n| format!("{n:?}")).collect();
+    if !broken.is_empty() {
+        bail!(
+            "the report is refused: {} source file name(s) hold a line break, which lcov cannot carry (coverage.lcov, codecov.json and cobertura.xml are made from it, and the name would forge records there): {}; rename the file, or leave it out with report.ignore_filename_regex",
+            broken.len(),
+            broken.join(", ")
+        );
+    }
+    let known: std::collections::BTreeSet<&str> = names.iter().copied().collect();
+    let unknown: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("SF:"))
+        .filter(|n| !known.contains(n))
+        .map(|n| format!("{n:?}"))
+        .collect();
+    if !unknown.is_empty() {
+        bail!(
+            "the report is refused: llvm-cov's lcov export names {} file(s) its JSON summary does not: {}",
+            unknown.len(),
+            unknown.join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// Parses an lcov tracefile (`origin` names it in errors). Records of the
 /// same source file are added up; records lcov writes that are not about
 /// lines, functions or branches (totals, test names) are skipped.
@@ -462,6 +495,23 @@ impl Covered {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name with a line break forges records in llvm-cov's lcov: refused,
+    /// and named with its line breaks escaped; so is an `SF:` the summary
+    /// does not name.
+    #[test]
+    fn a_file_name_lcov_cannot_carry_refuses_the_lcov() {
+        let name = "/s/x\nend_of_record\nSF:forged.cc\nDA:7,99\nend_of_record\nSF:/s/y.c";
+        let text = format!("SF:{name}\nDA:1,1\nend_of_record\nSF:/s/a.c\nDA:1,0\nend_of_record\n");
+        let error = check_file_names(&text, &[name, "/s/a.c"]).unwrap_err().to_string();
+        assert!(error.contains(r#""/s/x\nend_of_record\nSF:forged.cc\nDA:7,99\nend_of_record\nSF:/s/y.c""#), "{error}");
+        assert!(error.starts_with("the report is refused: 1 source file name(s) hold a line break"), "{error}");
+        let carriage = check_file_names("", &["/s/a\r.c"]).unwrap_err().to_string();
+        assert!(carriage.contains(r#""/s/a\r.c""#), "{carriage}");
+        let forged = check_file_names("SF:/s/a.c\nend_of_record\nSF:forged.cc\nend_of_record\n", &["/s/a.c"]);
+        assert!(forged.unwrap_err().to_string().contains(r#"names 1 file(s) its JSON summary does not: "forged.cc""#));
+        assert!(check_file_names("SF:/s/a.c\nDA:1,1\nend_of_record\n", &["/s/a.c"]).is_ok());
+    }
 
     #[test]
     fn lines_functions_and_branches_add_up_across_records() {

@@ -17,9 +17,10 @@
 //! and is named ([`Origin`]).
 
 use crate::bail;
+use crate::coverage::mapping::raw_ids_at;
 use crate::device::{collector_records, is_device_profile};
 use crate::error::{Context, Error, Result};
-use crate::exec::process::Cmd;
+use crate::exec::process::{Cmd, Limits};
 use crate::toolchain::Toolchain;
 use crate::workspace::confined::EntryKind;
 use crate::workspace::{self, Area, Workspace};
@@ -82,7 +83,7 @@ fn raw_ids(ws: &Workspace, file: &Path) -> Result<BTreeSet<String>> {
     let mut prefix = Vec::new();
     let mut reader = ws.open_read(file)?;
     (&mut reader).take(128).read_to_end(&mut prefix).with_context(|| format!("cannot read {}", file.display()))?;
-    let (at, len) = crate::coverage::mapping::raw_ids_at(&prefix)?;
+    let (at, len) = raw_ids_at(&prefix)?;
     let want = (at + len).saturating_sub(prefix.len()) as u64;
     reader.take(want).read_to_end(&mut prefix).with_context(|| format!("cannot read {}", file.display()))?;
     crate::coverage::mapping::raw_binary_ids(&prefix)
@@ -262,6 +263,100 @@ fn set_foreign_aside(
     Ok((own, foreign))
 }
 
+/// The largest raw profile merged; a larger one is quarantined unread. A
+/// real one holds a library's counters and names (tens of MiB for NCCL); a
+/// 20 GB sparse file under a trial's mark cost llvm-profdata 216 s and 21 GB.
+pub(crate) const RAW_PROFILE_MAX: u64 = 1 << 30;
+
+/// Moves the raw profiles among `files` that no merge could use to
+/// `quarantine/<slug>/`, each with why ([`unusable`]); returns the rest
+/// and what moved. A profile is looked at by its size and header alone.
+fn set_unusable_aside(
+    ws: &Workspace,
+    toolchain: &Toolchain,
+    slug: &str,
+    files: Vec<PathBuf>,
+) -> Result<(Vec<PathBuf>, Vec<Quarantined>)> {
+    let mut usable = Vec::new();
+    let mut rejected = Vec::new();
+    for file in files {
+        match unusable(ws, &toolchain.llvm_profdata.path, &file)? {
+            Some(reason) => {
+                let to = quarantine_path(&ws.trial_quarantine(slug), &file);
+                ws.rename(&file, &to)?;
+                rejected.push(Quarantined { file: to, reason });
+            }
+            None => usable.push(file),
+        }
+    }
+    Ok((usable, rejected))
+}
+
+/// Why the raw profile `file` cannot be merged, judged from its size and
+/// its header (magic, version, header length) without reading the rest:
+/// llvm-profdata merges a 0-byte file without a word, and names a file of
+/// another version only in a warning before `no profile can be merged`.
+fn unusable(ws: &Workspace, llvm_profdata: &Path, file: &Path) -> Result<Option<String>> {
+    use std::io::Read;
+    let mut reader = ws.open_read(file)?;
+    let size = reader.metadata().with_context(|| format!("cannot stat {}", file.display()))?.len();
+    if size > RAW_PROFILE_MAX {
+        return Ok(Some(format!(
+            "it is {size} bytes, more than the {} MiB a raw profile may have: not read",
+            RAW_PROFILE_MAX >> 20
+        )));
+    }
+    if size == 0 {
+        return Ok(Some("it is empty (0 bytes): its process was killed while writing it, or it is no profile".into()));
+    }
+    let mut head = Vec::new();
+    (&mut reader).take(24).read_to_end(&mut head).with_context(|| format!("cannot read {}", file.display()))?;
+    if head.len() < 16 || head[..8] != RAW_MAGIC.to_le_bytes() {
+        return Ok(Some(format!(
+            "it is not an LLVM raw profile (its {size} bytes do not start with \\xfflprofr\\x81)"
+        )));
+    }
+    let version = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes")) & 0xffff_ffff;
+    if let Some(reads) = raw_version_read_by(llvm_profdata)
+        && version != reads
+    {
+        return Ok(Some(format!(
+            "it is a raw profile of format version {version}, written by another LLVM's runtime; the build's llvm-profdata reads version {reads}"
+        )));
+    }
+    // Every version's header is longer than 24 bytes; one the mapping reader
+    // does not know (when the tool did not say its own) is left to the merge.
+    let header = if head.len() < 24 { Some(24) } else { raw_ids_at(&head).ok().map(|(at, _)| at as u64) };
+    if let Some(header) = header.filter(|&header| size < header) {
+        return Ok(Some(format!("it is truncated: {size} bytes, shorter than its {header}-byte header")));
+    }
+    Ok(None)
+}
+
+/// `INSTR_PROF_RAW_MAGIC_64`, `\xfflprofr\x81`.
+const RAW_MAGIC: u64 = 0xff6c_7072_6f66_7281;
+
+/// The raw profile version `llvm_profdata` reads, found once per tool by
+/// giving it a header of a version no LLVM writes: it answers `expected
+/// version = N` (LLVM 19 to 22). `None` when it does not say (LLVM 14):
+/// the merge then judges the version.
+fn raw_version_read_by(llvm_profdata: &Path) -> Option<u64> {
+    static FOUND: std::sync::Mutex<BTreeMap<PathBuf, Option<u64>>> = std::sync::Mutex::new(BTreeMap::new());
+    let mut found = FOUND.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    *found.entry(llvm_profdata.to_path_buf()).or_insert_with(|| {
+        let mut probe = tempfile::Builder::new().suffix(".profraw").tempfile().ok()?;
+        let mut header = RAW_MAGIC.to_le_bytes().to_vec();
+        header.extend(0xfffe_u64.to_le_bytes());
+        header.resize(1024, 0);
+        std::io::Write::write_all(&mut probe, &header).ok()?;
+        let (_, stdout, stderr) =
+            Cmd::new(llvm_profdata).args(["merge", "-sparse", "-o", "/dev/null"]).arg(probe.path()).outcome().ok()?;
+        let text = stdout + &stderr;
+        let after = text.split("expected version = ").nth(1)?;
+        after.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    })
+}
+
 /// What a finished trial's profiles came to.
 #[derive(Debug, Clone, Default)]
 pub struct MergeOutcome {
@@ -271,6 +366,9 @@ pub struct MergeOutcome {
     pub raw: usize,
     /// Profiles in its folder that were not its own, moved to quarantine.
     pub foreign: Vec<Quarantined>,
+    /// Its own profiles that no merge could use (empty, truncated, another
+    /// LLVM's, too large), moved to quarantine before the merge.
+    pub rejected: Vec<Quarantined>,
     /// The processes that wrote them.
     pub(crate) writers: Writers,
     /// Its incremental merge, when it ran.
@@ -285,9 +383,10 @@ pub struct MergeOutcome {
 impl MergeOutcome {
     /// `path (why)` of each raw profile set aside as unreadable.
     pub(crate) fn quarantined(&self) -> Vec<String> {
-        self.merge
+        self.rejected
             .iter()
-            .flat_map(|m| m.quarantined.iter().map(|q| format!("{} ({})", q.file.display(), q.reason)))
+            .chain(self.merge.iter().flat_map(|m| &m.quarantined))
+            .map(|q| format!("{} ({})", q.file.display(), q.reason))
             .collect()
     }
 }
@@ -334,8 +433,15 @@ pub fn finish_trial(
             return MergeOutcome { dir, error, ..MergeOutcome::default() };
         }
     };
+    let (files, rejected) = match set_unusable_aside(ws, toolchain, slug, files) {
+        Ok(split) => split,
+        Err(e) => {
+            let error = Some(format!("its unusable profiles could not be set aside: {e}"));
+            return MergeOutcome { dir, foreign, error, ..MergeOutcome::default() };
+        }
+    };
     let (raw, writers) = (files.len(), writers(&files, &origin.pattern(pattern)));
-    let mut outcome = MergeOutcome { dir: dir.clone(), raw, writers, foreign, ..MergeOutcome::default() };
+    let mut outcome = MergeOutcome { dir: dir.clone(), raw, writers, foreign, rejected, ..MergeOutcome::default() };
     if incremental && raw > 0 {
         match merge_trial(ws, toolchain, slug, keep_raw, known) {
             Ok(m) => outcome.merge = Some(m),
@@ -771,13 +877,20 @@ pub(crate) fn merge_checked(
 /// Whether llvm-profdata can read `input` on its own.
 fn check(toolchain: &Toolchain, input: &Path) -> Result<()> {
     Cmd::new(&toolchain.llvm_profdata.path)
+        .limits(Limits::LLVM_TOOL)
         .args(["merge", "-sparse", "-o", "/dev/null"])
         .arg(input)
         .read()
         .map(drop)
         .map_err(|e| {
+            // llvm-profdata names the cause on a line that names the file
+            // (`warning: F: raw profile version mismatch …`), then ends with
+            // `error: no profile can be merged`, which says no cause.
             let text = e.to_string();
-            Error::new(text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(&text).trim())
+            let named = format!("{}: ", input.display());
+            let cause = text.lines().find_map(|l| l.split_once(&named).filter(|_| !l.starts_with("command failed")));
+            let last = || text.lines().rev().find(|l| !l.trim().is_empty());
+            Error::new(cause.map(|(_, why)| why).or_else(last).unwrap_or(&text).trim())
         })
 }
 
@@ -796,6 +909,7 @@ pub(crate) fn merge(
     ws.write(list_file, list.as_bytes())?;
     ws.clear_for_tool(output)?;
     Cmd::new(&toolchain.llvm_profdata.path)
+        .limits(Limits::LLVM_TOOL)
         .args(["merge", "-sparse"])
         .arg(format!("--input-files={}", list_file.display()))
         .arg("-o")

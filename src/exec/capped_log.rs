@@ -8,10 +8,10 @@
 //! is on disk as it comes).
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
-use std::fs::File;
 use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The line that marks where output was cut; the harness looks for it.
@@ -91,18 +91,22 @@ impl Ring {
     }
 }
 
-/// The log being written: the head goes straight to the file, the rest to
-/// the ring until [`CappedLog::finish`].
-pub(crate) struct CappedLog {
-    file: File,
+/// The log being written: the head goes straight to the file (or the
+/// buffer, for a command's output in memory), the rest to the ring until
+/// [`CappedLog::finish`].
+pub(crate) struct CappedLog<W: Write> {
+    file: W,
     head_left: u64,
     head: u64,
     tail: Ring,
     total: u64,
+    /// What sets the cap, named in the cut line.
+    setting: &'static str,
 }
 
-impl CappedLog {
-    pub(crate) fn new(file: File, cap: u64) -> CappedLog {
+impl<W: Write> CappedLog<W> {
+    /// A log of at most `cap` bytes, whose cut line names `setting`.
+    pub(crate) fn new(file: W, cap: u64, setting: &'static str) -> CappedLog<W> {
         // The tail is held in memory until the end: at most half the cap and
         // at most TAIL_MAX, the head takes the rest.
         let tail = (cap / 2).min(TAIL_MAX);
@@ -113,6 +117,7 @@ impl CappedLog {
             head,
             tail: Ring::new(usize::try_from(tail).unwrap_or(usize::MAX)),
             total: 0,
+            setting,
         }
     }
 
@@ -133,7 +138,7 @@ impl CappedLog {
     /// Writes the tail, after a line naming the cut when there was one. The
     /// tail then starts at a line's beginning, unless its first line is long
     /// (a flood without newlines is kept as it is).
-    pub(crate) fn finish(mut self) -> Copied {
+    pub(crate) fn finish(mut self) -> (Copied, W) {
         let (mut a, mut b) = self.tail.slices();
         let mut cut = self.tail.dropped;
         if cut > 0 {
@@ -147,20 +152,27 @@ impl CappedLog {
             }
             let kept_tail = (a.len() + b.len()) as u64;
             let mark = format!(
-                "\n{CUT_MARK} {cut} of {} bytes; the log keeps the first {} and the last {kept_tail} (logs.max_mib)]\n",
-                self.total, self.head
+                "\n{CUT_MARK} {cut} of {} bytes; the log keeps the first {} and the last {kept_tail} ({})]\n",
+                self.total, self.head, self.setting
             );
             let _ = self.file.write_all(mark.as_bytes());
         }
         let _ = self.file.write_all(a).and_then(|()| self.file.write_all(b));
-        Copied { total: self.total, cut }
+        let copied = Copied { total: self.total, cut };
+        (copied, self.file)
     }
 }
 
 /// Copies `pipe` into `log` until end of file, or until `done` is set and the
 /// pipe has been quiet (or [`DRAIN_LIMIT`] passed): a process that escaped
-/// the trial's tree may hold the pipe open forever.
-pub(crate) fn copy(mut pipe: std::io::PipeReader, mut log: CappedLog, done: &Arc<AtomicBool>) -> Copied {
+/// the trial's tree may hold the pipe open forever. `seen` counts the bytes
+/// read so far, for a caller that stops a command past a cap.
+pub(crate) fn copy<W: Write>(
+    mut pipe: impl Read + AsFd,
+    mut log: CappedLog<W>,
+    done: &Arc<AtomicBool>,
+    seen: &AtomicU64,
+) -> (Copied, W) {
     let mut buf = vec![0u8; 64 * 1024];
     let mut drain_until: Option<Instant> = None;
     loop {
@@ -183,7 +195,10 @@ pub(crate) fn copy(mut pipe: std::io::PipeReader, mut log: CappedLog, done: &Arc
         }
         match pipe.read(&mut buf) {
             Ok(0) => break,
-            Ok(n) => log.write(&buf[..n]),
+            Ok(n) => {
+                log.write(&buf[..n]);
+                seen.fetch_add(n as u64, Ordering::Relaxed);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => break,
         }
@@ -198,11 +213,11 @@ mod tests {
     fn written(cap: u64, chunks: &[&[u8]]) -> (String, Copied) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log");
-        let mut log = CappedLog::new(File::create(&path).unwrap(), cap);
+        let mut log = CappedLog::new(std::fs::File::create(&path).unwrap(), cap, "logs.max_mib");
         for c in chunks {
             log.write(c);
         }
-        let copied = log.finish();
+        let (copied, _) = log.finish();
         (String::from_utf8(std::fs::read(&path).unwrap()).unwrap(), copied)
     }
 

@@ -1,12 +1,24 @@
 //! Every external command goes through [`Cmd`]: an argv vector (never a shell
 //! string), an environment delta and a working directory. A failure always
 //! reports the full command line and what the command printed.
+//!
+//! Every command has a time limit and an output cap ([`Limits`]), and runs
+//! in a process group of its own: a stop (the limit, an interruption, the
+//! cap) kills the group, so its own children too. Its output is read until
+//! it exits and then for at most 2 s (`capped_log::copy`): a grandchild that escaped the
+//! group and holds the pipe open never holds the harness (it waited for end
+//! of file, 6½ minutes for a gtest listing). What it left running in its
+//! group when it exits is killed too, unless it is [`Cmd::detached`].
 
 pub(crate) use super::interrupt::signal_name;
 use crate::error::{Error, Result};
+use crate::exec::capped_log::{self, CappedLog};
 use crate::exec::redact;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 #[derive(Debug, Clone, Default)]
 pub struct Cmd {
@@ -16,15 +28,57 @@ pub struct Cmd {
     /// first named: `Some` sets a variable, `None` removes it.
     env: Vec<(OsString, Option<OsString>)>,
     cwd: Option<PathBuf>,
-    /// The longest the command may run; past it, it is killed and fails.
-    limit: Option<std::time::Duration>,
+    /// How long it may run, and how much of its output is kept.
+    limits: Limits,
+    /// What it leaves running in its group when it exits is left alone.
+    detached: bool,
 }
+
+/// How long a command may run and how much it may print. Past the time
+/// limit its process group is killed and it fails. Its stdout (the data a
+/// caller reads) past `stdout` bytes: it is killed and fails naming the cap
+/// ([`Overflow::Fail`]), or the first and last halves are kept with a line
+/// saying what was cut ([`Overflow::KeepEnds`], for a build's log). Its
+/// stderr (what a failure shows) keeps its first and last halves of
+/// [`STDERR_CAP`] always. The values are in `docs/faults.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) time: Duration,
+    pub(crate) stdout: u64,
+    pub(crate) overflow: Overflow,
+}
+
+/// What becomes of a command's stdout past its cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Overflow {
+    Fail,
+    KeepEnds,
+}
+
+impl Limits {
+    /// A probe, a listing, git: anything not named below.
+    pub(crate) const DEFAULT: Limits =
+        Limits { time: Duration::from_secs(600), stdout: 64 << 20, overflow: Overflow::Fail };
+    /// llvm-cov and llvm-profdata: on NCCL or RCCL an export or a merge
+    /// takes minutes and its JSON hundreds of MiB.
+    pub(crate) const LLVM_TOOL: Limits =
+        Limits { time: Duration::from_secs(2 * 3600), stdout: 4 << 30, overflow: Overflow::Fail };
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::DEFAULT
+    }
+}
+
+/// The most of a command's stderr kept: its first and last halves.
+pub(crate) const STDERR_CAP: u64 = 4 << 20;
 
 /// How many trailing lines of output a failure message shows.
 pub(crate) const TAIL_LINES: usize = 30;
 
 /// How often a running command looks whether the run was interrupted.
-const INTERRUPT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+const INTERRUPT_POLL: Duration = Duration::from_millis(50);
 
 impl Cmd {
     pub fn new(program: impl Into<OsString>) -> Self {
@@ -71,8 +125,21 @@ impl Cmd {
 
     /// Kills the command, and fails, when it runs longer than `limit`: for a
     /// probe that may hang on a broken GPU or driver.
-    pub(crate) fn time_limit(mut self, limit: std::time::Duration) -> Self {
-        self.limit = Some(limit);
+    pub(crate) fn time_limit(mut self, limit: Duration) -> Self {
+        self.limits.time = limit;
+        self
+    }
+
+    /// Leaves what the command starts running after it exits: for a
+    /// launcher (`xdg-open` starts the browser).
+    pub fn detached(mut self) -> Self {
+        self.detached = true;
+        self
+    }
+
+    /// Sets how long it may run and how much it may print at once.
+    pub(crate) fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
         self
     }
 
@@ -137,20 +204,6 @@ impl Cmd {
         parts.join(" ")
     }
 
-    fn expression(&self) -> duct::Expression {
-        let mut expr = duct::cmd(&self.program, &self.args);
-        for (k, v) in &self.env {
-            expr = match v {
-                Some(v) => expr.env(k, v),
-                None => expr.env_remove(k),
-            };
-        }
-        if let Some(dir) = &self.cwd {
-            expr = expr.dir(dir);
-        }
-        expr.stdin_null()
-    }
-
     /// Runs to completion and returns stdout; stderr goes into the error.
     pub fn read(&self) -> Result<String> {
         self.capture().map(|(stdout, _)| stdout)
@@ -189,40 +242,91 @@ impl Cmd {
     /// stderr, whatever the exit status: for a caller that excerpts a
     /// failed build's whole output.
     pub(crate) fn outcome(&self) -> Result<(std::process::ExitStatus, String, String)> {
-        let handle = self
-            .expression()
-            .stdout_capture()
-            .stderr_capture()
-            .unchecked()
-            .start()
-            .map_err(|e| self.cannot_start(e))?;
+        use std::os::unix::process::CommandExt;
+        let mut command = std::process::Command::new(&self.program);
+        command.args(&self.args).stdin(std::process::Stdio::null());
+        command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        for (k, v) in &self.env {
+            match v {
+                Some(v) => command.env(k, v),
+                None => command.env_remove(k),
+            };
+        }
+        if let Some(dir) = &self.cwd {
+            command.current_dir(dir);
+        }
+        // A group of its own: a stop reaches what it started (posix_spawn's
+        // POSIX_SPAWN_SETPGROUP, no fork of the harness).
+        let mut child = command.process_group(0).spawn().map_err(|e| self.cannot_start(e))?;
+        let group = child.id() as libc::pid_t;
+        let done = Arc::new(AtomicBool::new(false));
+        let stdout_seen = Arc::new(AtomicU64::new(0));
+        let limits = self.limits;
+        let stdout_setting = "the command's stdout cap";
+        let reader = |pipe: Option<_>, cap: u64, setting: &'static str, seen: Arc<AtomicU64>| {
+            let done = done.clone();
+            std::thread::spawn(move || match pipe {
+                Some(pipe) => capped_log::copy(pipe, CappedLog::new(Vec::new(), cap, setting), &done, &seen),
+                None => (capped_log::Copied::default(), Vec::new()),
+            })
+        };
+        let stdout = reader(child.stdout.take().map(as_file), limits.stdout, stdout_setting, stdout_seen.clone());
+        let stderr = reader(
+            child.stderr.take().map(as_file),
+            STDERR_CAP,
+            "the command's stderr cap",
+            Arc::new(AtomicU64::new(0)),
+        );
         let started = std::time::Instant::now();
-        let output = loop {
-            if let Some(output) = handle.wait_timeout(INTERRUPT_POLL).map_err(|e| self.cannot_start(e))? {
-                break output;
+        let mut pause = Duration::from_millis(1);
+        let stopped = loop {
+            if exited(group) {
+                // What it left in its group is its leftovers, killed while
+                // its zombie still holds the group's number.
+                if !self.detached {
+                    kill_group(group);
+                }
+                break child.wait().map_err(|e| self.cannot_start(e));
             }
-            if let Some(limit) = self.limit.filter(|limit| started.elapsed() > *limit) {
-                let _ = handle.kill();
-                let _ = handle.wait();
-                return Err(Error::new(format!(
+            let why = if started.elapsed() > limits.time {
+                Some(format!(
                     "{} ran past its {} and was killed",
                     self.display(),
-                    humantime::format_duration(limit)
-                )));
+                    humantime::format_duration(limits.time)
+                ))
+            } else if limits.overflow == Overflow::Fail && stdout_seen.load(Ordering::Relaxed) > limits.stdout {
+                Some(format!(
+                    "{} printed more than {} MiB on stdout, its cap, and was killed",
+                    self.display(),
+                    limits.stdout >> 20
+                ))
+            } else if crate::exec::interrupt::stops_commands() {
+                Some(format!("interrupted by {}: stopped {}", crate::exec::interrupt::describe(), self.display()))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                kill_group(group);
+                let _ = child.wait();
+                break Err(Error::new(why));
             }
-            if crate::exec::interrupt::stops_commands() {
-                let _ = handle.kill();
-                let _ = handle.wait();
-                return Err(Error::new(format!(
-                    "interrupted by {}: stopped {}",
-                    crate::exec::interrupt::describe(),
-                    self.display()
-                )));
-            }
+            // Soon for a quick probe, every INTERRUPT_POLL for a long tool.
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(INTERRUPT_POLL);
         };
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        Ok((output.status, stdout, stderr))
+        done.store(true, Ordering::Release);
+        let (out, err) = (stdout.join(), stderr.join());
+        let status = stopped?;
+        let ((out_copied, out), (_, err)) = (out.unwrap_or_default(), err.unwrap_or_default());
+        if out_copied.cut > 0 && limits.overflow == Overflow::Fail {
+            return Err(Error::new(format!(
+                "{} printed {} bytes on stdout, more than its cap of {} MiB",
+                self.display(),
+                out_copied.total,
+                limits.stdout >> 20
+            )));
+        }
+        Ok((status, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned()))
     }
 
     fn cannot_start(&self, e: std::io::Error) -> Error {
@@ -233,6 +337,26 @@ impl Cmd {
         };
         Error::new(format!("cannot run {}: {e}{hint}", self.display()))
     }
+}
+
+/// A child's pipe as a file, so that both of its pipes are read by one reader.
+fn as_file(pipe: impl Into<std::os::fd::OwnedFd>) -> std::fs::File {
+    std::fs::File::from(pipe.into())
+}
+
+/// Whether the child `pid` has exited, without reaping it.
+fn exited(pid: libc::pid_t) -> bool {
+    use rustix::process::{Pid, WaitId, WaitIdOptions, waitid};
+    let Some(pid) = Pid::from_raw(pid) else { return true };
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
+    // An error (no such child) is an end too: the wait that follows says which.
+    waitid(WaitId::Pid(pid), options).map_or(true, |status| status.is_some())
+}
+
+/// Kills the process group `group` (a command and what it started in it).
+fn kill_group(group: libc::pid_t) {
+    // SAFETY: kill has no memory-safety preconditions; a negative pid names the group.
+    unsafe { libc::kill(-group, libc::SIGKILL) };
 }
 
 /// `exit status 3`, `killed by signal 9 (SIGKILL)`.
@@ -471,12 +595,76 @@ mod tests {
         assert!(Cmd::new("ls").arg(dir.path().join("caf\u{fffd}")).read().is_err());
     }
 
+    /// Whether `pid` is a live process (a zombie counts as gone).
+    fn alive(pid: i32) -> bool {
+        crate::exec::proctree::stat_of(pid).is_some_and(|s| s.state != 'Z')
+    }
+
+    /// The pid a command wrote into `file`.
+    fn pid_in(file: &Path) -> i32 {
+        std::fs::read_to_string(file).unwrap().trim().parse().unwrap()
+    }
+
+    /// A grandchild that keeps the command's stdout and stderr open (it used
+    /// to hold `read` until it ended: end of file never came) neither holds
+    /// the harness nor outlives the command.
+    #[test]
+    fn a_grandchild_holding_the_output_neither_holds_the_caller_nor_outlives_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid = dir.path().join("pid");
+        let started = std::time::Instant::now();
+        let script = format!("sleep 60 & echo $! > '{}'; echo listed", pid.display());
+        let out = Cmd::new("sh").args(["-c", &script]).read().unwrap();
+        assert_eq!(out, "listed\n");
+        assert!(started.elapsed() < Duration::from_secs(10), "held: {:?}", started.elapsed());
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while alive(pid_in(&pid)) {
+            assert!(std::time::Instant::now() < deadline, "the grandchild outlived the command");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A stop past the time limit kills the command's group, its children too.
+    #[test]
+    fn a_stop_reaches_the_command_s_children() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid = dir.path().join("pid");
+        let script = format!("sleep 60 & echo $! > '{}'; wait", pid.display());
+        let error = Cmd::new("sh").args(["-c", &script]).time_limit(Duration::from_millis(500)).read().unwrap_err();
+        assert!(error.to_string().contains("ran past its 500ms and was killed"), "{error}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while alive(pid_in(&pid)) {
+            assert!(std::time::Instant::now() < deadline, "the child outlived the stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stdout past its cap: the command is killed at once and fails naming
+    /// the cap (`yes` never ends); or its ends are kept, with the cut named.
+    /// Stderr keeps its ends, whatever the stdout policy.
+    #[test]
+    fn output_past_its_cap_fails_or_keeps_its_ends() {
+        let flood = Limits { stdout: 1 << 20, ..Limits::DEFAULT };
+        let started = std::time::Instant::now();
+        let error = Cmd::new("yes").limits(flood).read().unwrap_err().to_string();
+        assert!(error.contains("yes printed more than 1 MiB on stdout, its cap"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        let ends = Limits { stdout: 64 << 10, overflow: Overflow::KeepEnds, ..Limits::DEFAULT };
+        let out = Cmd::new("seq").args(["1", "200000"]).limits(ends).read().unwrap();
+        assert!(out.starts_with("1\n2\n3\n") && out.ends_with("199999\n200000\n"), "{}", out.len());
+        assert!(out.contains(capped_log::CUT_MARK) && out.len() < 70 << 10, "{}", out.len());
+        let noisy = Cmd::new("sh").args(["-c", "seq 1 2000000 >&2; exit 3"]).read().unwrap_err().to_string();
+        assert!(noisy.contains("command failed (exit status 3)") && noisy.ends_with("    2000000"), "{noisy}");
+        let (_, _, stderr) = Cmd::new("sh").args(["-c", "seq 1 2000000 >&2"]).outcome().unwrap();
+        assert!(stderr.starts_with("1\n2\n") && stderr.len() <= STDERR_CAP as usize + 200, "{}", stderr.len());
+    }
+
     #[test]
     fn a_command_past_its_time_limit_is_killed_and_fails() {
         let started = std::time::Instant::now();
-        let error = Cmd::new("sleep").arg("30").time_limit(std::time::Duration::from_millis(300)).read().unwrap_err();
-        assert!(started.elapsed() < std::time::Duration::from_secs(10), "not killed: {:?}", started.elapsed());
+        let error = Cmd::new("sleep").arg("30").time_limit(Duration::from_millis(300)).read().unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10), "not killed: {:?}", started.elapsed());
         assert_eq!(error.to_string(), "sleep 30 ran past its 300ms and was killed");
-        assert_eq!(Cmd::new("true").time_limit(std::time::Duration::from_secs(30)).read().unwrap(), "");
+        assert_eq!(Cmd::new("true").time_limit(Duration::from_secs(30)).read().unwrap(), "");
     }
 }

@@ -479,8 +479,8 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> SupervisorReport {
     let tree = Tree::new(me, &token).with_descendants_of(me).with_cgroup(trial_cgroup.clone());
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let copier = {
-        let (done, log) = (done.clone(), CappedLog::new(log, spec.log_cap));
-        std::thread::spawn(move || capped_log::copy(pipe, log, &done))
+        let (done, log) = (done.clone(), CappedLog::new(log, spec.log_cap, "logs.max_mib"));
+        std::thread::spawn(move || capped_log::copy(pipe, log, &done, &std::sync::atomic::AtomicU64::new(0)).0)
     };
     let main = child.id() as libc::pid_t;
     record.saw(main);

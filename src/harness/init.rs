@@ -9,7 +9,7 @@
 use crate::build::cache::BuildSetup;
 use crate::config::{DeviceMode, load_str, process_env};
 use crate::error::{Context as _, Error, Result};
-use crate::exec::process::{Cmd, ERROR_LINES, TAIL_LINES, error_lines, indent_tail};
+use crate::exec::process::{Cmd, ERROR_LINES, Limits, Overflow, TAIL_LINES, error_lines, indent_tail};
 use crate::toolchain::objects;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -26,6 +26,9 @@ const SCRATCH: &str = "target/ccl-coverage-init";
 const MARKER: &str = ".ccl-coverage-init";
 /// How long CMake's configure or build, and `CTest`'s listing, may take.
 const STEP_LIMIT: Duration = Duration::from_secs(3600);
+/// A configure or build step: [`STEP_LIMIT`], and its log's first and last
+/// 32 MiB (a failure is excerpted from them).
+const STEP_LIMITS: Limits = Limits { time: STEP_LIMIT, stdout: 64 << 20, overflow: Overflow::KeepEnds };
 /// How long a gtest program may take to list its tests.
 const LIST_LIMIT: Duration = Duration::from_secs(60);
 
@@ -84,7 +87,7 @@ fn init(args: &InitArgs) -> Result<()> {
     let mut vars = crate::build::cache::steps::build_vars(&loaded, &setup, jobs());
     vars.set("build_dir", scratch.display().to_string());
     for step in &loaded.config.library.steps {
-        let cmd = crate::build::cache::steps::step_cmd(step, &vars, setup.rccl)?.time_limit(STEP_LIMIT);
+        let cmd = crate::build::cache::steps::step_cmd(step, &vars, setup.rccl)?.limits(STEP_LIMITS);
         crate::say!("ccl-coverage: init: {} ({})", step.name, cmd.display());
         run_step(&cmd, &step.name)?;
     }

@@ -40,7 +40,7 @@ impl Health {
             if let Some(m) = &r.merge {
                 health.quarantined.extend(m.quarantined.iter().cloned());
             }
-            health.quarantined.extend(r.foreign.iter().cloned());
+            health.quarantined.extend(r.foreign.iter().chain(&r.rejected).cloned());
             if let Some(e) = &r.merge_error {
                 health.merge_errors.push(format!("{}: {e}", r.trial));
             }

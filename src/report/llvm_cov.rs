@@ -9,7 +9,7 @@ use crate::coverage::lcov::{self, Lcov};
 use crate::coverage::llvm_export::SummaryExport;
 use crate::coverage::source_names::SourceNames;
 use crate::error::{Context, Result};
-use crate::exec::process::Cmd;
+use crate::exec::process::{Cmd, Limits};
 use crate::workspace;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -152,6 +152,7 @@ impl ReportInputs {
     /// ([`SourceNames::lcov`]), once it is checked that llvm-cov kept only files the rule keeps.
     pub(crate) fn lcov_text(&self) -> Result<String> {
         let text = self.run(self.cmd("export").arg("-format=lcov"))?;
+        lcov::check_file_names(&text, &self.summary()?.file_names())?;
         self.ignore.check_kept(text.lines().filter_map(|l| l.strip_prefix("SF:")))?;
         self.names.lcov(&text, "llvm-cov export -format=lcov")
     }
@@ -184,8 +185,10 @@ impl ReportInputs {
 
     /// `llvm-cov <subcommand> -instr-profile=P <obj0> -object <obj1> ... [-ignore-filename-regex=R]`.
     fn cmd(&self, subcommand: &str) -> Cmd {
-        let mut cmd =
-            Cmd::new(&self.llvm_cov).arg(subcommand).arg(format!("-instr-profile={}", self.profdata.display()));
+        let mut cmd = Cmd::new(&self.llvm_cov)
+            .limits(Limits::LLVM_TOOL)
+            .arg(subcommand)
+            .arg(format!("-instr-profile={}", self.profdata.display()));
         for (i, object) in self.objects.iter().enumerate() {
             if i > 0 {
                 cmd = cmd.arg("-object");

@@ -188,6 +188,7 @@ fn profile_ids(manifest: &BuildManifest, bytes: &[u8], profdata: &Path) -> Resul
         Err(e) => e,
     };
     let text = crate::exec::process::Cmd::new(&manifest.toolchain.llvm_profdata.path)
+        .limits(crate::exec::process::Limits::LLVM_TOOL)
         .args(["show", "--binary-ids"])
         .arg(profdata)
         .read()

@@ -68,6 +68,10 @@ pub(crate) struct TrialResult {
     /// process's), moved to quarantine and never merged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) foreign: Vec<crate::coverage::profiles::Quarantined>,
+    /// Its own profiles that no merge could use (empty, truncated, of
+    /// another LLVM, too large), moved to quarantine before the merge.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) rejected: Vec<crate::coverage::profiles::Quarantined>,
     /// Why the trial's device counters are lost, when it ran under device
     /// coverage and was killed: the host collector drains them only at exit
     /// and at module unload, never on a signal.
@@ -236,6 +240,7 @@ impl TrialResult {
             merge: None,
             merge_error: None,
             foreign: Vec::new(),
+            rejected: Vec::new(),
             device_counters_lost: None,
             raw_sha256: std::collections::BTreeMap::new(),
             device_sha256: std::collections::BTreeMap::new(),
@@ -292,10 +297,11 @@ impl TrialResult {
             log: execution.log.clone(),
             profile_dir: profiles.dir.clone(),
             profiles: profiles.raw,
-            no_profile: manifest.coverage && exit_code == Some(0) && profiles.raw == 0,
+            no_profile: manifest.coverage && exit_code == Some(0) && profiles.raw == 0 && profiles.rejected.is_empty(),
             merge: profiles.merge,
             merge_error: profiles.error,
             foreign: profiles.foreign,
+            rejected: profiles.rejected,
             device_counters_lost: device_counters_lost(manifest, execution, verdict),
             raw_sha256: profiles.raw_sha256,
             device_sha256: profiles.device_sha256,
@@ -495,6 +501,7 @@ pub(super) mod samples {
             merge: None,
             merge_error: None,
             foreign: Vec::new(),
+            rejected: Vec::new(),
             raw_sha256: Default::default(),
             device_sha256: Default::default(),
             device_counters_lost: None,

@@ -517,6 +517,21 @@ impl Suite {
         let output = TrialOutput::read(&log);
         let (verdict, cases, perf) = judge(ctx, spec, &execution, &output);
         let mut verdict = verdict::judge_leftovers(verdict, execution.finished.leftovers);
+        // A log the trial deleted or replaced holds what the trial chose, or
+        // nothing: its output cannot be judged.
+        match &execution.log_tampered {
+            Some(how) if verdict.status == Status::Passed => {
+                verdict = Verdict { status: Status::Failed, reason: format!("{how}, so its output cannot be judged") };
+            }
+            Some(how) if verdict.status == Status::Failed => {
+                let judged =
+                    format!("{how}, so its output cannot be judged (judged on what is there: {})", verdict.reason);
+                verdict.reason = judged;
+            }
+            // A timeout or an interruption is the harness's own finding.
+            Some(how) => verdict.reason.push_str(&format!("; {how}")),
+            None => {}
+        }
         if verdict.status == Status::Timeout {
             let (_, key) = spec.timeout_set_by(ctx.config(), manifest.device.enabled);
             verdict.reason.push_str(&format!("; the limit is {key} in {}", ctx.loaded.path.display()));

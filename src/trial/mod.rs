@@ -67,6 +67,9 @@ pub(crate) struct Execution {
     /// RFC 3339 start time, and the same in milliseconds since the epoch.
     pub(crate) started_at: String,
     pub(crate) started_unix_ms: u64,
+    /// How the log the harness made was deleted or replaced while the trial
+    /// ran, if it was: then its output is no one's to judge.
+    pub(crate) log_tampered: Option<String>,
 }
 
 impl Execution {
@@ -91,10 +94,26 @@ pub(crate) fn execute(
     heartbeat: &dyn Fn(Duration),
 ) -> Result<Execution> {
     ws.write_new(log, format!("$ {}\n", launch.cmd.display()).as_bytes())?;
+    let made = file_identity(log);
     let started_at = crate::exec::host::now();
     let started_unix_ms = crate::exec::host::unix_ms();
     let finished = run(&launch, log, supervisor_exe, heartbeat_every, heartbeat)?;
-    Ok(Execution { launch, finished, log: log.to_path_buf(), started_at, started_unix_ms })
+    let log_tampered = match (made, file_identity(log)) {
+        (Some(made), Some(now)) if made == now => None,
+        (Some(_), None) => Some(format!("its log {} was deleted while it ran", log.display())),
+        (Some(_), Some(_)) => Some(format!(
+            "its log {} was replaced by another file while it ran (the trial's output went to the one the harness made)",
+            log.display()
+        )),
+        (None, _) => Some(format!("its log {} was gone as soon as the harness wrote it", log.display())),
+    };
+    Ok(Execution { launch, finished, log: log.to_path_buf(), started_at, started_unix_ms, log_tampered })
+}
+
+/// The device and inode of the file at `path` itself (a link is not followed).
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().filter(std::fs::Metadata::is_file).map(|m| (m.dev(), m.ino()))
 }
 
 /// Runs `launch` under a supervisor started from `supervisor_exe`, appending

@@ -545,6 +545,13 @@ pub(crate) fn judge_coverage(verdict: Verdict, evidence: &ProfileEvidence) -> Ve
             evidence.foreign.len(),
             preview(evidence.foreign)
         )
+    } else if evidence.writers == 0 && !evidence.quarantined.is_empty() {
+        // Its only profiles were unusable: that, not a missing write, is the cause.
+        format!(
+            "coverage lost: none of its {} raw profile(s) in {dir} could be merged; each was moved to quarantine: {}",
+            evidence.quarantined.len(),
+            evidence.quarantined.join(", ")
+        )
     } else if evidence.writers == 0 {
         format!(
             "coverage lost: the trial passed but wrote no coverage profile in {dir} (a process that ends through _exit writes none; is the instrumented library the one loaded? check LD_LIBRARY_PATH)"
@@ -898,6 +905,9 @@ Expected equality]]></failure>
         let bad = ["/ws/quarantine/T/a.profraw".to_string()];
         let quarantined = ProfileEvidence { quarantined: &bad, ..evidence(3, 3) };
         assert!(judge_coverage(passed(), &quarantined).reason.contains("1 of its raw profiles were unreadable"));
+        let only_bad = ProfileEvidence { quarantined: &bad, ..evidence(0, 1) };
+        let reason = judge_coverage(passed(), &only_bad).reason;
+        assert!(reason.contains("none of its 1 raw profile(s) in /ws/profiles/T could be merged"), "{reason}");
         let said = ["LLVM Profile Error: Failed to write file \"x\": No space left on device".to_string()];
         let full = ProfileEvidence { runtime_errors: &said, free_bytes: Some(0), ..evidence(0, 1) };
         let reason = judge_coverage(passed(), &full).reason;

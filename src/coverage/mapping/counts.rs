@@ -4,7 +4,7 @@
 //! report checks against the text on every run.
 
 use crate::error::{Context, Error, Result};
-use crate::exec::process::Cmd;
+use crate::exec::process::{Cmd, Limits};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -28,7 +28,14 @@ pub(crate) enum InProfile<'a> {
 impl ProfileCounts {
     /// Runs `llvm-profdata merge -text -o - <profdata>` and reads it.
     pub fn read(llvm_profdata: &Path, profdata: &Path) -> Result<ProfileCounts> {
-        let text = Cmd::new(llvm_profdata).arg("merge").arg("-text").arg("-o").arg("-").arg(profdata).read()?;
+        let text = Cmd::new(llvm_profdata)
+            .limits(Limits::LLVM_TOOL)
+            .arg("merge")
+            .arg("-text")
+            .arg("-o")
+            .arg("-")
+            .arg(profdata)
+            .read()?;
         Self::parse(&text).with_context(|| format!("the text of {}", profdata.display()))
     }
 
