@@ -447,7 +447,7 @@ fn what_a_trial_writes_in_its_current_directory_stays_out_of_the_build_cache() {
 fn a_hard_link_is_never_written_through(rel: &str) {
     let s = one_trial();
     assert!(harness(&s, "collectives", &[], LIMIT).success);
-    let first_run = support::result(&s, "AllReduce.1K.t")["run_id"].clone();
+    let first_run = result(&s, "AllReduce.1K.t")["run_id"].clone();
     let outside = s.dir.path().join("precious.txt");
     fs::write(&outside, "precious").unwrap();
     let planted = s.ws.join(rel);
@@ -457,7 +457,7 @@ fn a_hard_link_is_never_written_through(rel: &str) {
     assert_eq!(fs::read_to_string(&outside).unwrap(), "precious", "{rel} was written through: {}", ran.text());
     // And the run did its work: a verdict, a record of this run, a new file in the link's place.
     assert!(ran.success, "{}", ran.text());
-    let record = support::result(&s, "AllReduce.1K.t");
+    let record = result(&s, "AllReduce.1K.t");
     assert_eq!(record["status"], "PASSED", "{record}");
     assert_ne!(record["run_id"], first_run, "the record is the first run's: {record}");
     let (new, kept) = (fs::metadata(&planted).unwrap(), fs::metadata(&outside).unwrap());
