@@ -6,11 +6,23 @@
 //! or workspace name holding an escape sequence cannot drive the terminal.
 //! Libtest's own lines are the one exception. Nothing else in `src/` prints:
 //! clippy's `print_stderr` and `print_stdout` are errors outside this file.
+//!
+//! It also owns the words: the stages below the harness report what happened
+//! as typed events (`BuildStep`, `Quarantined`, …), and each event's level
+//! (error, warning, note, detail) decides what `-q` and `-v` show. The prefix
+//! `ccl-coverage: ` and the one warning form (`ccl-coverage: warning: …`,
+//! `warning` in bold yellow as cargo colours its own) are added here; no
+//! other file types them (`tests/layering.rs` checks).
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::io::Write as _;
+use std::path::Path;
 use std::sync::OnceLock;
+use std::time::Duration;
+
+/// What every line the harness says starts with.
+pub const PREFIX: &str = "ccl-coverage: ";
 
 /// How much the terminal is told, and whether in colour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +187,85 @@ pub enum Event<'a> {
     /// What a command was asked for as data, on stdout byte for byte (a
     /// report in a format, JSON, nextest's listing): for a program, so not cleaned.
     Output(&'a str),
+    /// The config and workspace a run uses.
+    RunUses { config: &'a str, config_path: &'a Path, workspace: &'a Path },
+    /// The device decision, in its one line.
+    DeviceDecided { summary: &'a str },
+    /// The build waits on another process: building it (`in_use_by` none),
+    /// or using it while this one must rebuild it.
+    BuildWaiting { dir: &'a Path, in_use_by: Option<&'a str> },
+    /// The cached build `id` is reused.
+    BuildReused { id: &'a str, dir: &'a Path },
+    /// Building starts: in the cache, or in an existing build folder given.
+    BuildStarted { config: &'a str, id: &'a str, dir: &'a Path, existing: bool },
+    /// Step `i` of `n` starts (`took` none) or ends.
+    BuildStep { i: usize, n: usize, name: &'a str, took: Option<Duration> },
+    /// The build is ready.
+    BuildReady { id: &'a str, took: Duration },
+    /// A trial the run selected is ignored here, and why.
+    TrialIgnored { trial: &'a str, why: &'a str },
+    /// Files a trial's folder held that are not its own, moved to quarantine.
+    Quarantined { trial: &'a str, files: &'a [String] },
+    /// A page of the report, written.
+    ReportPage { what: &'a str, path: &'a Path },
+}
+
+/// How much an event matters: what `-q` and `-v` keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    /// Shown whatever the verbosity: failures, tallies.
+    Say,
+    Warning,
+    /// Left out by `-q`.
+    Note,
+    /// Shown by `-v` only.
+    Detail,
+}
+
+impl Event<'_> {
+    /// The level and words of a stage's event; `None` for the others.
+    fn worded(&self) -> Option<(Level, String)> {
+        let note = |text: String| Some((Level::Note, text));
+        match *self {
+            Event::RunUses { config, config_path, workspace } => {
+                note(format!("config {config} ({}), workspace {}", config_path.display(), workspace.display()))
+            }
+            Event::DeviceDecided { summary } => note(format!("device coverage: {summary}")),
+            Event::BuildWaiting { dir, in_use_by: None } => {
+                note(format!("waiting for another process building {}", dir.display()))
+            }
+            Event::BuildWaiting { dir, in_use_by: Some(who) } => {
+                note(format!("waiting to build {}: it is in use by {who}", dir.display()))
+            }
+            Event::BuildReused { id, dir } => note(format!("reusing build {id} ({})", dir.display())),
+            Event::BuildStarted { id, dir, existing: true, .. } => {
+                note(format!("using the existing build {} as build {id}", dir.display()))
+            }
+            Event::BuildStarted { config, id, dir, existing: false } => {
+                note(format!("building {config} as build {id} in {}", dir.display()))
+            }
+            Event::BuildStep { i, n, name, took: None } => note(format!("  [{i}/{n}] {name}")),
+            Event::BuildStep { i, n, name, took: Some(took) } => {
+                note(format!("  [{i}/{n}] {name}: {:.1}s", took.as_secs_f64()))
+            }
+            Event::BuildReady { id, took } => note(format!("build {id} ready in {:.1}s", took.as_secs_f64())),
+            Event::TrialIgnored { trial, why } => note(format!("{trial} ignored: {why}")),
+            Event::Quarantined { trial, files } => Some((
+                Level::Warning,
+                format!(
+                    "{trial}: {} profile(s) in its folder are not its own and were moved to quarantine: {}",
+                    files.len(),
+                    files.join("; ")
+                ),
+            )),
+            Event::ReportPage { what, path } => note(format!("{what}: {}", path.display())),
+            Event::Say(text) => Some((Level::Say, text.to_string())),
+            Event::Note(text) => Some((Level::Note, text.to_string())),
+            Event::Detail(text) => Some((Level::Detail, text.to_string())),
+            Event::Warning(text) => Some((Level::Warning, text.to_string())),
+            Event::Block(_) | Event::TrialEnded { .. } | Event::Print(_) | Event::Output(_) => None,
+        }
+    }
 }
 
 /// Where an event goes.
@@ -187,13 +278,19 @@ enum Stream {
 /// The text `event` shows on `terminal` and where, or `None` where the
 /// verbosity leaves it out.
 fn render(event: &Event, terminal: Terminal) -> Option<(Stream, String)> {
-    let line = |text: &str| format!("{}\n", clean(text));
+    if let Some((level, text)) = event.worded() {
+        let shown = match level {
+            Level::Note if terminal.verbosity == Verbosity::Quiet => return None,
+            Level::Detail if terminal.verbosity != Verbosity::Verbose => return None,
+            Level::Warning if terminal.color => {
+                format!("{PREFIX}\x1b[1;33mwarning\x1b[0m\x1b[1m:\x1b[0m {}\n", clean(&text))
+            }
+            Level::Warning => format!("{PREFIX}warning: {}\n", clean(&text)),
+            Level::Say | Level::Note | Level::Detail => format!("{PREFIX}{}\n", clean(&text)),
+        };
+        return Some((Stream::Stderr, shown));
+    }
     let shown = match *event {
-        Event::Say(text) => line(text),
-        Event::Note(text) if terminal.verbosity > Verbosity::Quiet => line(text),
-        Event::Detail(text) if terminal.verbosity == Verbosity::Verbose => line(text),
-        Event::Warning(text) if terminal.color => format!("\x1b[33mwarning:\x1b[0m {}\n", clean(text)),
-        Event::Warning(text) => format!("warning: {}\n", clean(text)),
         Event::Block(text) => clean(text).into_owned(),
         Event::TrialEnded { verdict: TrialMark::Pass, .. } if terminal.verbosity == Verbosity::Quiet => return None,
         Event::TrialEnded { done, total, verdict, name, detail } => {
@@ -203,11 +300,11 @@ fn render(event: &Event, terminal: Terminal) -> Option<(Stream, String)> {
             } else {
                 format!("{word:<7}")
             };
-            format!("ccl-coverage: [{done}/{total}] {shown} {} ({})\n", clean(name), clean(detail))
+            format!("{PREFIX}[{done}/{total}] {shown} {} ({})\n", clean(name), clean(detail))
         }
         Event::Print(text) => return Some((Stream::Stdout, clean(text).into_owned())),
         Event::Output(text) => return Some((Stream::Stdout, text.to_string())),
-        Event::Note(_) | Event::Detail(_) => return None,
+        _ => return None,
     };
     Some((Stream::Stderr, shown))
 }
@@ -248,7 +345,7 @@ pub fn clean(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// `say!("…", args)`: a line on stderr, whatever the verbosity.
+/// `say!("…", args)`: `ccl-coverage: …` on stderr, whatever the verbosity.
 #[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => { $crate::reporter::emit($crate::reporter::Event::Say(&format!($($arg)*))) };
@@ -260,10 +357,16 @@ macro_rules! note {
     ($($arg:tt)*) => { $crate::reporter::emit($crate::reporter::Event::Note(&format!($($arg)*))) };
 }
 
-/// `warning!("…", args)`: `warning: …` on stderr.
+/// `warning!("…", args)`: `ccl-coverage: warning: …` on stderr.
 #[macro_export]
 macro_rules! warning {
     ($($arg:tt)*) => { $crate::reporter::emit($crate::reporter::Event::Warning(&format!($($arg)*))) };
+}
+
+/// `detail!("…", args)`: a line on stderr that only `-v` shows.
+#[macro_export]
+macro_rules! detail {
+    ($($arg:tt)*) => { $crate::reporter::emit($crate::reporter::Event::Detail(&format!($($arg)*))) };
 }
 
 /// `show!("…", args)`: text for a person on stdout, cleaned, no newline added.
@@ -290,7 +393,7 @@ mod tests {
 
     /// One event of every kind, each carrying `name` wherever it has text. The match has no
     /// wildcard: a new kind of event does not compile until it is listed here.
-    fn every_kind(name: &str) -> Vec<Event<'_>> {
+    fn every_kind<'a>(name: &'a str, path: &'a Path, files: &'a [String]) -> Vec<Event<'a>> {
         let all = vec![
             Event::Say(name),
             Event::Note(name),
@@ -300,6 +403,19 @@ mod tests {
             Event::TrialEnded { done: 1, total: 2, verdict: TrialMark::Fail, name, detail: name },
             Event::Print(name),
             Event::Output(name),
+            Event::RunUses { config: name, config_path: path, workspace: path },
+            Event::DeviceDecided { summary: name },
+            Event::BuildWaiting { dir: path, in_use_by: None },
+            Event::BuildWaiting { dir: path, in_use_by: Some(name) },
+            Event::BuildReused { id: name, dir: path },
+            Event::BuildStarted { config: name, id: name, dir: path, existing: false },
+            Event::BuildStarted { config: name, id: name, dir: path, existing: true },
+            Event::BuildStep { i: 1, n: 2, name, took: None },
+            Event::BuildStep { i: 1, n: 2, name, took: Some(Duration::from_millis(1500)) },
+            Event::BuildReady { id: name, took: Duration::from_secs(3) },
+            Event::TrialIgnored { trial: name, why: name },
+            Event::Quarantined { trial: name, files },
+            Event::ReportPage { what: name, path },
         ];
         for event in &all {
             match event {
@@ -310,7 +426,17 @@ mod tests {
                 | Event::Block(_)
                 | Event::TrialEnded { .. }
                 | Event::Print(_)
-                | Event::Output(_) => {}
+                | Event::Output(_)
+                | Event::RunUses { .. }
+                | Event::DeviceDecided { .. }
+                | Event::BuildWaiting { .. }
+                | Event::BuildReused { .. }
+                | Event::BuildStarted { .. }
+                | Event::BuildStep { .. }
+                | Event::BuildReady { .. }
+                | Event::TrialIgnored { .. }
+                | Event::Quarantined { .. }
+                | Event::ReportPage { .. } => {}
             }
         }
         all
@@ -323,7 +449,9 @@ mod tests {
         assert_eq!(cleaned, "src/\\u{1b}]0;owned\\u{7}x\\u{1b}[2Jy\\u{d}z\\u{9b}w\\u{202e}cc.cc");
         assert!(!cleaned.chars().any(char::is_control), "{cleaned:?}");
         assert!(matches!(clean("plain\tname\n"), Cow::Borrowed(_)));
-        for event in every_kind(name) {
+        let path = Path::new(name);
+        let files = [name.to_string()];
+        for event in every_kind(name, path, &files) {
             let Some((stream, _)) = render(&event, Terminal { verbosity: Verbosity::Verbose, ..PLAIN }) else {
                 panic!("{event:?} is shown at -v")
             };
@@ -333,10 +461,20 @@ mod tests {
             for color in [false, true] {
                 let text = shown(&event, Terminal { color, verbosity: Verbosity::Verbose }).unwrap();
                 let escapes = text.matches('\u{1b}').count();
-                // Only the reporter's own colour codes, a pair where it colours.
-                let own = if color && matches!(event, Event::Warning(_) | Event::TrialEnded { .. }) { 2 } else { 0 };
+                // Only the reporter's own colour codes where it colours: a warning's bold yellow
+                // `warning` and bold `:`, a trial's word.
+                let warns = event.worded().is_some_and(|(level, _)| level == Level::Warning);
+                let own = match (color, &event) {
+                    (false, _) => 0,
+                    (true, Event::TrialEnded { .. }) => 2,
+                    (true, _) if warns => 4,
+                    _ => 0,
+                };
                 assert_eq!(escapes, own, "{event:?} in colour {color} on {stream:?}: {text:?}");
                 assert!(!text.contains('\u{7}') && !text.contains('\r') && !text.contains('\u{9b}'), "{text:?}");
+                let prefixed = !matches!(event, Event::Block(_) | Event::Print(_));
+                assert_eq!(text.starts_with(PREFIX), prefixed, "{event:?}: {text:?}");
+                assert_eq!(text.matches(PREFIX).count(), usize::from(prefixed), "one prefix: {text:?}");
             }
         }
         // Data for a program goes out byte for byte; text for a person is cleaned.
@@ -358,11 +496,28 @@ mod tests {
             "ccl-coverage: [3/42] \u{1b}[31mFAIL   \u{1b}[0m A::1K (0.86s)\n"
         );
         assert_eq!(shown(&Event::Note("n"), quiet), None);
+        assert_eq!(shown(&Event::Note("n"), PLAIN).unwrap(), "ccl-coverage: n\n");
         assert_eq!(shown(&Event::Block("t\n"), quiet).unwrap(), "t\n");
-        assert_eq!(shown(&Event::Say("s"), quiet).unwrap(), "s\n");
+        assert_eq!(shown(&Event::Say("s"), quiet).unwrap(), "ccl-coverage: s\n");
         assert_eq!(shown(&Event::Detail("d"), PLAIN), None);
-        assert_eq!(shown(&Event::Detail("d"), verbose).unwrap(), "d\n");
-        assert_eq!(shown(&Event::Warning("w"), quiet).unwrap(), "warning: w\n");
+        assert_eq!(shown(&Event::Detail("d"), verbose).unwrap(), "ccl-coverage: d\n");
+        assert_eq!(shown(&Event::Warning("w"), quiet).unwrap(), "ccl-coverage: warning: w\n");
+        assert_eq!(
+            shown(&Event::Warning("w"), Terminal { color: true, ..quiet }).unwrap(),
+            "ccl-coverage: \u{1b}[1;33mwarning\u{1b}[0m\u{1b}[1m:\u{1b}[0m w\n",
+            "cargo's colours"
+        );
+        // What a build says is a note: -q leaves it out, the default shows it.
+        let step = Event::BuildStep { i: 2, n: 6, name: "build ccl", took: Some(Duration::from_millis(12_340)) };
+        assert_eq!(shown(&step, quiet), None);
+        assert_eq!(shown(&step, PLAIN).unwrap(), "ccl-coverage:   [2/6] build ccl: 12.3s\n");
+        let files = ["p/x.profraw (another trial's)".to_string()];
+        let moved = Event::Quarantined { trial: "A::1K", files: &files };
+        assert_eq!(
+            shown(&moved, quiet).unwrap(),
+            "ccl-coverage: warning: A::1K: 1 profile(s) in its folder are not its own and were moved to quarantine: \
+             p/x.profraw (another trial's)\n"
+        );
     }
 
     #[test]
