@@ -289,6 +289,7 @@ enum Strings {
 /// `text` with comments blanked and strings kept or blanked.
 fn scan(text: &str, strings: Strings) -> String {
     let keep = |c: char| if strings == Strings::Keep || c == '\n' { c } else { ' ' };
+    let quote = if strings == Strings::Keep { '"' } else { ' ' };
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len());
     let mut i = 0;
@@ -329,16 +330,16 @@ fn scan(text: &str, strings: Strings) -> String {
                 continue;
             }
             let close: Vec<char> = std::iter::once('"').chain(std::iter::repeat_n('#', hashes)).collect();
-            out.push(' ');
+            out.push(quote);
             i += 2 + hashes;
             while i < chars.len() && !chars[i..].starts_with(&close) {
                 out.push(keep(chars[i]));
                 i += 1;
             }
-            out.push(' ');
+            out.push(quote);
             i += close.len();
         } else if c == '"' {
-            out.push(' ');
+            out.push(quote);
             i += 1;
             while i < chars.len() && chars[i] != '"' {
                 if chars[i] == '\\' {
@@ -349,7 +350,7 @@ fn scan(text: &str, strings: Strings) -> String {
                 out.push(keep(chars[i]));
                 i += 1;
             }
-            out.push(' ');
+            out.push(quote);
             i += 1;
         } else if c == '\'' && (next == Some('\\') || chars.get(i + 2) == Some(&'\'')) {
             // A char literal ('"', '\''), not a lifetime.
@@ -855,4 +856,54 @@ fn use_trees_name_each_path_and_what_it_binds() {
     let (found, _) = use_tree(&chars, 0, &[]);
     let shown: Vec<String> = found.iter().map(|(p, n)| format!("{}={n}", p.join("::"))).collect();
     assert_eq!(shown, ["a::b=b", "a::c::d=e", "a::c::*=*", "a=a"]);
+}
+
+/// String literals that word a message themselves, outside the reporter, and why
+/// they may: the prefix is the reporter's (`reporter::PREFIX`).
+const PREFIX_SPOKEN_FOR: [(&str, &str); 2] = [
+    // The title of llvm-cov's HTML pages, not a line on the terminal.
+    ("report/session/merge.rs", "HTML title"),
+    ("report/session/steps.rs", "HTML title"),
+];
+
+/// Every string literal of `src/` (tests and comments left out) that starts with the
+/// reporter's prefix, outside the reporter.
+fn typed_prefixes(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(src).unwrap().to_string_lossy().into_owned();
+        if rel == "reporter.rs" || rel.ends_with("tests.rs") || PREFIX_SPOKEN_FOR.iter().any(|(f, _)| *f == rel) {
+            continue;
+        }
+        let code = without_comments(test_module_cut(&std::fs::read_to_string(&file).unwrap()));
+        for (n, line) in code.lines().enumerate() {
+            if line.contains("\"ccl-coverage:") {
+                found.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    found
+}
+
+/// The reporter owns the prefix and the warning form: a stage says what happened.
+#[test]
+fn no_message_outside_the_reporter_types_the_prefix() {
+    let found = typed_prefixes(&Path::new(ROOT).join("src"));
+    assert!(found.is_empty(), "messages that type `ccl-coverage:` themselves:\n{}", found.join("\n"));
+}
+
+#[test]
+fn a_typed_prefix_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("build")).unwrap();
+    std::fs::write(dir.path().join("reporter.rs"), "const PREFIX: &str = \"ccl-coverage: \";\n").unwrap();
+    std::fs::write(
+        dir.path().join("build/mod.rs"),
+        "// \"ccl-coverage: in a comment\"\nfn f() { say!(\"ccl-coverage: warning: {x}\") }\n#[cfg(test)]\nmod tests { \"ccl-coverage: t\" }\n",
+    )
+    .unwrap();
+    assert_eq!(typed_prefixes(dir.path()), ["src/build/mod.rs:2: fn f() { say!(\"ccl-coverage: warning: {x}\") }"]);
 }
