@@ -262,7 +262,7 @@ impl DeviceDecision {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Blocker {
     pub(crate) message: String,
-    pub(crate) fix: &'static str,
+    pub(crate) fix: String,
 }
 
 /// What makes device coverage available, and the sentence that says so.

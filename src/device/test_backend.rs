@@ -51,7 +51,7 @@ impl DeviceBackend for Plain {
                 found: Found::new(Backend(&Plain), &Needs { collector: collector.into() }),
                 detail: format!("{target} counted by the plain collector"),
             }),
-            None => Err(Blocker { message: "PLAIN_COLLECTOR is not set".into(), fix: "set PLAIN_COLLECTOR" }),
+            None => Err(Blocker { message: "PLAIN_COLLECTOR is not set".into(), fix: "set PLAIN_COLLECTOR".into() }),
         })
     }
 

@@ -61,7 +61,7 @@ impl DeviceBackend for Amdgpu {
         _tools: Option<&Path>,
         _env: Lookup,
     ) -> Result<std::result::Result<Available, backend::Blocker>> {
-        Ok(check(target, config, cxx)?.map_err(|b| backend::Blocker { message: b.message(), fix: b.fix() }))
+        Ok(check(target, config, cxx)?.map_err(|b| backend::Blocker { message: b.message(), fix: b.fix().to_string() }))
     }
 
     fn line_source(&self) -> LineSource {

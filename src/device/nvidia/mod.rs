@@ -83,7 +83,8 @@ impl DeviceBackend for Nvidia {
         tools: Option<&Path>,
         env: Lookup,
     ) -> Result<std::result::Result<Available, backend::Blocker>> {
-        Ok(check(target, cxx, tools, env)?.map_err(|b| backend::Blocker { message: b.message(), fix: b.fix() }))
+        Ok(check(target, cxx, tools, env)?
+            .map_err(|b| backend::Blocker { message: b.message(), fix: b.fix().to_string() }))
     }
 
     fn line_source(&self) -> LineSource {
