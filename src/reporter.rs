@@ -249,7 +249,7 @@ impl Event<'_> {
                 note(format!("  [{i}/{n}] {name}: {:.1}s", took.as_secs_f64()))
             }
             Event::BuildReady { id, took } => note(format!("build {id} ready in {:.1}s", took.as_secs_f64())),
-            Event::TrialIgnored { trial, why } => note(format!("{trial} ignored: {why}")),
+            Event::TrialIgnored { trial, why } => note(format!("{trial} is ignored: {why}")),
             Event::Quarantined { trial, files } => Some((
                 Level::Warning,
                 format!(

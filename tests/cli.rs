@@ -422,6 +422,10 @@ fn each_format_goes_to_its_own_output_path() {
     assert!(!text.contains("PASS    AllReduce::1K::one"), "-q shows passing trials: {text}");
     assert!(!text.contains("least covered files"), "-q shows the totals table: {text}");
     assert!(text.contains("1 of 1 trials ran: 1 passed"), "-q drops the tallies: {text}");
+    // docs/running.md: "-q: failures, warnings and the tallies only" — no build line, note or page.
+    for line in text.lines().filter(|l| l.starts_with("ccl-coverage: ")) {
+        assert!(line.contains(" trials ran: ") || line.contains("warning: "), "-q shows {line:?}:\n{text}");
+    }
     let out = s.dir.path().join("out");
     let p = |name: &str| out.join(name).display().to_string();
     let (lcov, cob, codecov, summary) = (p("a.lcov"), p("c.xml"), p("codecov.json"), p("summary.json"));

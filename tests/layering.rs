@@ -50,7 +50,7 @@ fn stage_of_module(stages: &[Stage], module: &str) -> Option<usize> {
     // `bail!` is exported at the crate root by `error.rs`, the reporter's macros by `reporter.rs`.
     let module = match module {
         "bail" => "error",
-        "say" | "note" | "warning" | "show" | "output" => "reporter",
+        "say" | "note" | "warning" | "detail" | "show" | "output" => "reporter",
         other => other,
     };
     stage_of(stages, &format!("{module}.rs")).or_else(|| stage_of(stages, &format!("{module}/mod.rs")))

@@ -297,7 +297,7 @@ impl Output {
             match missing() {
                 Ok(text) => ccl_coverage::reporter::emit(ccl_coverage::reporter::Event::Block(&text)),
                 Err(e) => {
-                    ccl_coverage::say!("ccl-coverage: {e}");
+                    ccl_coverage::say!("{e}");
                     return ExitCode::FAILURE;
                 }
             }
@@ -332,11 +332,11 @@ impl Output {
             match delivered {
                 Ok(()) => {
                     if let Some(to) = to {
-                        ccl_coverage::say!("ccl-coverage: wrote {}", to.display());
+                        ccl_coverage::note!("wrote {}", to.display());
                     }
                 }
                 Err(e) => {
-                    ccl_coverage::say!("ccl-coverage: cannot hand over {}: {e}", path.display());
+                    ccl_coverage::say!("cannot hand over {}: {e}", path.display());
                     return ExitCode::FAILURE;
                 }
             }
@@ -346,7 +346,7 @@ impl Output {
             // The report was written: no browser here is no failure of the run.
             let opened = ccl_coverage::exec::process::Cmd::new("xdg-open").arg(&index).detached().read();
             if let Err(e) = opened {
-                ccl_coverage::say!("ccl-coverage: warning: cannot open {} ({e}); open it yourself", index.display());
+                ccl_coverage::warning!("cannot open {} ({e}); open it yourself", index.display());
             }
         }
         ExitCode::SUCCESS
@@ -650,7 +650,7 @@ fn worst(a: ExitCode, b: ExitCode) -> ExitCode {
 
 /// A command line that cannot be carried out, said before anything runs.
 fn usage_error(message: &str) -> ExitCode {
-    ccl_coverage::say!("ccl-coverage: {message}");
+    ccl_coverage::say!("{message}");
     ExitCode::from(2)
 }
 

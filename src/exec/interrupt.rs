@@ -29,7 +29,7 @@ pub(crate) fn install() {
                     for sig in signals.forever() {
                         if !first(sig, signal_name(sig)) {
                             crate::say!(
-                                "ccl-coverage: {} again: exiting now; the trial supervisors stop what still runs",
+                                "{} again: exiting now; the trial supervisors stop what still runs",
                                 signal_name(sig)
                             );
                             std::process::exit(128 + sig);
@@ -38,7 +38,7 @@ pub(crate) fn install() {
                 });
             }
             Err(e) => {
-                crate::say!("ccl-coverage: cannot install signal handlers ({e}); Ctrl-C will not stop trials cleanly");
+                crate::say!("cannot install signal handlers ({e}); Ctrl-C will not stop trials cleanly");
             }
         }
         watch_cargo_parent();
@@ -50,7 +50,7 @@ fn first(sig: i32, what: &str) -> bool {
     let first = SIGNAL.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst).is_ok();
     if first {
         crate::say!(
-            "ccl-coverage: {what}: stopping the running trials (SIGTERM, grace period, SIGKILL); send it again to exit at once"
+            "{what}: stopping the running trials (SIGTERM, grace period, SIGKILL); send it again to exit at once"
         );
     }
     first

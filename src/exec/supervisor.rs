@@ -250,7 +250,7 @@ impl Supervised {
             let killed = proctree::sweep_record(record);
             for o in &killed {
                 crate::say!(
-                    "ccl-coverage: killed pid {} ({}), left behind when the supervisor of {} died",
+                    "killed pid {} ({}), left behind when the supervisor of {} died",
                     o.pid,
                     o.command,
                     self.display
@@ -267,7 +267,7 @@ impl Supervised {
                         crate::exec::process::describe_status(status)
                     )
                 });
-                crate::say!("ccl-coverage: {}: {why}; see {}", self.display, self.log.display());
+                crate::say!("{}: {why}; see {}", self.display, self.log.display());
                 let containment = if had_cgroup { Containment::Cgroup } else { Containment::ProcessTree };
                 SupervisorReport { lost: Some(why), containment, ..SupervisorReport::default() }
             }

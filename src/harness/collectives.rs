@@ -163,7 +163,7 @@ fn shard(
             holds
         })
         .unzip();
-    crate::say!("ccl-coverage: partition {}: {kept} of {dealt} trials in this shard", partition.describe());
+    crate::note!("partition {}: {kept} of {dealt} trials in this shard", partition.describe());
     (specs, trials)
 }
 
@@ -214,14 +214,14 @@ pub fn run(selection: &Selection, intent: Intent, entry: Entry) -> Ran {
     if let Some(run) = &ctx.config().upstream {
         // Listings and the JSON dry run stay machine-readable: stdout is theirs.
         for w in &run.resolved.warnings {
-            crate::say!("ccl-coverage: warning: {w}");
+            crate::warning!("{w}");
         }
     }
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     if intent == Intent::Trials
         && let Some(why) = selection.refusal("trial", &names)
     {
-        crate::say!("ccl-coverage: {why}; `ccl-coverage list` names every trial");
+        crate::say!("{why}; `ccl-coverage list` names every trial");
         return refused(ExitCode::from(2));
     }
     let args = selection.libtest(names.iter().copied());
@@ -276,13 +276,13 @@ pub fn run(selection: &Selection, intent: Intent, entry: Entry) -> Ran {
         } else {
             format!("the {} trials the filters select are all ignored; --include-ignored runs them", selected.len())
         };
-        crate::say!("ccl-coverage: {why}");
+        crate::say!("{why}");
         return refused(ExitCode::from(2));
     }
     if !args.list {
         for (spec, _) in selected.iter().filter(|(_, runs)| !runs) {
             if let Some(why) = &spec.ignore_reason {
-                crate::say!("ccl-coverage: {} is ignored: {why}", spec.name);
+                reporter::emit(reporter::Event::TrialIgnored { trial: &spec.name, why });
             }
         }
     }
@@ -301,14 +301,14 @@ pub fn run(selection: &Selection, intent: Intent, entry: Entry) -> Ran {
     shared.progress.total.store(running, std::sync::atomic::Ordering::SeqCst);
     shared.suite.select(selected);
     let conclusion = libtest_mimic::run(&args, trials);
-    let written = shared.suite.finish().inspect_err(|e| crate::say!("ccl-coverage: {e}"));
+    let written = shared.suite.finish().inspect_err(|e| crate::say!("{e}"));
     // Every trial and its supervisor ended: nothing of this run is left to sweep.
     if let Some(owner) = crate::exec::owner::Owner::get() {
         owner.unregister();
     }
     let code = if let Some(code) = interrupt::exit_code() {
         crate::say!(
-            "ccl-coverage: interrupted by {}: results of the trials that ended are in {}",
+            "interrupted by {}: results of the trials that ended are in {}",
             interrupt::describe(),
             shared.suite.ctx.workspace.results_dir().display()
         );

@@ -37,23 +37,23 @@ pub fn merge_shards(dirs: &[std::path::PathBuf]) -> ExitCode {
     match crate::report::shards::merge(&ctx, dirs) {
         Ok(merged) => {
             for shard in &merged.shards {
-                crate::say!("ccl-coverage: merged {} trials from {}", shard.trials.len(), shard.dir.display());
+                crate::note!("merged {} trials from {}", shard.trials.len(), shard.dir.display());
             }
             for d in &merged.duplicates {
                 crate::say!(
-                    "ccl-coverage: trial {} ran in two shards: counted once, from {}; also in {}",
+                    "trial {} ran in two shards: counted once, from {}; also in {}",
                     d.trial,
                     d.counted_from.display(),
                     d.also_in.display()
                 );
             }
             for why in &merged.refused {
-                crate::say!("ccl-coverage: not merged: {why}");
+                crate::say!("not merged: {why}");
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            crate::say!("ccl-coverage: {e}");
+            crate::say!("{e}");
             ExitCode::from(2)
         }
     }
@@ -96,13 +96,13 @@ fn report(selection: &Selection, intent: Intent, after_run: bool, entry: Entry) 
         // `cargo coverage -- AllReduce::1K` hands the trials' selection to this binary too.
         Intent::Trials => {
             if !selection.filters.is_empty() || !selection.args.skip.is_empty() {
-                crate::say!("ccl-coverage: the test filter selects trials (cargo coverage): every report step runs");
+                crate::note!("the test filter selects trials (cargo coverage): every report step runs");
             }
             selection.without_selection()
         }
         Intent::Steps => {
             if let Some(why) = selection.refusal("report step", &names) {
-                crate::say!("ccl-coverage: {why}; `ccl-coverage report --list` names every step");
+                crate::say!("{why}; `ccl-coverage report --list` names every step");
                 return refused(ExitCode::from(2));
             }
             selection.clone()
@@ -146,13 +146,13 @@ fn report(selection: &Selection, intent: Intent, after_run: bool, entry: Entry) 
     if !args.list {
         match &inputs.nothing {
             Some(nothing) if trials.iter().any(|t| selected(&t)) => {
-                crate::say!("ccl-coverage: nothing to report: {nothing}");
+                crate::say!("nothing to report: {nothing}");
             }
             _ => {
                 for (step, trial) in Step::ALL.iter().zip(&trials) {
                     if selected(&trial) && !runs(&trial) {
                         let why = step.nothing_to_check(&session.ctx, &inputs).unwrap_or_default();
-                        crate::say!("ccl-coverage: {} is ignored: {why}", step.name());
+                        crate::reporter::emit(crate::reporter::Event::TrialIgnored { trial: step.name(), why: &why });
                     }
                 }
             }
@@ -177,7 +177,7 @@ fn report(selection: &Selection, intent: Intent, after_run: bool, entry: Entry) 
     let conclusion = libtest_mimic::run(&args, trials);
     match session.install() {
         Err(e) => {
-            crate::say!("ccl-coverage: {e}");
+            crate::say!("{e}");
             refused(ExitCode::FAILURE)
         }
         Ok(installed) => Reported {

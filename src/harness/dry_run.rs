@@ -43,12 +43,12 @@ pub(crate) fn print(ctx: &Context, specs: &[TrialSpec], args: &Arguments) -> Exi
                 crate::show!("{text}");
             }
             for problem in &problems {
-                crate::say!("ccl-coverage: dry run: {problem}");
+                crate::say!("dry run: {problem}");
             }
             if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
         }
         Err(e) => {
-            crate::say!("ccl-coverage: dry run: {e}");
+            crate::say!("dry run: {e}");
             ExitCode::from(2)
         }
     }

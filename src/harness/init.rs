@@ -49,7 +49,7 @@ pub fn main(args: &InitArgs) -> ExitCode {
     match init(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            crate::say!("ccl-coverage: init: {e}");
+            crate::say!("init: {e}");
             ExitCode::FAILURE
         }
     }
@@ -88,7 +88,7 @@ fn init(args: &InitArgs) -> Result<()> {
     vars.set("build_dir", scratch.display().to_string());
     for step in &loaded.config.library.steps {
         let cmd = crate::build::cache::steps::step_cmd(step, &vars, setup.rccl)?.limits(STEP_LIMITS);
-        crate::say!("ccl-coverage: init: {} ({})", step.name, cmd.display());
+        crate::note!("init: {} ({})", step.name, cmd.display());
         run_step(&cmd, &step.name)?;
     }
     let listing = Cmd::new("ctest")
@@ -123,12 +123,12 @@ fn init(args: &InitArgs) -> Result<()> {
     let trials = crate::plan::plan(&checked.config).len();
     crate::workspace::files::write_atomic(&out, text.as_bytes())?;
     crate::say!(
-        "ccl-coverage: init: wrote {}: {trials} trials from {} CTest tests (scratch build in {})",
+        "init: wrote {}: {trials} trials from {} CTest tests (scratch build in {})",
         out.display(),
         tests.len(),
         scratch.display()
     );
-    crate::say!("ccl-coverage: next: ccl-coverage run --config {}", out.display());
+    crate::say!("next: ccl-coverage run --config {}", out.display());
     Ok(())
 }
 

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 /// (a wrong config fails `--list` too: nothing can run from it).
 fn load_context(entry: crate::reporter::Entry) -> Result<Context, ExitCode> {
     Context::from_env(entry).map_err(|e| {
-        crate::say!("ccl-coverage: {e}");
+        crate::say!("{e}");
         ExitCode::from(2)
     })
 }
@@ -41,7 +41,7 @@ fn take_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock, ExitCo
     interrupt::install();
     workspace::confined::restrict_umask();
     prepare_workspace(ctx, access).map_err(|e| {
-        crate::say!("ccl-coverage: {e}");
+        crate::say!("{e}");
         ExitCode::from(2)
     })
 }
@@ -53,18 +53,13 @@ fn prepare_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock> {
         Owner::register(&ctx.state_dir)?;
         let grace = std::time::Duration::from_secs(config.timeouts.grace);
         for o in &proctree::sweep_orphans(&ctx.state_dir, grace) {
-            crate::say!(
-                "ccl-coverage: killed pid {} left behind by a run that died (harness pid {}): {}",
-                o.pid,
-                o.owner,
-                o.command
-            );
+            crate::say!("killed pid {} left behind by a run that died (harness pid {}): {}", o.pid, o.owner, o.command);
         }
         // What left the trial's session and dropped its marker is known
         // only to its supervisor's record.
         for o in proctree::sweep_records(&ctx.children_dir()) {
             crate::say!(
-                "ccl-coverage: killed pid {} left behind by a trial whose supervisor died (supervisor pid {}): {}",
+                "killed pid {} left behind by a trial whose supervisor died (supervisor pid {}): {}",
                 o.pid,
                 o.owner,
                 o.command
@@ -94,7 +89,7 @@ fn check_place(ctx: &Context) -> Result<(), ExitCode> {
         false => ws.check_place(&protected),
     };
     checked.map_err(|e| {
-        crate::say!("ccl-coverage: {e}");
+        crate::say!("{e}");
         ExitCode::from(2)
     })
 }
@@ -111,9 +106,12 @@ fn say_containment() {
         (cgroup::Mode::Auto, Err(why)) => {
             format!("each trial's processes are held by its session, marker and supervisor: no cgroup v2 here ({why})")
         }
-        (cgroup::Mode::On, Err(why)) => format!("{name}=on, but there is no cgroup v2 here: {why}; every trial fails"),
+        (cgroup::Mode::On, Err(why)) => {
+            crate::warning!("{name}=on, but there is no cgroup v2 here: {why}; every trial fails");
+            return;
+        }
     };
-    crate::say!("ccl-coverage: {line}");
+    crate::note!("{line}");
 }
 
 /// Folders a workspace must neither hold nor (for sources) lie inside.

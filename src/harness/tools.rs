@@ -31,7 +31,7 @@ pub fn show_env() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            crate::say!("ccl-coverage: {e}");
+            crate::say!("{e}");
             ExitCode::from(2)
         }
     }
@@ -47,7 +47,7 @@ pub fn clean(builds: bool) -> ExitCode {
     match clean_all(builds) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            crate::say!("ccl-coverage: {e}");
+            crate::say!("{e}");
             ExitCode::from(2)
         }
     }
@@ -64,11 +64,11 @@ fn clean_all(builds: bool) -> Result<()> {
         drop(lock);
         // What could not be deleted is named; the builds are still cleaned.
         if let Err(e) = ws.finish_clean(&cleaned) {
-            crate::say!("ccl-coverage: {e}");
+            crate::say!("{e}");
             left = true;
         }
     } else {
-        crate::say!("ccl-coverage: no workspace at {}", ws.root().display());
+        crate::say!("no workspace at {}", ws.root().display());
     }
     if builds {
         let dir = ctx.state_dir.join("builds");
@@ -90,14 +90,14 @@ fn clean_all(builds: bool) -> Result<()> {
             if lock.try_lock().is_err() {
                 let users = crate::build::cache::users_of(&path, &ctx.state_dir);
                 let who = if users.is_empty() { "a process building it".to_string() } else { users.join("; ") };
-                crate::say!("ccl-coverage: kept the cached build {}: it is in use by {who}", path.display());
+                crate::say!("kept the cached build {}: it is in use by {who}", path.display());
                 kept += 1;
                 continue;
             }
             // No run holds it; a workspace, wherever it lives, may still report on it.
             let (registered, stale) = crate::build::cache::registered_users(&path, &key);
             for why in stale {
-                crate::say!("ccl-coverage: a stale registration does not keep the cached build {key}: {why}");
+                crate::say!("a stale registration does not keep the cached build {key}: {why}");
             }
             let mut using = registered;
             using.extend(workspaces_using(&ctx.state_dir, &key));
@@ -106,7 +106,7 @@ fn clean_all(builds: bool) -> Result<()> {
             if !using.is_empty() {
                 let shown: Vec<String> = using.iter().map(|w| w.display().to_string()).collect();
                 crate::say!(
-                    "ccl-coverage: kept the cached build {}: the workspace {} still uses it (its build.json names this build; delete that workspace first: `ccl-coverage clean --workspace {}`)",
+                    "kept the cached build {}: the workspace {} still uses it (its build.json names this build; delete that workspace first: `ccl-coverage clean --workspace {}`)",
                     path.display(),
                     shown.join(", "),
                     crate::exec::process::shell_quote(&shown[0])
@@ -124,7 +124,7 @@ fn clean_all(builds: bool) -> Result<()> {
             let _ = std::fs::remove_file(&lock_path);
             drop(lock);
             let what = if finished { "cached build" } else { "failed build" };
-            crate::say!("ccl-coverage: deleted the {what} {}", path.display());
+            crate::say!("deleted the {what} {}", path.display());
         }
         if kept > 0 {
             return Err(Error::new(format!(
@@ -194,7 +194,7 @@ pub fn print_run_line(tally: &super::collectives::Tally) {
         f => format!(" ({f} flaky: passed on a retry)"),
     };
     let mut line = format!(
-        "ccl-coverage: {} of {planned} trials ran: {} passed{flaky}, {} failed, {} timed out",
+        "{} of {planned} trials ran: {} passed{flaky}, {} failed, {} timed out",
         tally.ran, tally.passed, tally.failed, tally.timed_out
     );
     if tally.interrupted > 0 {
@@ -278,13 +278,13 @@ pub fn list(selection: &Selection, format: ListFormat) -> ExitCode {
     let specs = crate::plan::plan(ctx.config());
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     if let Some(why) = selection.refusal("trial", &names) {
-        crate::say!("ccl-coverage: {why}");
+        crate::say!("{why}");
         return ExitCode::from(2);
     }
     let listed: Vec<&crate::plan::TrialSpec> =
         specs.iter().filter(|s| selection.keeps(&s.name) && (!selection.args.ignored || s.ignored)).collect();
     if listed.is_empty() {
-        crate::say!("ccl-coverage: no ignored trial is among those the filters select");
+        crate::say!("no ignored trial is among those the filters select");
         return ExitCode::from(2);
     }
     let why = |s: &crate::plan::TrialSpec| s.ignored.then(|| s.why_ignored(ctx.config()).unwrap_or_default());

@@ -17,7 +17,7 @@ pub fn main(args: &[String]) -> ExitCode {
             if covered { ExitCode::SUCCESS } else { ExitCode::from(1) }
         }
         Err(e) => {
-            crate::say!("ccl-coverage who-covers: {e}");
+            crate::say!("who-covers: {e}");
             ExitCode::from(2)
         }
     }

@@ -319,7 +319,7 @@ impl WriterShared {
             drop(state);
             // The end of the run tries again.
             if let Err(e) = self.rebuild() {
-                crate::say!("ccl-coverage: cannot update run.json: {e}");
+                crate::say!("cannot update run.json: {e}");
             }
             state = self.lock();
         }

@@ -106,16 +106,14 @@ impl LineWorker {
                     }
                     let Some((build, info)) = &run else { continue };
                     if let Err(e) = writer.record(&result, build.clone(), info) {
-                        crate::say!("ccl-coverage: {}: its stored lines could not be recorded: {e}", result.trial);
+                        crate::say!("{}: its stored lines could not be recorded: {e}", result.trial);
                     }
                 }
             });
             match worker {
                 Ok(worker) => *queue = Some((send, worker)),
                 Err(e) => {
-                    crate::say!(
-                        "ccl-coverage: each trial's lines are left to the report: no thread to store them: {e}"
-                    );
+                    crate::say!("each trial's lines are left to the report: no thread to store them: {e}");
                     return;
                 }
             }
@@ -210,7 +208,7 @@ impl Suite {
             let _ = self.ready.set(std::time::Instant::now());
             // Said here, once: each trial then says only that it did not run.
             if let Err(e) = &built {
-                crate::say!("ccl-coverage: {e}");
+                crate::say!("{e}");
             }
             built
         });
@@ -219,18 +217,17 @@ impl Suite {
 
     fn prepare_build(&self) -> Result<(BuildManifest, cache::BuildInUse)> {
         let ctx = &self.ctx;
-        crate::say!(
-            "ccl-coverage: config {} ({}), workspace {}",
-            ctx.config().name,
-            ctx.loaded.path.display(),
-            ctx.workspace.root().display()
-        );
+        crate::reporter::emit(crate::reporter::Event::RunUses {
+            config: &ctx.config().name,
+            config_path: &ctx.loaded.path,
+            workspace: ctx.workspace.root(),
+        });
         let build_failed = |e: Error| Error::new(format!("the shared build failed, so no trial runs:\n{e}"));
         let plan = BuildPlan::new(ctx).map_err(build_failed)?;
         if let Ok(planned) = plan.planned_manifest(ctx) {
             let _ = self.planned.set(planned);
         }
-        crate::say!("ccl-coverage: device coverage: {}", plan.device.summary());
+        crate::reporter::emit(crate::reporter::Event::DeviceDecided { summary: &plan.device.summary() });
         let (manifest, in_use) = plan.build(ctx).map_err(build_failed)?;
         // The build is fine; what fails here is the workspace (full, read-only).
         cache::adopt(&ctx.workspace, &manifest).map_err(|e| {
@@ -300,7 +297,7 @@ impl Suite {
             match check() {
                 Ok(()) => {
                     crate::say!(
-                        "ccl-coverage: shared filesystem: every node of {} ({}) sees the workspace through launcher {}",
+                        "shared filesystem: every node of {} ({}) sees the workspace through launcher {}",
                         allocation.source,
                         nodes.join(", "),
                         spec.launcher
@@ -308,8 +305,8 @@ impl Suite {
                     Ok(())
                 }
                 Err(e) => {
-                    crate::say!("ccl-coverage: {e}");
-                    crate::say!("ccl-coverage: trials of launcher {} (more than one node) fail unrun", spec.launcher);
+                    crate::say!("{e}");
+                    crate::say!("trials of launcher {} (more than one node) fail unrun", spec.launcher);
                     Err(e)
                 }
             }
@@ -331,7 +328,7 @@ impl Suite {
             Err(e) => return self.not_started(spec, None, &e),
         };
         if let Some(reason) = launch::placement::misfit(&self.ctx, allocation, spec) {
-            crate::say!("ccl-coverage: {} ignored: {reason}", spec.name);
+            crate::reporter::emit(crate::reporter::Event::TrialIgnored { trial: &spec.name, why: &reason });
             return Outcome::Ignored(reason);
         }
         let manifest = match self.build() {
@@ -369,7 +366,7 @@ impl Suite {
             None => RecordedBuild::Failed { planned: self.planned.get().cloned(), error: cause.clone() },
         };
         if let Err(e) = self.results.record(&result, build, self.run_info()) {
-            crate::say!("ccl-coverage: {}: cannot record that it did not run: {e}", spec.name);
+            crate::say!("{}: cannot record that it did not run: {e}", spec.name);
         }
         let first = cause.lines().next().unwrap_or_default().trim_end_matches(':');
         Outcome::NotRun { cause: format!("{}: {first}", spec.name), message }
@@ -398,7 +395,7 @@ impl Suite {
                 break (result, tail);
             }
             crate::say!(
-                "ccl-coverage: {} {} on attempt {} of {}: {}; running it again",
+                "{} {} on attempt {} of {}: {}; running it again",
                 spec.name,
                 result.status.as_str(),
                 earlier.len() + 1,
@@ -425,7 +422,7 @@ impl Suite {
                     self.lines.submit(&store, &self.ctx.workspace, &self.results, result.clone());
                 }
             }
-            Err(e) => crate::say!("ccl-coverage: {}: its record could not be written: {e}", spec.name),
+            Err(e) => crate::say!("{}: its record could not be written: {e}", spec.name),
         }
         // The cases that ran, for a runner that reports them (none for a plain program).
         let tests = (!result.cases.is_empty())
@@ -487,16 +484,9 @@ impl Suite {
             }
             let timeout = launch.timeout.as_secs();
             let line = crate::exec::redact::shell_line(&launch.cmd.display());
-            crate::reporter::emit(crate::reporter::Event::Detail(&format!(
-                "ccl-coverage: {} starts: {line}",
-                spec.name
-            )));
+            crate::detail!("{} starts: {line}", spec.name);
             let execution = trial::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|elapsed| {
-                crate::say!(
-                    "ccl-coverage: {} still running after {}s (timeout {timeout}s)",
-                    spec.name,
-                    elapsed.as_secs()
-                );
+                crate::note!("{} still running after {}s (timeout {timeout}s)", spec.name, elapsed.as_secs());
             })?;
             let merged = (!ctx.merge_overlap).then(|| finish(&execution));
             (execution, merged)
@@ -507,12 +497,7 @@ impl Suite {
         if !merged.foreign.is_empty() {
             let named: Vec<String> =
                 merged.foreign.iter().map(|q| format!("{} ({})", q.file.display(), q.reason)).collect();
-            crate::say!(
-                "ccl-coverage: {}: {} profile(s) in its folder are not its own and were moved to quarantine: {}",
-                spec.name,
-                named.len(),
-                named.join("; ")
-            );
+            crate::reporter::emit(crate::reporter::Event::Quarantined { trial: &spec.name, files: &named });
         }
         let output = TrialOutput::read(&log);
         let (verdict, cases, perf) = judge(ctx, spec, &execution, &output);
@@ -540,10 +525,10 @@ impl Suite {
             && crate::exec::cgroup::Mode::from_env() != crate::exec::cgroup::Mode::Off
             && crate::exec::cgroup::available().is_ok()
         {
-            crate::say!("ccl-coverage: {}: ran without a cgroup of its own: {why}", spec.name);
+            crate::warning!("{}: ran without a cgroup of its own: {why}", spec.name);
         }
         if let Some(cut) = output.cut.as_ref().filter(|_| execution.finished.output_cut > 0) {
-            crate::say!("ccl-coverage: {}: its output was cut: {}", spec.name, cut.trim_start_matches('['));
+            crate::warning!("{}: its output was cut: {}", spec.name, cut.trim_start_matches('['));
             if verdict.status != Status::Passed {
                 verdict.reason.push_str(" (the log's cap cut part of the output: see logs.max_mib)");
             }
@@ -591,7 +576,7 @@ impl Suite {
             && execution.launch.cmd.get_cwd() == Some(work.as_path())
             && let Err(e) = ws.remove(Area::Work, &work)
         {
-            crate::say!("ccl-coverage: {}: its working folder could not be deleted: {e}", spec.name);
+            crate::say!("{}: its working folder could not be deleted: {e}", spec.name);
         }
         let id = TrialIdentity { spec, config: ctx.config(), manifest, run_id: &self.run_id };
         let mut result = TrialResult::new(id, &execution, &verdict, merged, perf);
@@ -612,7 +597,7 @@ impl Suite {
                     .map(Arc::new)
                     .map_err(|e| format!("the build's coverage mapping cannot be read in process: {e}"));
                 if let Err(why) = &store {
-                    crate::say!("ccl-coverage: each trial's lines are left to the report: {why}");
+                    crate::say!("each trial's lines are left to the report: {why}");
                 }
                 store
             })
@@ -629,7 +614,7 @@ impl Suite {
         let result = TrialResult::unrun(spec, self.ctx.config(), build_id, &self.run_id, message);
         let build = RecordedBuild::Failed { planned: planned.cloned(), error: message.to_string() };
         if let Err(e) = self.results.record(&result, build, self.run_info()) {
-            crate::say!("ccl-coverage: {}: cannot record that it did not run: {e}", spec.name);
+            crate::say!("{}: cannot record that it did not run: {e}", spec.name);
         }
     }
 
@@ -639,14 +624,14 @@ impl Suite {
     fn rerun(&self, spec: &TrialSpec, manifest: &BuildManifest, slots: &Slots, want: Want) -> Option<Rerun> {
         let ctx = &self.ctx;
         let ws = &ctx.workspace;
-        let say = |e: Error| crate::say!("ccl-coverage: {}: the rerun did not run: {e}", spec.name);
+        let say = |e: Error| crate::say!("{}: the rerun did not run: {e}", spec.name);
         let run = || -> Result<Option<Rerun>> {
             let _held = slots.acquire(want)?;
             let profile_dir = ws.trial_quarantine(&spec.slug).join("rerun");
             ws.clear(Area::Quarantine, &profile_dir)?;
             ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;
             let Some(launch) = launch::prepare_rerun(ctx, manifest, spec, &profile_dir)? else { return Ok(None) };
-            crate::say!("ccl-coverage: {} failed: running it once more with its rerun_env_variables", spec.name);
+            crate::say!("{} failed: running it once more with its rerun_env_variables", spec.name);
             let log = ws.trial_rerun_log(&spec.slug);
             let execution = trial::execute(ws, launch, &log, &ctx.supervisor, ctx.heartbeat, &|_| {})?;
             let output = TrialOutput::read(&log);

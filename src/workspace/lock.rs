@@ -88,7 +88,7 @@ impl WorkspaceLock {
             Ok(()) => {
                 if let Some(prev) = previous.filter(|p| p.pid != std::process::id() && !p.alive()) {
                     crate::say!(
-                        "ccl-coverage: taking over the workspace {}: its last holder, {}, is no longer running",
+                        "taking over the workspace {}: its last holder, {}, is no longer running",
                         ws.root().display(),
                         prev.describe()
                     );

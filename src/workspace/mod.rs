@@ -356,7 +356,7 @@ impl Workspace {
                 let legacy = entries.iter().all(|e| LEGACY_ENTRIES.contains(&e.as_str())) && self.has_build_record();
                 if legacy {
                     crate::say!(
-                        "ccl-coverage: adopting {} as a workspace: it holds only what an older ccl-coverage wrote there",
+                        "adopting {} as a workspace: it holds only what an older ccl-coverage wrote there",
                         self.root.display()
                     );
                 } else if !entries.is_empty() {
@@ -594,16 +594,16 @@ impl Workspace {
         }
         if !cleaned.kept.is_empty() {
             crate::say!(
-                "ccl-coverage: deleted what ccl-coverage made in the workspace {root}; kept {} and the folder: ccl-coverage did not make {}",
+                "deleted what ccl-coverage made in the workspace {root}; kept {} and the folder: ccl-coverage did not make {}",
                 preview(&cleaned.kept),
                 if cleaned.kept.len() == 1 { "it" } else { "them" }
             );
         } else if cleaned.created_root {
             fs::remove_dir(&self.root).with_context(|| format!("cannot delete {root}"))?;
-            crate::say!("ccl-coverage: deleted the workspace {root}");
+            crate::say!("deleted the workspace {root}");
         } else {
             crate::say!(
-                "ccl-coverage: deleted what ccl-coverage made in the workspace {root}; kept the folder itself: it existed before ccl-coverage used it"
+                "deleted what ccl-coverage made in the workspace {root}; kept the folder itself: it existed before ccl-coverage used it"
             );
         }
         Ok(())

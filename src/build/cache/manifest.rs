@@ -266,7 +266,7 @@ pub fn select_device_objects(patterns: &[PathBuf], device: &DeviceDecision) -> R
         }
     }
     for path in &skipped {
-        crate::say!("ccl-coverage: device object {path} has no coverage mapping; left out of the report");
+        crate::say!("device object {path} has no coverage mapping; left out of the report");
     }
     if found.is_empty() {
         bail!(

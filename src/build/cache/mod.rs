@@ -31,6 +31,7 @@ use crate::context::Context;
 use crate::device::{self, DeviceDecision};
 use crate::error::{Context as _, Error, Result};
 use crate::exec::process::Cmd;
+use crate::reporter::{self, Event};
 use crate::toolchain::objects::{self, Instrumentation};
 use crate::toolchain::{self, Toolchain};
 use crate::workspace::files::FileSum;
@@ -209,7 +210,7 @@ impl BuildPlan {
         let lock = loop {
             let lock = files::open_lock_file(&lock_path)?;
             if lock.try_lock_shared().is_err() {
-                crate::say!("ccl-coverage: waiting for another process building {}", self.cache_dir.display());
+                reporter::emit(Event::BuildWaiting { dir: &self.cache_dir, in_use_by: None });
                 lock.lock_shared().map_err(cannot_lock)?;
             }
             if still_the_lock(&lock, &lock_path) {
@@ -228,7 +229,7 @@ impl BuildPlan {
         if lock.try_lock().is_err() {
             let users = users_of(&self.cache_dir, &ctx.state_dir);
             let who = if users.is_empty() { "another process building it".to_string() } else { users.join("; ") };
-            crate::say!("ccl-coverage: waiting to build {}: it is in use by {who}", self.cache_dir.display());
+            reporter::emit(Event::BuildWaiting { dir: &self.cache_dir, in_use_by: Some(&who) });
             lock.lock().map_err(cannot_lock)?;
         }
         if !still_the_lock(&lock, &lock_path) {
@@ -240,7 +241,7 @@ impl BuildPlan {
         let manifest = match (self.cached(), damage) {
             (Cached::Whole(manifest), _) => *manifest,
             (Cached::Damaged(why), _) | (Cached::Missing, Some(why)) => {
-                crate::say!("ccl-coverage: the cached build {} cannot be reused: {why}; building it again", self.key);
+                crate::say!("the cached build {} cannot be reused: {why}; building it again", self.key);
                 if self.manifest_path().exists() {
                     self.discard_cache()?;
                 }
@@ -286,15 +287,15 @@ impl BuildPlan {
         };
         match manifest.damage() {
             None => {
-                crate::say!("ccl-coverage: reusing build {} ({})", self.key, self.build_dir.display());
+                reporter::emit(Event::BuildReused { id: &self.key, dir: &self.build_dir });
                 match identity::left_in_cache(&self.cache_dir, &contents) {
                     Ok(None) => {}
-                    Ok(Some(said)) => crate::say!(
-                        "ccl-coverage: warning: the cached build {} {said}; it is reused (its objects and test binaries are checked apart): delete them, or run `ccl-coverage clean --builds` to build it anew",
+                    Ok(Some(said)) => crate::warning!(
+                        "the cached build {} {said}; it is reused (its objects and test binaries are checked apart): delete them, or run `ccl-coverage clean --builds` to build it anew",
                         self.cache_dir.display()
                     ),
-                    Err(e) => crate::say!(
-                        "ccl-coverage: warning: what the cached build {} holds cannot be checked: {e}",
+                    Err(e) => crate::warning!(
+                        "what the cached build {} holds cannot be checked: {e}",
                         self.cache_dir.display()
                     ),
                 }
@@ -308,9 +309,11 @@ impl BuildPlan {
     fn build_locked(&self, ctx: &Context) -> Result<BuildManifest> {
         let config = &ctx.loaded.config;
         if self.existing_build {
-            crate::say!("ccl-coverage: using the existing build {} as build {}", self.build_dir.display(), self.key);
+            let id = &self.key;
+            reporter::emit(Event::BuildStarted { config: &config.name, id, dir: &self.build_dir, existing: true });
         } else {
-            crate::say!("ccl-coverage: building {} as build {} in {}", config.name, self.key, self.build_dir.display());
+            let id = &self.key;
+            reporter::emit(Event::BuildStarted { config: &config.name, id, dir: &self.build_dir, existing: false });
         }
         let logs = self.cache_dir.join("logs");
         files::create_dir(&logs)?;
@@ -325,15 +328,16 @@ impl BuildPlan {
         for (i, (name, cmd)) in self.steps.iter().enumerate() {
             let step_started = Instant::now();
             let log = logs.join(format!("{:02}-{}.log", i + 1, slug(name)));
-            crate::say!("ccl-coverage:   [{}/{total}] {name}", i + 1);
+            reporter::emit(Event::BuildStep { i: i + 1, n: total, name, took: None });
             if let Some(dir) = cmd.get_cwd() {
                 files::create_dir(dir)?;
             }
             std::fs::write(&log, format!("$ {}\n", cmd.display()))
                 .with_context(|| format!("cannot write {}", log.display()))?;
             run_step(ctx, cmd, &log).with_context(|| format!("build step {name:?} failed"))?;
-            let seconds = step_started.elapsed().as_secs_f64();
-            crate::say!("ccl-coverage:   [{}/{total}] {name}: {seconds:.1}s", i + 1);
+            let took = step_started.elapsed();
+            reporter::emit(Event::BuildStep { i: i + 1, n: total, name, took: Some(took) });
+            let seconds = took.as_secs_f64();
             records.push(StepRecord { name: name.clone(), command: cmd.display(), seconds });
         }
         let objects = match &self.existing_objects {
@@ -343,7 +347,7 @@ impl BuildPlan {
         let device_objects = self.device_objects(ctx)?;
         let paths: Vec<PathBuf> = objects.iter().map(|o| o.path.clone()).collect();
         if let Some(said) = device::after_build(&self.device, &paths, &self.cache_dir, &crate::config::process_env) {
-            crate::say!("ccl-coverage: {said}");
+            crate::say!("{said}");
         }
         if !self.bin_dir.is_dir() {
             bail!(
@@ -362,7 +366,7 @@ impl BuildPlan {
         files::write_atomic(&self.cache_dir.join(identity::CONTENTS), contents.as_bytes())?;
         manifest.contents_sha256 = Some(files::hex(&<sha2::Sha256 as sha2::Digest>::digest(contents.as_bytes())));
         manifest.write(&self.manifest_path())?;
-        crate::say!("ccl-coverage: build {} ready in {:.1}s", self.key, started.elapsed().as_secs_f64());
+        reporter::emit(Event::BuildReady { id: &self.key, took: started.elapsed() });
         Ok(manifest)
     }
 
@@ -579,10 +583,7 @@ fn remove_failed_builds(builds: &Path, workspace: &Path, done: &str) {
                 remove_notes(&path);
                 // Held alone: a process waiting on it finds it gone and opens a new one.
                 let _ = std::fs::remove_file(&lock_path);
-                crate::say!(
-                    "ccl-coverage: deleted the failed build {} of this workspace (build {done} succeeded)",
-                    path.display()
-                );
+                crate::note!("deleted the failed build {} of this workspace (build {done} succeeded)", path.display());
             }
             Err(e) => crate::warning!("cannot delete the failed build {}: {e}", path.display()),
         }
@@ -795,7 +796,7 @@ pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
         Some(p) if p.build_id == manifest.build_id => return Ok(()),
         Some(p) => {
             crate::say!(
-                "ccl-coverage: build changed ({} -> {}): deleting the workspace's results, profiles and reports of the old build",
+                "build changed ({} -> {}): deleting the workspace's results, profiles and reports of the old build",
                 p.build_id,
                 manifest.build_id
             );

@@ -502,8 +502,8 @@ impl CounterReader {
         if self.fallback.is_none() {
             match caught(profdata, || read_indexed(ws, profdata)) {
                 Ok(counts) => return Ok(counts),
-                Err(why) => crate::say!(
-                    "ccl-coverage: warning: the in-process reader of indexed profiles failed on {why}; its counters are read with llvm-profdata instead"
+                Err(why) => crate::warning!(
+                    "the in-process reader of indexed profiles failed on {why}; its counters are read with llvm-profdata instead"
                 ),
             }
         }

@@ -137,9 +137,7 @@ impl PerTrial {
         merged_regions: (u64, u64),
     ) -> Result<PerTrial> {
         if exports_asked {
-            crate::say!(
-                "ccl-coverage: per-trial attribution runs llvm-cov once per trial, as CCL_COV_ATTRIBUTION_EXPORTS=on asks"
-            );
+            crate::note!("per-trial attribution runs llvm-cov once per trial, as CCL_COV_ATTRIBUTION_EXPORTS=on asks");
             return Ok(PerTrial::Exports);
         }
         let checked = || -> Result<(Mapping, CounterReader)> {
@@ -192,14 +190,14 @@ impl PerTrial {
             Ok((mapping, counters)) => {
                 if let Some(why) = counters.fallback() {
                     crate::say!(
-                        "ccl-coverage: per-trial attribution reads each trial's counters with llvm-profdata (slower): the in-process reader of indexed profiles cannot be used: {why}"
+                        "per-trial attribution reads each trial's counters with llvm-profdata (slower): the in-process reader of indexed profiles cannot be used: {why}"
                     );
                 }
                 Ok(PerTrial::Mapping(mapping, counters))
             }
             Err(why) => {
                 crate::say!(
-                    "ccl-coverage: per-trial attribution runs llvm-cov once per trial (slower): the in-process coverage-mapping reader cannot be used: {why}"
+                    "per-trial attribution runs llvm-cov once per trial (slower): the in-process coverage-mapping reader cannot be used: {why}"
                 );
                 Ok(PerTrial::Exports)
             }
@@ -338,7 +336,7 @@ fn computed_line(trials: &[&str], computed: &[Option<String>]) -> Option<String>
         })
         .collect();
     Some(format!(
-        "ccl-coverage: per-trial attribution computed {count} of {} trials' lines in the report, not from what the trial stored: {}",
+        "per-trial attribution computed {count} of {} trials' lines in the report, not from what the trial stored: {}",
         trials.len(),
         said.join("; ")
     ))

@@ -47,7 +47,7 @@ impl Session {
     /// none; the reports above are written from the good data either way.
     pub(super) fn health(&self, merged: &Merged) -> Result<Done> {
         for line in &merged.health.no_coverage {
-            crate::say!("ccl-coverage: no coverage from this trial: {line}");
+            crate::say!("no coverage from this trial: {line}");
         }
         match merged.health.problems() {
             None => Ok(Done::Completed),
@@ -177,7 +177,7 @@ impl Session {
             .context("writing the new snapshot failed")?;
         let shown = self.shown(&file);
         crate::say!(
-            "ccl-coverage: config {} has no snapshot yet ({} does not exist): this report's is {}; to adopt it, \
+            "config {} has no snapshot yet ({} does not exist): this report's is {}; to adopt it, \
              copy it there (cp {} {}), or run the report again with INSTA_UPDATE=always",
             self.ctx.config().name,
             adopted.display(),
@@ -211,7 +211,7 @@ impl Session {
             )
             .and_then(|()| self.ctx.workspace.write(&dir.join("diff.md"), md.as_bytes()))
             .context("writing diff.json and diff.md failed")?;
-        crate::say!("ccl-coverage: {}", md.lines().next().unwrap_or_default().trim_start_matches("### "));
+        crate::say!("{}", md.lines().next().unwrap_or_default().trim_start_matches("### "));
         let bar = self.ctx.report.fail_under_diff.as_deref();
         match diff_coverage::check_diff_bar(&report, bar).context("reading the bar failed")? {
             Some(short) => Err(Error::new(format!(
@@ -244,11 +244,7 @@ impl Session {
             )
             .and_then(|()| self.ctx.workspace.write(&dir.join("baseline.md"), md.as_bytes()))
             .context("writing baseline.json and baseline.md failed")?;
-        crate::say!(
-            "ccl-coverage: {} lines lost baseline coverage (LBC) against {}",
-            report.lost_lines,
-            path.display()
-        );
+        crate::say!("{} lines lost baseline coverage (LBC) against {}", report.lost_lines, path.display());
         if self.ctx.report.fail_on_lost && report.lost_lines > 0 {
             let files: Vec<String> = report
                 .lost_baseline_coverage

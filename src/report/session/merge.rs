@@ -72,14 +72,13 @@ impl Session {
         match crate::build::cache::config_differs(&self.ctx, &manifest) {
             Ok(None) => {}
             Ok(Some(why)) => return Err(Error::new(why)),
-            Err(e) => crate::say!(
-                "ccl-coverage: warning: the config's build inputs cannot be compared with build {}'s: {e}",
-                manifest.build_id
-            ),
+            Err(e) => {
+                crate::warning!("the config's build inputs cannot be compared with build {}'s: {e}", manifest.build_id);
+            }
         }
         let sources_changed = crate::build::cache::sources_changed(&manifest, self.ctx.config(), self.ctx.entry);
         if let Some(changed) = &sources_changed {
-            crate::say!("ccl-coverage: warning: {changed}");
+            crate::warning!("{changed}");
         }
         let checked = results::load_checked(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
         let (results, damaged) = (checked.results, checked.damaged);
@@ -87,7 +86,7 @@ impl Session {
             let named: Vec<String> =
                 checked.other_builds.iter().map(|(file, id)| format!("{} (build {id})", file.display())).collect();
             crate::say!(
-                "ccl-coverage: {} records in {} are of another build than {}, and are not counted: {}",
+                "{} records in {} are of another build than {}, and are not counted: {}",
                 named.len(),
                 ws.results_dir().display(),
                 manifest.build_id,
@@ -99,7 +98,7 @@ impl Session {
         for (file, why) in damaged {
             let slug = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
             let to = ws.quarantine_result(&slug, &file)?;
-            crate::say!("ccl-coverage: {} is not a trial result ({why}); moved to {}", file.display(), to.display());
+            crate::say!("{} is not a trial result ({why}); moved to {}", file.display(), to.display());
             damaged_results.push(format!("{} ({why}), now {}", file.display(), to.display()));
         }
         let recorded: Vec<_> = results.iter().map(TrialResult::recorded_profiles).collect();
@@ -164,7 +163,7 @@ impl Session {
         // with the library's test code, for the device lines too.
         let measure = measured::measure(ws, self.ctx.config(), &manifest, &results, &profdata)?;
         for line in measure.measurement.lines() {
-            crate::say!("ccl-coverage: {line}");
+            crate::say!("{line}");
         }
         let ignore = measure.scope.rule.clone();
         let keep = |file: &str| ignore.keeps(file);
@@ -181,7 +180,7 @@ impl Session {
         if let Some(also) = results::also_uses(&runs.earlier).filter(|_| !self.after_run) {
             // The names are in meta.json: 800 of them are no line to read.
             crate::say!(
-                "ccl-coverage: {also}; {} names them (earlier_runs); run every trial for a report of one run",
+                "{also}; {} names them (earlier_runs); run every trial for a report of one run",
                 self.shown(&report_dir.join("meta.json")).display()
             );
         }
@@ -198,7 +197,7 @@ impl Session {
         inputs.summary_text()?;
         health.llvm_cov_warnings = inputs.warnings();
         for w in &health.llvm_cov_warnings {
-            crate::say!("ccl-coverage: warning: {}", w.text());
+            crate::warning!("{}", w.text());
         }
         let meta = ReportMeta::new(&manifest, &results, merged_inputs, &health);
         self.ctx.workspace.write(

@@ -359,7 +359,7 @@ impl Session {
             &pages,
         )));
         if let Some(changed) = &merged.health.sources_changed {
-            crate::say!("ccl-coverage: warning: this report is not of the sources as they are now: {changed}");
+            crate::warning!("this report is not of the sources as they are now: {changed}");
         }
     }
 
@@ -384,7 +384,7 @@ impl Session {
                 discard()?;
                 if report.is_dir() {
                     crate::say!(
-                        "ccl-coverage: merging the profiles failed: the last good report, {}, is kept whole",
+                        "merging the profiles failed: the last good report, {}, is kept whole",
                         report.display()
                     );
                 }
@@ -398,10 +398,7 @@ impl Session {
             } else {
                 "there is no report yet".to_string()
             };
-            crate::say!(
-                "ccl-coverage: interrupted by {}: the new report was not installed; {kept}",
-                interrupt::describe()
-            );
+            crate::say!("interrupted by {}: the new report was not installed; {kept}", interrupt::describe());
             return Ok(false);
         }
         let outcomes = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
@@ -428,12 +425,12 @@ impl Session {
         if report.is_dir() {
             discard()?;
             crate::say!(
-                "ccl-coverage: the new report is incomplete ({what} failed), so it was not installed: the last good report, {}, is kept whole",
+                "the new report is incomplete ({what} failed), so it was not installed: the last good report, {}, is kept whole",
                 report.display()
             );
         } else {
             ws.install_report(&staged)?;
-            crate::say!("ccl-coverage: the report in {} is incomplete: {what} failed", report.display());
+            crate::say!("the report in {} is incomplete: {what} failed", report.display());
         }
         Ok(false)
     }

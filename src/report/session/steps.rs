@@ -76,9 +76,12 @@ impl Session {
             .context("linking llvm-cov's source pages to the index and the attribution pages failed")?;
         if let Some(device) = device {
             let device = device.context("writing the device pages failed")?;
-            crate::say!("ccl-coverage: device HTML report: {}", self.shown(&device).display());
+            crate::reporter::emit(crate::reporter::Event::ReportPage {
+                what: "device HTML report",
+                path: &self.shown(&device),
+            });
         }
-        crate::say!("ccl-coverage: HTML report: {}", self.shown(&index).display());
+        crate::reporter::emit(crate::reporter::Event::ReportPage { what: "HTML report", path: &self.shown(&index) });
         Ok(())
     }
 
@@ -188,10 +191,7 @@ impl Session {
             &json,
             &write_page,
         )?;
-        crate::say!(
-            "ccl-coverage: which trial covered which line: {}",
-            self.shown(&pages_dir.join("index.html")).display()
-        );
+        crate::note!("which trial covered which line: {}", self.shown(&pages_dir.join("index.html")).display());
         Ok(())
     }
 
@@ -210,8 +210,8 @@ impl Session {
             )
             .context("writing minimal-suite.json failed")?;
         // The command (one `--skip` per trial left out) is in the file.
-        crate::say!(
-            "ccl-coverage: minimal equivalent suite (the same lines, functions and branches): {} of {} trials, {:.2} of {:.2} trial-seconds (its ccl-coverage run, cargo test and nextest commands are in {})",
+        crate::note!(
+            "minimal equivalent suite (the same lines, functions and branches): {} of {} trials, {:.2} of {:.2} trial-seconds (its ccl-coverage run, cargo test and nextest commands are in {})",
             suite.trial_count,
             suite.full_suite_trials,
             suite.duration_s,
