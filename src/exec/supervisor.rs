@@ -374,15 +374,9 @@ pub fn run_if_requested() -> Option<ExitCode> {
 }
 
 fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> SupervisorReport {
-    // The trial's session, led by this process (unless whoever started it
-    // made it a session leader already).
-    // SAFETY: getsid and getpid read this process's ids and touch no memory.
-    let leads = unsafe { libc::getsid(0) == libc::getpid() };
-    if !leads && let Err(e) = process::setsid() {
-        return spawn_failed(format!("the supervisor cannot lead a session of its own (setsid: {e})"));
+    if let Err(why) = lead_session() {
+        return spawn_failed(why);
     }
-    // PR_SET_CHILD_SUBREAPER takes a flag; rustix passes this pid, which is not 0.
-    let _ = process::set_child_subreaper(Some(process::getpid()));
     let token = std::env::var(TRIAL_TOKEN).unwrap_or_default();
     let me = process::getpid().as_raw_nonzero().get();
     let log = match open_log(&spec.log) {
@@ -398,16 +392,9 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> SupervisorReport {
         },
         None => None,
     };
-    let mode = cgroup::Mode::from_env();
-    let (mut trial_cgroup, mut no_cgroup) = match mode {
-        cgroup::Mode::Off => (None, Some(format!("{}=off", crate::env_names::CGROUP))),
-        _ => match Cgroup::create(&file_name(&token)) {
-            Ok(made) => (Some(made), None),
-            Err(e) if mode == cgroup::Mode::On => {
-                return spawn_failed(format!("{}=on, but {e}", crate::env_names::CGROUP));
-            }
-            Err(e) => (None, Some(e.to_string())),
-        },
+    let mut contained = match Contained::make(&token) {
+        Ok(contained) => contained,
+        Err(why) => return spawn_failed(why),
     };
     let mut record = Recorder {
         path: spec.children.as_deref(),
@@ -422,23 +409,112 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> SupervisorReport {
         Ok(pair) => pair,
         Err(e) => return spawn_failed(format!("cannot make a pipe for the output: {e}")),
     };
-    let mut spawned = None;
+    // Named in the record before anything runs in it.
+    let mut name_in_record =
+        |cgroup: &Option<Cgroup>| record.update(&Tree::new(me, &token).with_cgroup(cgroup.clone()), true);
+    let spawned = spawn_trial(spec, program, args, &writer, &mut contained, &mut name_in_record);
+    // The copier sees end of file only once no writer is left here.
+    drop(writer);
+    let child = match spawned {
+        Ok(child) => child,
+        Err(why) => {
+            record.remove();
+            return spawn_failed(why);
+        }
+    };
+    let tree = Tree::new(me, &token).with_descendants_of(me).with_cgroup(contained.cgroup.clone());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let copier = {
+        let (done, log) = (done.clone(), CappedLog::new(log, spec.log_cap, "logs.max_mib"));
+        std::thread::spawn(move || capped_log::copy(pipe, log, &done, &std::sync::atomic::AtomicU64::new(0)).0)
+    };
+    let main = child.id() as libc::pid_t;
+    record.saw(main);
+    // The child is reaped with waitpid below, together with adopted orphans.
+    std::mem::forget(child);
+    let mut report = SupervisorReport {
+        containment: if contained.cgroup.is_some() { Containment::Cgroup } else { Containment::ProcessTree },
+        no_cgroup: contained.no_cgroup.take(),
+        ..SupervisorReport::default()
+    };
+    let mut main_status = watch(main, &tree, Duration::from_millis(spec.grace_ms), &mut record, &mut report);
+    report.wait_status = main_status;
+    report.seen = record.seen.iter().copied().collect();
+    report.started = proctree::stat_of(me).map(|s| s.start_time);
+    reap(main, &mut main_status);
+    if let Some(made) = &contained.cgroup
+        && !made.remove()
+    {
+        report.survivors = report.survivors.max(made.members().len()).max(1);
+    }
+    if report.survivors == 0 {
+        record.remove();
+    }
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let copied = copier.join().unwrap_or_default();
+    report.output_bytes = copied.total;
+    report.output_cut = copied.cut;
+    report
+}
+
+/// The trial's session, led by this process (unless whoever started it made
+/// it a session leader already), which also reaps what its children orphan.
+fn lead_session() -> std::result::Result<(), String> {
+    // SAFETY: getsid and getpid read this process's ids and touch no memory.
+    let leads = unsafe { libc::getsid(0) == libc::getpid() };
+    if !leads && let Err(e) = process::setsid() {
+        return Err(format!("the supervisor cannot lead a session of its own (setsid: {e})"));
+    }
+    // PR_SET_CHILD_SUBREAPER takes a flag; rustix passes this pid, which is not 0.
+    let _ = process::set_child_subreaper(Some(process::getpid()));
+    Ok(())
+}
+
+/// The trial's cgroup, or why it runs without one.
+struct Contained {
+    mode: cgroup::Mode,
+    cgroup: Option<Cgroup>,
+    no_cgroup: Option<String>,
+}
+
+impl Contained {
+    /// `Err` only where `on` asks for a cgroup that cannot be made.
+    fn make(token: &str) -> std::result::Result<Contained, String> {
+        let mode = cgroup::Mode::from_env();
+        let (cgroup, no_cgroup) = match mode {
+            cgroup::Mode::Off => (None, Some(format!("{}=off", crate::env_names::CGROUP))),
+            _ => match Cgroup::create(&file_name(token)) {
+                Ok(made) => (Some(made), None),
+                Err(e) if mode == cgroup::Mode::On => return Err(format!("{}=on, but {e}", crate::env_names::CGROUP)),
+                Err(e) => (None, Some(e.to_string())),
+            },
+        };
+        Ok(Contained { mode, cgroup, no_cgroup })
+    }
+}
+
+/// Starts the trial, its output into `writer`, moved into its cgroup before
+/// it runs; in `auto`, once more without the cgroup if that start fails.
+fn spawn_trial(
+    spec: &Spec,
+    program: &std::ffi::OsStr,
+    args: &[std::ffi::OsString],
+    writer: &std::io::PipeWriter,
+    contained: &mut Contained,
+    name_in_record: &mut dyn FnMut(&Option<Cgroup>),
+) -> std::result::Result<Child, String> {
     for attempt in 0..2 {
-        // Named in the record before anything runs in it.
-        record.update(&Tree::new(me, &token).with_cgroup(trial_cgroup.clone()), true);
+        name_in_record(&contained.cgroup);
         let mut command = Command::new(program);
         command.args(args).env_remove(SUPERVISE).stdin(Stdio::null());
         match (writer.try_clone(), writer.try_clone()) {
             (Ok(out), Ok(err)) => command.stdout(out).stderr(err),
-            (Err(e), _) | (_, Err(e)) => return spawn_failed(format!("cannot make a pipe for the output: {e}")),
+            (Err(e), _) | (_, Err(e)) => return Err(format!("cannot make a pipe for the output: {e}")),
         };
         if let Some(dir) = &spec.cwd {
             command.current_dir(dir);
         }
-        let procs = match trial_cgroup.as_ref().map(Cgroup::procs_for_writing).transpose() {
-            Ok(procs) => procs,
-            Err(e) => return spawn_failed(e.to_string()),
-        };
+        let procs = contained.cgroup.as_ref().map(Cgroup::procs_for_writing).transpose().map_err(|e| e.to_string())?;
         if let Some(procs) = &procs {
             let fd = std::os::fd::AsRawFd::as_raw_fd(procs);
             // SAFETY: a write(2) to an open descriptor is async-signal-safe
@@ -451,52 +527,43 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> SupervisorReport {
             }
         }
         match command.spawn() {
-            Ok(child) => {
-                spawned = Some(child);
-                break;
-            }
-            Err(e) if attempt == 0 && trial_cgroup.is_some() && mode == cgroup::Mode::Auto => {
+            Ok(child) => return Ok(child),
+            Err(e) if attempt == 0 && contained.cgroup.is_some() && contained.mode == cgroup::Mode::Auto => {
                 // Perhaps the move into the cgroup failed: once more without.
-                if let Some(made) = trial_cgroup.take() {
+                if let Some(made) = contained.cgroup.take() {
                     made.remove();
                 }
-                no_cgroup = Some(format!("the trial could not be started in its cgroup: {e}"));
+                contained.no_cgroup = Some(format!("the trial could not be started in its cgroup: {e}"));
             }
             Err(e) => {
                 let hint =
                     if e.kind() == std::io::ErrorKind::NotFound { " (not installed or not on PATH?)" } else { "" };
-                if let Some(made) = &trial_cgroup {
+                if let Some(made) = &contained.cgroup {
                     made.remove();
                 }
-                record.remove();
-                return spawn_failed(format!("cannot start {}: {e}{hint}", program.to_string_lossy()));
+                return Err(format!("cannot start {}: {e}{hint}", program.to_string_lossy()));
             }
         }
     }
-    // The copier sees end of file only once no writer is left here.
-    drop(writer);
-    let Some(child) = spawned else { return spawn_failed(format!("cannot start {}", program.to_string_lossy())) };
-    let tree = Tree::new(me, &token).with_descendants_of(me).with_cgroup(trial_cgroup.clone());
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let copier = {
-        let (done, log) = (done.clone(), CappedLog::new(log, spec.log_cap, "logs.max_mib"));
-        std::thread::spawn(move || capped_log::copy(pipe, log, &done, &std::sync::atomic::AtomicU64::new(0)).0)
-    };
-    let main = child.id() as libc::pid_t;
-    record.saw(main);
-    // The child is reaped with waitpid below, together with adopted orphans.
-    std::mem::forget(child);
+    Err(format!("cannot start {}", program.to_string_lossy()))
+}
+
+/// Waits for the trial's main process, keeping the record of its tree: on
+/// the lifeline's cause, SIGTERM to the tree, then SIGKILL after the grace;
+/// after a normal end, what is still running once settled is killed as
+/// left behind. Returns the main process's wait status.
+fn watch(
+    main: libc::pid_t,
+    tree: &Tree,
+    grace: Duration,
+    record: &mut Recorder<'_>,
+    report: &mut SupervisorReport,
+) -> Option<i32> {
     let mut main_status = None;
-    let mut report = SupervisorReport {
-        containment: if trial_cgroup.is_some() { Containment::Cgroup } else { Containment::ProcessTree },
-        no_cgroup,
-        ..SupervisorReport::default()
-    };
     let mut stop_at: Option<Instant> = None;
-    let grace = Duration::from_millis(spec.grace_ms);
     loop {
         reap(main, &mut main_status);
-        record.update(&tree, false);
+        record.update(tree, false);
         match stop_at {
             None => {
                 if main_status.is_some() {
@@ -538,23 +605,7 @@ fn supervise(spec: &Spec, argv: Vec<std::ffi::OsString>) -> SupervisorReport {
         report.leftovers = tree.signal(libc::SIGKILL);
     }
     report.survivors = tree.wait_gone(REAP_LIMIT, &mut || reap(main, &mut main_status));
-    report.wait_status = main_status;
-    report.seen = record.seen.iter().copied().collect();
-    report.started = proctree::stat_of(me).map(|s| s.start_time);
-    reap(main, &mut main_status);
-    if let Some(made) = &trial_cgroup
-        && !made.remove()
-    {
-        report.survivors = report.survivors.max(made.members().len()).max(1);
-    }
-    if report.survivors == 0 {
-        record.remove();
-    }
-    done.store(true, std::sync::atomic::Ordering::Release);
-    let copied = copier.join().unwrap_or_default();
-    report.output_bytes = copied.total;
-    report.output_cut = copied.cut;
-    report
+    main_status
 }
 
 /// A token as part of a file or cgroup name.

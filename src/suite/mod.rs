@@ -467,15 +467,8 @@ impl Suite {
             *waited.lock().unwrap_or_else(PoisonError::into_inner) += asked.elapsed();
             let held = held?;
             not_interrupted()?;
+            clear_trial_folders(ws, &spec.slug)?;
             let profile_dir = ws.trial_profiles(&spec.slug);
-            // Old profiles of this trial would be merged with the new ones.
-            ws.clear(Area::Profiles, &profile_dir)?;
-            ws.remove(Area::Profiles, &profiles::trial_profdata(ws, &spec.slug))?;
-            ws.remove(Area::Profiles, &trial_lines::stored_path(ws, &spec.slug))?;
-            ws.clear(Area::Quarantine, &ws.trial_quarantine(&spec.slug))?;
-            // An old report would be read as this run's.
-            ws.clear(Area::Cases, &ws.trial_cases(&spec.slug))?;
-            ws.clear(Area::Work, &ws.trial_work(&spec.slug))?;
             let launch = launch::prepare(ctx, manifest, spec, &profile_dir, Some(held.indices()), held.hosts())?;
             if launch.kind == TrialKind::Ctest {
                 let work = ws.trial_work(&spec.slug);
@@ -501,6 +494,37 @@ impl Suite {
         }
         let output = TrialOutput::read(&log);
         let (verdict, cases, perf) = judge(ctx, spec, &execution, &output);
+        let mut verdict = self.judged_run(spec, manifest, &execution, &output, verdict);
+        if manifest.coverage {
+            verdict = self.judged_coverage(spec, manifest, &execution, &merged, &output, verdict);
+        }
+        // A passed trial's working folder goes; a failed one's stays for
+        // whoever looks into the failure, until the trial runs again.
+        let work = ws.trial_work(&spec.slug);
+        if verdict.status == Status::Passed
+            && execution.launch.cmd.get_cwd() == Some(work.as_path())
+            && let Err(e) = ws.remove(Area::Work, &work)
+        {
+            crate::say!("{}: its working folder could not be deleted: {e}", spec.name);
+        }
+        let id = TrialIdentity { spec, config: ctx.config(), manifest, run_id: &self.run_id };
+        let mut result = TrialResult::new(id, &execution, &verdict, merged, perf);
+        result.cases = cases;
+        Ok((result, output.tail()))
+    }
+
+    /// The output's verdict, amended by how the run went: processes left
+    /// behind, a log the trial replaced, the limit that timed it out, a
+    /// missing cgroup, output cut by the log's cap.
+    fn judged_run(
+        &self,
+        spec: &TrialSpec,
+        manifest: &BuildManifest,
+        execution: &trial::Execution,
+        output: &TrialOutput,
+        verdict: Verdict,
+    ) -> Verdict {
+        let ctx = &self.ctx;
         let mut verdict = verdict::judge_leftovers(verdict, execution.finished.leftovers);
         // A log the trial deleted or replaced holds what the trial chose, or
         // nothing: its output cannot be judged.
@@ -533,55 +557,57 @@ impl Suite {
                 verdict.reason.push_str(" (the log's cap cut part of the output: see logs.max_mib)");
             }
         }
-        if manifest.coverage {
-            let expected = match spec.launcher(ctx.config()).map(|l| l.kind) {
-                Some(LauncherKind::Mpirun | LauncherKind::Srun) => spec.ranks,
-                Some(LauncherKind::Direct) | None => 1,
-            };
-            let quarantined = merged.quarantined();
-            let pattern = &ctx.config().coverage.profile_pattern;
-            let named_as =
-                execution.launch.mark.as_ref().map_or_else(|| pattern.clone(), |m| launch::marked_pattern(pattern, m));
-            let foreign: Vec<String> = merged
-                .foreign
-                .iter()
-                .map(|q| q.file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
-                .collect();
-            let evidence = verdict::ProfileEvidence {
-                writers: merged.writers.complete,
-                partial: &merged.writers.partial,
-                unmatched: &merged.writers.unmatched,
-                foreign: &foreign,
-                pattern: &named_as,
-                expected,
-                dir: &merged.dir,
-                merge_error: merged.error.as_deref(),
-                quarantined: &quarantined,
-                runtime_errors: &output.runtime_errors,
-                free_bytes: host::free_bytes(&merged.dir),
-            };
-            verdict = verdict::judge_coverage(verdict, &evidence);
-            // A backend's own device records are judged like host profiles:
-            // a process that left none, or an incomplete one, lost its coverage.
-            if verdict.status == Status::Passed
-                && let Some(lost) = crate::device::coverage_lost(&manifest.device, &merged.dir, expected)
-            {
-                verdict = Verdict { status: Status::Failed, reason: lost };
-            }
-        }
-        // A passed trial's working folder goes; a failed one's stays for
-        // whoever looks into the failure, until the trial runs again.
-        let work = ws.trial_work(&spec.slug);
+        verdict
+    }
+
+    /// The verdict once the trial's coverage is judged: every process's
+    /// profile, whole, of this build, and the backend's device records.
+    fn judged_coverage(
+        &self,
+        spec: &TrialSpec,
+        manifest: &BuildManifest,
+        execution: &trial::Execution,
+        merged: &profiles::MergeOutcome,
+        output: &TrialOutput,
+        verdict: Verdict,
+    ) -> Verdict {
+        let ctx = &self.ctx;
+        let mut verdict = verdict;
+        let expected = match spec.launcher(ctx.config()).map(|l| l.kind) {
+            Some(LauncherKind::Mpirun | LauncherKind::Srun) => spec.ranks,
+            Some(LauncherKind::Direct) | None => 1,
+        };
+        let quarantined = merged.quarantined();
+        let pattern = &ctx.config().coverage.profile_pattern;
+        let named_as =
+            execution.launch.mark.as_ref().map_or_else(|| pattern.clone(), |m| launch::marked_pattern(pattern, m));
+        let foreign: Vec<String> = merged
+            .foreign
+            .iter()
+            .map(|q| q.file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+            .collect();
+        let evidence = verdict::ProfileEvidence {
+            writers: merged.writers.complete,
+            partial: &merged.writers.partial,
+            unmatched: &merged.writers.unmatched,
+            foreign: &foreign,
+            pattern: &named_as,
+            expected,
+            dir: &merged.dir,
+            merge_error: merged.error.as_deref(),
+            quarantined: &quarantined,
+            runtime_errors: &output.runtime_errors,
+            free_bytes: host::free_bytes(&merged.dir),
+        };
+        verdict = verdict::judge_coverage(verdict, &evidence);
+        // A backend's own device records are judged like host profiles:
+        // a process that left none, or an incomplete one, lost its coverage.
         if verdict.status == Status::Passed
-            && execution.launch.cmd.get_cwd() == Some(work.as_path())
-            && let Err(e) = ws.remove(Area::Work, &work)
+            && let Some(lost) = crate::device::coverage_lost(&manifest.device, &merged.dir, expected)
         {
-            crate::say!("{}: its working folder could not be deleted: {e}", spec.name);
+            verdict = Verdict { status: Status::Failed, reason: lost };
         }
-        let id = TrialIdentity { spec, config: ctx.config(), manifest, run_id: &self.run_id };
-        let mut result = TrialResult::new(id, &execution, &verdict, merged, perf);
-        result.cases = cases;
-        Ok((result, output.tail()))
+        verdict
     }
 }
 
@@ -648,6 +674,17 @@ impl Suite {
 /// The verdict of a trial's run by its kind, the test cases it ran, and its
 /// perf table (empty unless it is a perf binary). Its own reports are read
 /// from `cases/<trial>/` through the workspace's handle: regular files only.
+/// Empties what an earlier run of the trial left: its old profiles would be
+/// merged with the new ones, an old report read as this run's.
+fn clear_trial_folders(ws: &Workspace, slug: &str) -> Result<()> {
+    ws.clear(Area::Profiles, &ws.trial_profiles(slug))?;
+    ws.remove(Area::Profiles, &profiles::trial_profdata(ws, slug))?;
+    ws.remove(Area::Profiles, &trial_lines::stored_path(ws, slug))?;
+    ws.clear(Area::Quarantine, &ws.trial_quarantine(slug))?;
+    ws.clear(Area::Cases, &ws.trial_cases(slug))?;
+    ws.clear(Area::Work, &ws.trial_work(slug))
+}
+
 fn judge(
     ctx: &Context,
     spec: &TrialSpec,

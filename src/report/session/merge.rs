@@ -33,128 +33,15 @@ pub(crate) struct Merged {
 impl Session {
     pub(super) fn merge(&self) -> Result<Merge> {
         let ws = &self.ctx.workspace;
-        // The trials did not run: nothing to report, not a failure of every step.
-        if let Some(nothing) = super::nothing_to_report(&self.ctx) {
-            return Ok(Merge::Off(nothing));
-        }
-        let mut manifest = BuildManifest::read_in(ws).map_err(|e| {
-            Error::new(format!(
-                "no build recorded in {} ({e}); run `{}` first, with the same CCL_COV_CONFIG and CCL_COV_WORKSPACE",
-                ws.root().display(),
-                self.ctx.entry.trials()
-            ))
-        })?;
-        // A workspace made before builds kept a registry registers as it reports.
-        crate::build::cache::register_workspace(&self.ctx.state_dir, ws, &self.ctx.config().name, &manifest.build_id);
-        if !manifest.coverage {
-            return Ok(Merge::Off(format!(
-                "build {} was made without coverage (CCL_COV_COVERAGE=off): there is nothing to report",
-                manifest.build_id
-            )));
-        }
-        // build.json names programs; the report runs only those it resolves and checks.
-        manifest.toolchain = crate::toolchain::resolve_as_built(
-            &self.ctx.config().toolchain,
-            &crate::config::process_env,
-            &manifest.toolchain,
-        )?;
-        // llvm-cov would read a damaged object as `malformed coverage data`, in every step.
-        let damaged = manifest.damaged_objects();
-        if !damaged.is_empty() {
-            return Err(Error::new(format!(
-                "build {}'s objects are damaged, so no report is made from them: {}; run `{}` again (it rebuilds a damaged cached build), then the report",
-                manifest.build_id,
-                damaged.join("; "),
-                self.ctx.entry.trials()
-            )));
-        }
-        // Other objects, steps, flags or tools: refused, not reported on the old build's.
-        match crate::build::cache::config_differs(&self.ctx, &manifest) {
-            Ok(None) => {}
-            Ok(Some(why)) => return Err(Error::new(why)),
-            Err(e) => {
-                crate::warning!("the config's build inputs cannot be compared with build {}'s: {e}", manifest.build_id);
-            }
-        }
-        let sources_changed = crate::build::cache::sources_changed(&manifest, self.ctx.config(), self.ctx.entry);
-        if let Some(changed) = &sources_changed {
-            crate::warning!("{changed}");
-        }
-        let checked = results::load_checked(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
-        let (results, damaged) = (checked.results, checked.damaged);
-        if !checked.other_builds.is_empty() {
-            let named: Vec<String> =
-                checked.other_builds.iter().map(|(file, id)| format!("{} (build {id})", file.display())).collect();
-            crate::say!(
-                "{} records in {} are of another build than {}, and are not counted: {}",
-                named.len(),
-                ws.results_dir().display(),
-                manifest.build_id,
-                named.join(", ")
-            );
-        }
-        // A damaged record goes to quarantine, named; its trial is left out.
-        let mut damaged_results = Vec::new();
-        for (file, why) in damaged {
-            let slug = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-            let to = ws.quarantine_result(&slug, &file)?;
-            crate::say!("{} is not a trial result ({why}); moved to {}", file.display(), to.display());
-            damaged_results.push(format!("{} ({why}), now {}", file.display(), to.display()));
-        }
-        let recorded: Vec<_> = results.iter().map(TrialResult::recorded_profiles).collect();
-        let verified = profiles::verified_inputs(ws, &recorded)?;
-        let inputs = verified.inputs;
-        if inputs.is_empty() && (!verified.quarantined.is_empty() || !verified.missing.is_empty()) {
-            let mut named: Vec<String> =
-                verified.quarantined.iter().map(|q| format!("{}: {}", q.file.display(), q.reason)).collect();
-            named.extend(verified.missing.iter().cloned());
-            return Err(Error::new(format!(
-                "no usable profile for build {}: all {} of its trials' profiles are damaged or gone (the damaged ones were moved to quarantine):\n    {}",
-                manifest.build_id,
-                named.len(),
-                named.join("\n    ")
-            )));
-        }
-        if inputs.is_empty() {
-            return Err(Error::new(format!(
-                "no profiles for build {} under {}; run `{}` first",
-                manifest.build_id,
-                ws.area(Area::Profiles).display(),
-                self.ctx.entry.trials()
-            )));
-        }
-        // Checked before anything is written: the report is installed there.
-        ws.check_area(Area::Report)?;
-        // What a killed report process left staged is of no use.
-        for (name, _) in ws.list(&ws.area(Area::ReportStaging))? {
-            let pid = name.to_str().and_then(|n| n.parse::<u32>().ok());
-            if pid.is_some_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists()) {
-                ws.remove(Area::ReportStaging, &ws.area(Area::ReportStaging).join(name))?;
-            }
-        }
-        let report_dir = self.report_dir();
-        ws.clear(Area::ReportStaging, &report_dir)?;
-        let profdata = report_dir.join("coverage.profdata");
-        let quarantine_for = |input: &Path| {
-            let slug =
-                input.parent().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            ws.trial_quarantine(&slug)
+        let (manifest, sources_changed) = match self.checked_build()? {
+            Ok(checked) => checked,
+            Err(off) => return Ok(Merge::Off(off)),
         };
-        let (merged_inputs, quarantined_now) = profiles::merge_checked(
-            ws,
-            &manifest.toolchain,
-            &inputs,
-            &report_dir.join("profiles.list"),
-            &profdata,
-            &quarantine_for,
-        )?;
-        if merged_inputs == 0 {
-            return Err(Error::new(format!(
-                "none of the {} profiles could be read; they are in {}",
-                inputs.len(),
-                ws.area(Area::Quarantine).display()
-            )));
-        }
+        let (results, damaged_results) = self.checked_results(&manifest)?;
+        let verified = self.usable_profiles(&manifest, &results)?;
+        let report_dir = self.report_dir();
+        let profdata = report_dir.join("coverage.profdata");
+        let (merged_inputs, quarantined_now) = self.merged_profile(&manifest, &verified.inputs, &profdata)?;
         let mut quarantined = quarantined_now;
         quarantined.extend(verified.quarantined);
         let mut missing = verified.missing;
@@ -205,5 +92,158 @@ impl Session {
             serde_json::to_string_pretty(&meta).expect("meta serializes").as_bytes(),
         )?;
         Ok(Merge::Done(Box::new(Merged { manifest, results, inputs, health, device_lines })))
+    }
+
+    /// The workspace's build, checked against the config and its tools, with
+    /// the sentence saying its sources changed since; `Err` inside when
+    /// there is nothing to report (no trial ran, no coverage).
+    fn checked_build(&self) -> Result<std::result::Result<(BuildManifest, Option<String>), String>> {
+        let ws = &self.ctx.workspace;
+        // The trials did not run: nothing to report, not a failure of every step.
+        if let Some(nothing) = super::nothing_to_report(&self.ctx) {
+            return Ok(Err(nothing));
+        }
+        let mut manifest = BuildManifest::read_in(ws).map_err(|e| {
+            Error::new(format!(
+                "no build recorded in {} ({e}); run `{}` first, with the same CCL_COV_CONFIG and CCL_COV_WORKSPACE",
+                ws.root().display(),
+                self.ctx.entry.trials()
+            ))
+        })?;
+        // A workspace made before builds kept a registry registers as it reports.
+        crate::build::cache::register_workspace(&self.ctx.state_dir, ws, &self.ctx.config().name, &manifest.build_id);
+        if !manifest.coverage {
+            return Ok(Err(format!(
+                "build {} was made without coverage (CCL_COV_COVERAGE=off): there is nothing to report",
+                manifest.build_id
+            )));
+        }
+        // build.json names programs; the report runs only those it resolves and checks.
+        manifest.toolchain = crate::toolchain::resolve_as_built(
+            &self.ctx.config().toolchain,
+            &crate::config::process_env,
+            &manifest.toolchain,
+        )?;
+        // llvm-cov would read a damaged object as `malformed coverage data`, in every step.
+        let damaged = manifest.damaged_objects();
+        if !damaged.is_empty() {
+            return Err(Error::new(format!(
+                "build {}'s objects are damaged, so no report is made from them: {}; run `{}` again (it rebuilds a damaged cached build), then the report",
+                manifest.build_id,
+                damaged.join("; "),
+                self.ctx.entry.trials()
+            )));
+        }
+        // Other objects, steps, flags or tools: refused, not reported on the old build's.
+        match crate::build::cache::config_differs(&self.ctx, &manifest) {
+            Ok(None) => {}
+            Ok(Some(why)) => return Err(Error::new(why)),
+            Err(e) => {
+                crate::warning!("the config's build inputs cannot be compared with build {}'s: {e}", manifest.build_id);
+            }
+        }
+        let sources_changed = crate::build::cache::sources_changed(&manifest, self.ctx.config(), self.ctx.entry);
+        if let Some(changed) = &sources_changed {
+            crate::warning!("{changed}");
+        }
+        Ok(Ok((manifest, sources_changed)))
+    }
+
+    /// This build's trial records; a damaged one goes to quarantine, named
+    /// in the second list, and its trial is left out.
+    fn checked_results(&self, manifest: &BuildManifest) -> Result<(Vec<TrialResult>, Vec<String>)> {
+        let ws = &self.ctx.workspace;
+        let checked = results::load_checked(ws, &manifest.build_id, &plan::names(self.ctx.config()))?;
+        if !checked.other_builds.is_empty() {
+            let named: Vec<String> =
+                checked.other_builds.iter().map(|(file, id)| format!("{} (build {id})", file.display())).collect();
+            crate::say!(
+                "{} records in {} are of another build than {}, and are not counted: {}",
+                named.len(),
+                ws.results_dir().display(),
+                manifest.build_id,
+                named.join(", ")
+            );
+        }
+        let mut damaged_results = Vec::new();
+        for (file, why) in checked.damaged {
+            let slug = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let to = ws.quarantine_result(&slug, &file)?;
+            crate::say!("{} is not a trial result ({why}); moved to {}", file.display(), to.display());
+            damaged_results.push(format!("{} ({why}), now {}", file.display(), to.display()));
+        }
+        Ok((checked.results, damaged_results))
+    }
+
+    /// The profiles the trials recorded, as they recorded them; an error
+    /// when none is left to merge.
+    fn usable_profiles(&self, manifest: &BuildManifest, results: &[TrialResult]) -> Result<profiles::Verified> {
+        let ws = &self.ctx.workspace;
+        let recorded: Vec<_> = results.iter().map(TrialResult::recorded_profiles).collect();
+        let verified = profiles::verified_inputs(ws, &recorded)?;
+        if verified.inputs.is_empty() && (!verified.quarantined.is_empty() || !verified.missing.is_empty()) {
+            let mut named: Vec<String> =
+                verified.quarantined.iter().map(|q| format!("{}: {}", q.file.display(), q.reason)).collect();
+            named.extend(verified.missing.iter().cloned());
+            return Err(Error::new(format!(
+                "no usable profile for build {}: all {} of its trials' profiles are damaged or gone (the damaged ones were moved to quarantine):\n    {}",
+                manifest.build_id,
+                named.len(),
+                named.join("\n    ")
+            )));
+        }
+        if verified.inputs.is_empty() {
+            return Err(Error::new(format!(
+                "no profiles for build {} under {}; run `{}` first",
+                manifest.build_id,
+                ws.area(Area::Profiles).display(),
+                self.ctx.entry.trials()
+            )));
+        }
+        Ok(verified)
+    }
+
+    /// Merges `inputs` into `profdata` in a clean staging folder; what
+    /// llvm-profdata cannot read goes to its trial's quarantine. Returns how
+    /// many were merged and what was quarantined.
+    fn merged_profile(
+        &self,
+        manifest: &BuildManifest,
+        inputs: &[std::path::PathBuf],
+        profdata: &Path,
+    ) -> Result<(usize, Vec<profiles::Quarantined>)> {
+        let ws = &self.ctx.workspace;
+        // Checked before anything is written: the report is installed there.
+        ws.check_area(Area::Report)?;
+        // What a killed report process left staged is of no use.
+        for (name, _) in ws.list(&ws.area(Area::ReportStaging))? {
+            let pid = name.to_str().and_then(|n| n.parse::<u32>().ok());
+            if pid.is_some_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists()) {
+                ws.remove(Area::ReportStaging, &ws.area(Area::ReportStaging).join(name))?;
+            }
+        }
+        let report_dir = self.report_dir();
+        ws.clear(Area::ReportStaging, &report_dir)?;
+        let quarantine_for = |input: &Path| {
+            let slug =
+                input.parent().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            ws.trial_quarantine(&slug)
+        };
+        let (merged_inputs, quarantined_now) = profiles::merge_checked(
+            ws,
+            &manifest.toolchain,
+            inputs,
+            &report_dir.join("profiles.list"),
+            profdata,
+            &quarantine_for,
+        )?;
+        if merged_inputs == 0 {
+            return Err(Error::new(format!(
+                "none of the {} profiles could be read; they are in {}",
+                inputs.len(),
+                ws.area(Area::Quarantine).display()
+            )));
+        }
+        Ok((merged_inputs, quarantined_now))
     }
 }
