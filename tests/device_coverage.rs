@@ -531,12 +531,15 @@ fn host_and_device_raw_profiles_merge_and_report_apart() {
         profiles::Merging { incremental: true, ..profiles::Merging::default() },
     );
     assert_eq!(outcome.error, None);
-    assert_eq!(outcome.raw, 3);
+    // The garbled one is shorter than a raw profile's header: set aside
+    // before the merge (issue #48), so two raw profiles are merged.
+    assert_eq!(outcome.raw, 2);
+    let rejected: Vec<String> =
+        outcome.rejected.iter().map(|q| q.file.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(rejected, [format!("amdgcn-amd-amdhsa.gfx942%3Axnack-.1.{host_raw}")]);
     let merge = outcome.merge.unwrap();
     assert_eq!(merge.merged, 2);
-    let quarantined: Vec<String> =
-        merge.quarantined.iter().map(|q| q.file.file_name().unwrap().to_string_lossy().into_owned()).collect();
-    assert_eq!(quarantined, [format!("amdgcn-amd-amdhsa.gfx942%3Axnack-.1.{host_raw}")]);
+    assert!(merge.quarantined.is_empty(), "{:?}", merge.quarantined);
     assert!(profiles::raw_files(&ws, &trial).unwrap().is_empty(), "merged raw profiles are removed");
 
     let inputs = ReportInputs::of(

@@ -404,8 +404,9 @@ fn llvm_cov_script(s: &support::Setup, script: impl FnOnce(&str) -> String) {
 }
 
 /// When the in-process coverage-mapping reader does not give llvm-cov's own
-/// lcov for the merged profile (here an llvm-cov that adds a file to every
-/// lcov export), attribution says so and runs llvm-cov per trial instead:
+/// lcov for the merged profile (here an llvm-cov that adds a covered line to
+/// the first file of every lcov export: a file added would be refused, as
+/// lcov names its JSON summary lacks), attribution says so and runs llvm-cov per trial instead:
 /// its trials then agree with the merged report, and the report passes.
 #[test]
 fn attribution_falls_back_to_llvm_cov_when_the_reader_disagrees() {
@@ -416,7 +417,7 @@ fn attribution_falls_back_to_llvm_cov_when_the_reader_disagrees() {
     assert!(ran.success, "{}", ran.text());
     llvm_cov_script(&s, |real| {
         format!(
-            "case \"$*\" in *-format=lcov*) {real} \"$@\" || exit 1; printf 'SF:/nowhere.cc\\nDA:1,1\\nend_of_record\\n'; exit 0;; *) exec {real} \"$@\";; esac"
+            "case \"$*\" in *-format=lcov*) out=$({real} \"$@\") || exit 1; printf '%s\\n' \"$out\" | sed '0,/^end_of_record$/s//DA:99999,1\\nend_of_record/'; exit 0;; *) exec {real} \"$@\";; esac"
         )
     });
     let report = harness(&s, "report", &[], LIMIT);
@@ -426,9 +427,9 @@ fn attribution_falls_back_to_llvm_cov_when_the_reader_disagrees() {
         out.contains("per-trial attribution runs llvm-cov once per trial (slower): the in-process coverage-mapping reader cannot be used: on the merged profile it differs from llvm-cov at line"),
         "{out}"
     );
-    assert!(out.contains("llvm-cov \"SF:/nowhere.cc\", in-process \"(end)\""), "{out}");
+    assert!(out.contains("llvm-cov \"DA:99999,1\", in-process \"end_of_record\""), "{out}");
     let attribution = std::fs::read_to_string(s.ws.join("report/attribution.json")).unwrap();
-    assert!(attribution.contains("/nowhere.cc"), "the trials' lcov is llvm-cov's: {attribution}");
+    assert!(attribution.contains("[99999,99999,"), "the trials' lcov is llvm-cov's: {attribution}");
 }
 
 /// Attribution reads each trial's counters in process once the merged

@@ -838,7 +838,7 @@ fn a_circle_through_re_exports_is_caught() {
         .unwrap();
     std::fs::write(dir.path().join("results/load.rs"), "use super::Runs;\npub fn read() {}\n").unwrap();
     assert_eq!(circles(&module_imports(dir.path())), ["results::load -> results::runs -> results::load"]);
-    // Through a glob: `write` defines `Record`, `load` names it as `crate::results::Record`.
+    // Through a glob: `write` defines `Record`, and `load` names it through the `results` module.
     std::fs::write(dir.path().join("results/runs.rs"), "pub(crate) struct Runs;\n").unwrap();
     std::fs::write(
         dir.path().join("results/write.rs"),
