@@ -143,12 +143,19 @@ fn clean_all(builds: bool) -> Result<()> {
 }
 
 /// The workspaces under `state_dir` (each config's default one) whose
-/// build is `key`.
+/// build is `key`. A link is no workspace, and `build.json` is read only as
+/// a regular file inside it: a FIFO planted there would block `clean`.
 fn workspaces_using(state_dir: &std::path::Path, key: &str) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(state_dir).into_iter().flatten().flatten() {
-        let manifest = entry.path().join("build.json");
-        let id = std::fs::read(&manifest).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let bytes = crate::workspace::Workspace::new(&entry.path())
+            .and_then(|ws| ws.read_opt(&ws.root().join("build.json")))
+            .ok()
+            .flatten();
+        let id = bytes.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
         if id.is_some_and(|m| m["build_id"] == key) {
             out.push(entry.path());
         }
@@ -346,5 +353,30 @@ mod tests {
         )
         .unwrap();
         assert_eq!(super::missing_lines_of(&lcov), "Uncovered lines:\na.cc: 2-3, 5\n");
+    }
+
+    /// Only a real folder's regular `build.json` keeps a build: a link to a
+    /// workspace that uses it keeps nothing more, and a FIFO in its place is
+    /// not waited on (a plain read blocks there until a writer comes).
+    #[test]
+    fn only_a_real_workspace_s_build_record_keeps_a_build_and_a_fifo_blocks_nothing() {
+        let state = tempfile::tempdir().unwrap();
+        let dir = |name: &str| {
+            let d = state.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            d
+        };
+        std::fs::write(dir("real").join("build.json"), r#"{"build_id": "k1"}"#).unwrap();
+        std::fs::write(dir("other").join("build.json"), r#"{"build_id": "k2"}"#).unwrap();
+        std::os::unix::fs::symlink(state.path().join("real"), state.path().join("link")).unwrap();
+        let fifo =
+            std::ffi::CString::new(dir("fifo").join("build.json").into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path and touches no other memory.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let path = state.path().to_path_buf();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(super::workspaces_using(&path, "k1")).unwrap());
+        let using = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("a FIFO blocked the search");
+        assert_eq!(using, [state.path().join("real")]);
     }
 }
