@@ -208,6 +208,42 @@ pub enum Event<'a> {
     Quarantined { trial: &'a str, files: &'a [String] },
     /// A page of the report, written.
     ReportPage { what: &'a str, path: &'a Path },
+    /// The cached build `id` cannot be reused, and is built again.
+    BuildDamaged { id: &'a str, why: &'a str },
+    /// The reused cached build holds what its build did not make (`said`).
+    BuildHoldsOthers { dir: &'a Path, said: &'a str },
+    /// What the reused cached build holds cannot be checked.
+    BuildUncheckable { dir: &'a Path, why: &'a str },
+    /// A failed build this workspace started, deleted once build `done` succeeded.
+    FailedBuildDeleted { dir: &'a Path, done: &'a str },
+    /// A failed build this workspace started that cannot be deleted.
+    FailedBuildKept { dir: &'a Path, why: &'a str },
+    /// The workspace cannot register as a user of the cached build `build`.
+    NotRegistered { workspace: &'a Path, build: &'a Path, why: &'a str },
+    /// The workspace moves to another build: the old build's results go.
+    BuildChanged { from: &'a str, to: &'a str },
+    /// A device object without coverage mapping, left out of the report.
+    DeviceObjectUnmapped { path: &'a str },
+    /// A process left behind (`by`: the run or supervisor that died), killed.
+    LeftBehindKilled { pid: i32, command: &'a str, by: &'a str },
+    /// A trial's supervisor ended without saying how the trial ended.
+    SupervisorLost { trial: &'a str, why: &'a str, log: &'a Path },
+    /// A stopping signal: the first stops the trials, a second exits at once.
+    Interrupted { signal: &'a str, again: bool },
+    /// No signal handler could be installed.
+    NoSignalHandlers { why: &'a str },
+    /// The workspace's last holder is gone; this run takes the workspace over.
+    WorkspaceTakenOver { root: &'a Path, holder: &'a str },
+    /// A folder an older ccl-coverage wrote becomes a workspace.
+    WorkspaceAdopted { root: &'a Path },
+    /// `results/run.json` could not be brought up to date (the end of the run tries again).
+    RunJsonNotUpdated { why: &'a str },
+    /// The in-process reader of indexed profiles failed: llvm-profdata reads the counters.
+    ReaderFellBack { why: &'a str },
+    /// The branch listing of a device object could not be kept beside the build.
+    BranchListingNotKept { of: &'a Path, why: &'a str },
+    /// Device code (`what`) whose lines cannot be mapped to its instructions.
+    DeviceCodeUnmapped { what: &'a str, why: &'a str },
 }
 
 /// How much an event matters: what `-q` and `-v` keep.
@@ -259,6 +295,83 @@ impl Event<'_> {
                 ),
             )),
             Event::ReportPage { what, path } => note(format!("{what}: {}", path.display())),
+            Event::BuildDamaged { id, why } => {
+                Some((Level::Warning, format!("the cached build {id} cannot be reused: {why}; building it again")))
+            }
+            Event::BuildHoldsOthers { dir, said } => Some((
+                Level::Warning,
+                format!(
+                    "the cached build {} {said}; it is reused (its objects and test binaries are checked apart): \
+                     delete them, or run `ccl-coverage clean --builds` to build it anew",
+                    dir.display()
+                ),
+            )),
+            Event::BuildUncheckable { dir, why } => Some((
+                Level::Warning,
+                format!("what the cached build {} holds cannot be checked: {why}", dir.display()),
+            )),
+            Event::FailedBuildDeleted { dir, done } => {
+                note(format!("deleted the failed build {} of this workspace (build {done} succeeded)", dir.display()))
+            }
+            Event::FailedBuildKept { dir, why } => {
+                Some((Level::Warning, format!("cannot delete the failed build {}: {why}", dir.display())))
+            }
+            Event::NotRegistered { workspace, build, why } => Some((
+                Level::Warning,
+                format!(
+                    "cannot register the workspace {} as a user of the cached build {} ({why}): \
+                     `clean --builds` of another config may delete it",
+                    workspace.display(),
+                    build.display()
+                ),
+            )),
+            Event::BuildChanged { from, to } => Some((
+                Level::Say,
+                format!(
+                    "build changed ({from} -> {to}): deleting the workspace's results, profiles and reports of the old build"
+                ),
+            )),
+            Event::DeviceObjectUnmapped { path } => {
+                Some((Level::Warning, format!("device object {path} has no coverage mapping; left out of the report")))
+            }
+            Event::LeftBehindKilled { pid, command, by } => {
+                Some((Level::Warning, format!("killed pid {pid} left behind by {by}: {command}")))
+            }
+            Event::SupervisorLost { trial, why, log } => {
+                Some((Level::Say, format!("{trial}: {why}; see {}", log.display())))
+            }
+            Event::Interrupted { signal, again: false } => Some((
+                Level::Say,
+                format!(
+                    "{signal}: stopping the running trials (SIGTERM, grace period, SIGKILL); send it again to exit at once"
+                ),
+            )),
+            Event::Interrupted { signal, again: true } => {
+                Some((Level::Say, format!("{signal} again: exiting now; the trial supervisors stop what still runs")))
+            }
+            Event::NoSignalHandlers { why } => Some((
+                Level::Warning,
+                format!("cannot install signal handlers ({why}); Ctrl-C will not stop trials cleanly"),
+            )),
+            Event::WorkspaceTakenOver { root, holder } => note(format!(
+                "taking over the workspace {}: its last holder, {holder}, is no longer running",
+                root.display()
+            )),
+            Event::WorkspaceAdopted { root } => note(format!(
+                "adopting {} as a workspace: it holds only what an older ccl-coverage wrote there",
+                root.display()
+            )),
+            Event::RunJsonNotUpdated { why } => Some((Level::Warning, format!("cannot update run.json: {why}"))),
+            Event::ReaderFellBack { why } => Some((
+                Level::Warning,
+                format!(
+                    "the in-process reader of indexed profiles failed on {why}; its counters are read with llvm-profdata instead"
+                ),
+            )),
+            Event::BranchListingNotKept { of, why } => {
+                Some((Level::Warning, format!("cannot keep the branch listing of {}: {why}", of.display())))
+            }
+            Event::DeviceCodeUnmapped { what, why } => Some((Level::Warning, format!("{what}: {why}"))),
             Event::Say(text) => Some((Level::Say, text.to_string())),
             Event::Note(text) => Some((Level::Note, text.to_string())),
             Event::Detail(text) => Some((Level::Detail, text.to_string())),
@@ -416,6 +529,25 @@ mod tests {
             Event::TrialIgnored { trial: name, why: name },
             Event::Quarantined { trial: name, files },
             Event::ReportPage { what: name, path },
+            Event::BuildDamaged { id: name, why: name },
+            Event::BuildHoldsOthers { dir: path, said: name },
+            Event::BuildUncheckable { dir: path, why: name },
+            Event::FailedBuildDeleted { dir: path, done: name },
+            Event::FailedBuildKept { dir: path, why: name },
+            Event::NotRegistered { workspace: path, build: path, why: name },
+            Event::BuildChanged { from: name, to: name },
+            Event::DeviceObjectUnmapped { path: name },
+            Event::LeftBehindKilled { pid: 7, command: name, by: name },
+            Event::SupervisorLost { trial: name, why: name, log: path },
+            Event::Interrupted { signal: name, again: false },
+            Event::Interrupted { signal: name, again: true },
+            Event::NoSignalHandlers { why: name },
+            Event::WorkspaceTakenOver { root: path, holder: name },
+            Event::WorkspaceAdopted { root: path },
+            Event::RunJsonNotUpdated { why: name },
+            Event::ReaderFellBack { why: name },
+            Event::BranchListingNotKept { of: path, why: name },
+            Event::DeviceCodeUnmapped { what: name, why: name },
         ];
         for event in &all {
             match event {
@@ -436,7 +568,25 @@ mod tests {
                 | Event::BuildReady { .. }
                 | Event::TrialIgnored { .. }
                 | Event::Quarantined { .. }
-                | Event::ReportPage { .. } => {}
+                | Event::ReportPage { .. }
+                | Event::BuildDamaged { .. }
+                | Event::BuildHoldsOthers { .. }
+                | Event::BuildUncheckable { .. }
+                | Event::FailedBuildDeleted { .. }
+                | Event::FailedBuildKept { .. }
+                | Event::NotRegistered { .. }
+                | Event::BuildChanged { .. }
+                | Event::DeviceObjectUnmapped { .. }
+                | Event::LeftBehindKilled { .. }
+                | Event::SupervisorLost { .. }
+                | Event::Interrupted { .. }
+                | Event::NoSignalHandlers { .. }
+                | Event::WorkspaceTakenOver { .. }
+                | Event::WorkspaceAdopted { .. }
+                | Event::RunJsonNotUpdated { .. }
+                | Event::ReaderFellBack { .. }
+                | Event::BranchListingNotKept { .. }
+                | Event::DeviceCodeUnmapped { .. } => {}
             }
         }
         all

@@ -28,17 +28,17 @@ pub(crate) fn install() {
                 std::thread::spawn(move || {
                     for sig in signals.forever() {
                         if !first(sig, signal_name(sig)) {
-                            crate::say!(
-                                "{} again: exiting now; the trial supervisors stop what still runs",
-                                signal_name(sig)
-                            );
+                            crate::reporter::emit(crate::reporter::Event::Interrupted {
+                                signal: signal_name(sig),
+                                again: true,
+                            });
                             std::process::exit(128 + sig);
                         }
                     }
                 });
             }
             Err(e) => {
-                crate::say!("cannot install signal handlers ({e}); Ctrl-C will not stop trials cleanly");
+                crate::reporter::emit(crate::reporter::Event::NoSignalHandlers { why: &e.to_string() });
             }
         }
         watch_cargo_parent();
@@ -49,9 +49,7 @@ pub(crate) fn install() {
 fn first(sig: i32, what: &str) -> bool {
     let first = SIGNAL.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst).is_ok();
     if first {
-        crate::say!(
-            "{what}: stopping the running trials (SIGTERM, grace period, SIGKILL); send it again to exit at once"
-        );
+        crate::reporter::emit(crate::reporter::Event::Interrupted { signal: what, again: false });
     }
     first
 }

@@ -249,12 +249,12 @@ impl Supervised {
             had_cgroup = ChildrenRecord::read(record).is_some_and(|r| r.cgroup.is_some());
             let killed = proctree::sweep_record(record);
             for o in &killed {
-                crate::say!(
-                    "killed pid {} ({}), left behind when the supervisor of {} died",
-                    o.pid,
-                    o.command,
-                    self.display
-                );
+                let by = format!("the supervisor of {}, which died", self.display);
+                crate::reporter::emit(crate::reporter::Event::LeftBehindKilled {
+                    pid: o.pid,
+                    command: &o.command,
+                    by: &by,
+                });
             }
             backstop += killed.len();
         }
@@ -267,7 +267,11 @@ impl Supervised {
                         crate::exec::process::describe_status(status)
                     )
                 });
-                crate::say!("{}: {why}; see {}", self.display, self.log.display());
+                crate::reporter::emit(crate::reporter::Event::SupervisorLost {
+                    trial: &self.display,
+                    why: &why,
+                    log: &self.log,
+                });
                 let containment = if had_cgroup { Containment::Cgroup } else { Containment::ProcessTree };
                 SupervisorReport { lost: Some(why), containment, ..SupervisorReport::default() }
             }

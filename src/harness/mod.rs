@@ -53,17 +53,22 @@ fn prepare_workspace(ctx: &Context, access: Access) -> Result<WorkspaceLock> {
         Owner::register(&ctx.state_dir)?;
         let grace = std::time::Duration::from_secs(config.timeouts.grace);
         for o in &proctree::sweep_orphans(&ctx.state_dir, grace) {
-            crate::say!("killed pid {} left behind by a run that died (harness pid {}): {}", o.pid, o.owner, o.command);
+            let by = format!("a run that died (harness pid {})", o.owner);
+            crate::reporter::emit(crate::reporter::Event::LeftBehindKilled {
+                pid: o.pid,
+                command: &o.command,
+                by: &by,
+            });
         }
         // What left the trial's session and dropped its marker is known
         // only to its supervisor's record.
         for o in proctree::sweep_records(&ctx.children_dir()) {
-            crate::say!(
-                "killed pid {} left behind by a trial whose supervisor died (supervisor pid {}): {}",
-                o.pid,
-                o.owner,
-                o.command
-            );
+            let by = format!("a trial whose supervisor died (supervisor pid {})", o.owner);
+            crate::reporter::emit(crate::reporter::Event::LeftBehindKilled {
+                pid: o.pid,
+                command: &o.command,
+                by: &by,
+            });
         }
         say_containment();
     }

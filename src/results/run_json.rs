@@ -319,7 +319,7 @@ impl WriterShared {
             drop(state);
             // The end of the run tries again.
             if let Err(e) = self.rebuild() {
-                crate::say!("cannot update run.json: {e}");
+                crate::reporter::emit(crate::reporter::Event::RunJsonNotUpdated { why: &e.to_string() });
             }
             state = self.lock();
         }

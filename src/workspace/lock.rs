@@ -87,11 +87,11 @@ impl WorkspaceLock {
         match file.try_lock() {
             Ok(()) => {
                 if let Some(prev) = previous.filter(|p| p.pid != std::process::id() && !p.alive()) {
-                    crate::say!(
-                        "taking over the workspace {}: its last holder, {}, is no longer running",
-                        ws.root().display(),
-                        prev.describe()
-                    );
+                    let holder = prev.describe();
+                    crate::reporter::emit(crate::reporter::Event::WorkspaceTakenOver {
+                        root: ws.root(),
+                        holder: &holder,
+                    });
                 }
                 let me = Holder::me(run_id.clone());
                 let text = serde_json::to_string_pretty(&me).expect("holder serializes");

@@ -355,10 +355,7 @@ impl Workspace {
                 let entries = self.entries()?;
                 let legacy = entries.iter().all(|e| LEGACY_ENTRIES.contains(&e.as_str())) && self.has_build_record();
                 if legacy {
-                    crate::say!(
-                        "adopting {} as a workspace: it holds only what an older ccl-coverage wrote there",
-                        self.root.display()
-                    );
+                    crate::reporter::emit(crate::reporter::Event::WorkspaceAdopted { root: &self.root });
                 } else if !entries.is_empty() {
                     bail!(
                         "refusing to use {} as the workspace: the folder is not empty ({}) and ccl-coverage did not create it (it has no {MARKER} marker); the harness deletes inside its workspace, so point CCL_COV_WORKSPACE at a new or empty folder",

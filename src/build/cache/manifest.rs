@@ -266,7 +266,7 @@ pub fn select_device_objects(patterns: &[PathBuf], device: &DeviceDecision) -> R
         }
     }
     for path in &skipped {
-        crate::say!("device object {path} has no coverage mapping; left out of the report");
+        crate::reporter::emit(crate::reporter::Event::DeviceObjectUnmapped { path });
     }
     if found.is_empty() {
         bail!(

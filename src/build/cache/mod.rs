@@ -241,7 +241,7 @@ impl BuildPlan {
         let manifest = match (self.cached(), damage) {
             (Cached::Whole(manifest), _) => *manifest,
             (Cached::Damaged(why), _) | (Cached::Missing, Some(why)) => {
-                crate::say!("the cached build {} cannot be reused: {why}; building it again", self.key);
+                reporter::emit(Event::BuildDamaged { id: &self.key, why: &why });
                 if self.manifest_path().exists() {
                     self.discard_cache()?;
                 }
@@ -290,14 +290,8 @@ impl BuildPlan {
                 reporter::emit(Event::BuildReused { id: &self.key, dir: &self.build_dir });
                 match identity::left_in_cache(&self.cache_dir, &contents) {
                     Ok(None) => {}
-                    Ok(Some(said)) => crate::warning!(
-                        "the cached build {} {said}; it is reused (its objects and test binaries are checked apart): delete them, or run `ccl-coverage clean --builds` to build it anew",
-                        self.cache_dir.display()
-                    ),
-                    Err(e) => crate::warning!(
-                        "what the cached build {} holds cannot be checked: {e}",
-                        self.cache_dir.display()
-                    ),
+                    Ok(Some(said)) => reporter::emit(Event::BuildHoldsOthers { dir: &self.cache_dir, said: &said }),
+                    Err(e) => reporter::emit(Event::BuildUncheckable { dir: &self.cache_dir, why: &e.to_string() }),
                 }
                 Cached::Whole(Box::new(manifest))
             }
@@ -583,9 +577,9 @@ fn remove_failed_builds(builds: &Path, workspace: &Path, done: &str) {
                 remove_notes(&path);
                 // Held alone: a process waiting on it finds it gone and opens a new one.
                 let _ = std::fs::remove_file(&lock_path);
-                crate::note!("deleted the failed build {} of this workspace (build {done} succeeded)", path.display());
+                reporter::emit(Event::FailedBuildDeleted { dir: &path, done });
             }
-            Err(e) => crate::warning!("cannot delete the failed build {}: {e}", path.display()),
+            Err(e) => reporter::emit(Event::FailedBuildKept { dir: &path, why: &e.to_string() }),
         }
     }
 }
@@ -736,11 +730,7 @@ pub(crate) fn register_workspace(state_dir: &Path, ws: &Workspace, config: &str,
     let path = registry_dir(&cache_dir).join(format!("{name}.json"));
     let note = Registration { workspace: root, config: config.to_string() };
     if let Err(e) = files::write_atomic(&path, &serde_json::to_vec(&note).expect("serializes")) {
-        crate::warning!(
-            "cannot register the workspace {} as a user of the cached build {} ({e}): `clean --builds` of another config may delete it",
-            ws.root().display(),
-            cache_dir.display()
-        );
+        reporter::emit(Event::NotRegistered { workspace: ws.root(), build: &cache_dir, why: &e.to_string() });
     }
 }
 
@@ -795,11 +785,7 @@ pub(crate) fn adopt(ws: &Workspace, manifest: &BuildManifest) -> Result<()> {
     match previous {
         Some(p) if p.build_id == manifest.build_id => return Ok(()),
         Some(p) => {
-            crate::say!(
-                "build changed ({} -> {}): deleting the workspace's results, profiles and reports of the old build",
-                p.build_id,
-                manifest.build_id
-            );
+            reporter::emit(Event::BuildChanged { from: &p.build_id, to: &manifest.build_id });
             for area in [
                 Area::Results,
                 Area::Profiles,

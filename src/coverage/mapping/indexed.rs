@@ -502,9 +502,7 @@ impl CounterReader {
         if self.fallback.is_none() {
             match caught(profdata, || read_indexed(ws, profdata)) {
                 Ok(counts) => return Ok(counts),
-                Err(why) => crate::warning!(
-                    "the in-process reader of indexed profiles failed on {why}; its counters are read with llvm-profdata instead"
-                ),
+                Err(why) => crate::reporter::emit(crate::reporter::Event::ReaderFellBack { why: &why.to_string() }),
             }
         }
         ProfileCounts::read(&self.llvm_profdata, profdata)

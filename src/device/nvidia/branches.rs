@@ -229,7 +229,7 @@ pub(crate) fn branches_of(cubin: &Path, data: &[u8], nvdisasm: Option<&Path>) ->
     };
     let branches = disassemble(nvdisasm, cubin)?;
     if let Err(error) = crate::workspace::files::write_atomic(&listing, write_listing(&branches, &sha256).as_bytes()) {
-        crate::warning!("cannot keep the branch listing of {}: {error}", cubin.display());
+        crate::reporter::emit(crate::reporter::Event::BranchListingNotKept { of: cubin, why: &error.to_string() });
     }
     Ok(Ok(branches))
 }

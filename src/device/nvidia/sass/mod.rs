@@ -95,7 +95,7 @@ pub(crate) fn read_cubin_dir(dir: &Path) -> Result<BTreeMap<u32, CubinLines>> {
         let data = std::fs::read(&path).context(&origin)?;
         let cubin = CubinLines::parse(&data, &origin)?;
         if let Some(why) = &cubin.unmapped {
-            crate::warning!("cubin {origin}: {why}");
+            crate::reporter::emit(crate::reporter::Event::DeviceCodeUnmapped { what: &format!("cubin {origin}"), why });
         }
         cubins.insert(crc, cubin);
     }
