@@ -176,7 +176,7 @@ impl Session {
             .and_then(|()| self.ctx.workspace.write(&file, report::snapshot_text(value).as_bytes()))
             .context("writing the new snapshot failed")?;
         let shown = self.shown(&file);
-        crate::say!(
+        crate::note!(
             "config {} has no snapshot yet ({} does not exist): this report's is {}; to adopt it, \
              copy it there (cp {} {}), or run the report again with INSTA_UPDATE=always",
             self.ctx.config().name,
