@@ -244,6 +244,13 @@ pub enum Event<'a> {
     BranchListingNotKept { of: &'a Path, why: &'a str },
     /// Device code (`what`) whose lines cannot be mapped to its instructions.
     DeviceCodeUnmapped { what: &'a str, why: &'a str },
+    /// What the device backend says of the objects a build made (its sentence).
+    DeviceAfterBuild { said: &'a str },
+    /// A file under the build that kept its build name, and why.
+    SourceNameKept { note: &'a str },
+    /// `clean` ended: what it kept (a preview of the names, their count) and
+    /// whether the workspace folder itself went.
+    WorkspaceCleaned { root: &'a Path, kept: Option<(&'a str, usize)>, folder_deleted: bool },
 }
 
 /// How much an event matters: what `-q` and `-v` keep.
@@ -372,6 +379,26 @@ impl Event<'_> {
                 Some((Level::Warning, format!("cannot keep the branch listing of {}: {why}", of.display())))
             }
             Event::DeviceCodeUnmapped { what, why } => Some((Level::Warning, format!("{what}: {why}"))),
+            Event::DeviceAfterBuild { said } => Some((Level::Say, said.to_string())),
+            Event::SourceNameKept { note } => Some((Level::Say, note.to_string())),
+            Event::WorkspaceCleaned { root, kept: Some((names, n)), .. } => Some((
+                Level::Say,
+                format!(
+                    "deleted what ccl-coverage made in the workspace {}; kept {names} and the folder: ccl-coverage did not make {}",
+                    root.display(),
+                    if n == 1 { "it" } else { "them" }
+                ),
+            )),
+            Event::WorkspaceCleaned { root, kept: None, folder_deleted: true } => {
+                Some((Level::Say, format!("deleted the workspace {}", root.display())))
+            }
+            Event::WorkspaceCleaned { root, kept: None, folder_deleted: false } => Some((
+                Level::Say,
+                format!(
+                    "deleted what ccl-coverage made in the workspace {}; kept the folder itself: it existed before ccl-coverage used it",
+                    root.display()
+                ),
+            )),
             Event::Say(text) => Some((Level::Say, text.to_string())),
             Event::Note(text) => Some((Level::Note, text.to_string())),
             Event::Detail(text) => Some((Level::Detail, text.to_string())),
@@ -548,6 +575,11 @@ mod tests {
             Event::ReaderFellBack { why: name },
             Event::BranchListingNotKept { of: path, why: name },
             Event::DeviceCodeUnmapped { what: name, why: name },
+            Event::DeviceAfterBuild { said: name },
+            Event::SourceNameKept { note: name },
+            Event::WorkspaceCleaned { root: path, kept: Some((name, 2)), folder_deleted: false },
+            Event::WorkspaceCleaned { root: path, kept: None, folder_deleted: true },
+            Event::WorkspaceCleaned { root: path, kept: None, folder_deleted: false },
         ];
         for event in &all {
             match event {
@@ -586,7 +618,10 @@ mod tests {
                 | Event::RunJsonNotUpdated { .. }
                 | Event::ReaderFellBack { .. }
                 | Event::BranchListingNotKept { .. }
-                | Event::DeviceCodeUnmapped { .. } => {}
+                | Event::DeviceCodeUnmapped { .. }
+                | Event::DeviceAfterBuild { .. }
+                | Event::SourceNameKept { .. }
+                | Event::WorkspaceCleaned { .. } => {}
             }
         }
         all

@@ -907,3 +907,52 @@ fn a_typed_prefix_is_caught() {
     .unwrap();
     assert_eq!(typed_prefixes(dir.path()), ["src/build/mod.rs:2: fn f() { say!(\"ccl-coverage: warning: {x}\") }"]);
 }
+
+/// The stages below the harness (docs/architecture.md, "What the terminal
+/// says") report what happened as typed events: no free-text macro in their
+/// code, tests aside.
+const EVENT_STAGES: [&str; 6] = ["exec", "workspace", "build", "device", "coverage", "results"];
+
+/// Every free-text message (`say!`, `note!`, `warning!`, `detail!`) in the code of `stages` under `src`.
+fn free_text_in_stages(src: &Path, stages: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for stage in stages {
+        let mut files = Vec::new();
+        sources(&src.join(stage), &mut files);
+        files.sort();
+        for file in files {
+            let rel = file.strip_prefix(src).unwrap().to_string_lossy().into_owned();
+            let code = non_test_code(&std::fs::read_to_string(&file).unwrap());
+            for (n, line) in code.lines().enumerate() {
+                if ["say!(", "note!(", "warning!(", "detail!("].iter().any(|m| line.contains(m)) {
+                    found.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_stages_below_the_harness_speak_in_typed_events() {
+    let found = free_text_in_stages(&Path::new(ROOT).join("src"), &EVENT_STAGES);
+    assert!(found.is_empty(), "free text where a typed event belongs:\n{}", found.join("\n"));
+}
+
+#[test]
+fn free_text_in_a_stage_is_caught_and_a_test_of_it_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("build/cache")).unwrap();
+    std::fs::write(
+        dir.path().join("build/cache/mod.rs"),
+        "fn f() {\n    crate::warning!(\"x {y}\");\n}\n#[cfg(test)]\nmod tests {\n    fn t() { crate::say!(\"skipping\"); }\n}\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("harness")).unwrap();
+    std::fs::write(dir.path().join("harness/mod.rs"), "fn g() { crate::say!(\"above the stages\"); }\n").unwrap();
+    assert_eq!(
+        free_text_in_stages(dir.path(), &["build"]),
+        ["src/build/cache/mod.rs:2: crate::warning!(       );"],
+        "the harness, above the stages, may keep free text"
+    );
+}

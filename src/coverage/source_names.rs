@@ -123,7 +123,7 @@ impl SourceNames {
     }
 
     fn note(&self, note: String) {
-        crate::say!("{note}");
+        crate::reporter::emit(crate::reporter::Event::SourceNameKept { note: &note });
         self.notes.lock().unwrap_or_else(PoisonError::into_inner).push(note);
     }
 

@@ -589,20 +589,13 @@ impl Workspace {
                 cleaned.failed.join("\n  ")
             );
         }
-        if !cleaned.kept.is_empty() {
-            crate::say!(
-                "deleted what ccl-coverage made in the workspace {root}; kept {} and the folder: ccl-coverage did not make {}",
-                preview(&cleaned.kept),
-                if cleaned.kept.len() == 1 { "it" } else { "them" }
-            );
-        } else if cleaned.created_root {
+        let kept = preview(&cleaned.kept);
+        let kept = (!cleaned.kept.is_empty()).then_some((kept.as_str(), cleaned.kept.len()));
+        let folder_deleted = kept.is_none() && cleaned.created_root;
+        if folder_deleted {
             fs::remove_dir(&self.root).with_context(|| format!("cannot delete {root}"))?;
-            crate::say!("deleted the workspace {root}");
-        } else {
-            crate::say!(
-                "deleted what ccl-coverage made in the workspace {root}; kept the folder itself: it existed before ccl-coverage used it"
-            );
         }
+        crate::reporter::emit(crate::reporter::Event::WorkspaceCleaned { root: &self.root, kept, folder_deleted });
         Ok(())
     }
 

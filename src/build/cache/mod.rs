@@ -341,7 +341,7 @@ impl BuildPlan {
         let device_objects = self.device_objects(ctx)?;
         let paths: Vec<PathBuf> = objects.iter().map(|o| o.path.clone()).collect();
         if let Some(said) = device::after_build(&self.device, &paths, &self.cache_dir, &crate::config::process_env) {
-            crate::say!("{said}");
+            reporter::emit(Event::DeviceAfterBuild { said: &said });
         }
         if !self.bin_dir.is_dir() {
             bail!(
