@@ -498,6 +498,19 @@ fn verbose_jobs_and_help_of_the_new_options() {
     assert!(ran.success, "{}", ran.text());
     assert!(ran.text().contains("ccl-coverage: AllReduce::1K::one starts: "), "{}", ran.text());
     assert!(ran.text().contains("all_reduce_perf -c 1 -d all"), "{}", ran.text());
+    // The default: what a user follows (the config, the build reused, each trial's line), no command lines.
+    let plain = harness(&s, "run", &["--no-report"], LIMIT);
+    let text = plain.text();
+    assert!(plain.success, "{text}");
+    for line in [
+        "ccl-coverage: config ",
+        "ccl-coverage: device coverage: ",
+        "ccl-coverage: reusing build ",
+        "PASS    AllReduce::1K::one",
+    ] {
+        assert!(text.contains(line), "the default leaves out {line:?}:\n{text}");
+    }
+    assert!(!text.contains(" starts: "), "the default shows -v's command lines:\n{text}");
     let dry = harness(&s, "run", &["--jobs", "3", "--dry-run"], LIMIT);
     assert!(dry.success && dry.stdout.contains("--parallel 3"), "{}", dry.text());
     let bad = harness(&s, "run", &["--retries=many", "--dry-run"], LIMIT);
